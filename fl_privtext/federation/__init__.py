@@ -1,0 +1,1 @@
+"""Flower adapters (the only package that imports flwr): ClientApp, ServerApp, the eavesdropping Grid, the runner."""

@@ -1,0 +1,119 @@
+"""`fl-privtext run`: validate, pre-extract into the cache, then run the Flower simulation (Ray backend).
+
+`run_points` runs many experiment points (a sweep) inside ONE simulation, so Flower/Ray start-up is paid once and
+every point still goes through the federated path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_privtext import pipeline
+from fl_privtext.config import ExperimentConfig
+
+
+def _quiet_env() -> None:
+    # Offline machines: no telemetry, no runtime dependency sync; Ray without dashboard/usage stats.
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
+    """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
+    prep = pipeline.prepare(cfg, features="none")
+    n_users = len(np.unique(prep.ds.user_ids))
+    if cfg.federation.num_clients > n_users:
+        raise ValueError(
+            f"federation.num-clients={cfg.federation.num_clients} exceeds the {n_users} users of dataset "
+            f"{cfg.data.name!r}; use at most {n_users} clients."
+        )
+    if cfg.federation.schedule == "stream" and min(len(s) for s in prep.shards) < cfg.federation.rounds:
+        raise ValueError(
+            f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
+            f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
+        )
+    pipeline.mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    if cfg.attack.enabled and not prep.ds.attributes:
+        logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
+    return prep
+
+
+def run_points(points: Sequence[ExperimentConfig], *,
+               on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Serve every point through one Flower simulation. All points must share the federation size/resources."""
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.app import Context
+    from flwr.simulation import run_simulation
+
+    from fl_privtext.federation.client_app import app as client_app
+    from fl_privtext.federation.server_app import serve
+
+    _quiet_env()
+    first = points[0].federation
+    for p in points:
+        f = p.federation
+        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address) != (
+            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address):
+            raise ValueError("All points of one simulation must share federation.num-clients, client-cpus, "
+                             "client-gpus and ray-address.")
+    for p in points:
+        validate(p)
+        pipeline.prepare(p, features="extract", progress=p.run.progress)  # fill the cache once, on the driver
+
+    results: list[dict[str, Any]] = []
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        results.extend(serve(grid, points, on_result=on_result))
+
+    init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
+    if first.ray_address:
+        init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
+    else:
+        init_args["num_cpus"] = os.cpu_count() or 1
+        init_args["num_gpus"] = _num_gpus() if first.client_gpus > 0 else 0
+    backend_config = {
+        "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
+        "init_args": init_args,
+    }
+    logging.getLogger("flwr").setLevel(logging.WARNING)
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
+                   backend_config=backend_config)
+    if len(results) != len(points):
+        raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
+    return results
+
+
+def _num_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True) -> dict[str, Any]:
+    """One federated experiment: returns the results dict (also written to ``output``)."""
+    from fl_privtext.report import finalize
+
+    t0 = time.perf_counter()
+    (point,) = run_points([cfg])
+    return finalize(point, cfg, total_s=time.perf_counter() - t0, output=output or cfg.run.output or None,
+                    echo=echo)
+
+
+def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool) -> None:
+    if quiet:
+        sets = {**sets, "run.progress": "false"}
+    cfg = ExperimentConfig.load(config_path, sets)
+    run_experiment(cfg, output=output)

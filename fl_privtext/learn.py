@@ -1,0 +1,124 @@
+"""MLP classifiers trained on (privatized) representations: the server's task model and the eavesdropper's attackers.
+
+Defaults follow the OME paper (Lyu et al. SIGIR'20, Sec. 4): one hidden layer, SGD lr 0.01, momentum 0.9,
+weight decay 1e-6, dropout 0.5 on the input representation, batch 32. DPNR's attacker is a 2-layer MLP with 512
+hidden units and ReLU. Training is seeded by a ``torch.Generator``; no global RNG is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    """Hyper-parameters of a one-hidden-layer MLP classifier (hidden=0 gives logistic regression)."""
+
+    hidden: int = 128
+    epochs: int = 50
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 1e-6
+    dropout: float = 0.5
+    batch_size: int = 32
+    standardize: bool = True
+
+    def __post_init__(self) -> None:
+        if self.hidden < 0:
+            raise ValueError(f"hidden must be >= 0 (0 = logistic regression), got {self.hidden}.")
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}.")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}.")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}.")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}.")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
+
+
+class MLPClassifier:
+    """A fitted MLP; ``predict`` gives class indices (or 0/1 matrices for multi-label)."""
+
+    def __init__(self, net: nn.Module, mean: np.ndarray, std: np.ndarray, multilabel: bool, device: torch.device):
+        self.net, self.mean, self.std, self.multilabel, self.device = net, mean, std, multilabel, device
+
+    @torch.inference_mode()
+    def logits(self, x: np.ndarray, batch_size: int = 8192) -> np.ndarray:
+        self.net.eval()
+        out = []
+        for i in range(0, len(x), batch_size):
+            xb = torch.from_numpy(((np.asarray(x[i : i + batch_size], np.float32) - self.mean) / self.std))
+            out.append(self.net(xb.to(self.device)).float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        z = self.logits(x)
+        return (z > 0).astype(np.int8) if self.multilabel else z.argmax(axis=1)
+
+
+def _net(d_in: int, d_out: int, cfg: MLPConfig) -> nn.Module:
+    if cfg.hidden == 0:
+        return nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(d_in, d_out))
+    return nn.Sequential(
+        nn.Dropout(cfg.dropout), nn.Linear(d_in, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, d_out)
+    )
+
+
+def train_mlp(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    num_classes: int | None = None,
+    config: MLPConfig = MLPConfig(),
+    generator: torch.Generator,
+    device: str | torch.device | None = None,
+) -> MLPClassifier:
+    """Fit an MLP on ``x`` (N, D) and ``y`` ((N,) class indices, or (N, K) 0/1 for multi-label).
+
+    Features are standardised with the training mean/std (the server sees only privatized inputs; this is
+    post-processing). Mini-batch order and initialisation come from ``generator``.
+    """
+    x = np.asarray(x, dtype=np.float32)
+    y = np.asarray(y)
+    if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"train_mlp expects x (N, D) and y with N > 0 rows each, got {x.shape} and {y.shape}.")
+    multilabel = y.ndim == 2
+    if multilabel:
+        d_out = y.shape[1]
+    else:
+        d_out = int(num_classes if num_classes is not None else y.max() + 1)
+        if y.min() < 0 or y.max() >= d_out:
+            raise ValueError(f"labels must lie in [0, {d_out}), got range [{y.min()}, {y.max()}].")
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    mean = x.mean(axis=0) if config.standardize else np.zeros(x.shape[1], np.float32)
+    std = x.std(axis=0) + 1e-6 if config.standardize else np.ones(x.shape[1], np.float32)
+    xt = torch.from_numpy((x - mean) / std).to(dev)
+    yt = torch.from_numpy(y.astype(np.float32) if multilabel else y.astype(np.int64)).to(dev)
+
+    init_seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(init_seed)  # scoped: weight init and dropout masks, restored on exit
+        net = _net(x.shape[1], d_out, config).to(dev)
+        opt = torch.optim.SGD(
+            net.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+        loss_fn: nn.Module = nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
+        n = len(xt)
+        net.train()
+        for _ in range(config.epochs):
+            order = torch.randperm(n, generator=generator).to(dev)
+            for i in range(0, n, config.batch_size):
+                idx = order[i : i + config.batch_size]
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(net(xt[idx]), yt[idx])
+                loss.backward()
+                opt.step()
+    return MLPClassifier(net, mean, std, multilabel, dev)

@@ -1,0 +1,78 @@
+"""Utility, attack, fairness and empirical-privacy metrics (pure numpy).
+
+Empirical privacy follows the papers: DPNR/Coavoux report 1 - X for demographic attributes (X = attacker accuracy)
+and 1 - F for entities (F = F1 over presence labels).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    if y_true.shape != y_pred.shape or y_true.size == 0:
+        raise ValueError(f"accuracy needs two non-empty arrays of one shape, got {y_true.shape} and {y_pred.shape}.")
+    return float((y_true == y_pred).mean())
+
+
+def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int | None = None) -> float:
+    """Macro-averaged F1 over the classes present in ``y_true`` or ``y_pred`` (sklearn's convention)."""
+    y_true, y_pred = np.asarray(y_true, np.int64), np.asarray(y_pred, np.int64)
+    k = int(num_classes if num_classes is not None else max(y_true.max(), y_pred.max()) + 1)
+    cm = np.bincount(y_true * k + y_pred, minlength=k * k).reshape(k, k)
+    tp = np.diag(cm).astype(float)
+    support, predicted = cm.sum(axis=1), cm.sum(axis=0)
+    present = (support + predicted) > 0
+    denom = support + predicted
+    f1 = np.divide(2 * tp, denom, out=np.zeros(k), where=denom > 0)
+    return float(f1[present].mean())
+
+
+def multilabel_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Micro F1 over presence labels of a (N, K) 0/1 matrix (DPNR/Coavoux's entity F1)."""
+    y_true, y_pred = np.asarray(y_true, bool), np.asarray(y_pred, bool)
+    tp = float((y_true & y_pred).sum())
+    denom = float(y_true.sum() + y_pred.sum())
+    return 2 * tp / denom if denom > 0 else 0.0
+
+
+def majority_baseline(y_train: np.ndarray, y_eval: np.ndarray) -> float:
+    """Accuracy on ``y_eval`` of always predicting the most frequent class of ``y_train`` (what the attacker knows)."""
+    values, counts = np.unique(np.asarray(y_train), return_counts=True)
+    return float((np.asarray(y_eval) == values[counts.argmax()]).mean())
+
+
+def binomial_interval(p: float, n: int, alpha: float = 0.05) -> tuple[float, float]:
+    """Clopper-Pearson interval of the accuracy of a fixed predictor with true rate ``p`` observed ``n`` times.
+
+    Used as: "attacker accuracy is within the interval the majority baseline would produce by chance"."""
+    k = round(p * n)
+    lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return lo, hi
+
+
+def group_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray) -> dict[str, float]:
+    """Task accuracy inside each group of a private attribute (groups: (N,) labels)."""
+    out: dict[str, float] = {}
+    for g in np.unique(groups):
+        mask = groups == g
+        out[str(g)] = float((y_true[mask] == y_pred[mask]).mean())
+    return out
+
+
+def fairness_gap(per_group: dict[str, float]) -> float:
+    """Largest difference in task accuracy between two groups (0 = parity)."""
+    vals = list(per_group.values())
+    return float(max(vals) - min(vals)) if len(vals) > 1 else 0.0
+
+
+def ldp_attack_ceiling(epsilon: float, num_classes: int) -> float:
+    """Largest accuracy any attacker can reach against a uniform k-ary secret under epsilon-LDP (e^eps/(e^eps+k-1))."""
+    if math.isinf(epsilon):
+        return 1.0
+    return math.exp(epsilon) / (math.exp(epsilon) + num_classes - 1) if epsilon < 700 else 1.0

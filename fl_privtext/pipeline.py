@@ -1,0 +1,292 @@
+"""The framework-free core of an experiment: what a client does and what the untrusted server does.
+
+`fl_privtext.federation` wraps these functions in Flower apps; `benchmarks/bench_federation.py` calls them in a
+plain in-process loop. Both paths therefore privatize, train and attack identically for a given seed.
+
+Randomness: roles and shards depend on ``run.seed`` only; the privatization noise of a batch comes from the stream
+``(seed, "privatize", round, client, batch)`` (one stream per stage, round and client, split in batches), and the
+server's and attackers' training from ``(seed, "server")`` / ``(seed, "attack", attribute)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fl_privtext import metrics, rng
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
+from fl_privtext.learn import MLPConfig, train_mlp
+from fl_privtext.privacy import PrivacyReport, label_rr, make_mechanism, word_dropout
+
+UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
+
+
+@dataclass
+class Prepared:
+    """Everything both sides derive deterministically from the config (no randomness from the privatization)."""
+
+    ds: TextDataset
+    roles: np.ndarray  # (N,) "train" | "test" | "aux", split by user
+    shards: list[np.ndarray]  # row indices per virtual client
+    extractor: Any
+    features: np.ndarray | None  # (N, dim) cached extractor output (memmap), None when not cached
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def data_key(cfg: ExperimentConfig) -> tuple:
+    return (cfg.data.name, cfg.data.root, tuple(sorted(cfg.data.options.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(key: tuple) -> TextDataset:
+    name, root, options = key
+    return load_dataset(name, data_root=root or None, **dict(options))
+
+
+def make_extractor_from(cfg: ExperimentConfig) -> Any:
+    from fl_privtext.extract import make_extractor
+
+    e = cfg.extractor
+    opts: dict[str, Any] = {"max_length": e.max_length, "batch_size": e.batch_size, "pooling": e.pooling}
+    if e.name == "glove":
+        opts = {}
+    if e.model:
+        opts["model"] = e.model
+    if e.device and e.name != "glove":
+        opts["device"] = e.device
+    return make_extractor(e.name, **opts)
+
+
+def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool = False) -> Prepared:
+    """Load data, split users into roles and clients, and get the (cached) features.
+
+    ``features``: "extract" computes and caches all features when the cache lacks them (driver side);
+    "cached" only memory-maps an existing cache (a client that finds none extracts its own rows on demand);
+    "none" skips them (the server never needs representations other than the uploads).
+    """
+    from fl_privtext.extract import EmbeddingCache, extract_cached
+
+    t0 = time.perf_counter()
+    ds = _load(data_key(cfg))
+    t1 = time.perf_counter()
+    roles = assign_roles(ds, test_frac=cfg.data.test_frac, aux_frac=cfg.data.aux_frac, seed=cfg.run.seed)
+    shards = partition_users(
+        ds, np.arange(len(ds)), num_clients=cfg.federation.num_clients, scheme=cfg.federation.partition,
+        alpha=cfg.federation.alpha, seed=cfg.run.seed,
+    )
+    t2 = time.perf_counter()
+    extractor = make_extractor_from(cfg)
+    cache_dir = cfg.extractor.cache_dir or None
+    feats: np.ndarray | None = None
+    if features == "extract":
+        feats = extract_cached(ds, extractor, cache_dir, progress=progress)
+    elif features == "cached":
+        cache = EmbeddingCache(cache_dir)
+        feats = cache.load(cache.key(ds.fingerprint, extractor.identity()))
+    elif features != "none":
+        raise ValueError(f"features must be 'extract', 'cached' or 'none'; got {features!r}.")
+    t3 = time.perf_counter()
+    timings = {"load_s": t1 - t0, "partition_s": t2 - t1, "extract_s": t3 - t2}
+    return Prepared(ds=ds, roles=roles, shards=shards, extractor=extractor, features=feats, timings=timings)
+
+
+def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
+    """The configured mechanism for inputs of width ``dim``, given only the parameters it accepts."""
+    from fl_privtext.privacy import mechanism_params
+
+    name = cfg.privacy.mechanism
+    accepted = mechanism_params(name)
+    params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted}
+    if "dim" in accepted:
+        params["dim"] = dim
+    return make_mechanism(name, **params)
+
+
+def upload_rows(prep: Prepared, client: int, rnd: int, cfg: ExperimentConfig) -> np.ndarray:
+    """Rows a client uploads in round ``rnd`` (0-based): all of them (repeat) or its ``rnd``-th slice (stream)."""
+    rows = prep.shards[client]
+    if cfg.federation.schedule == "stream":
+        return np.array_split(rows, cfg.federation.rounds)[rnd]
+    return rows
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What one client sends in one round. ``input_dim`` (the width before privatization) is public metadata."""
+
+    features: np.ndarray  # (M, output_dim) float32, privatized
+    labels: np.ndarray  # (M,) int64, randomized when privacy.label-epsilon > 0
+    rows: np.ndarray  # (M,) int64 record ids (pseudonymous upload ids)
+    input_dim: int
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in UPLOAD_KEYS}
+
+
+def client_upload(prep: Prepared, client: int, rnd: int, seed: int, cfg: ExperimentConfig) -> Upload:
+    """What virtual client ``client`` sends in round ``rnd``: privatized features, (randomized) labels, row ids.
+
+    Raw text and raw representations stay here; only the mechanism's output leaves the function.
+    """
+    rows = upload_rows(prep, client, rnd, cfg)
+    labels_all = prep.ds.labels
+    num_classes = len(prep.ds.label_names)
+    out_x: list[np.ndarray] = []
+    in_dim = 0
+    out_y: list[np.ndarray] = []
+    mech = None
+    bs = cfg.federation.batch_size
+    for b, start in enumerate(range(0, len(rows), bs)):
+        batch = rows[start : start + bs]
+        g = rng.generator(seed, "privatize", rnd, client, b)
+        x = _client_features(prep, batch, cfg, g)
+        if mech is None:
+            in_dim = x.shape[1]
+            mech = mechanism_for(cfg, in_dim)
+        out_x.append(mech.privatize(x, g))
+        y = labels_all[batch]
+        if cfg.privacy.label_epsilon > 0 and num_classes > 1:
+            y = label_rr(y, num_classes, cfg.privacy.label_epsilon, g)
+        out_y.append(np.asarray(y, np.int64))
+    if not out_x:  # an empty shard or stream slice
+        return Upload(np.zeros((0, 0), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    return Upload(np.concatenate(out_x).astype(np.float32, copy=False), np.concatenate(out_y),
+                  rows.astype(np.int64), in_dim)
+
+
+def _client_features(prep: Prepared, rows: np.ndarray, cfg: ExperimentConfig, g: np.random.Generator) -> np.ndarray:
+    """Representations of ``rows`` on the client: cached, or extracted here (always when word dropout is on)."""
+    if cfg.privacy.mu == 0 and prep.features is not None:
+        return np.asarray(prep.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+    texts = [prep.ds.texts[i] for i in rows]
+    pairs = None if prep.ds.text_pairs is None else [prep.ds.text_pairs[i] for i in rows]
+    if cfg.privacy.mu > 0:
+        texts = word_dropout(texts, cfg.privacy.mu, g)
+        if pairs is not None:
+            pairs = word_dropout(pairs, cfg.privacy.mu, g)
+    return np.asarray(prep.extractor.extract(texts, pairs, progress=False), np.float32)
+
+
+# ---- the untrusted server ------------------------------------------------------------------------------------------
+
+
+def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
+    s = cfg.server
+    hidden = s.hidden or (128 if dim <= 300 else 768)
+    return MLPConfig(hidden=hidden, epochs=s.epochs, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay,
+                     dropout=s.dropout, batch_size=s.batch_size)
+
+
+def attack_mlp_config(cfg: ExperimentConfig) -> MLPConfig:
+    a = cfg.attack
+    return MLPConfig(hidden=a.hidden, epochs=a.epochs, lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay,
+                     dropout=a.dropout, batch_size=a.batch_size)
+
+
+def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+                       seed: int, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The server trains the task MLP on the uploads of train/aux users and evaluates on test users' uploads."""
+    if len(prep.ds.label_names) == 0:
+        return {"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"}
+    roles = prep.roles[rows]
+    tr, te = roles != "test", roles == "test"
+    if not tr.any() or not te.any():
+        raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
+    k = len(prep.ds.label_names)
+    model = train_mlp(features[tr], labels[tr], num_classes=k, config=server_mlp_config(cfg, features.shape[1]),
+                      generator=rng.torch_generator(seed, "server"))
+    pred = model.predict(features[te])
+    truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
+    out: dict[str, Any] = {
+        "available": True,
+        "accuracy": metrics.accuracy(truth, pred),
+        "macro_f1": metrics.macro_f1(truth, pred, k),
+        "majority_baseline": metrics.majority_baseline(labels[tr], truth),
+        "num_train_uploads": int(tr.sum()),
+        "num_test_uploads": int(te.sum()),
+    }
+    fairness: dict[str, Any] = {}
+    for spec in prep.ds.attributes:
+        z = prep.ds.attribute(spec.name)[rows[te]]
+        if spec.kind == "multilabel":
+            per = {}
+            for j, cls in enumerate(spec.classes):
+                g = z[:, j].astype(bool)
+                if g.any() and (~g).any():
+                    per[cls] = {"present": metrics.accuracy(truth[g], pred[g]),
+                                "absent": metrics.accuracy(truth[~g], pred[~g])}
+                    per[cls]["gap"] = abs(per[cls]["present"] - per[cls]["absent"])
+            fairness[spec.name] = {"per_class": per, "gap": max((v["gap"] for v in per.values()), default=0.0)}
+        else:
+            names = np.asarray(spec.classes, dtype=object)[z]
+            per_group = metrics.group_accuracy(truth, pred, names)
+            fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
+    out["fairness"] = fairness
+    return out
+
+
+def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int,
+           cfg: ExperimentConfig) -> dict[str, Any]:
+    """The eavesdropper: per private attribute, train on the aux users' observed uploads (whose attributes it
+    knows), then infer the attribute of every other user from their observed uploads."""
+    roles = prep.roles[rows]
+    known, target = roles == "aux", roles != "aux"
+    results: dict[str, Any] = {}
+    for spec in prep.ds.attributes:
+        z_all = prep.ds.attribute(spec.name)
+        z_known, z_true = z_all[rows[known]], z_all[rows[target]]
+        gen = rng.torch_generator(seed, "attack", spec.name)
+        if spec.kind == "multilabel":
+            model = train_mlp(features[known], z_known, config=attack_mlp_config(cfg), generator=gen)
+            pred = model.predict(features[target])
+            per_acc = {c: metrics.accuracy(z_true[:, j], pred[:, j]) for j, c in enumerate(spec.classes)}
+            per_maj = {c: metrics.majority_baseline(z_known[:, j], z_true[:, j]) for j, c in enumerate(spec.classes)}
+            f1 = metrics.multilabel_f1(z_true, pred)
+            maj_pred = np.tile((z_known.mean(axis=0) > 0.5).astype(np.int8), (len(z_true), 1))
+            results[spec.name] = {
+                "kind": "multilabel", "f1": f1, "f1_majority_baseline": metrics.multilabel_f1(z_true, maj_pred),
+                "accuracy": float(np.mean(list(per_acc.values()))),
+                "majority_baseline": float(np.mean(list(per_maj.values()))),
+                "per_class_accuracy": per_acc, "per_class_majority_baseline": per_maj,
+                "empirical_privacy": 1.0 - f1, "num_known": int(known.sum()), "num_targets": int(target.sum()),
+            }
+        else:
+            k = len(spec.classes)
+            model = train_mlp(features[known], z_known, num_classes=k, config=attack_mlp_config(cfg), generator=gen)
+            pred = model.predict(features[target])
+            acc = metrics.accuracy(z_true, pred)
+            maj = metrics.majority_baseline(z_known, z_true)
+            lo, hi = metrics.binomial_interval(maj, len(z_true))
+            results[spec.name] = {
+                "kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z_true, pred, k),
+                "majority_baseline": maj, "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc,
+                "num_known": int(known.sum()), "num_targets": int(target.sum()),
+            }
+    return results
+
+
+def privacy_summary(prep: Prepared, report: PrivacyReport, cfg: ExperimentConfig, releases_per_record: int) -> dict:
+    """The mechanism's report plus what each USER spent: a user with k texts released k x rounds times."""
+    from fl_privtext.privacy import Accountant
+
+    acct = Accountant()
+    users = prep.ds.user_ids
+    acct.charge(users, report, times=releases_per_record)
+    out = report.to_json()
+    label = None
+    if cfg.privacy.label_epsilon > 0 and len(prep.ds.label_names) > 1:
+        label = {"mechanism": "k-ary randomized response", "epsilon": cfg.privacy.label_epsilon,
+                 "num_classes": len(prep.ds.label_names)}
+    per_user = acct.to_json()
+    out["composition"] = {
+        "releases_per_record": releases_per_record,
+        "per_user": per_user,
+        "labels": label or ("sent in the clear (privacy.label-epsilon = 0): labels are not protected"
+                            if len(prep.ds.label_names) else "no labels uploaded"),
+    }
+    return out

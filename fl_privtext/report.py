@@ -1,0 +1,157 @@
+"""results.json, config.toml, summary.md and the stdout table of one experiment point.
+
+results.json keys (public contract, ../shared/docs/architecture.md): utility.accuracy, utility.macro_f1;
+privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.<attribute>.accuracy,
+attacks.<attribute>.majority_baseline (and f1 for entities); empirical_privacy; federation.num_clients,
+federation.num_users, federation.uploads_observed; timing.total_s (and per stage). Means are over seeds; ``*_std``
+are the standard deviations (ddof=0) and ``per_seed`` keeps every value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.config import ExperimentConfig
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=float)
+    return float(arr.mean()), float(arr.std())
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return "inf" if math.isinf(f) and f > 0 else f
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
+    """Turn one served point (per-seed results) into the results.json structure."""
+    cfg: ExperimentConfig = point["config"]
+    seeds = point["per_seed"]
+    utility: dict[str, Any] = {"available": seeds[0]["utility"].get("available", False)}
+    if utility["available"]:
+        for key in ("accuracy", "macro_f1"):
+            mean, std = _mean_std([s["utility"][key] for s in seeds])
+            utility[key], utility[f"{key}_std"] = mean, std
+        utility["majority_baseline"] = seeds[0]["utility"]["majority_baseline"]
+        utility["num_train_uploads"] = seeds[0]["utility"]["num_train_uploads"]
+        utility["num_test_uploads"] = seeds[0]["utility"]["num_test_uploads"]
+        utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
+                                "macro_f1": s["utility"]["macro_f1"]} for s in seeds]
+    else:
+        utility["reason"] = seeds[0]["utility"].get("reason", "")
+
+    attacks: dict[str, Any] = {}
+    for name in seeds[0]["attacks"]:
+        first = seeds[0]["attacks"][name]
+        entry: dict[str, Any] = {k: v for k, v in first.items() if not isinstance(v, float)}
+        for key, value in first.items():
+            if isinstance(value, float):
+                mean, std = _mean_std([s["attacks"][name][key] for s in seeds])
+                entry[key], entry[f"{key}_std"] = mean, std
+        entry["per_seed"] = [{"seed": s["seed"], "accuracy": s["attacks"][name]["accuracy"]} for s in seeds]
+        attacks[name] = entry
+
+    fairness: dict[str, Any] = {}
+    if utility["available"]:
+        for name in seeds[0]["utility"]["fairness"]:
+            gap_mean, gap_std = _mean_std([s["utility"]["fairness"][name]["gap"] for s in seeds])
+            fairness[name] = {**seeds[0]["utility"]["fairness"][name], "gap": gap_mean, "gap_std": gap_std,
+                              "note": "per-group values are from the first seed; gap is the mean over seeds"}
+
+    timing = {k: float(np.sum([s["timing"][k] for s in seeds])) for k in seeds[0]["timing"]}
+    timing["server_s"] = point["server_s"]
+    timing["total_s"] = total_s
+    privacy = point["privacy"]
+    return _json_safe({
+        "utility": utility,
+        "privacy": privacy,
+        "attacks": attacks,
+        "empirical_privacy": {k: v["empirical_privacy"] for k, v in attacks.items()},
+        "fairness": fairness,
+        "federation": {
+            "num_clients": cfg.federation.num_clients, "num_users": point["num_users"],
+            "num_records": point["num_records"], "rounds": cfg.federation.rounds,
+            "schedule": cfg.federation.schedule, "seeds": cfg.run.seeds,
+            "uploads_received": seeds[0]["uploads_received"], "uploads_observed": seeds[0]["uploads_observed"],
+            "messages_observed": seeds[0]["messages_observed"], "bytes_observed": seeds[0]["bytes_observed"],
+            "upload_dim": seeds[0]["output_dim"],
+        },
+        "dataset": point["dataset"],
+        "timing": timing,
+        "config": cfg.to_flat(),
+    })
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if isinstance(x, str):
+        return x
+    if x is None:
+        return "-"
+    return f"{x:.{digits}f}" if abs(x) < 1e5 else f"{x:.3g}"
+
+
+def table(results: dict[str, Any]) -> str:
+    """A readable plain-text summary (stdout and summary.md)."""
+    p, u, f = results["privacy"], results["utility"], results["federation"]
+    lines = [
+        f"dataset {results['dataset']['name']} | {f['num_users']} users, {f['num_records']} records in "
+        f"{f['num_clients']} clients x {f['rounds']} round(s) | seeds {f['seeds']}",
+        f"mechanism {p['mechanism']}: epsilon nominal {_fmt(p['epsilon_nominal'])}, "
+        f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}",
+    ]
+    per_user = p.get("composition", {}).get("per_user", {})
+    if per_user:
+        lines.append(f"per-user composed epsilon (worst case, max over users): "
+                     f"{_fmt(per_user.get('max_epsilon_worst_case', per_user.get('max_epsilon')))}")
+    if u.get("available"):
+        lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
+                     f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])})")
+    else:
+        lines.append(f"task: none ({u.get('reason', '')})")
+    lines.append("")
+    lines.append(f"{'attribute':<14} {'attacker acc':>13} {'majority':>9} {'F1':>7} {'1-X / 1-F':>10} {'fair gap':>9}")
+    for name, a in results["attacks"].items():
+        f1 = a.get("f1", a.get("macro_f1"))
+        gap = results["fairness"].get(name, {}).get("gap")
+        lines.append(f"{name:<14} {_fmt(a['accuracy']):>13} {_fmt(a['majority_baseline']):>9} {_fmt(f1):>7} "
+                     f"{_fmt(a['empirical_privacy']):>10} {_fmt(gap):>9}")
+    lines.append("")
+    lines.append(f"eavesdropper observed {f['uploads_observed']} uploads in {f['messages_observed']} messages "
+                 f"({f['bytes_observed'] / 1e6:.2f} MB); total {results['timing']['total_s']:.1f} s")
+    return "\n".join(lines)
+
+
+def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, output: str | Path | None,
+             echo: bool = True) -> dict[str, Any]:
+    """Aggregate one point, write results.json, config.toml and summary.md to ``output``, print the table."""
+    results = aggregate(point, total_s)
+    out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "config.toml").write_text(cfg.to_toml())
+    text = table(results)
+    note = results["privacy"].get("published_claim_note")
+    summary = f"# fl_privtext run\n\n```\n{text}\n```\n"
+    if note:
+        summary += f"\n**Privacy note.** {note}\n"
+    (out / "summary.md").write_text(summary)
+    if echo:
+        print(text)
+        print(f"\nwrote {out}/results.json, config.toml, summary.md")
+    results["output_dir"] = str(out)
+    return results
