@@ -1,0 +1,45 @@
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fl_privtext.config import ExperimentConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_defaults_round_trip_through_flat_and_toml(tmp_path):
+    cfg = ExperimentConfig.from_flat({"privacy.epsilon": "2.5", "federation.num-clients": "7",
+                                      "data.options.max_rows": 300, "attack.enabled": "false"})
+    assert cfg.privacy.epsilon == 2.5 and cfg.federation.num_clients == 7 and cfg.attack.enabled is False
+    assert cfg.data.options == {"max_rows": 300}
+    path = tmp_path / "c.toml"
+    path.write_text(cfg.to_toml())
+    assert ExperimentConfig.load(path) == cfg
+    assert ExperimentConfig.from_flat(cfg.to_flat()) == cfg
+
+
+def test_pyproject_flower_config_mirrors_the_defaults():
+    app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    flat = {f"{sec}.{k}": v for sec, table in app_cfg.items() for k, v in table.items()}
+    assert flat == ExperimentConfig().to_flat()
+
+
+@pytest.mark.parametrize(
+    "key,value,needle",
+    [
+        ("privacy.epsilon", "0", "privacy.epsilon must be > 0"),
+        ("privacy.epsilon", "abc", "expects a float"),
+        ("federation.num-clients", "0", "num-clients must be >= 1"),
+        ("federation.partition", "random", "iid, dirichlet, natural"),
+        ("data.aux-frac", "1.5", "open interval (0, 1)"),
+        ("data.aux-frac", "0", "open interval (0, 1)"),
+        ("privacy.epsilonn", "1", "valid keys of [privacy]"),
+        ("nosuch.key", "1", "sections are"),
+        ("extractor.name", "word2vec", "glove, minilm, hf"),
+    ],
+)
+def test_bad_config_names_the_key_and_the_valid_values(key, value, needle):
+    with pytest.raises(ValueError, match=None) as exc:
+        ExperimentConfig.from_flat({key: value})
+    assert needle in str(exc.value)
