@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.learn import MLPConfig, train_mlp
 from fl_privtext.privacy import PrivacyReport, label_rr, make_mechanism, word_dropout
+from tqdm.auto import tqdm
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
 
@@ -48,6 +50,11 @@ def _load(key: tuple) -> TextDataset:
     return load_dataset(name, data_root=root or None, **dict(options))
 
 
+def load(cfg: ExperimentConfig) -> TextDataset:
+    """The configured dataset (memoised per process: Ray actors and sweeps load it once)."""
+    return _load(data_key(cfg))
+
+
 def make_extractor_from(cfg: ExperimentConfig) -> Any:
     from fl_privtext.extract import make_extractor
 
@@ -72,7 +79,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     from fl_privtext.extract import EmbeddingCache, extract_cached
 
     t0 = time.perf_counter()
-    ds = _load(data_key(cfg))
+    ds = load(cfg)
     t1 = time.perf_counter()
     roles = assign_roles(ds, test_frac=cfg.data.test_frac, aux_frac=cfg.data.aux_frac, seed=cfg.run.seed)
     shards = partition_users(
@@ -126,6 +133,15 @@ class Upload:
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {k: getattr(self, k) for k in UPLOAD_KEYS}
+
+
+def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One round's uploads from all clients, in canonical row order (replies arrive in any order; sorting makes
+    the server's training independent of network timing)."""
+    parts = [p for p in parts if len(p["rows"])]
+    merged = {k: np.concatenate([p[k] for p in parts]) for k in UPLOAD_KEYS}
+    order = np.argsort(merged["rows"], kind="stable")
+    return {k: v[order] for k, v in merged.items()}
 
 
 def client_upload(prep: Prepared, client: int, rnd: int, seed: int, cfg: ExperimentConfig) -> Upload:
@@ -230,6 +246,30 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
     return out
 
 
+def _fit_attacker(x: np.ndarray, z: np.ndarray, num_classes: int | None, seed: int, name: str,
+                  cfg: ExperimentConfig) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """A rational attacker: fit the MLP on 80% of the known users' uploads, and keep it only if it beats the
+    majority guess on the other 20%; otherwise predict the majority (the prior is all the uploads give away)."""
+    g = rng.generator(seed, "attack-split", name)
+    order = g.permutation(len(x))
+    n_val = max(1, len(x) // 5)
+    val, fit = order[:n_val], order[n_val:]
+    model = train_mlp(x[fit], z[fit], num_classes=num_classes, config=attack_mlp_config(cfg),
+                      generator=rng.torch_generator(seed, "attack", name))
+    if z.ndim == 2:
+        prior = (z.mean(axis=0) > 0.5).astype(np.int8)
+        score = metrics.multilabel_f1
+        majority = lambda xs: np.tile(prior, (len(xs), 1))  # noqa: E731
+    else:
+        values, counts = np.unique(z, return_counts=True)
+        top = values[counts.argmax()]
+        score = metrics.accuracy
+        majority = lambda xs: np.full(len(xs), top, dtype=z.dtype)  # noqa: E731
+    if score(z[val], model.predict(x[val])) > score(z[val], majority(x[val])):
+        return model.predict, "mlp"
+    return majority, "majority"
+
+
 def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int,
            cfg: ExperimentConfig) -> dict[str, Any]:
     """The eavesdropper: per private attribute, train on the aux users' observed uploads (whose attributes it
@@ -240,10 +280,12 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int,
     for spec in prep.ds.attributes:
         z_all = prep.ds.attribute(spec.name)
         z_known, z_true = z_all[rows[known]], z_all[rows[target]]
-        gen = rng.torch_generator(seed, "attack", spec.name)
-        if spec.kind == "multilabel":
-            model = train_mlp(features[known], z_known, config=attack_mlp_config(cfg), generator=gen)
-            pred = model.predict(features[target])
+        multilabel = spec.kind == "multilabel"
+        predict, chosen = _fit_attacker(features[known], z_known, None if multilabel else len(spec.classes),
+                                        seed, spec.name, cfg)
+        pred = predict(features[target])
+        common = {"attacker": chosen, "num_known": int(known.sum()), "num_targets": int(target.sum())}
+        if multilabel:
             per_acc = {c: metrics.accuracy(z_true[:, j], pred[:, j]) for j, c in enumerate(spec.classes)}
             per_maj = {c: metrics.majority_baseline(z_known[:, j], z_true[:, j]) for j, c in enumerate(spec.classes)}
             f1 = metrics.multilabel_f1(z_true, pred)
@@ -253,19 +295,15 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int,
                 "accuracy": float(np.mean(list(per_acc.values()))),
                 "majority_baseline": float(np.mean(list(per_maj.values()))),
                 "per_class_accuracy": per_acc, "per_class_majority_baseline": per_maj,
-                "empirical_privacy": 1.0 - f1, "num_known": int(known.sum()), "num_targets": int(target.sum()),
+                "empirical_privacy": 1.0 - f1, **common,
             }
         else:
-            k = len(spec.classes)
-            model = train_mlp(features[known], z_known, num_classes=k, config=attack_mlp_config(cfg), generator=gen)
-            pred = model.predict(features[target])
             acc = metrics.accuracy(z_true, pred)
             maj = metrics.majority_baseline(z_known, z_true)
             lo, hi = metrics.binomial_interval(maj, len(z_true))
             results[spec.name] = {
-                "kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z_true, pred, k),
-                "majority_baseline": maj, "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc,
-                "num_known": int(known.sum()), "num_targets": int(target.sum()),
+                "kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z_true, pred, len(spec.classes)),
+                "majority_baseline": maj, "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common,
             }
     return results
 
@@ -290,3 +328,86 @@ def privacy_summary(prep: Prepared, report: PrivacyReport, cfg: ExperimentConfig
                             if len(prep.ds.label_names) else "no labels uploaded"),
     }
     return out
+
+
+# ---- one experiment point, independent of the transport -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the eavesdropper recorded during one seed: the uploads it saw, in how many messages and bytes."""
+
+    uploads: dict[str, np.ndarray]
+    messages: int
+    nbytes: int
+
+
+CollectRound = Callable[[int, int], tuple[dict[str, np.ndarray], int]]  # (seed, round) -> (uploads, input_dim)
+
+
+def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
+              *, start_seed: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """All seeds of one experiment point: collect every round, train/evaluate on what the server received,
+    attack what the eavesdropper observed. The transport (Flower or a plain loop) is in ``collect_round``."""
+    t_start = time.perf_counter()
+    per_seed: list[dict[str, Any]] = []
+    seeds = [cfg.run.seed + s for s in range(cfg.run.seeds)]
+    bar = tqdm(total=len(seeds) * cfg.federation.rounds, desc="rounds", disable=not cfg.run.progress, leave=False)
+    input_dim = 0
+    for seed in seeds:
+        start_seed()
+        t0 = time.perf_counter()
+        received = []
+        for rnd in range(cfg.federation.rounds):
+            arrays, input_dim = collect_round(seed, rnd)
+            received.append(arrays)
+            bar.update()
+        up = merge_uploads(received)
+        t1 = time.perf_counter()
+        utility = train_and_evaluate(prep, up["features"], up["labels"], up["rows"], seed, cfg)
+        t2 = time.perf_counter()
+        seen = eavesdrop()
+        observed = merge_uploads([seen.uploads])
+        if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
+            raise RuntimeError("The eavesdropper's record differs from what the server received.")
+        attacks = attack(prep, observed["features"], observed["rows"], seed, cfg) if cfg.attack.enabled else {}
+        t3 = time.perf_counter()
+        per_seed.append({
+            "seed": seed, "utility": utility, "attacks": attacks,
+            "uploads_received": int(len(up["rows"])), "uploads_observed": int(len(observed["rows"])),
+            "messages_observed": seen.messages, "bytes_observed": seen.nbytes,
+            "output_dim": int(up["features"].shape[1]),
+            "timing": {"federation_s": t1 - t0, "train_s": t2 - t1, "attack_s": t3 - t2},
+        })
+    bar.close()
+    report = mechanism_for(cfg, input_dim).report()
+    releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
+    return {
+        "config": cfg, "per_seed": per_seed, "num_users": int(len(np.unique(prep.ds.user_ids))),
+        "num_records": len(prep.ds), "privacy": privacy_summary(prep, report, cfg, releases),
+        "dataset": {"name": prep.ds.name, "label_names": list(prep.ds.label_names),
+                    "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
+        "server_s": time.perf_counter() - t_start,
+    }
+
+
+def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
+    """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline and
+    the reference the federated path must reproduce exactly."""
+    prep = prep or prepare(cfg, features="extract", progress=cfg.run.progress)
+    last: dict[str, Any] = {}
+
+    def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
+        ups = [client_upload(prep, c, rnd, seed, cfg) for c in range(cfg.federation.num_clients)]
+        ups = [u for u in ups if len(u.rows)]
+        arrays = merge_uploads([u.arrays() for u in ups])
+        last.setdefault("rounds", []).append((arrays, len(ups)))
+        return arrays, max(u.input_dim for u in ups)
+
+    def eavesdrop() -> Observed:
+        rounds = last.pop("rounds")
+        uploads = {k: np.concatenate([a[k] for a, _ in rounds]) for k in UPLOAD_KEYS}
+        return Observed(uploads=uploads, messages=sum(n for _, n in rounds),
+                        nbytes=sum(v.nbytes for a, _ in rounds for v in a.values()))
+
+    return run_point(prep, cfg, collect_round, eavesdrop)

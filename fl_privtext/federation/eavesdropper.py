@@ -84,7 +84,7 @@ class EavesdroppingGrid(Grid):
         parts = [o.arrays[record] for o in self.observations if record in o.arrays and len(o.arrays[record]["rows"])]
         if not parts:
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}  # in observation order
 
     @property
     def bytes_observed(self) -> int:

@@ -31,13 +31,13 @@ def _quiet_env() -> None:
 
 def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
-    prep = pipeline.prepare(cfg, features="none")
-    n_users = len(np.unique(prep.ds.user_ids))
+    n_users = len(np.unique(pipeline.load(cfg).user_ids))
     if cfg.federation.num_clients > n_users:
         raise ValueError(
             f"federation.num-clients={cfg.federation.num_clients} exceeds the {n_users} users of dataset "
             f"{cfg.data.name!r}; use at most {n_users} clients."
         )
+    prep = pipeline.prepare(cfg, features="none")
     if cfg.federation.schedule == "stream" and min(len(s) for s in prep.shards) < cfg.federation.rounds:
         raise ValueError(
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
@@ -49,7 +49,7 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     return prep
 
 
-def run_points(points: Sequence[ExperimentConfig], *,
+def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
                on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Serve every point through one Flower simulation. All points must share the federation size/resources."""
     from flwr.serverapp import Grid, ServerApp
@@ -76,7 +76,7 @@ def run_points(points: Sequence[ExperimentConfig], *,
 
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
-        results.extend(serve(grid, points, on_result=on_result))
+        results.extend(serve(grid, points, keep_observations=keep_observations, on_result=on_result))
 
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
     if first.ray_address:

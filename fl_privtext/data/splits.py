@@ -1,0 +1,76 @@
+"""User-level roles: train users, test users, and attacker-auxiliary users (whose attributes the attacker knows)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fl_privtext.data.schema import TextDataset
+from fl_privtext.rng import generator
+
+__all__ = ["ROLES", "assign_roles", "seed_generator", "user_index"]
+
+ROLES = ("train", "test", "aux")
+
+
+def seed_generator(seed: int | np.random.Generator, *keys: object) -> np.random.Generator:
+    """An int root seed -> the stream named by `keys` (fl_privtext.rng); a Generator is used as given."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, (bool, float)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer or a numpy.random.Generator, got {seed!r}.")
+    return generator(int(seed), *keys)
+
+
+def user_index(ds: TextDataset | Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted unique user ids, per-row index into them) for a dataset or an array of per-row user ids."""
+    users = ds.user_ids if isinstance(ds, TextDataset) else np.asarray(ds, dtype=str)
+    if users.ndim != 1:
+        raise ValueError(f"user ids must be a 1-D array, got shape {users.shape}.")
+    uniq, inv = np.unique(users, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def assign_roles(
+    ds: TextDataset | Sequence[str] | np.ndarray,
+    *,
+    test_frac: float = 0.2,
+    aux_frac: float = 0.2,
+    seed: int | np.random.Generator,
+) -> np.ndarray:
+    """Per-row role in {"train", "test", "aux"}, drawn BY USER: every row of a user shares its user's role.
+
+    `test_frac` and `aux_frac` are fractions of USERS (rounded; each role gets at least one user), each in (0, 1) with
+    sum < 1; the rest are train users. Rows follow their users, so row fractions match only approximately when users
+    have different numbers of rows. Seeded: the same seed and users give the same roles (users are sorted first, so the
+    row order does not matter).
+    """
+    for what, frac in (("test_frac", test_frac), ("aux_frac", aux_frac)):
+        if (
+            isinstance(frac, bool)
+            or not isinstance(frac, (int, float, np.floating))
+            or not 0.0 < float(frac) < 1.0
+        ):
+            raise ValueError(f"{what} must be a number strictly between 0 and 1, got {frac!r}.")
+    if float(test_frac) + float(aux_frac) >= 1.0:
+        raise ValueError(
+            f"test_frac + aux_frac must be < 1 so that some users train; got {test_frac} + {aux_frac} = "
+            f"{float(test_frac) + float(aux_frac):g}."
+        )
+    uniq, inv = user_index(ds)
+    num_users = len(uniq)
+    n_test = max(1, round(float(test_frac) * num_users))
+    n_aux = max(1, round(float(aux_frac) * num_users))
+    if num_users - n_test - n_aux < 1:
+        raise ValueError(
+            f"Cannot split {num_users} user(s) into train/test/aux with test_frac={test_frac} and aux_frac={aux_frac}: "
+            "each role needs at least one user."
+        )
+    rng = seed_generator(seed, "data", "assign_roles")
+    order = rng.permutation(num_users)  # users in random order: first test, then aux, then train
+    role_of_user = np.empty(num_users, dtype="<U5")
+    role_of_user[order[:n_test]] = "test"
+    role_of_user[order[n_test : n_test + n_aux]] = "aux"
+    role_of_user[order[n_test + n_aux :]] = "train"
+    return role_of_user[inv]

@@ -1,0 +1,182 @@
+"""User-level roles and user partitions into virtual clients."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from fl_privtext.data import assign_roles, make_text_dataset, partition_users
+
+
+def synthetic(num_users: int, seed: int = 0, num_classes: int = 4, max_rows: int = 6):
+    """Users with 1..max_rows rows each, labels drawn around a per-user favourite class; rows interleaved."""
+    rng = np.random.default_rng(seed)
+    per_user = rng.integers(1, max_rows + 1, num_users)
+    users = np.repeat(np.arange(num_users), per_user)
+    fav = rng.integers(0, num_classes, num_users)[users]
+    labels = np.where(rng.random(len(users)) < 0.8, fav, rng.integers(0, num_classes, len(users)))
+    order = rng.permutation(len(users))  # a user's rows are not contiguous
+    users, labels = users[order], labels[order]
+    return make_text_dataset(
+        "syn",
+        texts=[""] * len(users),
+        labels=labels,
+        label_names=[f"c{k}" for k in range(num_classes)],
+        user_ids=[f"user{u}" for u in users],
+    )
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return synthetic(2000)
+
+
+def user_sets(ds, mask):
+    return set(ds.user_ids[mask].tolist())
+
+
+# ------------------------------------------------------------------------------------------------ roles
+def test_roles_are_user_disjoint_and_sized(ds):
+    roles = assign_roles(ds, test_frac=0.2, aux_frac=0.3, seed=7)
+    assert roles.shape == (len(ds),) and set(roles.tolist()) == {"train", "test", "aux"}
+    tr, te, ax = (user_sets(ds, roles == r) for r in ("train", "test", "aux"))
+    assert not (tr & te) and not (tr & ax) and not (te & ax)
+    assert (len(te), len(ax), len(tr)) == (400, 600, 1000)  # fractions are of users
+    for role, frac in (("test", 0.2), ("aux", 0.3), ("train", 0.5)):
+        assert abs((roles == role).mean() - frac) < 0.04  # rows follow users: approximately
+
+
+def test_roles_reproducible_and_seeded(ds):
+    a = assign_roles(ds, seed=1)
+    assert (a == assign_roles(ds, seed=1)).all()
+    b = assign_roles(ds, seed=2)
+    assert (a != b).mean() > 0.2
+    # independent of the row order: a user keeps its role when rows are permuted
+    perm = np.random.default_rng(0).permutation(len(ds))
+    c = assign_roles(ds.user_ids[perm], seed=1)
+    assert (c == a[perm]).all()
+    rng_roles = assign_roles(ds, seed=np.random.default_rng(5))
+    assert set(rng_roles.tolist()) == {"train", "test", "aux"}
+
+
+@pytest.mark.parametrize(
+    "test_frac, aux_frac, match",
+    [
+        (0.0, 0.2, "test_frac must be a number strictly between 0 and 1"),
+        (0.2, 1.0, "aux_frac must be a number strictly between 0 and 1"),
+        (-0.1, 0.2, "test_frac"),
+        (0.5, 0.5, r"test_frac \+ aux_frac must be < 1"),
+        (True, 0.2, "test_frac"),
+    ],
+)
+def test_role_fraction_validation(ds, test_frac, aux_frac, match):
+    with pytest.raises(ValueError, match=match):
+        assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=0)
+
+
+def test_roles_need_three_users():
+    tiny = make_text_dataset("t", texts=["a", "b", "c"], user_ids=["x", "x", "y"])
+    with pytest.raises(ValueError, match="Cannot split 2 user"):
+        assign_roles(tiny, seed=0)
+
+
+# ------------------------------------------------------------------------------------------------ partitions
+def check_partition(ds, rows, parts):
+    allr = np.concatenate(parts)
+    assert len(allr) == len(rows) and set(allr.tolist()) == set(np.asarray(rows).tolist())  # every row once
+    owner: dict[str, int] = {}
+    for c, p in enumerate(parts):
+        assert len(p) > 0 and (np.diff(p) > 0).all()  # non-empty, ascending
+        for u in set(ds.user_ids[p].tolist()):
+            assert owner.setdefault(u, c) == c  # a user never split across clients
+
+
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet"])
+def test_partition_covers_rows_and_keeps_users(ds, scheme):
+    roles = assign_roles(ds, seed=0)
+    rows = np.flatnonzero(roles == "train")
+    parts = partition_users(ds, rows, num_clients=37, scheme=scheme, alpha=0.5, seed=3)
+    assert len(parts) == 37
+    check_partition(ds, rows, parts)
+    again = partition_users(ds, rows, num_clients=37, scheme=scheme, alpha=0.5, seed=3)
+    assert all((a == b).all() for a, b in zip(parts, again))
+    other = partition_users(ds, rows, num_clients=37, scheme=scheme, alpha=0.5, seed=4)
+    assert any(len(a) != len(b) or (a != b).any() for a, b in zip(parts, other))
+
+
+def test_iid_balances_users(ds):
+    parts = partition_users(ds, None, num_clients=30, scheme="iid", seed=0)
+    users_per_client = [len(set(ds.user_ids[p].tolist())) for p in parts]
+    assert max(users_per_client) - min(users_per_client) <= 1
+    check_partition(ds, np.arange(len(ds)), parts)
+    sub = synthetic(300, seed=1)
+    assert sum(map(len, partition_users(sub, np.ones(len(sub), bool), num_clients=5, seed=0))) == len(sub)
+
+
+def label_skew(ds, parts) -> float:
+    """Mean over clients of the share of the client's most frequent label (1/K = uniform, 1 = one label)."""
+    shares = []
+    for p in parts:
+        counts = np.bincount(ds.labels[p], minlength=ds.num_classes)
+        shares.append(counts.max() / counts.sum())
+    return float(np.mean(shares))
+
+
+def test_dirichlet_skews_labels(ds):
+    iid = label_skew(ds, partition_users(ds, num_clients=20, scheme="iid", seed=0))
+    d_half = label_skew(ds, partition_users(ds, num_clients=20, scheme="dirichlet", alpha=0.5, seed=0))
+    d_small = label_skew(ds, partition_users(ds, num_clients=20, scheme="dirichlet", alpha=0.05, seed=0))
+    d_large = label_skew(ds, partition_users(ds, num_clients=20, scheme="dirichlet", alpha=1000.0, seed=0))
+    assert iid < 0.35  # 4 classes: close to uniform
+    assert d_half > iid + 0.15 and d_small > d_half and d_small > 0.8
+    assert abs(d_large - iid) < 0.08  # huge alpha -> IID-like
+
+
+def test_natural_groups_by_user(ds):
+    parts = partition_users(ds, None, num_clients=None, scheme="natural", seed=0)
+    assert len(parts) == ds.num_users
+    users = sorted(set(ds.user_ids.tolist()))
+    for u, p in zip(users, parts):  # one client per user, ordered by user id
+        assert set(ds.user_ids[p].tolist()) == {u}
+        assert (ds.user_ids == u).sum() == len(p)
+    assert len(partition_users(ds, None, num_clients=0, scheme="natural", seed=0)) == ds.num_users
+    # fewer clients: consecutive users (in id order) grouped, deterministic (no seed dependence)
+    grouped = partition_users(ds, None, num_clients=7, scheme="natural", seed=0)
+    check_partition(ds, np.arange(len(ds)), grouped)
+    assert all(
+        (a == b).all()
+        for a, b in zip(grouped, partition_users(ds, None, num_clients=7, scheme="natural", seed=9))
+    )
+    per_client = [sorted(set(ds.user_ids[p].tolist())) for p in grouped]
+    assert [len(u) for u in per_client] == [len(c) for c in np.array_split(users, 7)]
+    assert [u for group in per_client for u in group] == users
+
+
+def test_partition_errors(ds):
+    small = synthetic(12)
+    with pytest.raises(ValueError, match=r"num_clients=13 is more than the 12 users"):
+        partition_users(small, None, num_clients=13, seed=0)
+    with pytest.raises(ValueError, match=r"valid schemes are \['iid', 'dirichlet', 'natural'\]"):
+        partition_users(ds, None, num_clients=3, scheme="pathological", seed=0)
+    with pytest.raises(ValueError, match="must not repeat"):
+        partition_users(ds, [0, 0, 1], num_clients=1, seed=0)
+    with pytest.raises(ValueError, match="alpha"):
+        partition_users(ds, None, num_clients=3, scheme="dirichlet", alpha=0, seed=0)
+    unlabelled = make_text_dataset("u", texts=["a"] * 4)
+    with pytest.raises(ValueError, match="has no task label"):
+        partition_users(unlabelled, None, num_clients=2, scheme="dirichlet", seed=0)
+    with pytest.raises(ValueError, match="positive integer"):
+        partition_users(ds, None, num_clients=0, seed=0)
+
+
+def test_partition_is_fast():
+    big = synthetic(20_000, seed=2, max_rows=3)
+    partition_users(big, None, num_clients=10, seed=0)  # imports, cached user ids
+    for scheme in ("iid", "dirichlet"):
+        t = time.perf_counter()
+        parts = partition_users(big, None, num_clients=1000, scheme=scheme, seed=0)
+        elapsed = time.perf_counter() - t
+        assert len(parts) == 1000 and sum(map(len, parts)) == len(big)
+        assert elapsed < 2.0, f"{scheme}: 20,000 users into 1,000 clients took {elapsed:.2f} s"

@@ -1,0 +1,121 @@
+"""End to end through a real Flower simulation (Ray backend): uploads, traffic inspection, attacks at both ends.
+
+One simulation serves several experiment points (as sweeps do), so Ray starts once for this module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_privtext import pipeline
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.runner import run_points
+from fl_privtext.metrics import binomial_interval
+from fl_privtext.report import aggregate
+
+FAST = {"server.epochs": 10, "attack.epochs": 15, "run.progress": False, "federation.num-clients": 4}
+
+
+def _cfg(cache_dir, **sets) -> ExperimentConfig:
+    flat = {**FAST, "extractor.cache-dir": str(cache_dir), **sets}
+    return ExperimentConfig.from_flat(flat)
+
+
+@pytest.fixture(scope="module")
+def points(cache_dir, request):
+    from tests.conftest import staged_data_root
+
+    cfgs = {
+        "l1_two_rounds": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
+                                            "federation.rounds": 2}),
+        "none": _cfg(cache_dir, **{"privacy.mechanism": "none"}),
+        "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
+    }
+    root = staged_data_root()
+    if root is not None:
+        blog = {"data.name": "blog", "data.root": str(root), "data.options.max_rows": 6000}
+        cfgs["blog_none"] = _cfg(cache_dir, **blog, **{"privacy.mechanism": "none"})
+        cfgs["blog_tiny_eps"] = _cfg(cache_dir, **blog, **{"privacy.mechanism": "laplace-l1",
+                                                           "privacy.epsilon": 0.1})
+    results = run_points(list(cfgs.values()), keep_observations=True)
+    return {name: (cfg, res) for (name, cfg), res in zip(cfgs.items(), results)}
+
+
+def test_results_follow_the_public_contract(points):
+    cfg, point = points["l1_two_rounds"]
+    res = aggregate(point, total_s=1.0)
+    assert 0 <= res["utility"]["accuracy"] <= 1 and 0 <= res["utility"]["macro_f1"] <= 1
+    assert res["privacy"]["mechanism"] == "laplace-l1"
+    assert res["privacy"]["epsilon_nominal"] == pytest.approx(1.0)
+    assert res["privacy"]["epsilon_worst_case"] == pytest.approx(1.0)
+    for name, a in res["attacks"].items():
+        assert {"accuracy", "majority_baseline"} <= set(a)
+        assert res["empirical_privacy"][name] == pytest.approx(1 - a["accuracy"])
+    fed = res["federation"]
+    assert fed["num_clients"] == 4 and fed["num_users"] > 4
+    assert res["timing"]["total_s"] == 1.0 and res["timing"]["federation_s"] > 0
+
+
+def test_eavesdropper_saw_exactly_what_the_server_received(points):
+    cfg, point = points["l1_two_rounds"]
+    seed = point["per_seed"][0]
+    n_records = point["num_records"]
+    assert seed["uploads_received"] == seed["uploads_observed"] == n_records * cfg.federation.rounds
+    assert seed["messages_observed"] == cfg.federation.num_clients * cfg.federation.rounds
+    # every user is charged for each release: records per user x rounds
+    per_user = point["privacy"]["composition"]["per_user"]
+    _, counts = np.unique(pipeline.prepare(cfg, features="none").ds.user_ids, return_counts=True)
+    assert per_user["max_epsilon"] == pytest.approx(counts.max() * cfg.federation.rounds * cfg.privacy.epsilon)
+
+
+def test_no_raw_text_or_raw_representation_leaves_a_client(points):
+    cfg, point = points["l1_two_rounds"]
+    prep = pipeline.prepare(cfg, features="extract")
+    raw = np.asarray(prep.features, np.float32)
+    observations = point["observations"]
+    assert len(observations) == cfg.federation.num_clients * cfg.federation.rounds
+    for obs in observations:
+        assert obs.message_type == "query.upload"
+        assert set(obs.arrays) == {"upload"} and not obs.configs
+        assert set(obs.arrays["upload"]) == set(pipeline.UPLOAD_KEYS)
+        assert set(obs.metrics) == {"stats"}
+        up = obs.arrays["upload"]
+        for arr in up.values():
+            assert arr.dtype.kind in "fiu"  # numbers only: no strings, no objects
+        feats, rows = up["features"], up["rows"]
+        assert feats.shape == (len(rows), raw.shape[1])
+        # the uploaded vectors are not the raw representations (nor their L1-normalised form)
+        x = raw[rows]
+        x1 = x / np.abs(x).sum(axis=1, keepdims=True)
+        assert not np.isclose(feats, x, atol=1e-4).all(axis=1).any()
+        assert not np.isclose(feats, x1, atol=1e-4).all(axis=1).any()
+
+
+def test_flower_path_reproduces_the_plain_loop_exactly(points):
+    cfg, point = points["none"]
+    plain = pipeline.run_plain(cfg)
+    fl_seed, pl_seed = point["per_seed"][0], plain["per_seed"][0]
+    assert fl_seed["utility"]["accuracy"] == pl_seed["utility"]["accuracy"]
+    assert fl_seed["attacks"] == pl_seed["attacks"]
+
+
+def _attack_both_ends(points, clear: str, private: str):
+    _, p_clear = points[clear]
+    _, p_priv = points[private]
+    for name, a in p_clear["per_seed"][0]["attacks"].items():
+        lo, hi = binomial_interval(a["majority_baseline"], a["num_targets"])
+        assert a["accuracy"] > hi and a["accuracy"] > a["majority_baseline"] + 0.03, (name, a)
+    for name, a in p_priv["per_seed"][0]["attacks"].items():
+        lo, hi = binomial_interval(a["majority_baseline"], a["num_targets"])
+        assert lo <= a["accuracy"] <= hi, (name, a)
+
+
+def test_attack_at_both_ends_on_the_default_data(points):
+    _attack_both_ends(points, "none", "l1_tiny_eps")
+
+
+def test_attack_at_both_ends_on_the_blog_data(points):
+    if "blog_none" not in points:
+        pytest.skip("staged blog data not available")
+    _attack_both_ends(points, "blog_none", "blog_tiny_eps")
