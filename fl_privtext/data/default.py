@@ -7,7 +7,6 @@ fl_privtext/data/default/make_default.py; what it is and how strongly each attri
 
 from __future__ import annotations
 
-import gzip
 import importlib.resources
 import json
 import os
@@ -19,7 +18,7 @@ from fl_privtext.data.schema import AttributeSpec, TextDataset, make_text_datase
 
 __all__ = ["DEFAULT_ATTRIBUTES", "DEFAULT_FILE", "DEFAULT_LABELS", "load_default"]
 
-DEFAULT_FILE = "reviews.jsonl.gz"
+DEFAULT_FILE = "reviews.jsonl"
 DEFAULT_LABELS = ("negative", "positive")
 DEFAULT_ATTRIBUTES = (
     AttributeSpec("gender", "categorical", ("female", "male")),
@@ -29,7 +28,7 @@ _KEYS = ("user_id", "text", "label", "gender", "age_group")
 
 
 def _parse(raw: bytes, where: str) -> TextDataset:
-    lines = gzip.decompress(raw).decode("utf-8").split("\n")
+    lines = raw.decode("utf-8").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     classes = {"label": DEFAULT_LABELS, **{a.name: a.classes for a in DEFAULT_ATTRIBUTES}}

@@ -1,6 +1,6 @@
 """Generate the embedded `default` dataset: SYNTHETIC product reviews with a task label and two leaking attributes.
 
-Run (from the repository root; rewrites fl_privtext/data/default/reviews.jsonl.gz, byte-identical on every run):
+Run (from the repository root; rewrites fl_privtext/data/default/reviews.jsonl, byte-identical on every run):
 
     python fl_privtext/data/default/make_default.py            # write
     python fl_privtext/data/default/make_default.py --check    # regenerate in memory, compare with the shipped file
@@ -18,13 +18,11 @@ Model (documented with measured leak strengths in docs/datasets.md):
   when the GloVe package is installed). No contractions or hyphens.
 
 Determinism: only `random.Random(SEED).random()` is used (its sequence is guaranteed stable across Python versions);
-categorical draws are done here by inverse CDF, and the gzip header carries no time stamp or file name.
+categorical draws are done here by inverse CDF, and the output is plain JSONL with sorted keys.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import random
 import re
@@ -54,7 +52,7 @@ P_MIXED = 0.25  # one sentence of the opposite polarity
 P_CLOSING = 0.60
 P_FILLER = 0.50
 
-OUTPUT = Path(__file__).resolve().parent / "reviews.jsonl.gz"
+OUTPUT = Path(__file__).resolve().parent / "reviews.jsonl"
 
 # ------------------------------------------------------------------------------------------ vocabulary
 PRODUCTS: dict[str, tuple[str, ...]] = {
@@ -306,12 +304,8 @@ def generate() -> list[dict[str, object]]:
 
 
 def encode(records: list[dict[str, object]]) -> bytes:
-    """gzip'd JSONL, reproducible bytes (mtime 0, no file name in the header)."""
-    raw = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records).encode("utf-8")
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, compresslevel=9, mtime=0) as f:
-        f.write(raw)
-    return buf.getvalue()
+    """Plain JSONL, reproducible bytes. Not gzip'd: Flower app bundles (`flwr run`) carry *.jsonl but no *.gz."""
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in records).encode("utf-8")
 
 
 TOKEN_RE = re.compile(r"[a-z0-9]+|[^a-z0-9\s]")
@@ -346,8 +340,7 @@ def check_vocabulary() -> list[str]:
 def main(argv: Sequence[str]) -> int:
     data = encode(generate())
     if "--check" in argv:
-        shipped = gzip.decompress(OUTPUT.read_bytes())
-        ok = shipped == gzip.decompress(data)
+        ok = OUTPUT.read_bytes() == data
         print(f"{OUTPUT}: {'matches' if ok else 'DIFFERS FROM'} the generator output")
         return 0 if ok else 1
     missing = check_vocabulary()
