@@ -204,7 +204,7 @@ class ExperimentConfig:
                 raise ValueError(f"Unknown config key {key!r}; sections are {', '.join(sections)}.")
             if sec == "data" and name.startswith("options."):
                 opts = dict(sections[sec].get("options", getattr(base, sec).options))
-                opts[name.removeprefix("options.")] = value
+                opts[name.removeprefix("options.")] = _option_value(value)
                 sections[sec]["options"] = opts
                 continue
             section = getattr(base, sec)
@@ -265,6 +265,21 @@ def _toml_value(v: Scalar) -> str:
     if isinstance(v, float) and math.isinf(v):
         return "inf" if v > 0 else "-inf"
     return repr(v)
+
+
+def _option_value(value: Any) -> Scalar:
+    """A free-form loader option from the command line: TOML-like literals (true/false, ints, floats), else text."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _coerce(key: str, value: Any, kind: type) -> Any:

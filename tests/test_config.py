@@ -10,9 +10,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_defaults_round_trip_through_flat_and_toml(tmp_path):
     cfg = ExperimentConfig.from_flat({"privacy.epsilon": "2.5", "federation.num-clients": "7",
-                                      "data.options.max_rows": 300, "attack.enabled": "false"})
+                                      "data.options.max_rows": "300", "data.options.user_per_record": "false",
+                                      "data.options.label": "industry", "attack.enabled": "false"})
     assert cfg.privacy.epsilon == 2.5 and cfg.federation.num_clients == 7 and cfg.attack.enabled is False
-    assert cfg.data.options == {"max_rows": 300}
+    assert cfg.data.options == {"max_rows": 300, "user_per_record": False, "label": "industry"}
     path = tmp_path / "c.toml"
     path.write_text(cfg.to_toml())
     assert ExperimentConfig.load(path) == cfg
