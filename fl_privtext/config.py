@@ -164,6 +164,7 @@ class RunConfig:
     seeds: int = 1  # repetitions with seeds seed, seed+1, ...: mean and std are reported
     output: str = ""  # "" = runs/<timestamp>
     progress: bool = True
+    baseline: bool = True  # also serve the same point with mechanism `none` and show what privacy changed
 
     def __post_init__(self) -> None:
         if self.seeds < 1:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import trange
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,13 @@ def train_mlp(
     config: MLPConfig = MLPConfig(),
     generator: torch.Generator,
     device: str | torch.device | None = None,
+    progress: str | None = None,
 ) -> MLPClassifier:
     """Fit an MLP on ``x`` (N, D) and ``y`` ((N,) class indices, or (N, K) 0/1 for multi-label).
 
     Features are standardised with the training mean/std (the server sees only privatized inputs; this is
-    post-processing). Mini-batch order and initialisation come from ``generator``.
+    post-processing). Mini-batch order and initialisation come from ``generator``. ``progress``: a label for a
+    per-epoch progress bar (None = silent).
     """
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
@@ -113,7 +116,7 @@ def train_mlp(
         loss_fn: nn.Module = nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
         n = len(xt)
         net.train()
-        for _ in range(config.epochs):
+        for _ in trange(config.epochs, desc=progress, disable=progress is None, leave=False, unit="epoch"):
             order = torch.randperm(n, generator=generator).to(dev)
             for i in range(0, n, config.batch_size):
                 idx = order[i : i + config.batch_size]

@@ -215,7 +215,8 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
     model = train_mlp(features[tr], labels[tr], num_classes=k, config=server_mlp_config(cfg, features.shape[1]),
-                      generator=rng.torch_generator(seed, "server"))
+                      generator=rng.torch_generator(seed, "server"),
+                      progress="server: task MLP" if cfg.run.progress else None)
     pred = model.predict(features[te])
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
@@ -255,7 +256,8 @@ def _fit_attacker(x: np.ndarray, z: np.ndarray, num_classes: int | None, seed: i
     n_val = max(1, len(x) // 5)
     val, fit = order[:n_val], order[n_val:]
     model = train_mlp(x[fit], z[fit], num_classes=num_classes, config=attack_mlp_config(cfg),
-                      generator=rng.torch_generator(seed, "attack", name))
+                      generator=rng.torch_generator(seed, "attack", name),
+                      progress=f"eavesdropper: {name}" if cfg.run.progress else None)
     if z.ndim == 2:
         prior = (z.mean(axis=0) > 0.5).astype(np.int8)
         score = metrics.multilabel_f1

@@ -118,28 +118,47 @@ def table(results: dict[str, Any]) -> str:
     if per_user:
         lines.append(f"per-user composed epsilon (worst case, max over users): "
                      f"{_fmt(per_user.get('max_epsilon_worst_case', per_user.get('max_epsilon')))}")
+    base = results.get("baseline_no_privacy")
     if u.get("available"):
+        clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
         lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
-                     f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])})")
+                     f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
+                     f"{clear})")
     else:
         lines.append(f"task: none ({u.get('reason', '')})")
     lines.append("")
-    lines.append(f"{'attribute':<14} {'attacker acc':>13} {'majority':>9} {'F1':>7} {'1-X / 1-F':>10} {'fair gap':>9}")
+    head = f"{'attribute':<14} {'attacker acc':>13} {'majority':>9} {'F1':>7} {'1-X / 1-F':>10} {'fair gap':>9}"
+    lines.append(head + (f" {'no-privacy acc':>15}" if base else ""))
     for name, a in results["attacks"].items():
         f1 = a.get("f1", a.get("macro_f1"))
         gap = results["fairness"].get(name, {}).get("gap")
-        lines.append(f"{name:<14} {_fmt(a['accuracy']):>13} {_fmt(a['majority_baseline']):>9} {_fmt(f1):>7} "
-                     f"{_fmt(a['empirical_privacy']):>10} {_fmt(gap):>9}")
+        row = (f"{name:<14} {_fmt(a['accuracy']):>13} {_fmt(a['majority_baseline']):>9} {_fmt(f1):>7} "
+               f"{_fmt(a['empirical_privacy']):>10} {_fmt(gap):>9}")
+        if base and name in base["attacks"]:
+            row += f" {_fmt(base['attacks'][name]['accuracy']):>15}"
+        lines.append(row)
     lines.append("")
     lines.append(f"eavesdropper observed {f['uploads_observed']} uploads in {f['messages_observed']} messages "
                  f"({f['bytes_observed'] / 1e6:.2f} MB); total {results['timing']['total_s']:.1f} s")
     return "\n".join(lines)
 
 
+def baseline_summary(point: dict[str, Any]) -> dict[str, Any]:
+    """The same users and seeds without privacy (mechanism `none`): what the mechanism changed."""
+    agg = aggregate(point, total_s=0.0)
+    return {"mechanism": "none",
+            "utility": {k: agg["utility"].get(k) for k in ("accuracy", "accuracy_std", "macro_f1")},
+            "attacks": {k: {"accuracy": v["accuracy"], "f1": v.get("f1", v.get("macro_f1"))}
+                        for k, v in agg["attacks"].items()}}
+
+
 def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, output: str | Path | None,
-             echo: bool = True) -> dict[str, Any]:
-    """Aggregate one point, write results.json, config.toml and summary.md to ``output``, print the table."""
+             echo: bool = True, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Aggregate one point, write results.json, config.toml and summary.md to ``output``, print the table.
+    ``baseline``: the same point served with mechanism `none` (results.json key ``baseline_no_privacy``)."""
     results = aggregate(point, total_s)
+    if baseline is not None:
+        results["baseline_no_privacy"] = baseline_summary(baseline)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))

@@ -6,6 +6,7 @@ every point still goes through the federated path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -27,6 +28,14 @@ def _quiet_env() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+
+
+class _DropDeprecation(logging.Filter):
+    # run_simulation is the only Flower entry point that takes ray.init arguments and an in-process ServerApp;
+    # its deprecation banner is noise for our users (flwr-notes.md).
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "DEPRECATED FEATURE" not in record.getMessage()
 
 
 def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
@@ -88,7 +97,10 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
         "init_args": init_args,
     }
-    logging.getLogger("flwr").setLevel(logging.WARNING)
+    flwr_logger = logging.getLogger("flwr")
+    flwr_logger.setLevel(logging.WARNING)
+    if not any(isinstance(f, _DropDeprecation) for f in flwr_logger.filters):
+        flwr_logger.addFilter(_DropDeprecation())
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
                    backend_config=backend_config)
     if len(results) != len(points):
@@ -107,9 +119,13 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     from fl_privtext.report import finalize
 
     t0 = time.perf_counter()
-    (point,) = run_points([cfg])
-    return finalize(point, cfg, total_s=time.perf_counter() - t0, output=output or cfg.run.output or None,
-                    echo=echo)
+    points = [cfg]
+    if cfg.run.baseline and cfg.privacy.mechanism != "none":
+        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
+        points.append(dataclasses.replace(cfg, privacy=clear))
+    served = run_points(points)
+    return finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=output or cfg.run.output or None,
+                    echo=echo, baseline=served[1] if len(served) > 1 else None)
 
 
 def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool) -> None:
