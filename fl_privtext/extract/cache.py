@@ -1,0 +1,291 @@
+"""On-disk embedding cache keyed by dataset content and extractor identity.
+
+Layout of a cache directory (argument > env ``FL_PRIVTEXT_CACHE`` > ``~/.cache/fl_privtext``)::
+
+    <cache_dir>/<key>.npy        # (N, dim) float32, dataset row order; read with np.load(mmap_mode="r")
+    <cache_dir>/<key>.json       # sidecar: dataset fingerprint, extractor identity, shape, dtype, created
+    <cache_dir>/<key>.lock       # flock target so that concurrent processes compute a key once
+    <cache_dir>/file_hashes/     # memoised sha256 of model files (only in the resolved default dir)
+
+``key = sha256(canonical JSON of {fingerprint, identity, layout})``: any change of the dataset content or of
+anything that changes the extractor's outputs (model file hashes, pooling, max_length, tokenizer rules, code
+version) gives a new key, i.e. invalidates the entry. Writes go to a temp file in the same directory and are
+renamed with ``os.replace`` (atomic on POSIX), so readers never see a partial file and concurrent writers of
+one key are safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from fl_privtext.extract.base import Extractor
+
+try:  # POSIX only; elsewhere concurrent processes may compute the same key twice (still safe).
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "FL_PRIVTEXT_CACHE"
+LAYOUT_VERSION = 1
+_TMP_SUFFIX = ".tmp"
+_STALE_TMP_AGE_S = 24 * 3600.0
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Cache directory: ``cache_dir`` argument > env ``FL_PRIVTEXT_CACHE`` > ``~/.cache/fl_privtext``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "fl_privtext"
+
+
+def _atomic_write_bytes(path: Path, write: Any) -> None:
+    """Call ``write(file)`` on a temp file next to ``path``, fsync, then ``os.replace`` it onto ``path``."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Content hashes of model files (part of an extractor's identity)
+
+_HASH_MEMO: dict[tuple[str, int, int], str] = {}
+_HASH_LOCK = threading.Lock()
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 hex digest of a file's full content, computed once per (path, mtime, size).
+
+    Memoised in-process and in a small JSON sidecar under ``<default cache dir>/file_hashes/`` (so a Ray actor
+    or a second run does not re-read a 90 MB weight file); the sidecar is trusted only while the file's path,
+    size and mtime_ns are unchanged. An unwritable cache dir only disables the sidecar.
+    """
+    p = Path(path).resolve()
+    st = p.stat()
+    memo_key = (str(p), st.st_size, st.st_mtime_ns)
+    with _HASH_LOCK:
+        if memo_key in _HASH_MEMO:
+            return _HASH_MEMO[memo_key]
+    sidecar = (
+        resolve_cache_dir() / "file_hashes" / (hashlib.sha256(str(p).encode()).hexdigest()[:32] + ".json")
+    )
+    digest: str | None = None
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        rec = json.loads(sidecar.read_text())
+        if (rec["path"], rec["size"], rec["mtime_ns"]) == memo_key:
+            digest = str(rec["sha256"])
+    if digest is None:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        digest = h.hexdigest()
+        rec = {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+        try:
+            sidecar.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write_bytes(sidecar, lambda f: f.write(json.dumps(rec).encode()))
+        except OSError as e:  # read-only home, full disk: the in-process memo still works
+            log.debug("could not write hash sidecar %s: %s", sidecar, e)
+    with _HASH_LOCK:
+        _HASH_MEMO[memo_key] = digest
+    return digest
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Embedding cache
+
+
+class EmbeddingCache:
+    """(N, dim) float32 arrays on disk, one ``<key>.npy`` per (dataset fingerprint, extractor identity)."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str] | None = None) -> None:
+        self.root = resolve_cache_dir(cache_dir)
+
+    def __repr__(self) -> str:
+        return f"EmbeddingCache({str(self.root)!r})"
+
+    @staticmethod
+    def key(fingerprint: str, identity: dict[str, Any]) -> str:
+        """sha256 hex of the canonical JSON of the dataset fingerprint and the extractor identity."""
+        if not isinstance(fingerprint, str) or not fingerprint:
+            raise ValueError(f"The dataset fingerprint must be a non-empty string, got {fingerprint!r}.")
+        blob = json.dumps(
+            {"layout": LAYOUT_VERSION, "fingerprint": fingerprint, "identity": identity},
+            sort_keys=True,
+            separators=(",", ":"),
+            default=str,
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.npy"
+
+    def meta_path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def load(self, key: str) -> np.ndarray | None:
+        """Read-only memmap (N, dim) float32 of ``key``; None when absent or unreadable (a miss)."""
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as e:
+            # np.memmap cannot map a zero-length payload; a zero-row array is still a valid entry.
+            try:
+                arr = np.load(path, allow_pickle=False)
+                arr.setflags(write=False)
+            except (ValueError, OSError, EOFError):
+                log.warning("ignoring unreadable cache file %s: %s", path, e)
+                return None
+        if arr.ndim != 2 or arr.dtype != np.float32:
+            log.warning("ignoring cache file %s with shape %s dtype %s", path, arr.shape, arr.dtype)
+            return None
+        return arr
+
+    def load_rows(self, key: str, rows: Sequence[int] | np.ndarray) -> np.ndarray | None:
+        """In-memory copy of just ``rows`` of ``key`` (a virtual client's users), or None on a miss.
+
+        Memmap fancy indexing reads only the pages holding those rows.
+        """
+        arr = self.load(key)
+        if arr is None:
+            return None
+        return np.array(arr[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
+
+    def store(self, key: str, array: np.ndarray, metadata: dict[str, Any] | None = None) -> np.ndarray:
+        """Write ``array`` atomically (temp file + ``os.replace``), then its sidecar; return the memmap."""
+        arr = np.ascontiguousarray(array, dtype=np.float32)
+        if arr.ndim != 2:
+            raise ValueError(f"The cache stores 2-D (N, dim) arrays, got shape {arr.shape}.")
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._sweep_stale_temps()
+        _atomic_write_bytes(self.path(key), lambda f: np.save(f, arr, allow_pickle=False))
+        meta = {
+            "key": key,
+            "shape": list(arr.shape),
+            "dtype": "float32",
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **(metadata or {}),
+        }
+        blob = json.dumps(meta, indent=2, sort_keys=True, default=str).encode()
+        _atomic_write_bytes(self.meta_path(key), lambda f: f.write(blob))
+        out = self.load(key)
+        if out is None:  # pragma: no cover - only if another process wrote garbage under our key
+            raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
+        return out
+
+    def metadata(self, key: str) -> dict[str, Any] | None:
+        """The JSON sidecar of ``key``, or None."""
+        try:
+            return dict(json.loads(self.meta_path(key).read_text()))
+        except (OSError, ValueError):
+            return None
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """Inter-process lock for computing ``key`` (flock on ``<key>.lock``; no-op without fcntl)."""
+        if fcntl is None:  # pragma: no cover
+            yield
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f"{key}.lock", "a+b") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _sweep_stale_temps(self) -> None:
+        # Temp files of interrupted writers never match "<key>.npy", so they are never loaded; delete old
+        # ones.
+        now = time.time()
+        for tmp in self.root.glob(f".*{_TMP_SUFFIX}"):
+            with contextlib.suppress(OSError):
+                if now - tmp.stat().st_mtime > _STALE_TMP_AGE_S:
+                    tmp.unlink()
+
+
+class _DatasetLike(Protocol):
+    """What extract_cached needs of ``fl_privtext.data.TextDataset``."""
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    @property
+    def texts(self) -> list[str]: ...
+
+    @property
+    def text_pairs(self) -> list[str] | None: ...
+
+    def __len__(self) -> int: ...
+
+
+def extract_cached(
+    ds: _DatasetLike,
+    extractor: Extractor,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    progress: bool = True,
+) -> np.ndarray:
+    """Features of every row of ``ds`` as a read-only memmap (N, dim) float32 in dataset row order.
+
+    Computed with ``extractor.extract(ds.texts, ds.text_pairs)`` on a miss and stored; later calls with the
+    same dataset content and extractor identity only map the file (no model forward pass). Concurrent
+    processes computing the same key serialise on a file lock, so the extraction runs once.
+    """
+    cache = EmbeddingCache(cache_dir)
+    identity = extractor.identity()
+    key = cache.key(ds.fingerprint, identity)
+    n = len(ds)
+    hit = cache.load(key)
+    if hit is not None and hit.shape[0] == n:
+        return hit
+    with cache.lock(key):
+        hit = cache.load(key)  # another process may have finished it while we waited
+        if hit is not None and hit.shape[0] == n:
+            return hit
+        t0 = time.perf_counter()
+        feats = extractor.extract(ds.texts, ds.text_pairs, progress=progress)
+        seconds = time.perf_counter() - t0
+        if feats.ndim != 2 or feats.shape[0] != n:
+            raise ValueError(
+                f"Extractor {extractor.name!r} returned shape {feats.shape} for a dataset of {n} rows; "
+                f"expected ({n}, dim)."
+            )
+        meta: dict[str, Any] = {
+            "fingerprint": ds.fingerprint,
+            "identity": identity,
+            "extractor": repr(extractor),
+            "extract_seconds": round(seconds, 3),
+        }
+        stats = getattr(extractor, "last_stats", None)
+        if stats is not None and hasattr(stats, "to_json"):
+            meta["extract_stats"] = stats.to_json()
+        log.info("cached %s features of %d rows in %.1fs at %s", extractor.name, n, seconds, cache.path(key))
+        return cache.store(key, feats, meta)

