@@ -56,7 +56,7 @@ class MLPClassifier:
         self.net.eval()
         out = []
         for i in range(0, len(x), batch_size):
-            xb = torch.from_numpy(((np.asarray(x[i : i + batch_size], np.float32) - self.mean) / self.std))
+            xb = torch.from_numpy((np.asarray(x[i : i + batch_size], np.float32) - self.mean) / self.std)
             out.append(self.net(xb.to(self.device)).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 

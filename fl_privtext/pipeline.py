@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from fl_privtext import metrics, rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.learn import MLPConfig, train_mlp
 from fl_privtext.privacy import PrivacyReport, label_rr, make_mechanism, word_dropout
-from tqdm.auto import tqdm
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
 
@@ -261,12 +261,12 @@ def _fit_attacker(x: np.ndarray, z: np.ndarray, num_classes: int | None, seed: i
     if z.ndim == 2:
         prior = (z.mean(axis=0) > 0.5).astype(np.int8)
         score = metrics.multilabel_f1
-        majority = lambda xs: np.tile(prior, (len(xs), 1))  # noqa: E731
+        majority = lambda xs: np.tile(prior, (len(xs), 1))
     else:
         values, counts = np.unique(z, return_counts=True)
         top = values[counts.argmax()]
         score = metrics.accuracy
-        majority = lambda xs: np.full(len(xs), top, dtype=z.dtype)  # noqa: E731
+        majority = lambda xs: np.full(len(xs), top, dtype=z.dtype)
     if score(z[val], model.predict(x[val])) > score(z[val], majority(x[val])):
         return model.predict, "mlp"
     return majority, "majority"
@@ -376,7 +376,7 @@ def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound
         t3 = time.perf_counter()
         per_seed.append({
             "seed": seed, "utility": utility, "attacks": attacks,
-            "uploads_received": int(len(up["rows"])), "uploads_observed": int(len(observed["rows"])),
+            "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
             "messages_observed": seen.messages, "bytes_observed": seen.nbytes,
             "output_dim": int(up["features"].shape[1]),
             "timing": {"federation_s": t1 - t0, "train_s": t2 - t1, "attack_s": t3 - t2},
@@ -385,7 +385,7 @@ def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound
     report = mechanism_for(cfg, input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     return {
-        "config": cfg, "per_seed": per_seed, "num_users": int(len(np.unique(prep.ds.user_ids))),
+        "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
         "num_records": len(prep.ds), "privacy": privacy_summary(prep, report, cfg, releases),
         "dataset": {"name": prep.ds.name, "label_names": list(prep.ds.label_names),
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},

@@ -109,10 +109,10 @@ def table(results: dict[str, Any]) -> str:
     """A readable plain-text summary (stdout and summary.md)."""
     p, u, f = results["privacy"], results["utility"], results["federation"]
     lines = [
-        f"dataset {results['dataset']['name']} | {f['num_users']} users, {f['num_records']} records in "
-        f"{f['num_clients']} clients x {f['rounds']} round(s) | seeds {f['seeds']}",
-        f"mechanism {p['mechanism']}: epsilon nominal {_fmt(p['epsilon_nominal'])}, "
-        f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}",
+        (f"dataset {results['dataset']['name']} | {f['num_users']} users, {f['num_records']} records in "
+         f"{f['num_clients']} clients x {f['rounds']} round(s) | seeds {f['seeds']}"),
+        (f"mechanism {p['mechanism']}: epsilon nominal {_fmt(p['epsilon_nominal'])}, "
+         f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}"),
     ]
     per_user = p.get("composition", {}).get("per_user", {})
     if per_user:

@@ -35,10 +35,10 @@ def _prep_key(cfg: ExperimentConfig) -> tuple:
 
 @app.query("upload")
 def upload(msg: Message, context: Context) -> Message:
-    cfg = ExperimentConfig.from_flat(dict(msg.content["config"]))
-    task = msg.content["task"]
-    client = int(context.node_config["partition-id"])
-    num_partitions = int(context.node_config["num-partitions"])
+    cfg = ExperimentConfig.from_flat(dict(msg.content.config_records["config"]))
+    task = msg.content.config_records["task"]
+    client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
+    num_partitions = int(context.node_config["num-partitions"])  # type: ignore[arg-type]
     if num_partitions != cfg.federation.num_clients:
         raise ValueError(
             f"This SuperNode says num-partitions={num_partitions} but federation.num-clients="
@@ -47,12 +47,12 @@ def upload(msg: Message, context: Context) -> Message:
     t0 = time.perf_counter()
     prep = _prepared(_prep_key(cfg))
     t1 = time.perf_counter()
-    up = client_upload(prep, client, int(task["round"]), int(task["seed"]), cfg)
+    up = client_upload(prep, client, int(task["round"]), int(task["seed"]), cfg)  # type: ignore[arg-type]
     t2 = time.perf_counter()
     content = RecordDict(
         {
             "upload": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in up.arrays().items()}),
-            "stats": MetricRecord({"num_uploads": int(len(up.rows)), "input_dim": up.input_dim,
+            "stats": MetricRecord({"num_uploads": len(up.rows), "input_dim": up.input_dim,
                                    "prepare_s": t1 - t0, "privatize_s": t2 - t1}),
         }
     )

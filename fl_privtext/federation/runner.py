@@ -61,8 +61,8 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
                on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Serve every point through one Flower simulation. All points must share the federation size/resources."""
-    from flwr.serverapp import Grid, ServerApp
     from flwr.app import Context
+    from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
     from fl_privtext.federation.client_app import app as client_app

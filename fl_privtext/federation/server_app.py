@@ -45,8 +45,8 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     errors = [r.error.reason for r in replies if r.has_error()]
     if errors or len(replies) != len(msgs):
         raise RuntimeError(f"{len(errors)} client(s) failed, {len(replies)}/{len(msgs)} replied: {errors[:3]}")
-    parts = [{k: a.numpy() for k, a in r.content["upload"].items()} for r in replies]
-    input_dim = max(int(r.content["stats"]["input_dim"]) for r in replies)
+    parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in replies]
+    input_dim = max(int(r.content.metric_records["stats"]["input_dim"]) for r in replies)  # type: ignore[arg-type]
     return pipeline.merge_uploads(parts), input_dim
 
 
@@ -61,29 +61,31 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, keep_observations: 
     eaves = EavesdroppingGrid(grid)
     results: list[dict[str, Any]] = []
     for i, cfg in enumerate(points):
-        prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
-        nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
-        observations: list[Any] = []
-
-        def start_seed() -> None:
-            eaves.reset()
-
-        def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
-            return collect(eaves, nodes, cfg, seed, rnd)
-
-        def eavesdrop() -> pipeline.Observed:
-            if keep_observations:
-                observations.extend(eaves.observations)
-            return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
-                                     nbytes=eaves.bytes_observed)
-
-        point = pipeline.run_point(prep, cfg, collect_round, eavesdrop, start_seed=start_seed)
-        if keep_observations:
-            point["observations"] = observations
-        results.append(point)
+        results.append(serve_point(eaves, cfg, keep_observations=keep_observations))
         if on_result is not None:
-            on_result(i, point)
+            on_result(i, results[-1])
     return results
+
+
+def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, keep_observations: bool = False) -> dict[str, Any]:
+    """One experiment point over the federation: every seed, every round, then train, evaluate and attack."""
+    prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
+    nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
+    observations: list[Any] = []
+
+    def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
+        return collect(eaves, nodes, cfg, seed, rnd)
+
+    def eavesdrop() -> pipeline.Observed:
+        if keep_observations:
+            observations.extend(eaves.observations)
+        return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
+                                 nbytes=eaves.bytes_observed)
+
+    point = pipeline.run_point(prep, cfg, collect_round, eavesdrop, start_seed=eaves.reset)
+    if keep_observations:
+        point["observations"] = observations
+    return point
 
 
 @app.main()

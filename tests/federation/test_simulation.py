@@ -43,7 +43,7 @@ def points(cache_dir, request):
 
 
 def test_results_follow_the_public_contract(points):
-    cfg, point = points["l1_two_rounds"]
+    _, point = points["l1_two_rounds"]
     res = aggregate(point, total_s=1.0)
     assert 0 <= res["utility"]["accuracy"] <= 1 and 0 <= res["utility"]["macro_f1"] <= 1
     assert res["privacy"]["mechanism"] == "laplace-l1"
