@@ -122,10 +122,10 @@ class FederationConfig:
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """The untrusted server's task classifier (OME paper: MLP 128 hidden for GloVe, 768 for BERT-sized inputs)."""
+class _MLPSection:
+    """Hyper-parameters of an MLP trained by the server (task model) or the eavesdropper (attackers)."""
 
-    hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
+    hidden: int = 128
     epochs: int = 50
     lr: float = 0.01
     momentum: float = 0.9
@@ -133,29 +133,46 @@ class ServerConfig:
     dropout: float = 0.5
     batch_size: int = 32
 
-    def __post_init__(self) -> None:
-        if self.hidden < 0 or self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
-            raise ValueError("server.hidden >= 0, server.epochs >= 1, server.batch-size >= 1 and server.lr > 0.")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"server.dropout must lie in [0, 1); got {self.dropout}.")
+    def _check(self, section: str) -> None:
+        rules = [("hidden", self.hidden >= 0, ">= 0"), ("epochs", self.epochs >= 1, ">= 1"),
+                 ("lr", self.lr > 0, "> 0"), ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
+                 ("weight_decay", self.weight_decay >= 0, ">= 0"), ("dropout", 0 <= self.dropout < 1, "in [0, 1)"),
+                 ("batch_size", self.batch_size >= 1, ">= 1")]
+        for name, ok, rule in rules:
+            if not ok:
+                raise ValueError(f"{section}.{name.replace('_', '-')} must be {rule}; got {getattr(self, name)}.")
+
+    def mlp(self, hidden: int | None = None) -> Any:
+        """The `fl_privtext.learn.MLPConfig` of this section (``hidden`` overrides the width)."""
+        from fl_privtext.learn import MLPConfig
+
+        return MLPConfig(hidden=self.hidden if hidden is None else hidden, epochs=self.epochs, lr=self.lr,
+                         momentum=self.momentum, weight_decay=self.weight_decay, dropout=self.dropout,
+                         batch_size=self.batch_size)
 
 
 @dataclass(frozen=True)
-class AttackConfig:
-    """The eavesdropper's attribute-inference attackers (DPNR: 2-layer MLP, 512 hidden, ReLU)."""
+class ServerConfig(_MLPSection):
+    """The untrusted server's task classifier (OME paper: MLP 128 hidden for GloVe, 768 for BERT-sized inputs;
+    SGD lr 0.01, momentum 0.9, weight decay 1e-6, dropout 0.5 on the representation, batch 32, 50 epochs)."""
 
-    enabled: bool = True
-    hidden: int = 512
-    epochs: int = 30
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 1e-6
-    dropout: float = 0.0
-    batch_size: int = 32
+    hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
 
     def __post_init__(self) -> None:
-        if self.hidden < 0 or self.epochs < 1 or self.batch_size < 1 or not self.lr > 0:
-            raise ValueError("attack.hidden >= 0, attack.epochs >= 1, attack.batch-size >= 1 and attack.lr > 0.")
+        self._check("server")
+
+
+@dataclass(frozen=True)
+class AttackConfig(_MLPSection):
+    """The eavesdropper's attribute-inference attackers (DPNR: 2-layer MLP, 512 hidden, ReLU)."""
+
+    hidden: int = 512
+    epochs: int = 30
+    dropout: float = 0.0
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        self._check("attack")
 
 
 @dataclass(frozen=True)

@@ -192,16 +192,8 @@ def _client_features(prep: Prepared, rows: np.ndarray, cfg: ExperimentConfig, g:
 
 
 def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
-    s = cfg.server
-    hidden = s.hidden or (128 if dim <= 300 else 768)
-    return MLPConfig(hidden=hidden, epochs=s.epochs, lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay,
-                     dropout=s.dropout, batch_size=s.batch_size)
-
-
-def attack_mlp_config(cfg: ExperimentConfig) -> MLPConfig:
-    a = cfg.attack
-    return MLPConfig(hidden=a.hidden, epochs=a.epochs, lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay,
-                     dropout=a.dropout, batch_size=a.batch_size)
+    """The task MLP; server.hidden = 0 picks the OME paper's width: 128 for GloVe-sized inputs, 768 for BERT-sized."""
+    return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))
 
 
 def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
@@ -255,7 +247,7 @@ def _fit_attacker(x: np.ndarray, z: np.ndarray, num_classes: int | None, seed: i
     order = g.permutation(len(x))
     n_val = max(1, len(x) // 5)
     val, fit = order[:n_val], order[n_val:]
-    model = train_mlp(x[fit], z[fit], num_classes=num_classes, config=attack_mlp_config(cfg),
+    model = train_mlp(x[fit], z[fit], num_classes=num_classes, config=cfg.attack.mlp(),
                       generator=rng.torch_generator(seed, "attack", name),
                       progress=f"eavesdropper: {name}" if cfg.run.progress else None)
     if z.ndim == 2:

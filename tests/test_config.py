@@ -38,6 +38,8 @@ def test_pyproject_flower_config_mirrors_the_defaults():
         ("privacy.epsilonn", "1", "valid keys of [privacy]"),
         ("nosuch.key", "1", "sections are"),
         ("extractor.name", "word2vec", "glove, minilm, hf"),
+        ("server.epochs", "0", "server.epochs must be >= 1"),
+        ("attack.dropout", "1", "attack.dropout must be in [0, 1)"),
     ],
 )
 def test_bad_config_names_the_key_and_the_valid_values(key, value, needle):
