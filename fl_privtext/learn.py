@@ -2,11 +2,12 @@
 
 Defaults follow the OME paper (Lyu et al. SIGIR'20, Sec. 4): one hidden layer, SGD lr 0.01, momentum 0.9,
 weight decay 1e-6, dropout 0.5 on the input representation, batch 32. DPNR's attacker is a 2-layer MLP with 512
-hidden units and ReLU. Training is seeded by a ``torch.Generator``; no global RNG is touched.
+hidden units and ReLU. Initialisation, dropout masks and batch order come from a ``torch.Generator``; no global RNG is touched.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,12 +66,35 @@ class MLPClassifier:
         return (z > 0).astype(np.int8) if self.multilabel else z.argmax(axis=1)
 
 
-def _net(d_in: int, d_out: int, cfg: MLPConfig) -> nn.Module:
+class _Dropout(nn.Module):
+    """Inverted dropout whose masks come from an explicit generator (nn.Dropout draws from the global RNG)."""
+
+    def __init__(self, p: float, generator: torch.Generator):
+        super().__init__()
+        self.p, self.generator = p, generator
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        keep = torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator)
+        return x * keep / (1 - self.p)
+
+
+def _linear(d_in: int, d_out: int, g: torch.Generator) -> nn.Linear:
+    # torch's default nn.Linear initialisation, drawn from ``g`` instead of the global RNG.
+    layer = torch.nn.utils.skip_init(nn.Linear, d_in, d_out)
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=g)
+        bound = 1 / math.sqrt(d_in)
+        nn.init.uniform_(layer.bias, -bound, bound, generator=g)
+    return layer
+
+
+def _net(d_in: int, d_out: int, cfg: MLPConfig, init: torch.Generator, masks: torch.Generator) -> nn.Module:
+    drop = _Dropout(cfg.dropout, masks)
     if cfg.hidden == 0:
-        return nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(d_in, d_out))
-    return nn.Sequential(
-        nn.Dropout(cfg.dropout), nn.Linear(d_in, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, d_out)
-    )
+        return nn.Sequential(drop, _linear(d_in, d_out, init))
+    return nn.Sequential(drop, _linear(d_in, cfg.hidden, init), nn.ReLU(), _linear(cfg.hidden, d_out, init))
 
 
 def train_mlp(
@@ -106,22 +130,19 @@ def train_mlp(
     xt = torch.from_numpy((x - mean) / std).to(dev)
     yt = torch.from_numpy(y.astype(np.float32) if multilabel else y.astype(np.int64)).to(dev)
 
-    init_seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(init_seed)  # scoped: weight init and dropout masks, restored on exit
-        net = _net(x.shape[1], d_out, config).to(dev)
-        opt = torch.optim.SGD(
-            net.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
-        )
-        loss_fn: nn.Module = nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
-        n = len(xt)
-        net.train()
-        for _ in trange(config.epochs, desc=progress, disable=progress is None, leave=False, unit="epoch"):
-            order = torch.randperm(n, generator=generator).to(dev)
-            for i in range(0, n, config.batch_size):
-                idx = order[i : i + config.batch_size]
-                opt.zero_grad(set_to_none=True)
-                loss = loss_fn(net(xt[idx]), yt[idx])
-                loss.backward()
-                opt.step()
+    masks = torch.Generator(device=dev)
+    masks.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator).item()))
+    net = _net(x.shape[1], d_out, config, generator, masks).to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    loss_fn: nn.Module = nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
+    n = len(xt)
+    net.train()
+    for _ in trange(config.epochs, desc=progress, disable=progress is None, leave=False, unit="epoch"):
+        order = torch.randperm(n, generator=generator).to(dev)
+        for i in range(0, n, config.batch_size):
+            idx = order[i : i + config.batch_size]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(net(xt[idx]), yt[idx])
+            loss.backward()
+            opt.step()
     return MLPClassifier(net, mean, std, multilabel, dev)

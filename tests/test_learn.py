@@ -33,3 +33,12 @@ def test_multilabel_and_errors():
         train_mlp(x, y, num_classes=2, generator=rng.torch_generator(0))
     with pytest.raises(ValueError, match="dropout"):
         MLPConfig(dropout=1.0)
+
+
+def test_training_leaves_the_global_rng_alone():
+    import torch
+
+    x, y = _blobs(200)
+    before = torch.random.get_rng_state().clone()
+    train_mlp(x, y, config=MLPConfig(hidden=8, epochs=2), generator=rng.torch_generator(3))
+    assert torch.equal(before, torch.random.get_rng_state())
