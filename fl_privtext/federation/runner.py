@@ -87,7 +87,8 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     def _main(grid: Grid, context: Context) -> None:
         results.extend(serve(grid, points, keep_observations=keep_observations, on_result=on_result))
 
-    init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
+    # Client failures come back as error replies (raised by the server with their reason), so actor logs stay quiet.
+    init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
     if first.ray_address:
         init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
     else:
