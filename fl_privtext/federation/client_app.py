@@ -33,6 +33,14 @@ def _prep_key(cfg: ExperimentConfig) -> tuple:
     return tuple(sorted((k, v) for k, v in flat.items() if k.startswith(keep)))
 
 
+@app.query("prepare")
+def warm_up(msg: Message, context: Context) -> Message:
+    """Load the dataset, shards and cached features into this actor before the first upload round."""
+    t0 = time.perf_counter()
+    _prepared(_prep_key(ExperimentConfig.from_flat(dict(msg.content.config_records["config"]))))
+    return Message(RecordDict({"stats": MetricRecord({"prepare_s": time.perf_counter() - t0})}), reply_to=msg)
+
+
 @app.query("upload")
 def upload(msg: Message, context: Context) -> Message:
     cfg = ExperimentConfig.from_flat(dict(msg.content.config_records["config"]))
