@@ -1,0 +1,44 @@
+"""DPNR paper Tables 2, 4, 5, 6, 7 and Figure 3: NON-PRIV and eps in {0.05, 0.1, 0.5, 1, 5} (mu = 0) on AG news and
+our blog subset, the published laplace-dpnr (true eps = 384 eps) beside the correct laplace-l1 (true eps = eps).
+
+    nice -n 10 python simulations/dpnr_eps.py --data-root ../shared/data
+
+MiniLM features (configs/dpnr_ag.toml: 3 seeds; configs/dpnr_blog.toml: 5 seeds). Every point carries the task
+accuracy (Table 2), the eavesdropper's attack (Table 4, Table 5, Figure 3) and the per-group accuracies (Tables 6,
+7), so one sweep serves all those tables. All points run inside ONE Flower simulation; finished points are saved
+under docs/results/dpnr/points/ and skipped on a rerun. Writes docs/results/dpnr.md and the plots at the end.
+`--datasets ag_news` or `--datasets blog` restricts the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import dpnr  # noqa: E402
+import sweep  # noqa: E402
+
+
+def main() -> None:
+    ap = sweep.common_args(__doc__)
+    ap.add_argument("--datasets", default=",".join(dpnr.DATASETS))
+    args = ap.parse_args()
+    datasets = tuple(d for d in args.datasets.split(",") if d)
+    if any(d not in dpnr.DATASETS for d in datasets):
+        raise SystemExit(f"--datasets: choose from {', '.join(dpnr.DATASETS)}")
+    points = dpnr.eps_points(args.data_root, datasets)
+    if args.list:
+        sweep.list_points(points, dpnr.STORE)
+        return
+    if not args.summary_only:
+        sweep.setup_threads(args.threads)
+        stats = sweep.run_sweep(points, dpnr.STORE)
+        if stats["ran"]:
+            sweep.wall_time_note("eps", {"command": sweep.command_line(), **stats}, dpnr.OUT)
+    print(dpnr.write_summary(args.data_root))
+
+
+if __name__ == "__main__":
+    main()
