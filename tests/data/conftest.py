@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-# The staged datasets live next to the repository (../shared/data); only these tests use that location.
-STAGED_ROOT = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data").resolve()
-
-
-@pytest.fixture(scope="session")
-def data_root() -> Path:
-    if not (STAGED_ROOT / "README.md").is_file():
-        pytest.skip(f"staged datasets not found at {STAGED_ROOT}")
-    return STAGED_ROOT
+# `data_root` comes from tests/conftest.py: FL_PRIVTEXT_DATA, else ../shared/data beside the repository.
 
 
 @pytest.fixture(scope="session")
