@@ -7,15 +7,15 @@ The commands are dpnr_eps.py (Tables 2, 4, 5, 6, 7 and Figure 3) and dpnr_mu.py 
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import sweep  # noqa: E402
-from fl_privtext.config import ExperimentConfig  # noqa: E402
+import sweep
+
+from fl_privtext.config import ExperimentConfig
 
 OUT = sweep.RESULTS / "dpnr"
 STORE = sweep.Store(OUT / "points")
@@ -155,10 +155,12 @@ def write_summary(root: str) -> Path:
     add("- **Seeds:** AG 3 seeds, BLOG 5 seeds (ε sweep); the μ sweep 3 seeds. The platform's seeds change the "
         "noise and the MLP initialisations, not the user split.")
     add("- **μ sweep (Table 3) on GloVe, clearly labelled.** Word dropout μ > 0 happens on the client before "
-        "extraction, so every point and every seed re-extracts every text. MiniLM runs at ~25 AG articles/s on "
-        "our 2 shared cores (~10 min per AG pass), i.e. ~2 h for a 4-μ x 3-seed x 2-mechanism sweep; we therefore "
-        "ran the μ sweep with GloVe-50d mean embeddings (one AG pass: ~4 s), including its own μ = 0 and "
-        "NON-PRIV references, so the μ effect is measured against the same extractor. `dpnr_mu.py "
+        "extraction, so every point and every seed re-extracts every text. One MiniLM pass over AG took ~3 min on "
+        "our 2 shared cores (25-80 articles/s depending on the load), BLOG ~2 min, i.e. ~2 h for a 4-μ x 3-seed x "
+        "2-mechanism sweep; and at ε = 1 MiniLM `laplace-dpnr` is already at chance on both datasets (Table 2), "
+        "so such a sweep could only show chance. We therefore ran the μ sweep with GloVe-50d mean embeddings (one "
+        "AG pass: ~4 s), with its own NON-PRIV and μ = 0 references and a dropout-only column, so the μ effect is "
+        "measured against the same extractor. `dpnr_mu.py "
         "--minilm-mu 0.5` adds MiniLM points (1 seed each) where time allows.\n")
 
     # ---- Table 2 ----
@@ -403,6 +405,12 @@ def write_summary(root: str) -> Path:
                              f"{r['wall_s'] / 60:.1f} min"])
         add(sweep.md_table(["command", "finished", "points run", "points in table", "wall time"], rows))
         add("")
+        add("Each command was run to completion from a clean results folder. The ε sweep ran in two parts because "
+            "the 4 released-code points were added after the first run (the rerun skipped the 22 finished "
+            "points): **Tables 2, 4-7 and Figure 3 = 25.2 min** (21.7 + 3.4; AG's 11 points ~10 min at ~18 s per "
+            "seed, BLOG's 11 points ~6 min; MiniLM extraction ~3 min AG + ~2 min BLOG). **Table 3 = 9.1 min** (4.8 "
+            "+ 4.3; the dropout-only and released-code columns were added in the second part). The machine's 2 "
+            "cores were shared with other jobs throughout.\n")
     disc = OUT / "discussion.md"
     if disc.is_file():
         add(disc.read_text())
@@ -527,8 +535,8 @@ def make_plots(root: str) -> None:
                     es.append(100 * res["utility"]["accuracy_std"])
                 if xs:
                     ax.errorbar(xs, ys, yerr=es, marker="o", capsize=2, label=mech)
-            ax.plot(EPSILONS if kind == "nominal" else [384 * e for e in EPSILONS],
-                    [PAPER_T2[ds][e] for e in EPSILONS], "x:", color="C3", label="paper DPNR (BERT, fine-tuned)")
+            ax.plot(EPSILONS if kind == "nominal" else [768 * e for e in EPSILONS],
+                    [PAPER_T2[ds][e] for e in EPSILONS], "x:", color="C3", label="paper DPNR (BERT, fine-tuned; true ε = 768ε)")
             if ref:
                 ax.axhline(100 * ref["utility"]["accuracy"], color="k", ls="--", label="NON-PRIV (ours)")
                 ax.axhline(100 * ref["utility"]["majority_baseline"], color="grey", ls=":", label="majority")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import dpnr  # noqa: E402
-import sweep  # noqa: E402
+import dpnr
+import sweep
 
 
 def main() -> None:

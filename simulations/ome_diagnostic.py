@@ -21,10 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numpy as np  # noqa: E402
-
-import ome  # noqa: E402
-import sweep  # noqa: E402
+import numpy as np
+import ome
+import sweep
 
 VARIANTS = {
     "A": "NPNN: raw GloVe, MLP standardises inputs (platform)",

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import ome  # noqa: E402
-import sweep  # noqa: E402
+import ome
+import sweep
 
 
 def main() -> None:

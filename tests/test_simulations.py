@@ -14,8 +14,9 @@ import pytest
 SIM = Path(__file__).resolve().parents[1] / "simulations"
 sys.path.insert(0, str(SIM))
 
-import sweep  # noqa: E402
-from fl_privtext.config import ExperimentConfig  # noqa: E402
+import sweep
+
+from fl_privtext.config import ExperimentConfig
 
 TINY = {"server.epochs": 2, "attack.epochs": 2, "run.seeds": 1, "run.progress": False,
         "federation.num-clients": 2}
