@@ -132,6 +132,7 @@ class _MLPSection:
     weight_decay: float = 1e-6
     dropout: float = 0.5
     batch_size: int = 32
+    standardize: bool = True  # z-score each input feature with the training uploads' mean/std (post-processing)
 
     def _check(self, section: str) -> None:
         rules = [("hidden", self.hidden >= 0, ">= 0"), ("epochs", self.epochs >= 1, ">= 1"),
@@ -148,7 +149,7 @@ class _MLPSection:
 
         return MLPConfig(hidden=self.hidden if hidden is None else hidden, epochs=self.epochs, lr=self.lr,
                          momentum=self.momentum, weight_decay=self.weight_decay, dropout=self.dropout,
-                         batch_size=self.batch_size)
+                         batch_size=self.batch_size, standardize=self.standardize)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,18 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return float(arr.mean()), float(arr.std())
 
 
+def _mean_tree(trees: list[Any]) -> Any:
+    """Element-wise mean over seeds of nested dicts of floats (None where a value is missing in any seed)."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _mean_tree([t[k] for t in trees]) for k in first}
+    if any(t is None for t in trees):
+        return None
+    if all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in trees):
+        return float(np.mean(trees))
+    return first  # non-numeric leaves (names, choices) are the same in every seed
+
+
 def _json_safe(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _json_safe(v) for k, v in obj.items()}
@@ -58,11 +70,13 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
     attacks: dict[str, Any] = {}
     for name in seeds[0]["attacks"]:
         first = seeds[0]["attacks"][name]
-        entry: dict[str, Any] = {k: v for k, v in first.items() if not isinstance(v, float)}
+        entry: dict[str, Any] = {k: v for k, v in first.items() if not isinstance(v, (float, dict))}
         for key, value in first.items():
             if isinstance(value, float):
                 mean, std = _mean_std([s["attacks"][name][key] for s in seeds])
                 entry[key], entry[f"{key}_std"] = mean, std
+            elif isinstance(value, dict):  # per-class values: mean over seeds
+                entry[key] = _mean_tree([s["attacks"][name][key] for s in seeds])
         entry["per_seed"] = [{"seed": s["seed"], "accuracy": s["attacks"][name]["accuracy"]} for s in seeds]
         attacks[name] = entry
 
