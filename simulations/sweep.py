@@ -34,9 +34,15 @@ IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.out
                 "federation.ray-address")
 
 
+# Keys added to the config after points were saved: left out of the key while they hold the value every saved point
+# was computed with, so existing points keep their keys (and a run with another value gets a new key).
+LATER_KEYS = {"server.standardize": True, "attack.standardize": True}
+
+
 def point_key(cfg: ExperimentConfig) -> str:
     """A stable 16-hex-digit key of everything in the config that can change the result."""
-    flat = {k: v for k, v in cfg.to_flat().items() if k not in IGNORED_KEYS}
+    flat = {k: v for k, v in cfg.to_flat().items()
+            if k not in IGNORED_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
     blob = json.dumps(sorted((k, repr(v)) for k, v in flat.items()), separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
