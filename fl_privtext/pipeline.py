@@ -240,32 +240,36 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
     return out
 
 
+ATTACK_FOLDS = 3
+
+
 def _fit_attacker(x: np.ndarray, z: np.ndarray, num_classes: int | None, seed: int, name: str,
                   cfg: ExperimentConfig) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
-    """A rational attacker: fit the MLP on 80% of the known users' uploads, and keep it only if it clearly beats
-    the majority guess on the other 20%; otherwise predict the majority (the prior is all the uploads give away)."""
-    g = rng.generator(seed, "attack-split", name)
-    order = g.permutation(len(x))
-    n_val = max(1, len(x) // 5)
-    val, fit = order[:n_val], order[n_val:]
-    model = train_mlp(x[fit], z[fit], num_classes=num_classes, config=cfg.attack.mlp(),
-                      generator=rng.torch_generator(seed, "attack", name),
-                      progress=f"eavesdropper: {name}" if cfg.run.progress else None)
+    """A rational attacker: estimate by 3-fold cross-validation on the known users' uploads whether the MLP beats
+    the majority guess; keep the MLP (refit on all known uploads) only when it does at one-sided 95% confidence,
+    otherwise predict the majority (the prior is then all the uploads give away)."""
     if z.ndim == 2:
         presence = (z.mean(axis=0) > 0.5).astype(np.int8)
-        score = metrics.accuracy  # per-label (Hamming) accuracy: F1 would favour "always present" over the prior
         majority = lambda xs: np.tile(presence, (len(xs), 1))
     else:
         values, counts = np.unique(z, return_counts=True)
         top = values[counts.argmax()]
-        score = metrics.accuracy
         majority = lambda xs: np.full(len(xs), top, dtype=z.dtype)
-    learned, baseline = score(z[val], model.predict(x[val])), score(z[val], majority(x[val]))
-    # Keep the MLP only when the held-out evidence says it beats the prior (one-sided 95%, normal approximation
-    # of the accuracy's standard error); an attacker who cannot tell the difference keeps the prior.
-    margin = 1.645 * math.sqrt(max(baseline * (1 - baseline), 1e-4) / len(val))
+
+    def fit(rows: np.ndarray, key: object) -> Any:
+        return train_mlp(x[rows], z[rows], num_classes=num_classes, config=cfg.attack.mlp(),
+                         generator=rng.torch_generator(seed, "attack", name, key),
+                         progress=f"eavesdropper: {name}" if cfg.run.progress else None)
+
+    folds = np.array_split(rng.generator(seed, "attack-folds", name).permutation(len(x)), ATTACK_FOLDS)
+    oof = np.empty_like(z)
+    for k, held in enumerate(folds):
+        oof[held] = fit(np.setdiff1d(np.arange(len(x)), held), ("fold", k)).predict(x[held])
+    # Per-label (Hamming) accuracy for entities: F1 would favour "always present" over the prior.
+    learned, baseline = metrics.accuracy(z, oof), metrics.accuracy(z, majority(x))
+    margin = 1.645 * math.sqrt(max(baseline * (1 - baseline), 1e-4) / len(x))
     if learned > baseline + margin:
-        return model.predict, "mlp"
+        return fit(np.arange(len(x)), "all").predict, "mlp"
     return majority, "majority"
 
 
