@@ -122,8 +122,9 @@ class FederationConfig:
 
 
 @dataclass(frozen=True)
-class _MLPSection:
-    """Hyper-parameters of an MLP trained by the server (task model) or the eavesdropper (attackers)."""
+class MLPConfig:
+    """Hyper-parameters of a one-hidden-layer MLP (hidden=0 gives logistic regression), trained by the server
+    (task model) or the eavesdropper (attackers); `fl_privtext.learn.train_mlp` takes it."""
 
     hidden: int = 128
     epochs: int = 50
@@ -134,37 +135,38 @@ class _MLPSection:
     batch_size: int = 32
     standardize: bool = True  # z-score each input feature with the training uploads' mean/std (post-processing)
 
-    def _check(self, section: str) -> None:
+    def __post_init__(self) -> None:
+        self._check("")
+
+    def _check(self, prefix: str) -> None:
         rules = [("hidden", self.hidden >= 0, ">= 0"), ("epochs", self.epochs >= 1, ">= 1"),
                  ("lr", self.lr > 0, "> 0"), ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
                  ("weight_decay", self.weight_decay >= 0, ">= 0"), ("dropout", 0 <= self.dropout < 1, "in [0, 1)"),
                  ("batch_size", self.batch_size >= 1, ">= 1")]
         for name, ok, rule in rules:
             if not ok:
-                raise ValueError(f"{section}.{name.replace('_', '-')} must be {rule}; got {getattr(self, name)}.")
+                key = f"{prefix}{name.replace('_', '-')}" if prefix else name
+                raise ValueError(f"{key} must be {rule}; got {getattr(self, name)}.")
 
-    def mlp(self, hidden: int | None = None) -> Any:
-        """The `fl_privtext.learn.MLPConfig` of this section (``hidden`` overrides the width)."""
-        from fl_privtext.learn import MLPConfig
-
-        return MLPConfig(hidden=self.hidden if hidden is None else hidden, epochs=self.epochs, lr=self.lr,
-                         momentum=self.momentum, weight_decay=self.weight_decay, dropout=self.dropout,
-                         batch_size=self.batch_size, standardize=self.standardize)
+    def mlp(self, hidden: int | None = None) -> MLPConfig:
+        """The plain MLP hyper-parameters of this section (``hidden`` overrides the width)."""
+        values = {f.name: getattr(self, f.name) for f in fields(MLPConfig)}
+        return MLPConfig(**{**values, "hidden": values["hidden"] if hidden is None else hidden})
 
 
 @dataclass(frozen=True)
-class ServerConfig(_MLPSection):
+class ServerConfig(MLPConfig):
     """The untrusted server's task classifier (OME paper: MLP 128 hidden for GloVe, 768 for BERT-sized inputs;
     SGD lr 0.01, momentum 0.9, weight decay 1e-6, dropout 0.5 on the representation, batch 32, 50 epochs)."""
 
     hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
 
     def __post_init__(self) -> None:
-        self._check("server")
+        self._check("server.")
 
 
 @dataclass(frozen=True)
-class AttackConfig(_MLPSection):
+class AttackConfig(MLPConfig):
     """The eavesdropper's attribute-inference attackers (DPNR: 2-layer MLP, 512 hidden, ReLU)."""
 
     hidden: int = 512
@@ -173,7 +175,7 @@ class AttackConfig(_MLPSection):
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        self._check("attack")
+        self._check("attack.")
 
 
 @dataclass(frozen=True)

@@ -8,42 +8,15 @@ hidden units and ReLU. Initialisation, dropout masks and batch order come from a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import trange
 
+from fl_privtext.config import MLPConfig
 
-@dataclass(frozen=True)
-class MLPConfig:
-    """Hyper-parameters of a one-hidden-layer MLP classifier (hidden=0 gives logistic regression)."""
-
-    hidden: int = 128
-    epochs: int = 50
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 1e-6
-    dropout: float = 0.5
-    batch_size: int = 32
-    standardize: bool = True
-
-    def __post_init__(self) -> None:
-        if self.hidden < 0:
-            raise ValueError(f"hidden must be >= 0 (0 = logistic regression), got {self.hidden}.")
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}.")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}.")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}.")
-        if self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}.")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}.")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
+__all__ = ["MLPClassifier", "MLPConfig", "train_mlp"]
 
 
 class MLPClassifier:
@@ -102,7 +75,7 @@ def train_mlp(
     y: np.ndarray,
     *,
     num_classes: int | None = None,
-    config: MLPConfig = MLPConfig(),
+    config: MLPConfig | None = None,
     generator: torch.Generator,
     device: str | torch.device | None = None,
     progress: str | None = None,
@@ -113,6 +86,7 @@ def train_mlp(
     post-processing). Mini-batch order and initialisation come from ``generator``. ``progress``: a label for a
     per-epoch progress bar (None = silent).
     """
+    config = config or MLPConfig()
     x = np.asarray(x, dtype=np.float32)
     y = np.asarray(y)
     if x.ndim != 2 or len(x) != len(y) or len(x) == 0:
