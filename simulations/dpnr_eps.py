@@ -29,15 +29,7 @@ def main() -> None:
     if any(d not in dpnr.DATASETS for d in datasets):
         raise SystemExit(f"--datasets: choose from {', '.join(dpnr.DATASETS)}")
     points = dpnr.eps_points(args.data_root, datasets)
-    if args.list:
-        sweep.list_points(points, dpnr.STORE)
-        return
-    if not args.summary_only:
-        sweep.setup_threads(args.threads)
-        stats = sweep.run_sweep(points, dpnr.STORE)
-        if stats["ran"]:
-            sweep.wall_time_note("eps", {"command": sweep.command_line(), **stats}, dpnr.OUT)
-    print(dpnr.write_summary(args.data_root))
+    sweep.run_command(args, points, dpnr.STORE, name="eps", folder=dpnr.OUT, summarize=dpnr.write_summary)
 
 
 if __name__ == "__main__":

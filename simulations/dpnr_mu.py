@@ -31,15 +31,7 @@ def main() -> None:
     datasets = tuple(d for d in args.datasets.split(",") if d)
     minilm = tuple(float(m) for m in args.minilm_mu.split(",") if m)
     points = dpnr.mu_points(args.data_root, datasets, minilm, args.minilm_seeds)
-    if args.list:
-        sweep.list_points(points, dpnr.STORE)
-        return
-    if not args.summary_only:
-        sweep.setup_threads(args.threads)
-        stats = sweep.run_sweep(points, dpnr.STORE)
-        if stats["ran"]:
-            sweep.wall_time_note("mu", {"command": sweep.command_line(), **stats}, dpnr.OUT)
-    print(dpnr.write_summary(args.data_root))
+    sweep.run_command(args, points, dpnr.STORE, name="mu", folder=dpnr.OUT, summarize=dpnr.write_summary)
 
 
 if __name__ == "__main__":

@@ -31,15 +31,7 @@ def main() -> None:
     if bad:
         raise SystemExit(f"unknown dataset(s) {bad}; choose from {', '.join(ome.DATASETS)}")
     points = ome.table1_points(args.data_root, datasets)
-    if args.list:
-        sweep.list_points(points, ome.STORE)
-        return
-    if not args.summary_only:
-        sweep.setup_threads(args.threads)
-        stats = sweep.run_sweep(points, ome.STORE)
-        if stats["ran"]:
-            sweep.wall_time_note("table1", {"command": sweep.command_line(), **stats}, ome.OUT)
-    print(ome.write_summary(args.data_root))
+    sweep.run_command(args, points, ome.STORE, name="table1", folder=ome.OUT, summarize=ome.write_summary)
 
 
 if __name__ == "__main__":

@@ -21,15 +21,7 @@ import sweep
 def main() -> None:
     args = sweep.common_args(__doc__).parse_args()
     points = ome.table2_points(args.data_root)
-    if args.list:
-        sweep.list_points(points, ome.STORE)
-        return
-    if not args.summary_only:
-        sweep.setup_threads(args.threads)
-        stats = sweep.run_sweep(points, ome.STORE)
-        if stats["ran"]:
-            sweep.wall_time_note("table2", {"command": sweep.command_line(), **stats}, ome.OUT)
-    print(ome.write_summary(args.data_root))
+    sweep.run_command(args, points, ome.STORE, name="table2", folder=ome.OUT, summarize=ome.write_summary)
 
 
 if __name__ == "__main__":

@@ -253,3 +253,18 @@ def wall_time_note(name: str, stats: dict[str, Any], folder: Path) -> None:
 
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
+
+
+def run_command(args: argparse.Namespace, points: Sequence[ExperimentConfig], store: Store, *, name: str,
+                folder: Path, summarize: Callable[[str], str]) -> None:
+    """The shared body of every table command: --list, or run the missing points (one simulation), record the
+    wall time under ``name``, then rewrite and print the summary (--summary-only skips the run)."""
+    if args.list:
+        list_points(points, store)
+        return
+    if not args.summary_only:
+        setup_threads(args.threads)
+        stats = run_sweep(points, store)
+        if stats["ran"]:
+            wall_time_note(name, {"command": command_line(), **stats}, folder)
+    print(summarize(args.data_root))
