@@ -6,7 +6,6 @@ The commands are dpnr_eps.py (Tables 2, 4, 5, 6, 7 and Figure 3) and dpnr_mu.py 
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -398,12 +397,7 @@ def write_summary(root: str) -> Path:
     timings = OUT / "timings.json"
     if timings.is_file():
         add("## Commands and wall times (this machine: 2 shared CPU cores, no GPU)\n")
-        rows = []
-        for name, runs in json.loads(timings.read_text()).items():
-            for r in runs:
-                rows.append([f"`{r.get('command', name)}`", r["when"], r["ran"], r["points"],
-                             f"{r['wall_s'] / 60:.1f} min"])
-        add(sweep.md_table(["command", "finished", "points run", "points in table", "wall time"], rows))
+        add(sweep.wall_time_table(timings))
         add("")
         add("Each command was run to completion from a clean results folder. The ε sweep ran in two parts because "
             "the 4 released-code points were added after the first run (the rerun skipped the 22 finished "

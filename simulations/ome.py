@@ -316,12 +316,7 @@ def write_summary(root: str) -> Path:
     timings = OUT / "timings.json"
     if timings.is_file():
         add("## Commands and wall times (this machine: 2 shared CPU cores, no GPU)\n")
-        rows = []
-        for name, runs in json.loads(timings.read_text()).items():
-            for r in runs:
-                rows.append([f"`{r.get('command', name)}`", r["when"], r["ran"], r["points"],
-                             f"{r['wall_s'] / 60:.1f} min"])
-        add(sweep.md_table(["command", "finished", "points run", "points in table", "wall time"], rows))
+        add(sweep.wall_time_table(timings))
         add("")
         add("Each table's command was run to completion from a clean results folder with a cold embedding cache "
             "for SNIPS/MRPC (GloVe caches existed). Table 1 ran in two parts (first `--datasets imdb,amazon,yelp`, "

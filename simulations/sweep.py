@@ -251,6 +251,13 @@ def wall_time_note(name: str, stats: dict[str, Any], folder: Path) -> None:
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
+def wall_time_table(timings: Path) -> str:
+    """Markdown table of the runs `wall_time_note` recorded in ``timings`` (timings.json)."""
+    rows = [[f"`{r.get('command', name)}`", r["when"], r["ran"], r["points"], f"{r['wall_s'] / 60:.1f} min"]
+            for name, runs in json.loads(timings.read_text()).items() for r in runs]
+    return md_table(["command", "finished", "points run", "points in table", "wall time"], rows)
+
+
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
 
