@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 import fl_privtext
 from fl_privtext.extract.cache import file_sha256
+from fl_privtext.extract.inputs import text_lists
 
 log = logging.getLogger(__name__)
 
@@ -296,15 +297,8 @@ class GloveExtractor:
         self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
     ) -> np.ndarray:
         """(N, 50) float32 means, or (N, 100) ``[mean(a), mean(b)]`` when ``text_pairs`` is given."""
-        if isinstance(texts, str):
-            raise ValueError("extract expects a sequence of texts, got a single string.")  # noqa: TRY004
-        texts = list(texts)
-        sides: list[list[str]] = [texts]
-        if text_pairs is not None:
-            text_pairs = list(text_pairs)
-            if len(text_pairs) != len(texts):
-                raise ValueError(f"Got {len(texts)} texts but {len(text_pairs)} text_pairs; they must match.")
-            sides.append(text_pairs)
+        texts, pairs = text_lists(texts, text_pairs)
+        sides: list[list[str]] = [texts] if pairs is None else [texts, pairs]
         glove_table()  # load before the progress bar starts
         with tqdm(total=len(texts) * len(sides), desc="glove", unit="text", disable=not progress) as bar:
             results = [self._mean(side, bar) for side in sides]

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 import fl_privtext
 from fl_privtext.extract.cache import file_sha256
+from fl_privtext.extract.inputs import text_lists
 
 CODE_VERSION = "hf-pool-1"  # bump whenever tokenisation/pooling code changes its output
 POOLINGS = ("mean", "cls")
@@ -197,12 +198,7 @@ class HFExtractor:
         self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
     ) -> np.ndarray:
         """(N, dim) float32 pooled encodings, in input order."""
-        if isinstance(texts, str):
-            raise ValueError("extract expects a sequence of texts, got a single string.")  # noqa: TRY004
-        texts = list(texts)
-        pairs = None if text_pairs is None else list(text_pairs)
-        if pairs is not None and len(pairs) != len(texts):
-            raise ValueError(f"Got {len(texts)} texts but {len(pairs)} text_pairs; they must match.")
+        texts, pairs = text_lists(texts, text_pairs)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
