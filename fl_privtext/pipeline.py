@@ -56,6 +56,19 @@ def load(cfg: ExperimentConfig) -> TextDataset:
     return _load(data_key(cfg))
 
 
+@functools.lru_cache(maxsize=8)
+def _split(key: tuple, test_frac: float, aux_frac: float, seed: int, num_clients: int, scheme: str,
+           alpha: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """User roles and client shards, memoised: validation, the driver, the server and every point of a sweep that
+    shares data and federation settings reuse one split (read-only arrays)."""
+    ds = _load(key)
+    roles = assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed)
+    shards = partition_users(ds, np.arange(len(ds)), num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
+    for arr in (roles, *shards):
+        arr.setflags(write=False)
+    return roles, shards
+
+
 def make_extractor_from(cfg: ExperimentConfig) -> Any:
     from fl_privtext.extract import make_extractor
 
@@ -82,11 +95,8 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     t0 = time.perf_counter()
     ds = load(cfg)
     t1 = time.perf_counter()
-    roles = assign_roles(ds, test_frac=cfg.data.test_frac, aux_frac=cfg.data.aux_frac, seed=cfg.run.seed)
-    shards = partition_users(
-        ds, np.arange(len(ds)), num_clients=cfg.federation.num_clients, scheme=cfg.federation.partition,
-        alpha=cfg.federation.alpha, seed=cfg.run.seed,
-    )
+    roles, shards = _split(data_key(cfg), cfg.data.test_frac, cfg.data.aux_frac, cfg.run.seed,
+                           cfg.federation.num_clients, cfg.federation.partition, cfg.federation.alpha)
     t2 = time.perf_counter()
     extractor = make_extractor_from(cfg)
     cache_dir = cfg.extractor.cache_dir or None
