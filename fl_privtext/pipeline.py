@@ -1,4 +1,4 @@
-"""The framework-free core of an experiment: what a client does and what the untrusted server does.
+"""The framework-free core of an experiment: the data both sides derive, and what the untrusted server does.
 
 `fl_privtext.federation` wraps these functions in Flower apps; `benchmarks/bench_federation.py` calls them in a
 plain in-process loop. Both paths therefore privatize, train and attack identically for a given seed.
@@ -13,20 +13,20 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from fl_privtext import metrics, rng
+from fl_privtext.client import UPLOAD_KEYS, ClientData, client_upload, mechanism_for, merge_uploads
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.learn import MLPConfig, train_mlp
-from fl_privtext.privacy import PrivacyReport, label_rr, make_mechanism, word_dropout
-
-UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
+from fl_privtext.privacy import PrivacyReport
 
 
 @dataclass
@@ -39,6 +39,13 @@ class Prepared:
     extractor: Any
     features: np.ndarray | None  # (N, dim) cached extractor output (memmap), None when not cached
     timings: dict[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def client(self) -> ClientData:
+        """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
+        return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
+                          features=self.features, texts=self.ds.texts, text_pairs=self.ds.text_pairs,
+                          extractor=self.extractor)
 
 
 def data_key(cfg: ExperimentConfig) -> tuple:
@@ -111,92 +118,6 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     t3 = time.perf_counter()
     timings = {"load_s": t1 - t0, "partition_s": t2 - t1, "extract_s": t3 - t2}
     return Prepared(ds=ds, roles=roles, shards=shards, extractor=extractor, features=feats, timings=timings)
-
-
-def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
-    """The configured mechanism for inputs of width ``dim``, given only the parameters it accepts."""
-    from fl_privtext.privacy import mechanism_params
-
-    name = cfg.privacy.mechanism
-    accepted = mechanism_params(name)
-    params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted}
-    if "dim" in accepted:
-        params["dim"] = dim
-    return make_mechanism(name, **params)
-
-
-def upload_rows(prep: Prepared, client: int, rnd: int, cfg: ExperimentConfig) -> np.ndarray:
-    """Rows a client uploads in round ``rnd`` (0-based): all of them (repeat) or its ``rnd``-th slice (stream)."""
-    rows = prep.shards[client]
-    if cfg.federation.schedule == "stream":
-        return np.array_split(rows, cfg.federation.rounds)[rnd]
-    return rows
-
-
-@dataclass(frozen=True)
-class Upload:
-    """What one client sends in one round. ``input_dim`` (the width before privatization) is public metadata."""
-
-    features: np.ndarray  # (M, output_dim) float32, privatized
-    labels: np.ndarray  # (M,) int64, randomized when privacy.label-epsilon > 0
-    rows: np.ndarray  # (M,) int64 record ids (pseudonymous upload ids)
-    input_dim: int
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in UPLOAD_KEYS}
-
-
-def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """One round's uploads from all clients, in canonical row order (replies arrive in any order; sorting makes
-    the server's training independent of network timing)."""
-    parts = [p for p in parts if len(p["rows"])]
-    merged = {k: np.concatenate([p[k] for p in parts]) for k in UPLOAD_KEYS}
-    order = np.argsort(merged["rows"], kind="stable")
-    return {k: v[order] for k, v in merged.items()}
-
-
-def client_upload(prep: Prepared, client: int, rnd: int, seed: int, cfg: ExperimentConfig) -> Upload:
-    """What virtual client ``client`` sends in round ``rnd``: privatized features, (randomized) labels, row ids.
-
-    Raw text and raw representations stay here; only the mechanism's output leaves the function.
-    """
-    rows = upload_rows(prep, client, rnd, cfg)
-    labels_all = prep.ds.labels
-    num_classes = len(prep.ds.label_names)
-    out_x: list[np.ndarray] = []
-    in_dim = 0
-    out_y: list[np.ndarray] = []
-    mech = None
-    bs = cfg.federation.batch_size
-    for b, start in enumerate(range(0, len(rows), bs)):
-        batch = rows[start : start + bs]
-        g = rng.generator(seed, "privatize", rnd, client, b)
-        x = _client_features(prep, batch, cfg, g)
-        if mech is None:
-            in_dim = x.shape[1]
-            mech = mechanism_for(cfg, in_dim)
-        out_x.append(mech.privatize(x, g))
-        y = labels_all[batch]
-        if cfg.privacy.label_epsilon > 0 and num_classes > 1:
-            y = label_rr(y, num_classes, cfg.privacy.label_epsilon, g)
-        out_y.append(np.asarray(y, np.int64))
-    if not out_x:  # an empty shard or stream slice
-        return Upload(np.zeros((0, 0), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
-    return Upload(np.concatenate(out_x).astype(np.float32, copy=False), np.concatenate(out_y),
-                  rows.astype(np.int64), in_dim)
-
-
-def _client_features(prep: Prepared, rows: np.ndarray, cfg: ExperimentConfig, g: np.random.Generator) -> np.ndarray:
-    """Representations of ``rows`` on the client: cached, or extracted here (always when word dropout is on)."""
-    if cfg.privacy.mu == 0 and prep.features is not None:
-        return np.asarray(prep.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
-    texts = [prep.ds.texts[i] for i in rows]
-    pairs = None if prep.ds.text_pairs is None else [prep.ds.text_pairs[i] for i in rows]
-    if cfg.privacy.mu > 0:
-        texts = word_dropout(texts, cfg.privacy.mu, g)
-        if pairs is not None:
-            pairs = word_dropout(pairs, cfg.privacy.mu, g)
-    return np.asarray(prep.extractor.extract(texts, pairs, progress=False), np.float32)
 
 
 # ---- the untrusted server ------------------------------------------------------------------------------------------
@@ -367,50 +288,75 @@ class Observed:
 CollectRound = Callable[[int, int], tuple[dict[str, np.ndarray], int]]  # (seed, round) -> (uploads, input_dim)
 
 
-def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
-              *, start_seed: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """All seeds of one experiment point: collect every round, train/evaluate on what the server received,
-    attack what the eavesdropper observed. The transport (Flower or a plain loop) is in ``collect_round``."""
-    t_start = time.perf_counter()
-    per_seed: list[dict[str, Any]] = []
+@dataclass(frozen=True)
+class Collected:
+    """One seed's traffic: what the server received and what the eavesdropper observed."""
+
+    seed: int
+    received: dict[str, np.ndarray]
+    observed: Observed
+    input_dim: int
+    federation_s: float
+
+
+def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
+                  *, start_seed: Callable[[], None] = lambda: None) -> list[Collected]:
+    """The communication phase of one point: every round of every seed through ``collect_round``."""
     seeds = [cfg.run.seed + s for s in range(cfg.run.seeds)]
     bar = tqdm(total=len(seeds) * cfg.federation.rounds, desc="rounds", disable=not cfg.run.progress, leave=False)
-    input_dim = 0
+    out: list[Collected] = []
     for seed in seeds:
         start_seed()
         t0 = time.perf_counter()
-        received = []
+        received, input_dim = [], 0
         for rnd in range(cfg.federation.rounds):
             arrays, input_dim = collect_round(seed, rnd)
             received.append(arrays)
             bar.update()
-        up = merge_uploads(received)
+        out.append(Collected(seed, merge_uploads(received), eavesdrop(), input_dim, time.perf_counter() - t0))
+    bar.close()
+    return out
+
+
+def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
+    """The computation phase of one point: per seed, the server trains and evaluates on what it received and the
+    eavesdropper attacks what it observed (checked to be the same uploads)."""
+    t_start = time.perf_counter()
+    per_seed: list[dict[str, Any]] = []
+    for c in collected:
+        up = c.received
         t1 = time.perf_counter()
-        utility = train_and_evaluate(prep, up["features"], up["labels"], up["rows"], seed, cfg)
+        utility = train_and_evaluate(prep, up["features"], up["labels"], up["rows"], c.seed, cfg)
         t2 = time.perf_counter()
-        seen = eavesdrop()
-        observed = merge_uploads([seen.uploads])
+        observed = merge_uploads([c.observed.uploads])
         if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
             raise RuntimeError("The eavesdropper's record differs from what the server received.")
-        attacks = attack(prep, observed["features"], observed["rows"], seed, cfg) if cfg.attack.enabled else {}
+        attacks = attack(prep, observed["features"], observed["rows"], c.seed, cfg) if cfg.attack.enabled else {}
         t3 = time.perf_counter()
         per_seed.append({
-            "seed": seed, "utility": utility, "attacks": attacks,
+            "seed": c.seed, "utility": utility, "attacks": attacks,
             "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
-            "messages_observed": seen.messages, "bytes_observed": seen.nbytes,
+            "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
             "output_dim": int(up["features"].shape[1]),
-            "timing": {"federation_s": t1 - t0, "train_s": t2 - t1, "attack_s": t3 - t2},
+            "timing": {"federation_s": c.federation_s, "train_s": t2 - t1, "attack_s": t3 - t2},
         })
-    bar.close()
-    report = mechanism_for(cfg, input_dim).report()
+    report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     return {
         "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
         "num_records": len(prep.ds), "privacy": privacy_summary(prep, report, cfg, releases),
         "dataset": {"name": prep.ds.name, "label_names": list(prep.ds.label_names),
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
-        "server_s": time.perf_counter() - t_start,
+        # time this point kept the server busy: communication plus computation (not time spent queued)
+        "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,
     }
+
+
+def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
+              *, start_seed: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """All seeds of one experiment point: collect every round, train/evaluate on what the server received,
+    attack what the eavesdropper observed. The transport (Flower or a plain loop) is in ``collect_round``."""
+    return evaluate_point(prep, cfg, collect_point(cfg, collect_round, eavesdrop, start_seed=start_seed))
 
 
 def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
@@ -420,7 +366,7 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
     last: dict[str, Any] = {}
 
     def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
-        ups = [client_upload(prep, c, rnd, seed, cfg) for c in range(cfg.federation.num_clients)]
+        ups = [client_upload(prep.client, c, rnd, seed, cfg) for c in range(cfg.federation.num_clients)]
         ups = [u for u in ups if len(u.rows)]
         arrays = merge_uploads([u.arrays() for u in ups])
         last.setdefault("rounds", []).append((arrays, len(ups)))

@@ -7,9 +7,12 @@ No library code uses a global RNG; every random function takes a ``numpy.random.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a torch Generator is built: clients never need it
+    import torch
 
 
 def _key_words(keys: tuple[object, ...]) -> list[int]:
@@ -34,6 +37,8 @@ def generator(root: int, *keys: object) -> np.random.Generator:
 
 def torch_generator(root: int, *keys: object, device: str | torch.device = "cpu") -> torch.Generator:
     """torch Generator for the stream named by ``keys``."""
+    import torch
+
     g = torch.Generator(device=device)
     g.manual_seed(derive_seed(root, *keys))
     return g

@@ -3,6 +3,11 @@
 The server's query carries the experiment config (so `run_simulation`, `flwr run` and deployment behave alike) and
 the (seed, round); the client finds its users from its ``partition-id``, privatizes them in batches on this side
 and replies with the privatized features, the (optionally randomized) labels and the row ids. Nothing else leaves.
+
+Start-up is kept light (numpy, flwr and the privacy package; torch and HF datasets are not imported): under
+`fl-privtext run` the driver has already loaded the dataset and passes the path of a client-data snapshot
+(``client-data.snapshot``, see `fl_privtext.client.ClientData.save`) that each actor maps in. Without one
+(`flwr run`, deployment on other machines) a client loads the dataset itself.
 """
 
 from __future__ import annotations
@@ -14,16 +19,25 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
+from fl_privtext.client import ClientData, client_upload
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.pipeline import Prepared, client_upload, prepare
 
 app = ClientApp()
 
 
 @functools.lru_cache(maxsize=2)
-def _prepared(flat_items: tuple) -> Prepared:
-    # Long-lived Ray actors reuse this: the dataset, shards and memory-mapped features load once per actor.
-    return prepare(ExperimentConfig.from_flat(dict(flat_items)), features="cached")
+def _client_data(flat_items: tuple, snapshot: str) -> ClientData:
+    # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor.
+    if snapshot:
+        return ClientData.load(snapshot)
+    from fl_privtext.pipeline import prepare  # the full dataset path: imports torch and HF datasets
+
+    return prepare(ExperimentConfig.from_flat(dict(flat_items)), features="cached").client
+
+
+def _data_for(msg: Message, cfg: ExperimentConfig) -> ClientData:
+    hints = msg.content.config_records.get("client-data")
+    return _client_data(_prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
 
 
 def _prep_key(cfg: ExperimentConfig) -> tuple:
@@ -37,7 +51,7 @@ def _prep_key(cfg: ExperimentConfig) -> tuple:
 def warm_up(msg: Message, context: Context) -> Message:
     """Load the dataset, shards and cached features into this actor before the first upload round."""
     t0 = time.perf_counter()
-    _prepared(_prep_key(ExperimentConfig.from_flat(dict(msg.content.config_records["config"]))))
+    _data_for(msg, ExperimentConfig.from_flat(dict(msg.content.config_records["config"])))
     return Message(RecordDict({"stats": MetricRecord({"prepare_s": time.perf_counter() - t0})}), reply_to=msg)
 
 
@@ -53,9 +67,9 @@ def upload(msg: Message, context: Context) -> Message:
             f"{cfg.federation.num_clients}; start the federation with as many SuperNodes as clients."
         )
     t0 = time.perf_counter()
-    prep = _prepared(_prep_key(cfg))
+    data = _data_for(msg, cfg)
     t1 = time.perf_counter()
-    up = client_upload(prep, client, int(task["round"]), int(task["seed"]), cfg)  # type: ignore[arg-type]
+    up = client_upload(data, client, int(task["round"]), int(task["seed"]), cfg)  # type: ignore[arg-type]
     t2 = time.perf_counter()
     content = RecordDict(
         {
@@ -65,3 +79,4 @@ def upload(msg: Message, context: Context) -> Message:
         }
     )
     return Message(content, reply_to=msg)
+

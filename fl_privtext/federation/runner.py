@@ -9,14 +9,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from fl_privtext import pipeline
+from fl_privtext.client import ClientData, mechanism_for
 from fl_privtext.config import ExperimentConfig
 
 
@@ -52,7 +55,7 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
             f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
         )
-    pipeline.mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
     return prep
@@ -60,13 +63,19 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
 
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
                on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Serve every point through one Flower simulation. All points must share the federation size/resources."""
+    """Serve every point through one Flower simulation. All points must share the federation size/resources.
+
+    Every point is validated before anything starts. Then Ray starts in the background while the driver fills
+    the feature cache and saves the client-data snapshot that actors map in (instead of re-parsing the dataset);
+    the server's computation of each point runs in a worker thread, overlapping the next point's uploads and,
+    after the last point, Flower's shutdown.
+    """
     from flwr.app import Context
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
     from fl_privtext.federation.client_app import app as client_app
-    from fl_privtext.federation.server_app import serve
+    from fl_privtext.federation.server_app import Job, serve
 
     _quiet_env()
     first = points[0].federation
@@ -76,24 +85,44 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
             first.num_clients, first.client_cpus, first.client_gpus, first.ray_address):
             raise ValueError("All points of one simulation must share federation.num-clients, client-cpus, "
                              "client-gpus and ray-address.")
-    for p in points:
-        validate(p)
-        pipeline.prepare(p, features="extract", progress=p.run.progress)  # fill the cache once, on the driver
-
-    results: list[dict[str, Any]] = []
-    server_app = ServerApp()
-
-    @server_app.main()
-    def _main(grid: Grid, context: Context) -> None:
-        results.extend(serve(grid, points, keep_observations=keep_observations, on_result=on_result))
-
-    # Client failures come back as error replies (raised by the server with their reason), so actor logs stay quiet.
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
     if first.ray_address:
         init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
     else:
         init_args["num_cpus"] = os.cpu_count() or 1
         init_args["num_gpus"] = _num_gpus() if first.client_gpus > 0 else 0
+    for p in points:
+        validate(p)  # every point, before anything starts
+    # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
+    # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver") as driver:
+        prepared = driver.submit(lambda: [_prepare_driver(p) for p in points])
+        started = _init_ray(init_args)
+        try:
+            snapshots = prepared.result()
+        except BaseException:
+            if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
+                import ray
+
+                ray.shutdown()
+            raise
+
+    server_app = ServerApp()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-server")
+    futures: list[Future[dict[str, Any]]] = []
+
+    def submit(job: Job) -> Future[dict[str, Any]]:
+        for done in futures:  # a failed computation stops the sweep before more traffic is simulated
+            if done.done() and done.exception() is not None:
+                raise done.exception()  # type: ignore[misc]
+        futures.append(pool.submit(job))
+        return futures[-1]
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        serve(grid, points, snapshots=snapshots, keep_observations=keep_observations, on_result=on_result,
+              submit=submit)
+
     backend_config = {
         "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
         "init_args": init_args,
@@ -102,11 +131,43 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     flwr_logger.setLevel(logging.WARNING)
     if not any(isinstance(f, _DropDeprecation) for f in flwr_logger.filters):
         flwr_logger.addFilter(_DropDeprecation())
-    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
-                   backend_config=backend_config)
+    try:
+        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
+                       backend_config=backend_config)
+        results = [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
     return results
+
+
+def _prepare_driver(cfg: ExperimentConfig) -> str:
+    """Fill the feature cache once (on the driver) and save the clients' snapshot; its path, or
+    "" when clients must load the data themselves (word dropout extracts on the client)."""
+    from fl_privtext.extract import resolve_cache_dir
+
+    prep = pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
+    if cfg.privacy.mu > 0 or not isinstance(prep.features, np.memmap):
+        return ""
+    client = ClientData(shards=prep.shards, labels=prep.ds.labels, num_classes=len(prep.ds.label_names),
+                        features=prep.features)
+    return str(client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
+
+
+def _init_ray(init_args: dict[str, Any]) -> bool:
+    """Initialise Ray as Flower's Ray backend would (``init_args`` plus the driver's sys.path for the actors);
+    the backend then reuses it, and shuts it down at the end. False when Ray was already initialised."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    pythonpath = os.pathsep.join(sys.path)
+    if os.environ.get("PYTHONPATH"):
+        pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
+    os.environ["PYTHONPATH"] = pythonpath
+    ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
+    return True
 
 
 def _num_gpus() -> int:

@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fl_privtext import pipeline
+from fl_privtext.client import merge_uploads
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid
 
@@ -30,29 +31,35 @@ def _wait_for_nodes(grid: Grid, n: int, timeout_s: float = 600.0) -> list[int]:
             return nodes[:n] if len(nodes) == n else nodes
         if time.monotonic() - t0 > timeout_s:
             raise RuntimeError(f"Only {len(nodes)} of {n} SuperNodes connected within {timeout_s:.0f} s.")
-        time.sleep(1.0)
+        time.sleep(0.05)
 
 
-def warm_up(grid: Grid, nodes: Sequence[int], cfg: ExperimentConfig) -> None:
+def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord) -> RecordDict:
+    """A query's content: the experiment config, where the client data lies (simulation only), extra records."""
+    content: dict[str, ConfigRecord] = {"config": ConfigRecord(dict(cfg.to_flat()))}
+    if snapshot:
+        content["client-data"] = ConfigRecord({"snapshot": snapshot})
+    return RecordDict({**content, **records})
+
+
+def warm_up(grid: Grid, nodes: Sequence[int], cfg: ExperimentConfig, snapshot: str = "") -> None:
     """Have the actors load data and features before round 0: a few cheap queries, one per likely worker.
 
     Flower's simulation polls every node for pending messages; while cold actors load, a full round of pending
     queries makes each poll sweep expensive (measured: the first of 3 rounds at 1,000 clients took ~6x longer)."""
     n = min(len(nodes), max(2, os.cpu_count() or 2))
-    msgs = [Message(RecordDict({"config": ConfigRecord(dict(cfg.to_flat()))}), dst_node_id=node,
-                    message_type="query.prepare") for node in nodes[:n]]
+    msgs = [Message(_query(cfg, snapshot), dst_node_id=node, message_type="query.prepare") for node in nodes[:n]]
     errors = [r.error.reason for r in grid.send_and_receive(msgs) if r.has_error()]
     if errors:
         raise RuntimeError(f"{len(errors)} client(s) failed to prepare: {errors[:3]}")
 
 
 def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig, seed: int,
-            rnd: int) -> tuple[dict[str, np.ndarray], int]:
+            rnd: int, snapshot: str = "") -> tuple[dict[str, np.ndarray], int]:
     """One round: query every node for its users' uploads; return what the server received, concatenated."""
-    flat = ConfigRecord(dict(cfg.to_flat()))
     msgs = [
-        Message(RecordDict({"config": flat, "task": ConfigRecord({"seed": seed, "round": rnd})}),
-                dst_node_id=node, message_type="query.upload")
+        Message(_query(cfg, snapshot, task=ConfigRecord({"seed": seed, "round": rnd})), dst_node_id=node,
+                message_type="query.upload")
         for node in nodes
     ]
     replies = list(grid.send_and_receive(msgs))
@@ -61,35 +68,56 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
         raise RuntimeError(f"{len(errors)} client(s) failed, {len(replies)}/{len(msgs)} replied: {errors[:3]}")
     parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in replies]
     input_dim = max(int(r.content.metric_records["stats"]["input_dim"]) for r in replies)  # type: ignore[arg-type]
-    return pipeline.merge_uploads(parts), input_dim
+    return merge_uploads(parts), input_dim
 
 
-def serve(grid: Grid, points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
-          on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Run every experiment point (config x seeds) through the same federation; one result dict per point.
+Job = Callable[[], dict[str, Any]]
+
+
+def _now(job: Job) -> dict[str, Any]:
+    return job()
+
+
+def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence[str] | None = None,
+          keep_observations: bool = False, on_result: Callable[[int, dict[str, Any]], None] | None = None,
+          submit: Callable[[Job], Any] = _now) -> list[Any]:
+    """Run every experiment point (config x seeds) through the same federation; one result per point.
 
     A sweep passes many points, paying Flower/Ray start-up once. Every point is a full federated pass: clients
     privatize and upload anew, the server trains on what it receives, the eavesdropper attacks what it saw.
+    The server's computation of a point (training, attacks) is handed to ``submit``: by default it runs at once
+    and the result dict is returned; ``fl-privtext run`` passes an executor's ``submit`` (Futures are returned), so
+    it overlaps the next point's uploads and, after the last point, Flower's shutdown.
+    ``snapshots[i]`` names the client-data snapshot of point i (see `fl_privtext.client.ClientData.save`).
     ``keep_observations`` adds the eavesdropper's raw observations to each result (for inspection in tests).
     """
     eaves = EavesdroppingGrid(grid)
-    results: list[dict[str, Any]] = []
+    out: list[Any] = []
     for i, cfg in enumerate(points):
-        results.append(serve_point(eaves, cfg, keep_observations=keep_observations))
-        if on_result is not None:
-            on_result(i, results[-1])
-    return results
+        evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
+                               keep_observations=keep_observations)
+
+        def job(i: int = i, evaluate: Job = evaluate) -> dict[str, Any]:
+            result = evaluate()
+            if on_result is not None:
+                on_result(i, result)
+            return result
+
+        out.append(submit(job))
+    return out
 
 
-def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, keep_observations: bool = False) -> dict[str, Any]:
-    """One experiment point over the federation: every seed, every round, then train, evaluate and attack."""
+def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: str = "",
+                keep_observations: bool = False) -> Job:
+    """One experiment point's traffic (every seed, every round); returns the computation still to do on it:
+    train and evaluate on what the server received, attack what the eavesdropper observed."""
     prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
-    warm_up(eaves, nodes, cfg)
+    warm_up(eaves, nodes, cfg, snapshot)
     observations: list[Any] = []
 
     def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
-        return collect(eaves, nodes, cfg, seed, rnd)
+        return collect(eaves, nodes, cfg, seed, rnd, snapshot)
 
     def eavesdrop() -> pipeline.Observed:
         if keep_observations:
@@ -97,10 +125,15 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, keep_observa
         return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
                                  nbytes=eaves.bytes_observed)
 
-    point = pipeline.run_point(prep, cfg, collect_round, eavesdrop, start_seed=eaves.reset)
-    if keep_observations:
-        point["observations"] = observations
-    return point
+    collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset)
+
+    def evaluate() -> dict[str, Any]:
+        point = pipeline.evaluate_point(prep, cfg, collected)
+        if keep_observations:
+            point["observations"] = observations
+        return point
+
+    return evaluate
 
 
 @app.main()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 # `data_root` comes from tests/conftest.py: FL_PRIVTEXT_DATA, else ../shared/data beside the repository.

@@ -1,0 +1,178 @@
+"""What a client holds and what it sends: its users' rows, privatized in batches on the client side.
+
+Framework-free and light (numpy and the privacy package; no torch, no HF datasets), so a Flower virtual client
+starts fast. `fl_privtext.pipeline` builds `ClientData` from the full dataset; a simulation driver that already did
+so saves it as a *snapshot* (`ClientData.save`) that every virtual client maps in instead of re-parsing the dataset.
+
+Randomness: the privatization noise of a batch comes from the stream ``(seed, "privatize", round, client, batch)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_privtext import rng
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
+
+UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """The virtual clients' private side: which rows each client holds, their labels and representations.
+
+    ``features`` is the (N, dim) cached extractor output (usually a memmap); ``texts``/``text_pairs`` and
+    ``extractor`` are only needed when a client extracts on its side (no cache, or word dropout ``mu > 0``).
+    """
+
+    shards: Sequence[np.ndarray]  # row indices per virtual client
+    labels: np.ndarray  # (N,) task labels
+    num_classes: int
+    features: np.ndarray | None
+    texts: Sequence[str] | None = None
+    text_pairs: Sequence[str] | None = None
+    extractor: Any = None
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write a snapshot (shards, labels, the path of the cached features) named by its content; return it.
+
+        Needs memory-mapped cached features: the snapshot points at the cache file instead of copying it."""
+        if not isinstance(self.features, np.memmap) or self.features.filename is None:
+            raise ValueError("A client-data snapshot needs memory-mapped cached features (extract into the cache "
+                             "first).")
+        rows = np.concatenate([np.asarray(s, np.int64) for s in self.shards]) if self.shards else np.zeros(0, np.int64)
+        offsets = np.cumsum([0, *(len(s) for s in self.shards)]).astype(np.int64)
+        labels = np.asarray(self.labels, np.int64)
+        feature_path = str(Path(self.features.filename).resolve())
+        h = hashlib.sha256()
+        for part in (rows, offsets, labels, np.int64(self.num_classes)):
+            h.update(np.ascontiguousarray(part).tobytes())
+        h.update(f"{feature_path}:{self.features.shape}:{self.features.dtype}".encode())
+        path = Path(directory) / "clients" / f"{h.hexdigest()[:32]}.npz"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    np.savez(fh, rows=rows, offsets=offsets, labels=labels, num_classes=np.int64(self.num_classes),
+                             features=np.array(feature_path))
+                os.replace(tmp, path)  # atomic: concurrent drivers write identical content
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ClientData:
+        """Map a snapshot written by `save` (features stay on disk, memory-mapped)."""
+        try:
+            with np.load(path) as z:
+                rows, offsets, labels = z["rows"], z["offsets"], z["labels"]
+                num_classes, feature_path = int(z["num_classes"]), str(z["features"])
+        except (OSError, KeyError, ValueError) as exc:
+            raise ValueError(f"{path}: not a client-data snapshot ({exc}).") from exc
+        try:
+            features = np.load(feature_path, mmap_mode="r")
+        except OSError as exc:
+            raise ValueError(f"{path}: the cached features it points at are unreadable ({exc}); rerun the "
+                             "driver to re-extract them.") from exc
+        shards = [rows[a:b] for a, b in itertools.pairwise(offsets)]
+        for arr in (labels, *shards):
+            arr.setflags(write=False)
+        return cls(shards=shards, labels=labels, num_classes=num_classes, features=features)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What one client sends in one round. ``input_dim`` (the width before privatization) is public metadata."""
+
+    features: np.ndarray  # (M, output_dim) float32, privatized
+    labels: np.ndarray  # (M,) int64, randomized when privacy.label-epsilon > 0
+    rows: np.ndarray  # (M,) int64 record ids (pseudonymous upload ids)
+    input_dim: int
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in UPLOAD_KEYS}
+
+
+def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One round's uploads from all clients, in canonical row order (replies arrive in any order; sorting makes
+    the server's training independent of network timing)."""
+    parts = [p for p in parts if len(p["rows"])]
+    merged = {k: np.concatenate([p[k] for p in parts]) for k in UPLOAD_KEYS}
+    order = np.argsort(merged["rows"], kind="stable")
+    return {k: v[order] for k, v in merged.items()}
+
+
+def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
+    """The configured mechanism for inputs of width ``dim``, given only the parameters it accepts."""
+    name = cfg.privacy.mechanism
+    accepted = mechanism_params(name)
+    params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted}
+    if "dim" in accepted:
+        params["dim"] = dim
+    return make_mechanism(name, **params)
+
+
+def upload_rows(data: ClientData, client: int, rnd: int, cfg: ExperimentConfig) -> np.ndarray:
+    """Rows a client uploads in round ``rnd`` (0-based): all of them (repeat) or its ``rnd``-th slice (stream)."""
+    rows = data.shards[client]
+    if cfg.federation.schedule == "stream":
+        return np.array_split(rows, cfg.federation.rounds)[rnd]
+    return rows
+
+
+def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: ExperimentConfig) -> Upload:
+    """What virtual client ``client`` sends in round ``rnd``: privatized features, (randomized) labels, row ids.
+
+    Raw text and raw representations stay here; only the mechanism's output leaves the function.
+    """
+    rows = upload_rows(data, client, rnd, cfg)
+    out_x: list[np.ndarray] = []
+    in_dim = 0
+    out_y: list[np.ndarray] = []
+    mech = None
+    bs = cfg.federation.batch_size
+    for b, start in enumerate(range(0, len(rows), bs)):
+        batch = rows[start : start + bs]
+        g = rng.generator(seed, "privatize", rnd, client, b)
+        x = _client_features(data, batch, cfg, g)
+        if mech is None:
+            in_dim = x.shape[1]
+            mech = mechanism_for(cfg, in_dim)
+        out_x.append(mech.privatize(x, g))
+        y = data.labels[batch]
+        if cfg.privacy.label_epsilon > 0 and data.num_classes > 1:
+            y = label_rr(y, data.num_classes, cfg.privacy.label_epsilon, g)
+        out_y.append(np.asarray(y, np.int64))
+    if not out_x:  # an empty shard or stream slice
+        return Upload(np.zeros((0, 0), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    return Upload(np.concatenate(out_x).astype(np.float32, copy=False), np.concatenate(out_y),
+                  rows.astype(np.int64), in_dim)
+
+
+def _client_features(data: ClientData, rows: np.ndarray, cfg: ExperimentConfig,
+                     g: np.random.Generator) -> np.ndarray:
+    """Representations of ``rows`` on the client: cached, or extracted here (always when word dropout is on)."""
+    if cfg.privacy.mu == 0 and data.features is not None:
+        return np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+    if data.texts is None or data.extractor is None:
+        raise ValueError("This client has no texts to extract from (a snapshot holds cached features only); "
+                         "word dropout (privacy.mu > 0) needs the dataset and the extractor on the client.")
+    texts = [data.texts[i] for i in rows]
+    pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
+    if cfg.privacy.mu > 0:
+        texts = word_dropout(texts, cfg.privacy.mu, g)
+        if pairs is not None:
+            pairs = word_dropout(pairs, cfg.privacy.mu, g)
+    return np.asarray(data.extractor.extract(texts, pairs, progress=False), np.float32)
