@@ -1,11 +1,18 @@
 """Flower simulation vs a plain in-process loop doing the same job (same users, cached features, mechanism,
-classifier, attacker). Prints both wall times and their ratio, and seconds per 1,000 users.
+classifier, attacker). Prints both wall times, their ratio, and seconds per 1,000 users.
 
     python benchmarks/bench_federation.py --data-root ../shared/data --users 20000 --clients 100
     python benchmarks/bench_federation.py --data-root ../shared/data --users 20000 --clients 1000 --skip-plain
 
-Users: the blog corpus's posts taken as users (one record each, `data.options.max_rows`), so 20,000 users fit
-in the 60,000 staged posts. Features are extracted once into the cache before either timing starts.
+The job is `fl-privtext run`'s default point (server MLP 50 epochs, attacker 30 epochs; ``--epochs`` overrides
+both) with ``--mechanism``. Users: the blog corpus's posts taken as users (one record each,
+``data.options.max_rows``), so 20,000 users fit in the 60,000 staged posts.
+
+Fairness of the comparison: every timing runs in a fresh Python process that has already imported fl_privtext,
+loaded the dataset and mapped the cached features (untimed, identical for both paths); the timed part is the
+whole job: for Flower, `run_points` (Ray start, actors, rounds, training, attacks, shutdown); for the plain loop,
+`pipeline.run_plain` (the same clients, training and attacks, called in-process). Paths alternate over
+``--repeats`` runs; medians are reported, and the results of both paths must be identical.
 """
 
 from __future__ import annotations
@@ -13,11 +20,60 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
+import subprocess
+import sys
 import time
+from typing import Any
 
-from fl_privtext import pipeline
-from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.runner import run_points
+
+def _config(args: argparse.Namespace) -> Any:
+    from fl_privtext.config import ExperimentConfig
+
+    flat: dict[str, Any] = {
+        "data.name": "blog", "data.root": args.data_root, "data.options.max_rows": args.users,
+        "data.options.user_per_record": True, "federation.num-clients": args.clients,
+        "privacy.mechanism": args.mechanism, "run.progress": False, "run.baseline": False,
+    }
+    if args.ray_address:
+        flat["federation.ray-address"] = args.ray_address
+    if args.epochs:
+        flat.update({"server.epochs": args.epochs, "attack.epochs": args.epochs})
+    return ExperimentConfig.from_flat(flat)
+
+
+def _worker(args: argparse.Namespace) -> None:
+    """One timing in this (fresh) process; prints a JSON line."""
+    from fl_privtext import pipeline
+
+    cfg = _config(args)
+    prep = pipeline.prepare(cfg, features="extract")  # untimed and identical for both paths
+    t = time.perf_counter()
+    if args.worker == "flower":
+        from fl_privtext.federation.runner import run_points
+
+        (res,) = run_points([cfg])
+    else:
+        res = pipeline.run_plain(cfg, prep)
+    seconds = time.perf_counter() - t
+    seed = res["per_seed"][0]
+    print(json.dumps({"path": args.worker, "seconds": seconds, "users": len(prep.ds),
+                      "federation_s": seed["timing"]["federation_s"], "train_s": seed["timing"]["train_s"],
+                      "attack_s": seed["timing"]["attack_s"],
+                      "results": json.dumps([seed["utility"], seed["attacks"]], sort_keys=True, default=str)}))
+
+
+def _run(args: argparse.Namespace, path: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", path, "--data-root", args.data_root, "--users", str(args.users),
+           "--clients", str(args.clients), "--mechanism", args.mechanism, "--epochs", str(args.epochs),
+           "--ray-address", args.ray_address]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{path} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"  {path:6s} {out['seconds']:7.2f} s  (rounds {out['federation_s']:.2f} s, train {out['train_s']:.2f} s, "
+          f"attack {out['attack_s']:.2f} s)", flush=True)
+    return out
 
 
 def main() -> None:
@@ -26,36 +82,44 @@ def main() -> None:
     ap.add_argument("--users", type=int, default=20000)
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--mechanism", default="laplace-l1")
-    ap.add_argument("--epochs", type=int, default=5, help="server and attacker epochs (same in both paths)")
+    ap.add_argument("--epochs", type=int, default=0,
+                    help="server and attacker epochs (same in both paths); 0 = the platform defaults (50 / 30)")
+    ap.add_argument("--ray-address", default="", help="attach to this running Ray cluster (federation.ray-address)")
+    ap.add_argument("--repeats", type=int, default=3, help="timings per path, alternating the order")
     ap.add_argument("--skip-plain", action="store_true")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--worker", choices=["flower", "plain"], help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        _worker(args)
+        return
 
-    cfg = ExperimentConfig.from_flat({
-        "data.name": "blog", "data.root": args.data_root, "data.options.max_rows": args.users,
-        "data.options.user_per_record": True,
-        "federation.num-clients": args.clients, "privacy.mechanism": args.mechanism,
-        "server.epochs": args.epochs, "attack.epochs": args.epochs, "run.progress": False,
-    })
-    t = time.perf_counter()
-    prep = pipeline.prepare(cfg, features="extract", progress=True)
-    print(f"prepare (load + cached features): {time.perf_counter() - t:.1f} s; {len(prep.ds)} users")
+    from fl_privtext import pipeline
 
     t = time.perf_counter()
-    (fl,) = run_points([cfg])
-    fl_s = time.perf_counter() - t
-    out = {"users": len(prep.ds), "clients": args.clients, "mechanism": args.mechanism, "flower_s": fl_s,
-           "flower_federation_s": fl["per_seed"][0]["timing"]["federation_s"]}
-    out["flower_s_per_1000_users_federation"] = out["flower_federation_s"] / (len(prep.ds) / 1000)
-    if not args.skip_plain:
-        t = time.perf_counter()
-        plain = pipeline.run_plain(cfg, prep)
-        out["plain_s"] = time.perf_counter() - t
-        out["plain_federation_s"] = plain["per_seed"][0]["timing"]["federation_s"]
-        out["ratio_total"] = fl_s / out["plain_s"]
-        out["ratio_federation_phase"] = out["flower_federation_s"] / out["plain_federation_s"]
-        same = fl["per_seed"][0]["utility"] == plain["per_seed"][0]["utility"]
-        out["identical_results"] = bool(same)
+    prep = pipeline.prepare(_config(args), features="extract", progress=True)  # fill the cache once
+    print(f"prepare (load + cached features): {time.perf_counter() - t:.1f} s; {len(prep.ds)} users, "
+          f"{args.clients} clients, {args.mechanism}, epochs {args.epochs or 'default (50 / 30)'}")
+    runs: dict[str, list[dict[str, Any]]] = {"flower": [], "plain": []}
+    for r in range(args.repeats):
+        order = ["flower"] if args.skip_plain else (["flower", "plain"] if r % 2 == 0 else ["plain", "flower"])
+        for path in order:
+            runs[path].append(_run(args, path))
+
+    users = len(prep.ds)
+    fl = statistics.median(o["seconds"] for o in runs["flower"])
+    out: dict[str, Any] = {
+        "users": users, "clients": args.clients, "mechanism": args.mechanism, "epochs": args.epochs or "default",
+        "repeats": args.repeats, "ray_address": args.ray_address or None, "flower_s": [o["seconds"] for o in runs["flower"]], "flower_s_median": fl,
+        "flower_rounds_s_per_1000_users": statistics.median(o["federation_s"] for o in runs["flower"]) / users * 1e3,
+    }
+    if runs["plain"]:
+        pl = statistics.median(o["seconds"] for o in runs["plain"])
+        out.update({
+            "plain_s": [o["seconds"] for o in runs["plain"]], "plain_s_median": pl, "ratio": fl / pl,
+            "plain_rounds_s_per_1000_users": statistics.median(o["federation_s"] for o in runs["plain"]) / users * 1e3,
+            "identical_results": len({o["results"] for o in runs["flower"] + runs["plain"]}) == 1,
+        })
     print(json.dumps(out, indent=2))
     if args.json:
         with open(args.json, "w") as fh:

@@ -96,7 +96,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
     # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver") as driver:
-        prepared = driver.submit(lambda: [_prepare_driver(p) for p in points])
+        prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args)
         try:
             snapshots = prepared.result()
@@ -142,9 +142,19 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     return results
 
 
-def _prepare_driver(cfg: ExperimentConfig) -> str:
-    """Fill the feature cache once (on the driver) and save the clients' snapshot; its path, or
-    "" when clients must load the data themselves (word dropout extracts on the client)."""
+def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
+    """The driver's work while Ray starts: fill the feature cache, save each point's client-data snapshot, and
+    warm up the server's trainer (torch's lazy imports). Returns the snapshot paths."""
+    from fl_privtext.learn import warm_up
+
+    snapshots = [_snapshot(p) for p in points]
+    warm_up()
+    return snapshots
+
+
+def _snapshot(cfg: ExperimentConfig) -> str:
+    """Fill the feature cache once (on the driver) and save the clients' snapshot; its path, or "" when clients
+    must load the data themselves (word dropout extracts on the client)."""
     from fl_privtext.extract import resolve_cache_dir
 
     prep = pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
