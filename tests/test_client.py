@@ -74,3 +74,13 @@ def test_client_app_starts_without_torch_or_hf_datasets():
             "print(sorted(m for m in ('torch', 'datasets', 'transformers', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_client_without_the_snapshot_file_loads_the_dataset_itself(tmp_path):
+    # e.g. an actor on another machine of a Ray cluster: the driver's snapshot path does not exist there
+    from fl_privtext.federation.client_app import _client_data, _prep_key
+
+    cfg = ExperimentConfig.from_flat({"federation.num-clients": 4, "extractor.cache-dir": str(tmp_path)})
+    data = _client_data(_prep_key(cfg), str(tmp_path / "elsewhere.npz"))
+    assert len(data.shards) == 4 and data.texts is not None
+    assert sum(len(s) for s in data.shards) == len(data.labels) == len(data.texts)

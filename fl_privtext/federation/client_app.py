@@ -7,12 +7,13 @@ and replies with the privatized features, the (optionally randomized) labels and
 Start-up is kept light (numpy, flwr and the privacy package; torch and HF datasets are not imported): under
 `fl-privtext run` the driver has already loaded the dataset and passes the path of a client-data snapshot
 (``client-data.snapshot``, see `fl_privtext.client.ClientData.save`) that each actor maps in. Without one
-(`flwr run`, deployment on other machines) a client loads the dataset itself.
+(`flwr run`, deployment, an actor on another machine of a Ray cluster) a client loads the dataset itself.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import time
 
 import numpy as np
@@ -28,7 +29,7 @@ app = ClientApp()
 @functools.lru_cache(maxsize=2)
 def _client_data(flat_items: tuple, snapshot: str) -> ClientData:
     # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor.
-    if snapshot:
+    if snapshot and os.path.exists(snapshot):  # absent on another machine of a multi-node Ray cluster
         return ClientData.load(snapshot)
     from fl_privtext.pipeline import prepare  # the full dataset path: imports torch and HF datasets
 
