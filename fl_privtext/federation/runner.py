@@ -65,8 +65,8 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
                on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Serve every point through one Flower simulation. All points must share the federation size/resources.
 
-    Every point is validated before anything starts. Then Ray starts in the background while the driver fills
-    the feature cache and saves the client-data snapshot that actors map in (instead of re-parsing the dataset);
+    Every point is validated before anything starts. Then Ray starts while a driver thread fills the feature
+    cache and saves the client-data snapshot that actors map in (instead of re-parsing the dataset);
     the server's computation of each point runs in a worker thread, overlapping the next point's uploads and,
     after the last point, Flower's shutdown.
     """
