@@ -394,20 +394,13 @@ def write_summary(root: str) -> Path:
     add("![DPNR privacy-utility](dpnr_privacy_utility.png)\n")
     add("![DPNR word dropout](dpnr_mu.png)\n")
 
-    timings = OUT / "timings.json"
-    if timings.is_file():
-        add("## Commands and wall times (this machine: 2 shared CPU cores, no GPU)\n")
-        add(sweep.wall_time_table(timings))
-        add("")
-        add("Each command was run to completion from a clean results folder. The ε sweep ran in two parts because "
-            "the 4 released-code points were added after the first run (the rerun skipped the 22 finished "
-            "points): **Tables 2, 4-7 and Figure 3 = 25.2 min** (21.7 + 3.4; AG's 11 points ~10 min at ~18 s per "
-            "seed, BLOG's 11 points ~6 min; MiniLM extraction ~3 min AG + ~2 min BLOG). **Table 3 = 9.1 min** (4.8 "
-            "+ 4.3; the dropout-only and released-code columns were added in the second part). The machine's 2 "
-            "cores were shared with other jobs throughout.\n")
-    disc = OUT / "discussion.md"
-    if disc.is_file():
-        add(disc.read_text())
+    lines += sweep.closing_sections(OUT, (
+        "Each command was run to completion from a clean results folder. The ε sweep ran in two parts because "
+        "the 4 released-code points were added after the first run (the rerun skipped the 22 finished "
+        "points): **Tables 2, 4-7 and Figure 3 = 25.2 min** (21.7 + 3.4; AG's 11 points ~10 min at ~18 s per "
+        "seed, BLOG's 11 points ~6 min; MiniLM extraction ~3 min AG + ~2 min BLOG). **Table 3 = 9.1 min** (4.8 "
+        "+ 4.3; the dropout-only and released-code columns were added in the second part). The machine's 2 "
+        "cores were shared with other jobs throughout.\n"))
     SUMMARY.write_text("\n".join(lines) + "\n")
     make_plots(root)
     return SUMMARY

@@ -312,21 +312,13 @@ def write_summary(root: str) -> Path:
     add("![OME privacy-utility](ome_privacy_utility.png)\n")
     add("![OME lambda](ome_lambda.png)\n")
 
-    # ---- timings ----
-    timings = OUT / "timings.json"
-    if timings.is_file():
-        add("## Commands and wall times (this machine: 2 shared CPU cores, no GPU)\n")
-        add(sweep.wall_time_table(timings))
-        add("")
-        add("Each table's command was run to completion from a clean results folder with a cold embedding cache "
-            "for SNIPS/MRPC (GloVe caches existed). Table 1 ran in two parts (first `--datasets imdb,amazon,yelp`, "
-            "then the full command, which skipped the 72 finished points): **Table 1 = 34.7 min** in all (Intent "
-            "and MRPC: 26.7 min, of which ~2 min MiniLM extraction and ~18 min the 8 SNIPS points on 3,840-bit "
-            "codes). **Table 2 = 1.9 min** after Table 1 (12 of its 24 points are shared; alone ~4 min). "
-            "Figure 3: seconds. The machine's 2 cores were shared with other jobs throughout.\n")
-    disc = OUT / "discussion.md"
-    if disc.is_file():
-        add(disc.read_text())
+    lines += sweep.closing_sections(OUT, (
+        "Each table's command was run to completion from a clean results folder with a cold embedding cache "
+        "for SNIPS/MRPC (GloVe caches existed). Table 1 ran in two parts (first `--datasets imdb,amazon,yelp`, "
+        "then the full command, which skipped the 72 finished points): **Table 1 = 34.7 min** in all (Intent "
+        "and MRPC: 26.7 min, of which ~2 min MiniLM extraction and ~18 min the 8 SNIPS points on 3,840-bit "
+        "codes). **Table 2 = 1.9 min** after Table 1 (12 of its 24 points are shared; alone ~4 min). "
+        "Figure 3: seconds. The machine's 2 cores were shared with other jobs throughout.\n"))
     SUMMARY.write_text("\n".join(lines) + "\n")
     make_plots(root)
     return SUMMARY

@@ -258,6 +258,20 @@ def wall_time_table(timings: Path) -> str:
     return md_table(["command", "finished", "points run", "points in table", "wall time"], rows)
 
 
+def closing_sections(folder: Path, wall_time_prose: str) -> list[str]:
+    """The summary's last lines: the wall-time table with ``wall_time_prose`` (when timings.json exists) and the
+    hand-written discussion.md (when it exists)."""
+    lines: list[str] = []
+    timings = folder / "timings.json"
+    if timings.is_file():
+        lines += ["## Commands and wall times (this machine: 2 shared CPU cores, no GPU)\n", wall_time_table(timings),
+                  "", wall_time_prose]
+    disc = folder / "discussion.md"
+    if disc.is_file():
+        lines.append(disc.read_text())
+    return lines
+
+
 def command_line() -> str:
     return "python " + " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:])
 
