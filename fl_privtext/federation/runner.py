@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import pipeline
-from fl_privtext.client import ClientData, mechanism_for
+from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
 
 
@@ -160,9 +160,7 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     prep = pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
     if cfg.privacy.mu > 0 or not isinstance(prep.features, np.memmap):
         return ""
-    client = ClientData(shards=prep.shards, labels=prep.ds.labels, num_classes=len(prep.ds.label_names),
-                        features=prep.features)
-    return str(client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
+    return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
 
 
 def _init_ray(init_args: dict[str, Any]) -> bool:
