@@ -109,6 +109,7 @@ class FederationConfig:
     client_cpus: float = 1.0
     client_gpus: float = 0.0
     ray_address: str = ""  # "" = start a local Ray; "auto" or host:port = attach to an existing cluster
+    round_timeout: float = 600.0  # seconds the server waits for a round's replies (0 = forever); late = failed
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:
@@ -121,6 +122,9 @@ class FederationConfig:
             raise ValueError(f"federation.alpha must be > 0; got {self.alpha}.")
         if self.batch_size < 1:
             raise ValueError(f"federation.batch-size must be >= 1; got {self.batch_size}.")
+        if not self.round_timeout >= 0:
+            raise ValueError(f"federation.round-timeout must be >= 0 seconds (0 = wait forever); got "
+                             f"{self.round_timeout}.")
         if not self.client_cpus > 0 or self.client_gpus < 0:
             raise ValueError("federation.client-cpus must be > 0 and federation.client-gpus >= 0.")
 

@@ -329,7 +329,7 @@ class BitMechanism(Mechanism):
         # called at the end of every concrete __post_init__, once all parameters are validated
         p, q = self.bit_probabilities()
         probs = np.concatenate([p, 1.0 - p, q, 1.0 - q])
-        tiny = probs[(probs > 0) & (probs < MIN_BIT_PROBABILITY)]
+        tiny = probs[probs < MIN_BIT_PROBABILITY]  # exact probabilities are never 0 for finite parameters
         if tiny.size:
             raise ValueError(
                 f"{self.name}: a per-bit probability of {tiny.min():.3g} is below 2^-53 (epsilon={self.epsilon:g} "
