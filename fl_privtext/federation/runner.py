@@ -103,17 +103,22 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         validate(p)  # every point, before anything starts
     # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
     # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver") as driver:
+    driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
+    started = False
+    try:
         prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args, client_seed=points[0].run.client_seed)
-        try:
-            snapshots = prepared.result()
-        except BaseException:
-            if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
-                import ray
+        snapshots = prepared.result()
+    except BaseException:
+        if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
+            import ray
 
-                ray.shutdown()
-            raise
+            ray.shutdown()
+        # Ctrl-C: do not wait for the extraction thread (the cache stores only complete, atomically renamed
+        # entries, so abandoning it loses no cached data and corrupts nothing)
+        driver.shutdown(wait=False, cancel_futures=True)
+        raise
+    driver.shutdown(wait=True)
 
     server_app = ServerApp()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-server")

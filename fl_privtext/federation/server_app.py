@@ -112,7 +112,7 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
     ``snapshots[i]`` names the client-data snapshot of point i (see `fl_privtext.client.ClientData.save`).
     ``keep_observations`` adds the eavesdropper's raw observations to each result (for inspection in tests).
     """
-    eaves = EavesdroppingGrid(grid)
+    eaves = EavesdroppingGrid(grid, record_sent=keep_observations)
     out: list[Any] = []
     for i, cfg in enumerate(points):
         evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
@@ -136,6 +136,7 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
     warm_up(eaves, nodes, cfg, snapshot)
     observations: list[Any] = []
+    sent: list[Any] = []
 
     def collect_round(seed: int, rnd: int) -> pipeline.Round:
         return collect(eaves, nodes, cfg, seed, rnd, snapshot)
@@ -143,6 +144,8 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     def eavesdrop() -> pipeline.Observed:
         if keep_observations:
             observations.extend(eaves.observations)
+            sent.extend(eaves.sent)
+            eaves.sent.clear()
         return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
                                  nbytes=eaves.bytes_observed)
 
@@ -152,6 +155,7 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
         point = pipeline.evaluate_point(prep, cfg, collected)
         if keep_observations:
             point["observations"] = observations
+            point["sent"] = sent  # the server's own queries of this point
         return point
 
     return evaluate
