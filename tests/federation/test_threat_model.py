@@ -29,9 +29,10 @@ def _cfg(cache_dir, **sets) -> ExperimentConfig:
     return ExperimentConfig.from_flat({**FAST, "extractor.cache-dir": str(cache_dir), **sets})
 
 
-def server_knowledge(point: dict) -> set[int]:
-    """Every integer the server holds for this point: its config, its queries, the replies' metadata and rows."""
-    ints: set[int] = set(range(8))
+def server_knowledge(point: dict, extra: frozenset[int] = frozenset()) -> set[int]:
+    """Every integer the server holds for this point: its config, its queries, the replies' metadata; ``extra``
+    adds what a server should NOT hold (the control: the client seed)."""
+    ints: set[int] = set(range(8)) | set(extra)
     for obs in point["sent"]:
         for rec in obs.configs.values():
             ints.update(int(v) for v in rec.values() if isinstance(v, (int, float)) and float(v).is_integer())
@@ -42,10 +43,11 @@ def server_knowledge(point: dict) -> set[int]:
     return ints
 
 
-def candidate_streams(point: dict, cfg: ExperimentConfig, seed: int, rnd: int):
+def candidate_streams(point: dict, cfg: ExperimentConfig, seed: int, rnd: int, extra: frozenset[int]):
     """Every stream the server could derive: known roots x the key layouts the platform ever used."""
     key = point_key(cfg)
-    for root, client in itertools.product(sorted(server_knowledge(point)), range(cfg.federation.num_clients)):
+    roots = sorted(server_knowledge(point, extra))
+    for root, client in itertools.product(roots, range(cfg.federation.num_clients)):
         yield rng.generator(root, "privatize", rnd, client, 0)  # the old layout (seed, round, client, batch)
         yield rng.generator(root, "privatize", key, seed, rnd, client, 0)  # the reproducible layout
 
@@ -58,7 +60,7 @@ def replay(cfg: ExperimentConfig, x: np.ndarray, y: np.ndarray, num_classes: int
 
 
 def best_recomputation(point: dict, cfg: ExperimentConfig, features: np.ndarray, labels: np.ndarray,
-                       num_classes: int) -> dict[str, float]:
+                       num_classes: int, extra: frozenset[int] = frozenset()) -> dict[str, float]:
     """The server's best attempt over all candidate streams, for the first upload of round 0: the smallest residual
     of the features in noise units, and the highest agreement of bits / labels."""
     obs = next(o for o in point["observations"] if "upload" in o.arrays)
@@ -67,7 +69,7 @@ def best_recomputation(point: dict, cfg: ExperimentConfig, features: np.ndarray,
     mech = mechanism_for(cfg, features.shape[1])
     scale = getattr(mech, "noise_scale", None) or getattr(mech, "noise_std", None) or 1.0
     best = {"residual": np.inf, "bit_agreement": 0.0, "label_agreement": 0.0}
-    for g in candidate_streams(point, cfg, point["per_seed"][0]["seed"], 0):
+    for g in candidate_streams(point, cfg, point["per_seed"][0]["seed"], 0, extra):
         fx, fy = replay(cfg, features[rows], labels[rows], num_classes, g)
         best["residual"] = min(best["residual"], float(np.median(np.abs(fx - seen_x))) / scale)
         best["bit_agreement"] = max(best["bit_agreement"], float(np.mean(fx == seen_x)))
