@@ -10,8 +10,7 @@ from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import AttributeSpec, assign_roles, make_text_dataset
 
-WORDS = ("apple river mountain guitar coffee python garden ocean pizza soccer winter summer London Paris "
-         "market school music movie travel dinner").split()
+WORDS = ["apple", "river", "mountain", "guitar", "coffee", "python", "garden", "ocean", "pizza", "soccer", "winter", "summer", "London", "Paris", "market", "school", "music", "movie", "travel", "dinner"]
 FEMALE = ("garden", "coffee", "Paris", "music")  # drawn more often by one gender: the leak
 
 

@@ -26,7 +26,7 @@ def _run(world, mech, seed=0, **sets):
 def test_without_privacy_every_attack_beats_its_baseline_and_per_user_beats_per_upload(world):
     attacks, extra = _run(world, make_mechanism("none"))
     g = attacks["gender"]
-    lo, hi = binomial_interval(g["majority_baseline"], g["num_targets"])
+    _, hi = binomial_interval(g["majority_baseline"], g["num_targets"])
     assert g["accuracy"] > hi + 0.05, g
     assert g["accuracy_ci95"][0] > g["majority_given_label_baseline"]
     pu = g["per_user"]
@@ -63,8 +63,7 @@ def test_at_tiny_epsilon_every_attack_stays_at_its_baseline_and_under_its_ceilin
 
 
 def test_ome_as_published_leaks_and_its_ceiling_is_labelled_vacuous(world):
-    prep, x = world
-    mech = make_mechanism("ome", epsilon=1.0, lam=100.0, dim=x.shape[1])
+    mech = make_mechanism("ome", epsilon=1.0, lam=100.0, dim=world[1].shape[1])
     attacks, extra = _run(world, mech)
     reid = extra["reidentification"]
     assert reid["ceiling_vacuous"] and reid["ceiling"] == 1.0
@@ -91,7 +90,7 @@ class ClaimsOneUploadsInput(NoPrivacy):
 
 
 def test_a_mechanism_that_lies_about_epsilon_trips_the_alarm(world):
-    attacks, extra = _run(world, ClaimsOneUploadsInput())
+    _, extra = _run(world, ClaimsOneUploadsInput())
     assert extra["reidentification"]["violation"] and extra["violation"]
     assert extra["reidentification"]["ceiling"] == pytest.approx(math.e / (math.e + 59))
     # the honest twin (true epsilon inf) does not: its ceiling is vacuous

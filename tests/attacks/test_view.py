@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fl_privtext import attacks, pipeline
-from fl_privtext.attacks import AttackView, ENTRY_POINTS
+from fl_privtext.attacks import ENTRY_POINTS, AttackView
 from fl_privtext.attacks.attribute import infer_attribute
 from fl_privtext.attacks.inversion import invert
 from fl_privtext.attacks.reidentification import reidentify
