@@ -109,7 +109,8 @@ def test_a_weak_leak_on_few_known_users_is_reported_with_the_power_of_the_test()
     assert not t["leak_detected"]
     assert t["verdict"].startswith("no leak detected at this power")
     assert 0 < t["min_detectable_advantage"] and 0 <= t["oof_accuracy"] <= 1
-    # the smallest detectable advantage is the test's, (z_0.95 + z_0.8) sqrt(p0 (1 - p0) / n)
+    # the smallest detectable advantage is the test's, (z_(1 - 0.05/m) + z_0.8) sqrt(p0 (1 - p0) / n), m attackers
     p0 = min(max(t["oof_prior_accuracy"], 1e-3), 1 - 1e-3)
-    assert t["min_detectable_advantage"] == pytest.approx(2.4865 * math.sqrt(p0 * (1 - p0) / t["num_known"]),
+    z = {1: 1.6449, 2: 1.9600}[t["attackers_tried"]]
+    assert t["min_detectable_advantage"] == pytest.approx((z + 0.8416) * math.sqrt(p0 * (1 - p0) / t["num_known"]),
                                                           rel=1e-3)
