@@ -57,7 +57,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
     aux = np.asarray(aux, bool)
     aux_idx = np.flatnonzero(aux)
     g = rng.generator(seed, "attack-game")
-    # public texts: one per aux record (first upload of each distinct text position)
+    # public texts: the text of every aux upload (the aux users published their posts)
     public_idx = aux_idx
     public_features = None if clean is None else np.asarray(clean(public_idx), np.float32)
     known = {spec.name: KnownAttribute(spec=spec, index=aux_idx, values=np.asarray(vals)[aux_idx],
@@ -80,7 +80,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
         uploads=np.asarray(uploads, np.float32), labels=np.asarray(labels, np.int64),
         labels_in_clear=label_epsilon == 0, num_labels=num_labels, label_epsilon=label_epsilon,
         sender=np.asarray(senders, np.int64), user=users, mechanism=mechanism, known=known,
-        public_texts=tuple(texts[i] for i in public_idx), public_features=public_features,
+        public_texts=tuple(texts[int(i)] for i in public_idx), public_features=public_features,
         public_user=users[public_idx], candidates=candidates, queries=queries, config=cfg.attack, seed=seed,
     )
     per_upload = epsilon + (label_epsilon if num_labels > 1 else 0.0)
