@@ -34,7 +34,11 @@ def main() -> None:
     ap.add_argument("--max-rows", type=int, default=0)
     ap.add_argument("--points", default="")
     ap.add_argument("--set", action="append", default=[], help="extra KEY=VALUE config overrides")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
     points = POINTS if not args.points else [(p.split(":")[0], float(p.split(":")[1])) for p in args.points.split(",")]
     base = {"data.name": "blog", "data.root": args.data_root, "extractor.name": "glove", "run.progress": False,
             "federation.num-clients": 4}
