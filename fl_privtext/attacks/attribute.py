@@ -18,7 +18,8 @@ noise than they were trained on, and is meaningless for bit codes, so it is not 
 
 Cross-validation is grouped by user (``attack.folds`` folds over aux users), so a user's uploads are never split
 between training and evaluation. When the best family does not beat the better knowledge-only predictor (majority,
-or majority given the observed labels) out of fold at one-sided 95% confidence (Bonferroni over the attackers tried), the attacker answers with the prior and the diagnostics say "no leak detected at this power",
+or majority given the observed labels) out of fold at one-sided 95% confidence (a paired test on the same known
+items, Bonferroni over the attackers tried), the attacker answers with the prior and the diagnostics say "no leak detected at this power",
 with the learned out-of-fold accuracy and the smallest advantage the aux users could have detected (80% power).
 """
 
@@ -94,10 +95,6 @@ def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
         probs = scores if scores.max(initial=0) <= 1 and scores.min(initial=0) >= 0 else np.exp(scores)
         return (probs > 0.5).astype(np.int8)
     return scores.argmax(axis=1)
-
-
-def _acc(truth: np.ndarray, pred: np.ndarray) -> float:
-    return float((truth == pred).mean()) if len(truth) else float("nan")
 
 
 def _user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,6 +229,26 @@ class _Unavailable(Exception):
 
 
 # ------------------------------------------------------------------------------------------------ the attack
+def paired_test(learned: np.ndarray, prior: np.ndarray, tried: int) -> dict[str, Any]:
+    """Does an attacker beat the null on the same known uploads/users? One-sided 95% paired test on the
+    per-item differences of correctness (Bonferroni over the ``tried`` attackers the best was picked from), and
+    the smallest mean advantage it detects with 80% power, (z_alpha + z_beta) * sd(d) / sqrt(n)."""
+    d = np.asarray(learned, np.float64) - np.asarray(prior, np.float64)
+    n = max(len(d), 1)
+    z_alpha = float(stats.norm.ppf(1 - 0.05 / max(tried, 1)))
+    acc, acc0 = float(np.mean(learned)) if len(d) else 0.0, float(np.mean(prior)) if len(d) else 0.0
+    # sd of the differences; when none disagree, the binomial sd of the null keeps the bound meaningful
+    sd = float(d.std(ddof=1)) if len(d) > 1 and d.std() > 0 else math.sqrt(max(acc0 * (1 - acc0), 1e-4))
+    se = sd / math.sqrt(n)
+    detected = len(d) > 1 and acc - acc0 > z_alpha * se
+    mda = (z_alpha + Z_BETA) * se
+    return {"oof_accuracy": acc, "oof_prior_accuracy": acc0, "num_known": len(d), "attackers_tried": tried,
+            "z_alpha": z_alpha, "sd_difference": sd, "min_detectable_advantage": mda, "leak_detected": bool(detected),
+            "verdict": ("leak detected" if detected else
+                        f"no leak detected at this power: out-of-fold accuracy {acc:.3f} vs prior {acc0:.3f} on "
+                        f"{len(d)} known; smallest detectable advantage {mda:.3f}")}
+
+
 def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
     """Attack attribute ``name``: choose family and combination out of fold on aux users, then answer for every
     target upload and target user (users not among the aux users)."""
@@ -257,37 +274,42 @@ def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
 
     use_labels = view.num_labels > 0 and not prob.multilabel
     lp_all = prob.log_prior(prob.z)
-    user_uniq, z_user = _user_truth(prob.z, prob.users)
+    _, z_user = _user_truth(prob.z, prob.users)
     # The null: the knowledge-only predictors (majority; majority given the observed label(s)), scored IN SAMPLE
     # on the aux users. They have k (x L) parameters, so in-sample is slightly optimistic: a conservative null
     # (out-of-fold majorities flip between near-equal classes and would understate it).
-    def knowledge_only(labels: bool) -> tuple[float, float]:
+    def correct(truth: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        return (truth == _decide(scores, prob.multilabel)).astype(np.float64).reshape(-1)
+
+    def knowledge_only(labels: bool) -> tuple[np.ndarray, np.ndarray]:
         lp = prob.prior_logpost(positions, prob.idx, labels)
         _, sc = combine(lp, prob.users, lp_all, "sum_log" if labels else "mean_prob", prob.multilabel)
-        return _acc(prob.z, _decide(lp, prob.multilabel)), _acc(z_user, _decide(sc, prob.multilabel))
+        return correct(prob.z, lp), correct(z_user, sc)
 
     prior_up, prior_user = knowledge_only(False)
     label_helps_up = label_helps_user = False
     if use_labels:  # trust the label-conditional refinement only when it beats the majority with confidence
-        given_up_acc, given_user_acc = knowledge_only(True)
-        label_helps_up = given_up_acc > prior_up + 1.6449 * math.sqrt(max(prior_up * (1 - prior_up), 1e-4) / n)
-        label_helps_user = given_user_acc > prior_user + 1.6449 * math.sqrt(
-            max(prior_user * (1 - prior_user), 1e-4) / len(user_uniq))
-        prior_up = given_up_acc if label_helps_up else prior_up
-        prior_user = given_user_acc if label_helps_user else prior_user
+        given_up_c, given_user_c = knowledge_only(True)
+        label_helps_up = paired_test(given_up_c, prior_up, 1)["leak_detected"]
+        label_helps_user = paired_test(given_user_c, prior_user, 1)["leak_detected"]
+        prior_up = given_up_c if label_helps_up else prior_up
+        prior_user = given_user_c if label_helps_user else prior_user
 
     table: dict[str, dict[str, Any]] = {}
     oofs: dict[str, np.ndarray] = {}
+    hits: dict[str, np.ndarray] = {}  # out-of-fold correctness per aux upload / aux user (paired with the null)
     for fam in families:
         try:
             oofs[fam] = oof(lambda tr, rows, key, fam=fam: prob.fit_predict(fam, tr, rows, key))
         except _Unavailable as exc:
             table[fam] = {"available": False, "reason": str(exc)}
             continue
-        entry: dict[str, Any] = {"oof_upload_accuracy": _acc(prob.z, _decide(oofs[fam], prob.multilabel))}
+        hits[fam] = correct(prob.z, oofs[fam])
+        entry: dict[str, Any] = {"oof_upload_accuracy": float(hits[fam].mean())}
         for how in (("mean_prob",) if prob.multilabel else COMBINATIONS):
             _, sc = combine(oofs[fam], prob.users, lp_all, how, prob.multilabel)
-            entry[f"oof_user_accuracy_{how}"] = _acc(z_user, _decide(sc, prob.multilabel))
+            hits[f"{fam}+{how}"] = correct(z_user, sc)
+            entry[f"oof_user_accuracy_{how}"] = float(hits[f"{fam}+{how}"].mean())
         table[fam] = entry
     avail = [f for f in families if f in oofs]
 
@@ -312,36 +334,22 @@ def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
     users_t, prior_t_user = combine(prior_t, t_users, lp_all, combo_prior, prob.multilabel)
     _, maj_t_user = combine(maj_t, t_users, lp_all, "mean_prob", prob.multilabel)
 
-    def verdict(learned: float, prior: float, count: int, tried: int) -> dict[str, Any]:
-        # one-sided 95% test, Bonferroni over the ``tried`` attackers the best was picked from
-        z_alpha = float(stats.norm.ppf(1 - 0.05 / max(tried, 1)))
-        p0 = min(max(prior, 1e-3), 1 - 1e-3)
-        se = math.sqrt(p0 * (1 - p0) / max(count, 1))
-        detected = learned > prior + z_alpha * se
-        return {"oof_accuracy": learned, "oof_prior_accuracy": prior, "num_known": count, "attackers_tried": tried,
-                "z_alpha": z_alpha, "min_detectable_advantage": (z_alpha + Z_BETA) * se,
-                "leak_detected": bool(detected),
-                "verdict": ("leak detected" if detected else
-                            f"no leak detected at this power: out-of-fold accuracy {learned:.3f} vs prior "
-                            f"{prior:.3f} on {count} known; smallest detectable advantage "
-                            f"{(z_alpha + Z_BETA) * se:.3f}")}
-
     given_up, given_user = _decide(prior_t, prob.multilabel), _decide(prior_t_user, prob.multilabel)
     maj_pred_up, maj_pred_user = _decide(maj_t, prob.multilabel), _decide(maj_t_user, prob.multilabel)
     prior_pred_up = given_up if label_helps_up else maj_pred_up
     prior_pred_user = given_user if label_helps_user else maj_pred_user
     if fam_up is not None:
         learned_up = _decide(fitted[fam_up], prob.multilabel)
-        v_up = verdict(table[fam_up]["oof_upload_accuracy"], prior_up, n, len(avail))
+        v_up = paired_test(hits[fam_up], prior_up, len(avail))
     else:
-        learned_up, v_up = prior_pred_up, verdict(prior_up, prior_up, n, 1)
+        learned_up, v_up = prior_pred_up, paired_test(prior_up, prior_up, 1)
     if fam_user is not None:
         _, sc = combine(fitted[fam_user[0]], t_users, lp_all, fam_user[1], prob.multilabel)
         learned_user = _decide(sc, prob.multilabel)
         tried = sum(1 for f in avail for h in COMBINATIONS if f"oof_user_accuracy_{h}" in table[f])
-        v_user = verdict(table[fam_user[0]][f"oof_user_accuracy_{fam_user[1]}"], prior_user, len(user_uniq), tried)
+        v_user = paired_test(hits[f"{fam_user[0]}+{fam_user[1]}"], prior_user, tried)
     else:
-        learned_user, v_user = prior_pred_user, verdict(prior_user, prior_user, len(user_uniq), 1)
+        learned_user, v_user = prior_pred_user, paired_test(prior_user, prior_user, 1)
     baselines = {"majority": (maj_pred_up, maj_pred_user)}
     if use_labels:
         baselines["majority_given_label"] = (given_up, given_user)

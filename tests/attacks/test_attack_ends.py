@@ -109,8 +109,20 @@ def test_a_weak_leak_on_few_known_users_is_reported_with_the_power_of_the_test()
     assert not t["leak_detected"]
     assert t["verdict"].startswith("no leak detected at this power")
     assert 0 < t["min_detectable_advantage"] and 0 <= t["oof_accuracy"] <= 1
-    # the smallest detectable advantage is the test's, (z_(1 - 0.05/m) + z_0.8) sqrt(p0 (1 - p0) / n), m attackers
-    p0 = min(max(t["oof_prior_accuracy"], 1e-3), 1 - 1e-3)
+    # the smallest detectable advantage is the paired test's, (z_(1 - 0.05/m) + z_0.8) sd(d) / sqrt(n), m attackers
     z = {1: 1.6449, 2: 1.9600}[t["attackers_tried"]]
-    assert t["min_detectable_advantage"] == pytest.approx((z + 0.8416) * math.sqrt(p0 * (1 - p0) / t["num_known"]),
-                                                          rel=1e-3)
+    assert t["min_detectable_advantage"] == pytest.approx((z + 0.8416) * t["sd_difference"]
+                                                          / math.sqrt(t["num_known"]), rel=1e-3)
+
+
+def test_the_paired_leak_test_detects_a_clear_advantage_and_not_a_tie():
+    from fl_privtext.attacks.attribute import paired_test
+
+    g = np.random.default_rng(0)
+    prior = (g.random(400) < 0.5).astype(float)
+    better = np.where(g.random(400) < 0.3, 1.0, prior)  # right wherever the prior was, and on 30% more
+    assert paired_test(better, prior, 3)["leak_detected"]
+    same = paired_test(prior, prior, 3)
+    assert not same["leak_detected"] and same["min_detectable_advantage"] > 0
+    noisy = paired_test((g.random(400) < 0.5).astype(float), prior, 3)
+    assert not noisy["leak_detected"]
