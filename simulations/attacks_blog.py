@@ -79,11 +79,13 @@ def _f(x: object) -> str:
 
 def table(results: list[dict]) -> str:
     head = ("| mechanism | eps | attribute | per-upload acc [95% CI] | majority / given label | ceiling | "
-            "per-user acc [95% CI] | majority / given labels | ceiling (median user eps) | verdict |")
+            "per-user acc [95% CI] | majority / given labels | ceiling (median user eps) | learned attackers: verdict |")
     lines = [head, "|" + "---|" * 10]
     for r in results:
         for name, a in r["attacks"].items():
             pu = a["per_user"]
+            # the learned attackers chosen out of fold (they answer only when their leak test passes)
+            la, lu = a.get("learned_attacker", a["attacker"]), pu.get("learned_attacker", pu["attacker"])
             lines.append(
                 f"| {r['mechanism']} | {r['epsilon']} | {name} | {_f(a['accuracy'])} [{_f(a['accuracy_ci95'][0])}, "
                 f"{_f(a['accuracy_ci95'][1])}] | {_f(a['majority_baseline'])} / "
@@ -92,7 +94,7 @@ def table(results: list[dict]) -> str:
                 f"[{_f(pu['ci95'][0])}, {_f(pu['ci95'][1])}] | {_f(pu['majority_baseline'])} / "
                 f"{_f(pu.get('majority_given_label_baseline', '-'))} | "
                 f"{'vacuous' if pu['ceiling_vacuous'] else _f(pu['ceiling'])} ({_f(pu['median_epsilon'])}) | "
-                f"{'VIOLATION' if a['violation'] else a['attacker'] + ' / ' + pu['attacker']}"
+                f"{'VIOLATION' if a['violation'] else la + ' / ' + lu}"
                 f"{'' if a['leak_test']['leak_detected'] or pu['test']['leak_detected'] else ': no leak detected'} |")
     lines += ["", "| mechanism | eps | re-id top-1 (chance, ceiling) | top-5 | membership AUC (ceiling) | "
                   "TPR@1%FPR (ceiling) | inversion F1 (baseline) | P / R | entity recall (baseline) |",

@@ -359,8 +359,14 @@ def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
         target_users=users_t,
         user_pred=learned_user if v_user["leak_detected"] else prior_pred_user,
         learned_upload_pred=learned_up, learned_user_pred=learned_user, baselines=baselines,
-        diagnostics={"families": table, "attacker": fam_up or "prior",
-                     "per_user_attacker": f"{fam_user[0]}+{fam_user[1]}" if fam_user else "prior",
+        diagnostics={"families": table,
+                     # who answered: the chosen family when its leak was detected, else the knowledge-only null
+                     "attacker": (fam_up if v_up["leak_detected"] and fam_up else
+                                  "majority_given_label" if label_helps_up else "majority"),
+                     "per_user_attacker": (f"{fam_user[0]}+{fam_user[1]}" if v_user["leak_detected"] and fam_user
+                                           else "majority_given_label" if label_helps_user else "majority"),
+                     "learned_attacker": fam_up or "none available",
+                     "learned_per_user_attacker": f"{fam_user[0]}+{fam_user[1]}" if fam_user else "none available",
                      "per_upload_test": v_up, "per_user_test": v_user, "folds": n_folds,
                      "uses_labels": use_labels,
                      "likelihood_exact": likelihood.lookup(view.mechanism)[1]},

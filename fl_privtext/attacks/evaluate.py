@@ -13,7 +13,6 @@ observed uploads (Accountant). A violation is an attack whose 95% lower confiden
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,12 +159,14 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "learned_accuracy": metrics.accuracy(z_user, guess.learned_user_pred), "num_users": len(t_users),
         "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
         "attacker": guess.diagnostics["per_user_attacker"],
+        "learned_attacker": guess.diagnostics["learned_per_user_attacker"],
         "test": guess.diagnostics["per_user_test"],
     }
     if "majority_given_label" in guess.baselines:
         per_user["majority_given_label_baseline"] = metrics.accuracy(z_user, guess.baselines["majority_given_label"][1])
     common: dict[str, Any] = {
-        "attacker": guess.diagnostics["attacker"], "num_known": len(view.known[name].index),
+        "attacker": guess.diagnostics["attacker"], "learned_attacker": guess.diagnostics["learned_attacker"],
+        "num_known": len(view.known[name].index),
         "num_targets": len(idx), "ceiling": ceil_up, "accuracy_ci95": v_up["ci95"],
         "ceiling_vacuous": v_up["ceiling_vacuous"], "per_user": per_user,
         "violation": bool(v_up["violation"] or v_user["violation"]),
@@ -288,8 +289,3 @@ def _run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[s
             extra["inversion"] = {"available": False, "reason": str(exc)}
         extra["violation"] = bool(any(v.get("violation", False) for v in extra.values() if isinstance(v, dict)))
     return attacks, extra
-
-
-def epsilon_of(report: Any) -> tuple[float, float]:
-    eps = float(report.epsilon_worst_case)
-    return (math.inf if math.isnan(eps) else eps), float(report.delta)
