@@ -96,8 +96,8 @@ def table(results: list[dict]) -> str:
                 f"{'vacuous' if pu['ceiling_vacuous'] else _f(pu['ceiling'])} ({_f(pu['median_epsilon'])}) | "
                 f"{'VIOLATION' if a['violation'] else la + ' / ' + lu}"
                 f"{'' if a['leak_test']['leak_detected'] or pu['test']['leak_detected'] else ': no leak detected'} |")
-    lines += ["", "| mechanism | eps | re-id top-1 (chance, ceiling) | top-5 | membership AUC (ceiling) | "
-                  "TPR@1%FPR (ceiling) | inversion F1 (baseline) | P / R | entity recall (baseline) |",
+    lines += ["", ("| mechanism | eps | re-id top-1 (chance, ceiling) | top-5 | membership AUC (ceiling) | "
+                   "TPR@1%FPR (ceiling) | inversion F1 (baseline) | P / R | entity recall (baseline) |"),
               "|" + "---|" * 9]
     for r in results:
         re_, me, inv = (r["attacks_extra"].get(k, {}) for k in ("reidentification", "membership", "inversion"))
