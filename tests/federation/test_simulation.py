@@ -117,7 +117,7 @@ def _attack_both_ends(points, clear: str, private: str):
     _, p_clear = points[clear]
     _, p_priv = points[private]
     for name, a in p_clear["per_seed"][0]["attacks"].items():
-        lo, hi = binomial_interval(a["majority_baseline"], a["num_targets"])
+        _, hi = binomial_interval(a["majority_baseline"], a["num_targets"])
         assert a["accuracy"] > hi and a["accuracy"] > a["majority_baseline"] + 0.03, (name, a)
     for name, a in p_priv["per_seed"][0]["attacks"].items():
         # labels travel in the clear: the null is the majority, or the majority given the label when the label
