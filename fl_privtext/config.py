@@ -19,6 +19,7 @@ EXTRACTOR_NAMES = ("glove", "minilm", "hf")
 SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
+ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 
 
 def _check_choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -182,9 +183,27 @@ class AttackConfig(MLPConfig):
     epochs: int = 30
     dropout: float = 0.0
     enabled: bool = True
+    families: str = "mlp,logistic,likelihood"  # attacker families tried; the best out of fold on aux users is kept
+    folds: int = 3  # cross-validation folds over aux USERS (model choice and the leak test)
+    extra: bool = True  # also run re-identification, membership and keyword inversion (attacks_extra)
+    reid_pool: int = 100  # M: candidates in the re-identification / membership game
+    reid_topk: int = 5  # k of the top-k re-identification accuracy
+    inversion_vocab: int = 100  # K: top-K non-stopword words the inversion attack predicts
 
     def __post_init__(self) -> None:
         self._check("attack.")
+        unknown = [f for f in self.family_list() if f not in ATTACK_FAMILIES]
+        if unknown or not self.family_list():
+            raise ValueError(f"attack.families must be a comma-separated subset of {', '.join(ATTACK_FAMILIES)}; "
+                             f"got {self.families!r}.")
+        if self.folds < 2:
+            raise ValueError(f"attack.folds must be >= 2; got {self.folds}.")
+        if self.reid_pool < 2 or self.reid_topk < 1 or self.inversion_vocab < 1:
+            raise ValueError("attack.reid-pool must be >= 2, attack.reid-topk and attack.inversion-vocab >= 1; got "
+                             f"{self.reid_pool}, {self.reid_topk}, {self.inversion_vocab}.")
+
+    def family_list(self) -> tuple[str, ...]:
+        return tuple(f.strip() for f in self.families.split(",") if f.strip())
 
 
 @dataclass(frozen=True)

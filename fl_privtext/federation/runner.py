@@ -222,9 +222,8 @@ def _num_gpus() -> int:
 
 def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True) -> dict[str, Any]:
     """One federated experiment: returns the results dict (also written to ``output``)."""
-    from fl_privtext.report import finalize
-
     from fl_privtext.checks import check_output
+    from fl_privtext.report import finalize
 
     t0 = time.perf_counter()
     if output or cfg.run.output:
