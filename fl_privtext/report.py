@@ -218,10 +218,14 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
         for reason in u.get("diverged") or []:
             out.append(f"Task model training diverged ({reason}).")
     for name, a in results.get("attacks", {}).items():
-        if a.get("attacker") == "majority":
-            out.append(f"Attack on {name}: no attacker beat the prior with confidence on the {a.get('num_known')} "
-                       "known users, so it predicted the majority; this says 'no leak detected at this attacker's "
+        test = a.get("leak_test") or {}
+        if test and not test.get("leak_detected", True):
+            out.append(f"Attack on {name}: the eavesdropper answered with the prior ({a.get('attacker')}); "
+                       f"{test.get('verdict', 'no leak detected at this power')}. That is 'no leak detected at this "
                        "power', not 'no leak'.")
+        if a.get("violation"):
+            out.append(f"PRIVACY VIOLATION on {name}: an attack's lower confidence bound exceeds the LDP ceiling of "
+                       "the true epsilon; the mechanism does not deliver what its report says.")
     faults = results.get("faults") or {}
     if faults.get("failed_clients"):
         out.append(f"{len(faults['failed_clients'])} client failure(s): results use the replies that arrived "
