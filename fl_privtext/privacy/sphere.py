@@ -47,6 +47,7 @@ from fl_privtext.privacy.stage import Stage
 
 SPHERE_MAPS = ("round", "normalise")
 CHUNK_VALUES = 1 << 20
+MAX_EPSILON = 20.0  # 1 - p >= 2e-9 >> 2^-53, the resolution of the uniforms deciding the cap
 AFT_PAPER = ("Asi, Feldman, Talwar. Optimal Algorithms for Mean Estimation under Local Differential Privacy, "
              "ICML 2022")
 BHOWMICK_PAPER = ("Bhowmick, Duchi, Freudiger, Kapoor, Rogers. Protection Against Reconstruction and Its "
@@ -315,6 +316,9 @@ class CapMechanism(ProjectedMechanism):
     def __post_init__(self) -> None:
         super().__post_init__()
         _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        if self.epsilon > MAX_EPSILON:
+            raise ValueError(f"{self.name} supports epsilon <= {MAX_EPSILON:g}, got {self.epsilon}: beyond it 1 - p "
+                             "approaches the float64 resolution of the uniform draws and the realised epsilon drifts.")
         if self.sphere_map not in SPHERE_MAPS:
             raise ValueError(f"sphere_map must be one of {', '.join(SPHERE_MAPS)}, got {self.sphere_map!r}.")
         _set(self, "_cal", self.calibrate())
