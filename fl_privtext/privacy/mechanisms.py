@@ -746,8 +746,8 @@ class Gaussian(Mechanism):
 
 # ----------------------------------------------------------------------------------------------------- registry
 # Mechanisms in their own modules subclass Mechanism, so they are imported after it is defined (issue #11).
-from fl_privtext.privacy.metric_dp import MultivariateLaplace, Purkayastha  # noqa: E402
-from fl_privtext.privacy.sphere import Duchi, PrivUnit, PrivUnitG  # noqa: E402
+from fl_privtext.privacy.metric_dp import MultivariateLaplace, Purkayastha
+from fl_privtext.privacy.sphere import Duchi, PrivUnit, PrivUnitG
 
 MECHANISMS: Mapping[str, type[Mechanism]] = MappingProxyType({
     cls.name: cls

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import special
 
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.mechanisms import _positive, _set
@@ -117,8 +116,8 @@ class MultivariateLaplace(ProjectedMechanism):
 
     def assumptions(self) -> tuple[str, ...]:
         return super().assumptions() + (
-            f"Inputs are clipped to the L2 ball of radius C = {self.clip_norm:g}; nominal epsilon is per unit of L2 "
-            "distance, the worst case is over the whole ball.",)
+            (f"Inputs are clipped to the L2 ball of radius C = {self.clip_norm:g}; nominal epsilon is per unit of L2 "
+            "distance, the worst case is over the whole ball."),)
 
 
 # ------------------------------------------------------------------------------------------------ Purkayastha
@@ -274,5 +273,5 @@ class Purkayastha(ProjectedMechanism):
 
     def assumptions(self) -> tuple[str, ...]:
         return super().assumptions() + (
-            "Inputs are normalised to the unit sphere (scaled by C); nominal epsilon is per radian, the worst case "
-            "is over antipodal inputs.",)
+            ("Inputs are normalised to the unit sphere (scaled by C); nominal epsilon is per radian, the worst case "
+            "is over antipodal inputs."),)

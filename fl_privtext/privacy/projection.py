@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.rng import generator
+
 PROJECTIONS = ("none", "random", "pca")
 
 
@@ -81,7 +83,7 @@ def random_projection(dim: int, proj_dim: int, seed: int) -> PublicProjection:
     """sqrt(d/k) * Q, Q (d, k) orthonormal (QR of a Gaussian matrix from the PUBLIC ``seed``)."""
     if not 1 <= proj_dim <= dim:
         raise ValueError(f"proj_dim must be an integer in [1, dim={dim}], got {proj_dim}.")
-    g = np.random.default_rng([0x50524F4A, int(seed), int(dim), int(proj_dim)])  # public: anyone can rebuild it
+    g = generator(int(seed), "public-random-projection", int(dim), int(proj_dim))  # public: anyone can rebuild it
     q, r = np.linalg.qr(g.standard_normal((dim, proj_dim)))
     q *= np.where(np.diag(r) < 0, -1.0, 1.0)  # unique (Haar-distributed) orthonormal frame
     return PublicProjection("random", q * np.sqrt(dim / proj_dim), np.zeros(dim), f"random, public seed {seed}")

@@ -248,7 +248,7 @@ class ProjectedMechanism(Mechanism):
         if self.projector is not None and not isinstance(self.projector, PublicProjection):
             raise ValueError("projector must be a fl_privtext.privacy.projection.PublicProjection or None.")
         if isinstance(self.proj_seed, bool) or not isinstance(self.proj_seed, (int, np.integer)):
-            raise ValueError(f"proj_seed must be an integer (a PUBLIC seed), got {self.proj_seed!r}.")
+            raise ValueError(f"proj_seed must be an integer (a PUBLIC seed), got {self.proj_seed!r}.")  # noqa: TRY004
         if self.projection == "none":
             if self.proj_dim is not None or self.projector is not None:
                 raise ValueError("proj_dim and projector need projection = 'random' or 'pca' (projection is 'none').")
@@ -297,10 +297,10 @@ class ProjectedMechanism(Mechanism):
                                          "projector": self.projector.fingerprint}
 
     def assumptions(self) -> tuple[str, ...]:
-        out = (REPLACEMENT, COMPOSITION, FLOAT_SAMPLER)
+        out: tuple[str, ...] = (REPLACEMENT, COMPOSITION, FLOAT_SAMPLER)
         if self.projection != "none":
-            out += (f"The {self.projection} projection to {self.work_dim} dimensions is public and fixed (it depends "
-                    "on no user's data), so the guarantee of the randomiser holds for the raw input.",)
+            out += ((f"The {self.projection} projection to {self.work_dim} dimensions is public and fixed (it depends "
+                    "on no user's data), so the guarantee of the randomiser holds for the raw input."),)
         return out
 
 
@@ -388,8 +388,8 @@ class CapMechanism(ProjectedMechanism):
                 "x is normalised to x/||x||; the upload is unbiased for C x/||x||")
         return super().assumptions() + (
             f"Inputs: {rule}; a zero input gets a uniformly random direction.",
-            "The likelihood ratio of any two inputs is e^eps, 1 or e^-eps and depends only on which inputs' caps "
-            "contain the output: exactly eps-LDP on the sphere and, by the rounding, on the ball.",
+            ("The likelihood ratio of any two inputs is e^eps, 1 or e^-eps and depends only on which inputs' caps "
+            "contain the output: exactly eps-LDP on the sphere and, by the rounding, on the ball."),
         )
 
 
@@ -422,7 +422,7 @@ class PrivUnitG(CapMechanism):
     def sample_directions(self, u: np.ndarray, rng: np.random.Generator, out: np.ndarray, scale: float) -> None:
         cal = self.calibration
         dot = _orthogonal_noise(u, rng, out)
-        w = truncated_normal(cal.threshold, rng.random(u.shape[0]) < cal.p, rng)
+        w = truncated_normal(cal.threshold, np.less(rng.random(u.shape[0]), cal.p), rng)
         u *= ((w - dot) * scale).astype(np.float32)[:, None]
         out *= np.float32(scale)
         out += u  # scale * (W u + (Z - <Z,u> u))
@@ -456,7 +456,7 @@ class PrivUnit(CapMechanism):
 
     def sample_directions(self, u: np.ndarray, rng: np.random.Generator, out: np.ndarray, scale: float) -> None:
         cal = self.calibration
-        w = cap_inner_products(u.shape[1], cal.q, rng.random(u.shape[0]) < cal.p, rng)
+        w = cap_inner_products(u.shape[1], cal.q, np.less(rng.random(u.shape[0]), cal.p), rng)
         dot = _orthogonal_noise(u, rng, out)
         out -= dot.astype(np.float32)[:, None] * u  # (I - u u^T) Z: uniform direction orthogonal to u
         norms = np.sqrt(np.einsum("ij,ij->i", out, out, dtype=np.float64))

@@ -104,7 +104,7 @@ def test_config_keys_reach_the_mechanism_and_others_refuse_them(monkeypatch):
     with pytest.raises(ValueError, match="not supported by mechanism 'laplace-l1'"):
         mechanism_for(lap, 32)
     # pca: fitted on the public dataset's features (stubbed here), named in the report
-    import fl_privtext.public as public
+    from fl_privtext import public
 
     calls = []
 

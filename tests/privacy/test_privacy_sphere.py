@@ -61,7 +61,7 @@ def test_thresholds_match_the_cap_probabilities(d):
 @pytest.mark.parametrize("d", (3, 16, 100))
 def test_privunit_m_matches_numerical_integration(d):
     cal = privunit_calibration(2.0, d, 0.7)
-    dens = lambda w: (1 - w * w) ** ((d - 3) / 2) / special.beta(0.5, (d - 1) / 2)  # noqa: E731
+    dens = lambda w: (1 - w * w) ** ((d - 3) / 2) / special.beta(0.5, (d - 1) / 2)
     cap_mean = integrate.quad(lambda w: w * dens(w), cal.threshold, 1)[0]
     assert cal.m == pytest.approx((cal.p / cal.q - (1 - cal.p) / (1 - cal.q)) * cap_mean, rel=1e-8)
     assert cal.mse == pytest.approx(1 / cal.m ** 2 - 1)
@@ -72,7 +72,7 @@ def test_privunitg_closed_form_moments_match_numerical_integration():
     cal = privunitg_calibration(eps, d, eps0)
     t, p, q = cal.threshold, cal.p, cal.q
     phi = stats.norm.pdf
-    dens = lambda w: phi(w) * (p / q if w >= t else (1 - p) / (1 - q))  # noqa: E731
+    dens = lambda w: phi(w) * (p / q if w >= t else (1 - p) / (1 - q))
     m = integrate.quad(lambda w: w * dens(w), -40, t)[0] + integrate.quad(lambda w: w * dens(w), t, 40)[0]
     ew2 = integrate.quad(lambda w: w * w * dens(w), -40, t)[0] + integrate.quad(lambda w: w * w * dens(w), t, 40)[0]
     assert cal.m == pytest.approx(m, rel=1e-8)
@@ -207,7 +207,7 @@ def test_privunit_outputs_lie_on_the_scaled_sphere_with_the_right_inner_products
     cal, a = mech.calibration, 3.5
     base = stats.beta(a, a, loc=-1, scale=2)
     assert stats.binomtest(int((w >= cal.threshold).sum()), w.size, cal.p).pvalue > ALPHA
-    cdf = lambda x: np.where(x < cal.threshold, (1 - cal.p) * base.cdf(x) / (1 - cal.q),  # noqa: E731
+    cdf = lambda x: np.where(x < cal.threshold, (1 - cal.p) * base.cdf(x) / (1 - cal.q),
                              (1 - cal.p) + cal.p * (base.cdf(x) - (1 - cal.q)) / cal.q)
     assert stats.kstest(w, cdf).pvalue > ALPHA
 
