@@ -105,7 +105,7 @@ class MultivariateLaplace(ProjectedMechanism):
         return k * (k + 1.0) / self.epsilon ** 2
 
     def calibration_values(self) -> dict[str, Any]:
-        return {"epsilon_per_unit_distance": self.epsilon, "diameter": self.diameter,
+        return {"noise_scale": 1.0 / self.epsilon, "epsilon_per_unit_distance": self.epsilon, "diameter": self.diameter,
                 "radius_shape": self.work_dim, "radius_scale": 1.0 / self.epsilon, "mse": self.mse(),
                 "work_dim": self.work_dim}
 
@@ -262,7 +262,8 @@ class Purkayastha(ProjectedMechanism):
 
     def calibration_values(self) -> dict[str, Any]:
         c = purkayastha_mean_cosine(self.work_dim, self.epsilon)
-        return {"epsilon_per_radian": self.epsilon, "angular_diameter": math.pi, "mean_cosine": c,
+        return {"noise_scale": 1.0 / self.epsilon, "epsilon_per_radian": self.epsilon, "angular_diameter": math.pi,
+                "mean_cosine": c,
                 "unbiasing_scale": 1.0 / c, "mse_unbiased_unit_sphere": 1.0 / (c * c) - 1.0,
                 "log_normaliser": log_angular_normaliser(self.work_dim - 2, self.epsilon), "work_dim": self.work_dim}
 
