@@ -18,6 +18,7 @@ CASES = (
     ("laplace-l1", {"epsilon": 1.0, "dim": 384}, (100_000, 384)),
     ("bitrr", {"epsilon": 1.0, "dim": 50}, (100_000, 50)),
     ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 384}, (100_000, 384)),
+    ("privunitg", {"epsilon": 1.0, "dim": 384}, (100_000, 384)),
 )
 
 

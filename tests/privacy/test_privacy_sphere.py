@@ -302,3 +302,15 @@ def test_privunit_with_approximate_cap_area_is_caught():
     assert mech.report().epsilon_worst_case > 2.3  # 2.31: the report computes it from the realised cap
     res = audit(mech, 200_000, seed=2)
     assert res.verdict == "violation", res.to_json()
+
+
+@pytest.mark.parametrize("name", CAP)
+def test_inputs_outside_the_ball_are_clipped(name):
+    mech = make_mechanism(name, epsilon=4.0, dim=6, clip_norm=1.0)
+    rng = np.random.default_rng(9)
+    x = 5.0 * unit(6, rng)
+    rel = mech.release(np.tile(x, (40_000, 1)), rng)
+    assert rel.info()["normalise"]["clipped_rows"] == 40_000
+    y = rel.values.astype(np.float64)
+    se = y.std(axis=0) / math.sqrt(y.shape[0])
+    assert np.all(np.abs(y.mean(axis=0) - x / 5.0) < 5 * se)  # unbiased for the clipped input
