@@ -136,3 +136,18 @@ def test_bad_projection_config(flat, needle):
     with pytest.raises(ValueError) as exc:
         ExperimentConfig.from_flat(flat)
     assert needle in str(exc.value)
+
+
+@pytest.mark.parametrize("mechanism", NEW)
+def test_client_uploads_projected_private_vectors(mechanism):
+    from fl_privtext.client import ClientData, client_upload
+
+    g = np.random.default_rng(0)
+    data = ClientData(shards=[np.arange(30)], labels=g.integers(0, 3, 30), num_classes=3,
+                      features=g.normal(size=(30, 12)).astype(np.float32))
+    cfg = ExperimentConfig.from_flat({"privacy.mechanism": mechanism, "privacy.epsilon": 2.0,
+                                      "privacy.projection": "random", "privacy.proj-dim": "4",
+                                      "federation.num-clients": 1, "federation.batch-size": 7})
+    up = client_upload(data, 0, 0, 1, cfg)
+    assert up.features.shape == (30, 4) and up.input_dim == 12 and np.isfinite(up.features).all()
+    assert up.features.dtype == np.float32
