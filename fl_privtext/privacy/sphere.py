@@ -46,6 +46,7 @@ from fl_privtext.privacy.stage import Stage
 
 SPHERE_MAPS = ("round", "normalise")
 CHUNK_VALUES = 1 << 20
+TINY_NORM = 1e-30  # rows shorter than this have no representable direction (1/norm would overflow float32)
 MAX_EPSILON = 20.0  # 1 - p >= 2e-9 >> 2^-53, the resolution of the uniforms deciding the cap
 AFT_PAPER = ("Asi, Feldman, Talwar. Optimal Algorithms for Mean Estimation under Local Differential Privacy, "
              "ICML 2022")
@@ -66,18 +67,27 @@ def uniform_directions(n: int, dim: int, rng: np.random.Generator) -> np.ndarray
     return out / norms[:, None]
 
 
+def row_norms(x: np.ndarray) -> np.ndarray:
+    """(n,) float64 L2 norms of float32 rows: a float32 pass, redone in float64 where it overflowed or underflowed."""
+    sq = np.einsum("ij,ij->i", x, x).astype(np.float64)
+    bad = ~np.isfinite(sq) | (sq < TINY_NORM ** 2)
+    if bad.any():
+        sq[bad] = np.einsum("ij,ij->i", x[bad], x[bad], dtype=np.float64)
+    return np.sqrt(sq)
+
+
 def to_sphere(x: np.ndarray, rng: np.random.Generator, rule: str, *,
               radius: float = 1.0) -> tuple[np.ndarray, dict[str, int]]:
     """Rows of the ball of radius ``radius`` (n, k) -> unit rows (n, k) float32 by ``rule`` ("round"/"normalise").
 
     round: +x/||x|| with probability (1 + ||x||/radius)/2, else -x/||x||, so E[radius u] = x (Duchi et al. 2018).
-    normalise: x/||x||. Zero rows get a uniformly random direction (E[u] = 0 = x) under both rules.
+    normalise: x/||x||. Zero rows (norm < 1e-30) get a uniformly random direction (E[u] = 0) under both rules.
     """
     if rule not in SPHERE_MAPS:
         raise ValueError(f"sphere_map must be one of {', '.join(SPHERE_MAPS)}, got {rule!r}.")
-    norms = np.sqrt(np.einsum("ij,ij->i", x, x).astype(np.float64))  # (n,)
+    norms = row_norms(x)  # (n,)
     r = np.minimum(norms / radius, 1.0)
-    zero = norms == 0
+    zero = norms < TINY_NORM  # no float32 direction below this: treated as 0 (bias < 1e-30, privacy unaffected)
     factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
     flipped = 0
     if rule == "round":
@@ -336,7 +346,7 @@ class CapMechanism(ProjectedMechanism):
         if self.sphere_map == "round":
             # Clipping to ||x|| <= C is applied by the rounding itself: u = +-x/||x|| with probabilities
             # (1 +- min(1, ||x||/C))/2 is the law of rounding the clipped x (saves a pass over (N, k)).
-            norms = np.sqrt(np.einsum("ij,ij->i", z, z).astype(np.float64))
+            norms = row_norms(z)
             return Stage(z, {"method": "l2-clip (inside the sphere rounding)", "clip_norm": self.clip_norm,
                              "clipped_rows": int((norms > self.clip_norm).sum()), **info})
         return Stage(z, {"method": "none (directions taken in randomise)", **info})
@@ -441,7 +451,8 @@ class PrivUnit(CapMechanism):
 
     - Pipeline: (public projection) -> clip -> sphere map -> V uniform on the cap {<V, u> >= gamma} of S^(k-1)
       with probability p, on its complement otherwise -> upload C V / m.
-    - Neighbouring relation: any two inputs (LDP). Guarantee: exactly eps-LDP with p (1-q)/(q (1-p)) = e^eps,
+    - Neighbouring relation: any two inputs (LDP). Sensitivity: none needed (the density ratio is bounded by the
+      cap construction). Guarantee: exactly eps-LDP with p (1-q)/(q (1-p)) = e^eps,
       q = Pr_uniform[<V, u> >= gamma] = I_{(1-gamma)/2}((k-1)/2, (k-1)/2); p = e^eps0/(1+e^eps0) with eps0
       optimised for the MSE (:func:`privunit_calibration`), gamma solved exactly from q.
     - Published claim: eps-LDP, correct; the paper picks gamma from sufficient inequalities (Lemma 4.1 bounds on
@@ -479,7 +490,8 @@ class Duchi(PrivUnit):
     - Pipeline: clip to ||x|| <= C, round to +-x/||x|| w.p. (1 +- ||x||/C)/2, then V uniform on the hemisphere
       {<V, u> > 0} with probability e^eps/(1+e^eps), else on the other one; upload C B V with
       B = (e^eps+1)/(e^eps-1) sqrt(pi) Gamma((k+1)/2)/Gamma(k/2) (unbiased).
-    - Neighbouring relation: any two inputs of the ball. Guarantee: exactly eps-LDP (q = 1/2, p/(1-p) = e^eps).
+    - Neighbouring relation: any two inputs of the ball. Sensitivity: none needed (hemisphere densities differ by
+      p/(1-p)). Guarantee: exactly eps-LDP (q = 1/2, p/(1-p) = e^eps).
     - Published claim: correct (nominal = worst case). MSE = Theta(d/eps^2) for small eps.
     """
 

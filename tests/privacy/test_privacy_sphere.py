@@ -314,3 +314,15 @@ def test_inputs_outside_the_ball_are_clipped(name):
     y = rel.values.astype(np.float64)
     se = y.std(axis=0) / math.sqrt(y.shape[0])
     assert np.all(np.abs(y.mean(axis=0) - x / 5.0) < 5 * se)  # unbiased for the clipped input
+
+
+@pytest.mark.parametrize("rule", ("round", "normalise"))
+def test_to_sphere_handles_huge_and_tiny_rows(rule):
+    rng = np.random.default_rng(10)
+    x = np.zeros((4, 3), np.float32)
+    x[0] = [3e30, 4e30, 0]  # squares overflow float32
+    x[1] = [3e-40, 4e-40, 0]  # denormal: 1/norm would overflow float32 -> treated as zero
+    x[2] = [0.3, 0.4, 0.0]
+    u, info = to_sphere(x, rng, rule)
+    assert np.isfinite(u).all() and np.allclose(np.linalg.norm(u, axis=1), 1.0, atol=1e-6)
+    assert np.allclose(np.abs(u[0]), [0.6, 0.8, 0.0]) and info["zero_rows"] == 2
