@@ -215,8 +215,9 @@ class Purkayastha(ProjectedMechanism):
     - Neighbouring relation: directional privacy in the paper (eps per radian of angle); here any two inputs.
       Sensitivity: the angular diameter of the sphere, pi.
     - Guarantee: pi eps-LDP (exact: antipodal inputs, output at either pole).
-    - Published claim: eps-"directional privacy"; Sentence-LDP (WWW'23) presents it as eps-LDP of sentence
-      embeddings. As LDP of one upload it is pi x eps. Sentence-LDP's code integrates e^(-eps t) sin^(d-2)(t)
+    - Published claim: eps-"directional privacy" (eps per radian); Sentence-LDP (WWW'23) uses it on sentence
+      embeddings with the same per-radian eps, which NLP comparisons read as eps-LDP. As LDP of one upload it is
+      pi x eps. Sentence-LDP's code integrates e^(-eps t) sin^(d-2)(t)
       numerically with 25 bisection steps; here the normaliser is the exact recursion in log space.
     """
 
@@ -268,8 +269,8 @@ class Purkayastha(ProjectedMechanism):
                 "log_normaliser": log_angular_normaliser(self.work_dim - 2, self.epsilon), "work_dim": self.work_dim}
 
     def claim_reason(self) -> str:
-        return ("Weggenmann & Kerschbaum state eps per radian of angle (directional privacy), and Sentence-LDP "
-                "presents it as eps-LDP; two inputs of the sphere are up to pi radians apart, so the local-DP "
+        return ("Weggenmann & Kerschbaum state eps per radian of angle (directional privacy; Sentence-LDP uses the "
+                "same per-radian eps); two inputs of the sphere are up to pi radians apart, so the local-DP "
                 "epsilon is pi x eps.")
 
     def assumptions(self) -> tuple[str, ...]:
