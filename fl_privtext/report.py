@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -97,6 +99,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         "attacks": attacks,
         "empirical_privacy": {k: v["empirical_privacy"] for k, v in attacks.items()},
         "fairness": fairness,
+        "faults": point.get("faults", {}),
         "federation": {
             "num_clients": cfg.federation.num_clients, "num_users": point["num_users"],
             "num_records": point["num_records"], "rounds": cfg.federation.rounds,
@@ -122,16 +125,35 @@ def _fmt(x: Any, digits: int = 3) -> str:
 def table(results: dict[str, Any]) -> str:
     """A readable plain-text summary (stdout and summary.md)."""
     p, u, f = results["privacy"], results["utility"], results["federation"]
+    sampler = "" if p.get("float_safe", True) else " [float sampler: simulation-grade, low bits leak; " \
+        "privacy.sampler=secure for deployment]"
     lines = [
         (f"dataset {results['dataset']['name']} | {f['num_users']} users, {f['num_records']} records in "
          f"{f['num_clients']} clients x {f['rounds']} round(s) | seeds {f['seeds']}"),
         (f"mechanism {p['mechanism']}: epsilon nominal {_fmt(p['epsilon_nominal'])}, "
-         f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}"),
+         f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}{sampler}"),
     ]
-    per_user = p.get("composition", {}).get("per_user", {})
+    comp = p.get("composition", {})
+    per_user = comp.get("per_user", {})
     if per_user:
-        lines.append(f"per-user composed epsilon (worst case, max over users): "
-                     f"{_fmt(per_user.get('max_epsilon_worst_case', per_user.get('max_epsilon')))}")
+        labels = comp.get("labels")
+        label_eps = labels.get("epsilon_per_upload") if isinstance(labels, dict) else None
+        label_txt = ("labels IN THE CLEAR (label epsilon inf)" if label_eps == "inf" else
+                     f"labels by randomized response, epsilon {_fmt(label_eps)} per upload" if label_eps is not None
+                     else str(labels))
+        lines.append(f"per user (max over users): representations {_fmt(per_user.get('max_epsilon_worst_case'))} "
+                     f"| {label_txt} | TOTAL {_fmt(per_user.get('max_epsilon_total', '-'))}")
+    if "randomness" in p:
+        mode = p["randomness"]
+        lines.append("client randomness: " + ("secret (OS entropy on every client)" if mode == "secret" else
+                                               "reproducible: simulation only, a server holding the client seed "
+                                               "could remove the noise"))
+    faults = results.get("faults") or {}
+    if faults.get("failed_clients"):
+        first = faults["failed_clients"][0]
+        lines.append(f"FAULTS: {len(faults['failed_clients'])} client failure(s) (e.g. node {first['node']}, "
+                     f"{first['kind']}: {str(first['reason'])[:120]}); {faults['records_not_received']} record "
+                     f"upload(s) missing, {faults['num_users_not_heard_from']} user(s) not heard from")
     base = results.get("baseline_no_privacy")
     if u.get("available"):
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
@@ -175,16 +197,29 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
         results["baseline_no_privacy"] = baseline_summary(baseline)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "config.toml").write_text(cfg.to_toml())
+    _write_atomic(out / "config.toml", cfg.to_toml())
     text = table(results)
     note = results["privacy"].get("published_claim_note")
     summary = f"# fl_privtext run\n\n```\n{text}\n```\n"
     if note:
         summary += f"\n**Privacy note.** {note}\n"
-    (out / "summary.md").write_text(summary)
+    _write_atomic(out / "summary.md", summary)
+    _write_atomic(out / "results.json", json.dumps(results, indent=2))  # last: its presence means a complete run
     if echo:
         print(text)
         print(f"\nwrote {out}/results.json, config.toml, summary.md")
     results["output_dir"] = str(out)
     return results
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write a temp file beside ``path`` and rename it: an interrupted run never leaves a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
