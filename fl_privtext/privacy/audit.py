@@ -288,8 +288,11 @@ def _metric_plan(mech: MultivariateLaplace | Purkayastha) -> AuditPlan:
             theta0 = np.arctan2(np.sqrt(np.einsum("ij,ij->i", y[:, 1:], y[:, 1:])), y[:, 0])  # angle to x0
             return np.round(eps * (np.pi - 2.0 * theta0), 9)  # eps (angle(y, x1) - angle(y, x0))
         label = "whole vector log-likelihood ratio eps (angle(y, x1) - angle(y, x0))"
+    # mvlaplace is additive float32 noise (y = fl32(x + n)): the low-bit distinguisher applies as for Laplace.
+    extra = (low_bit_component(-x0),) if isinstance(mech, MultivariateLaplace) else ()
     return AuditPlan(x0, -x0, lambda z, rng: mech.randomise(z, rng).values, k, (), Component(label, 1, llr),
-                     f"C*e_1 vs -C*e_1 (antipodal, the diameter of the domain) in {k} dimensions (randomiser stage)")
+                     f"C*e_1 vs -C*e_1 (antipodal, the diameter of the domain) in {k} dimensions (randomiser stage)",
+                     extra=extra)
 
 
 def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
@@ -306,7 +309,8 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
       1[<y,x0> >= tau] - 1[<y,x1> >= tau] (the ratio is e^eps, 1 or e^-eps).
     - mvlaplace, purkayastha: C*e_1 vs -C*e_1; the exact whole-vector log-likelihood ratio. Their published
       claim is per unit distance, so the default audit (against the nominal epsilon) finds a violation; audit
-      against ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value.
+      against ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value. mvlaplace also gets the low-bit
+      distinguisher (additive float32 noise); ``low_bits=False`` audits the calibration alone.
     """
     if isinstance(mech, BitMechanism):
         return _bit_plan(mech)

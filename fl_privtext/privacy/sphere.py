@@ -34,7 +34,6 @@ from scipy import optimize, special
 
 from fl_privtext.privacy.mechanisms import (
     COMPOSITION,
-    FLOAT_SAMPLER,
     REPLACEMENT,
     Mechanism,
     _dim,
@@ -45,6 +44,12 @@ from fl_privtext.privacy.projection import PROJECTIONS, PublicProjection, random
 from fl_privtext.privacy.stage import Stage
 
 SPHERE_MAPS = ("round", "normalise")
+FLOAT_NOISE = (
+    "Noise is floating-point (float64 per-row scalars, float32 vectors) and pseudo-random: simulation grade. "
+    "epsilon_worst_case holds for the exact real-valued mechanism; the float32 output's low bits may reveal more "
+    "(Mironov 2012), so float_safe is false. No secure sampler is offered for this mechanism (privacy.sampler does "
+    "not apply)."
+)
 CHUNK_VALUES = 1 << 20
 TINY_NORM = 1e-30  # rows shorter than this have no representable direction (1/norm would overflow float32)
 MAX_EPSILON = 20.0  # 1 - p >= 2e-9 >> 2^-53, the resolution of the uniforms deciding the cap
@@ -281,6 +286,11 @@ class ProjectedMechanism(Mechanism):
                              f"{p.method} {p.in_dim} -> {p.out_dim}.")
 
     @property
+    def float_safe(self) -> bool:
+        """False: continuous floating-point noise (see FLOAT_NOISE)."""
+        return False
+
+    @property
     def work_dim(self) -> int:
         """Width the randomiser works in: proj_dim with a projection, else dim."""
         return int(self.proj_dim) if self.proj_dim is not None else int(self.dim)
@@ -306,7 +316,7 @@ class ProjectedMechanism(Mechanism):
                                          "projector": self.projector.fingerprint}
 
     def assumptions(self) -> tuple[str, ...]:
-        out: tuple[str, ...] = (REPLACEMENT, COMPOSITION, FLOAT_SAMPLER)
+        out: tuple[str, ...] = (REPLACEMENT, COMPOSITION, FLOAT_NOISE)
         if self.projection != "none":
             out += ((f"The {self.projection} projection to {self.work_dim} dimensions is public and fixed (it depends "
                     "on no user's data), so the guarantee of the randomiser holds for the raw input."),)

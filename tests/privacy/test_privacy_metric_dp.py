@@ -165,7 +165,8 @@ class HotPurkayastha(Purkayastha):
 
 
 def audit(mech, n, seed=0, **kw):
-    return audit_mechanism(mech, np.random.default_rng(seed), samples=n, **kw)
+    # calibration of the real-valued mechanism; the float32 low-bit leak is tested separately below
+    return audit_mechanism(mech, np.random.default_rng(seed), samples=n, low_bits=kw.pop("low_bits", False), **kw)
 
 
 @pytest.mark.parametrize(("name", "eps", "d"), [("mvlaplace", 1.0, 2), ("mvlaplace", 0.5, 16), ("purkayastha", 1.0, 2),
@@ -185,3 +186,12 @@ def test_miscalibrated_metric_mechanisms_are_caught_at_their_ldp_epsilon(cls, ep
     res = audit(mech, 300_000, seed=2, claimed_epsilon=mech.epsilon_worst_case)
     assert res.verdict == "violation", res.to_json()
     assert res.epsilon_lower_bound <= 1.3 * mech.epsilon_worst_case
+
+
+def test_float_noise_is_reported_unsafe_and_the_low_bit_audit_flags_mvlaplace():
+    for name in ("privunitg", "privunit", "duchi", "mvlaplace", "purkayastha"):
+        rep = make_mechanism(name, epsilon=1.0, dim=4).report()
+        assert rep.float_safe is False and any("float_safe is false" in a for a in rep.assumptions)
+    mech = make_mechanism("mvlaplace", epsilon=1.0, dim=2)
+    res = audit(mech, 100_000, low_bits=True, claimed_epsilon=mech.epsilon_worst_case)
+    assert res.verdict == "violation" and res.detectors and res.detectors[0].bound.lower_bound > 4.0
