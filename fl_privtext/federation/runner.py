@@ -46,6 +46,10 @@ class _DropDeprecation(logging.Filter):
 
 def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
+    from fl_privtext.checks import check_extractor, check_resources
+
+    check_resources(cfg)
+    check_extractor(cfg)
     n_users = len(np.unique(pipeline.load(cfg).user_ids))
     if cfg.federation.num_clients > n_users:
         raise ValueError(
@@ -58,7 +62,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
             f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
         )
-    mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    try:
+        mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
+        raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
     return prep
@@ -217,7 +224,11 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     """One federated experiment: returns the results dict (also written to ``output``)."""
     from fl_privtext.report import finalize
 
+    from fl_privtext.checks import check_output
+
     t0 = time.perf_counter()
+    if output or cfg.run.output:
+        check_output(output or cfg.run.output)  # before the work, not after it
     points = [cfg]
     if cfg.run.baseline and cfg.privacy.mechanism != "none":
         clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
