@@ -230,7 +230,8 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
         check_output(output or cfg.run.output)  # before the work, not after it
     points = [cfg]
     if cfg.run.baseline and cfg.privacy.mechanism != "none":
-        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
+        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
+                                    proj_dim=0)
         points.append(dataclasses.replace(cfg, privacy=clear))
     served = run_points(points)
     return finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=output or cfg.run.output or None,

@@ -27,12 +27,18 @@ VALID = {
     "laplace-l1": {"epsilon": 1.0, "dim": 6},
     "laplace-box": {"epsilon": 1.0, "dim": 6},
     "gaussian": {"epsilon": 1.0, "delta": 1e-5, "dim": 6},
+    "privunitg": {"epsilon": 1.0, "dim": 6},
+    "privunit": {"epsilon": 1.0, "dim": 6},
+    "duchi": {"epsilon": 1.0, "dim": 6},
+    "mvlaplace": {"epsilon": 1.0, "dim": 6},
+    "purkayastha": {"epsilon": 1.0, "dim": 6},
 }
 
 
 def test_registry_names_match_the_design():
     assert list(MECHANISMS) == ["none", "ome", "sue", "oue", "bitrr", "laplace-dpnr", "laplace-dpnr-code",
-                                "laplace-l1", "laplace-box", "gaussian"]
+                                "laplace-l1", "laplace-box", "gaussian", "privunitg", "privunit", "duchi",
+                                "mvlaplace", "purkayastha"]
     assert set(VALID) == set(MECHANISMS)
 
 
