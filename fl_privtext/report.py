@@ -106,6 +106,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             "upload_dim": seeds[0]["output_dim"],
         },
         "dataset": point["dataset"],
+        "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,
+                                           "encoder": cfg.train.encoder, "guarantee": "none"}),
         "timing": timing,
         "config": cfg.to_flat(),
     })

@@ -95,3 +95,12 @@ def load_state(model: nn.Module, state: dict[str, np.ndarray]) -> None:
     with torch.no_grad():
         for k, v in state.items():
             params[k].copy_(torch.as_tensor(np.asarray(v), dtype=params[k].dtype))
+
+
+def spec_from(prep: object) -> ModelSpec:
+    """The model's shape from a `fl_privtext.pipeline.Prepared` (public: the server derives the same)."""
+    ds = prep.ds  # type: ignore[attr-defined]
+    features = prep.features  # type: ignore[attr-defined]
+    in_dim = int(features.shape[1]) if features is not None else int(prep.extractor.dim)  # type: ignore[attr-defined]
+    attrs = tuple((a.name, a.kind, len(a.classes)) for a in ds.attributes)
+    return ModelSpec(in_dim=in_dim, num_classes=len(ds.label_names), attributes=attrs)

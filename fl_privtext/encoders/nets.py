@@ -60,7 +60,9 @@ def linear(d_in: int, d_out: int, g: torch.Generator) -> nn.Linear:
 
 def lstm(d_in: int, hidden: int, g: torch.Generator) -> nn.LSTM:
     """torch's default LSTM initialisation (uniform +-1/sqrt(hidden)) drawn from ``g``."""
-    layer = torch.nn.utils.skip_init(nn.LSTM, d_in, hidden, batch_first=True)
+    with torch.device("meta"):  # no default initialisation (it would draw from the global RNG)
+        layer = nn.LSTM(d_in, hidden, batch_first=True)
+    layer = layer.to_empty(device="cpu")
     with torch.no_grad():
         for p in layer.parameters():
             nn.init.uniform_(p, -1 / math.sqrt(hidden), 1 / math.sqrt(hidden), generator=g)

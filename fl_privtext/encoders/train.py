@@ -140,15 +140,15 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
                        else sum(_attr_loss(h(r.detach()), z[n]) for n, h in model.adversaries.items()))
                 adv.backward()
                 opt_adv.step()
-                adv_losses.append(float(adv))
+                adv_losses.append(adv.item())
             r_task = noise_layer(r, mech, g) if mech is not None else r
             logits = model.task(r_task)
             loss = nn.functional.cross_entropy(logits, y)
-            task_loss = float(loss)
+            task_loss = loss.item()
             if t.defense == "adversarial":
                 adv = sum(_attr_loss(h(grad_reverse(r, t.lambda_adv)), z[n]) for n, h in model.adversaries.items())
                 loss = loss + adv
-                adv_losses.append(float(adv))
+                adv_losses.append(adv.item())
             elif t.defense == "multidetask":
                 loss = loss + t.lambda_adv * sum(_flipped_loss(h(r), z[n]) for n, h in model.adversaries.items())
             elif t.defense == "generation":
@@ -210,3 +210,22 @@ def encode(model: nn.Module, data: TrainData, rows: np.ndarray, cfg: ExperimentC
     out = [encoder(data.inputs(encoder.kind, rows[s : s + batch_size], cfg.train, dev)).float().cpu().numpy()
            for s in range(0, len(rows), batch_size)]
     return np.concatenate(out) if out else np.zeros((0, encoder.out_dim), np.float32)
+
+
+def validation_users(roles: np.ndarray, user_ids: np.ndarray, val_frac: float, seed: int) -> np.ndarray:
+    """The training users held out for model selection (a ``val_frac`` share of role "train", from the run seed:
+    roles are known to the server anyway)."""
+    users = np.unique(user_ids[roles == "train"])
+    k = int(round(val_frac * len(users)))
+    return np.sort(users[rng.generator(seed, "train-val").permutation(len(users))[:k]])
+
+
+def phase_a_rows(prep: Any, cfg: ExperimentConfig, client: int) -> tuple[np.ndarray, np.ndarray]:
+    """(training rows, validation rows) of ``client`` in Phase A: users of roles train/aux minus the validation
+    users, and the validation users. Test users never take part in training or model selection."""
+    shard = np.asarray(prep.shards[client])
+    roles, users = prep.roles, prep.ds.user_ids
+    val = validation_users(roles, users, cfg.train.val_frac, cfg.run.seed)
+    in_val = np.isin(users[shard], val)
+    train = shard[(roles[shard] != "test") & ~in_val]
+    return np.sort(train), np.sort(shard[in_val])

@@ -56,6 +56,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
             f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
         )
     mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    if cfg.train.rounds > 0:
+        from fl_privtext.federation.training import check_training
+
+        check_training(cfg, prep)
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
     return prep
