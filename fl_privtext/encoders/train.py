@@ -101,6 +101,14 @@ def hamming(z: dict[str, torch.Tensor], perm: torch.Tensor) -> torch.Tensor:
     return torch.cat(parts, dim=1).mean(dim=1)
 
 
+def declustering_term(r: torch.Tensor, z: dict[str, torch.Tensor], perm: torch.Tensor,
+                      alpha: float) -> torch.Tensor:
+    """alpha * mean over pairs (i, perm[i]) of (H(z_i, z_perm[i]) - 0.5) ||r_i - r_perm[i]||^2 (the authors' code's
+    sign: minimising it pushes same-z pairs apart and pulls different-z pairs together)."""
+    dist = ((r - r[perm]) ** 2).sum(dim=1)  # (B,)
+    return alpha * ((hamming(z, perm) - 0.5) * dist).mean()
+
+
 def _optimizer(params: list[nn.Parameter], cfg: ExperimentConfig) -> torch.optim.Optimizer:
     if cfg.train.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.train.lr)
@@ -155,8 +163,7 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
                 loss = loss - t.lambda_adv * model.generator.nll(r, chars)
             elif t.defense == "declustering" and len(batch) > 1:
                 perm = torch.from_numpy(g.permutation(len(batch))).to(dev)
-                dist = ((r - r[perm]) ** 2).sum(dim=1)
-                loss = loss + t.decluster_alpha * ((hamming(z, perm) - 0.5) * dist).mean()
+                loss = loss + declustering_term(r, z, perm, t.decluster_alpha)
             if anchor is not None:
                 loss = loss + proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(main_params, anchor))
             opt.zero_grad(set_to_none=True)

@@ -19,7 +19,7 @@ def leaky_data(n: int = 1200, dim: int = 16, seed: int = 0) -> TrainData:
     z = g.integers(0, 2, n)
     x = g.normal(size=(n, dim)).astype(np.float32)
     x[:, 0] += 2.0 * (2 * y - 1)  # the task
-    x[:, 1] += 2.0 * (2 * z - 1)  # the secret, linearly encoded
+    x[:, 1] += 3.0 * (2 * z - 1)  # the secret, linearly encoded
     x[:, 2] += 1.0 * (2 * z - 1)
     texts = [("abc " if zi else "xyz ") * 8 for zi in z]  # the text leaks z too (for the generation defence)
     return TrainData(labels=y.astype(np.int64), attributes={"gender": z.astype(np.int64)}, features=x, texts=texts)
