@@ -65,7 +65,7 @@ def build_encoder(cfg: TrainConfig, spec: ModelSpec, g: torch.Generator) -> nn.M
         if cfg.glove_init:
             from fl_privtext.extract.glove import glove_table
 
-            vectors = np.asarray(glove_table().vectors[: cfg.vocab_size], np.float32)
+            vectors = np.array(glove_table().vectors[: cfg.vocab_size], np.float32)  # a writable copy
         return nets.LSTMEncoder(cfg.vocab_size, cfg.hidden, cfg.dropout, g, vectors=vectors)
     if cfg.encoder == "minilm":
         from fl_privtext.extract.transformer import default_model_dir, load_model

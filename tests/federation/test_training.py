@@ -18,7 +18,7 @@ from fl_privtext.federation.runner import run_points
 from fl_privtext.federation.training import dp_fedavg_guarantee
 from fl_privtext.report import aggregate
 
-FAST = {"server.epochs": 5, "attack.epochs": 5, "run.progress": False, "federation.num-clients": 4,
+FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,
         "train.rounds": 3, "train.hidden": 16, "train.batch-size": 64}
 DP = {"train.dp-clip": 0.5, "train.dp-noise-multiplier": 1.0, "train.clients-per-round": 2}
 
