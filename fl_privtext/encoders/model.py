@@ -30,9 +30,9 @@ ADVERSARIAL_HEADS = ("adversarial", "multidetask")
 
 
 class PrivModel(nn.Module):
-    def __init__(self, encoder: nn.Module, spec: ModelSpec, cfg: TrainConfig, g: torch.Generator):
+    def __init__(self, encoder: nets.Encoder, spec: ModelSpec, cfg: TrainConfig, g: torch.Generator):
         super().__init__()
-        self.encoder = encoder
+        self.encoder: nets.Encoder = encoder
         self.spec, self.defense = spec, cfg.defense
         d = encoder.out_dim
         self.task = nets.mlp(d, max(spec.num_classes, 2), g)
@@ -40,7 +40,7 @@ class PrivModel(nn.Module):
         if cfg.defense in ADVERSARIAL_HEADS:
             for name, _kind, k in spec.attributes:
                 self.adversaries[name] = nets.mlp(d, k, g)
-        self.generator = nets.CharDecoder(d, g) if cfg.defense == "generation" else None
+        self.generator: nets.CharDecoder | None = nets.CharDecoder(d, g) if cfg.defense == "generation" else None
 
     @property
     def out_dim(self) -> int:
@@ -57,7 +57,7 @@ class PrivModel(nn.Module):
         return [p for p in self.parameters() if p.requires_grad and id(p) not in adv]
 
 
-def build_encoder(cfg: TrainConfig, spec: ModelSpec, g: torch.Generator) -> nn.Module:
+def build_encoder(cfg: TrainConfig, spec: ModelSpec, g: torch.Generator) -> nets.Encoder:
     if cfg.encoder == "trunk":
         return nets.Trunk(spec.in_dim, cfg.hidden, cfg.dropout, g)
     if cfg.encoder == "lstm":

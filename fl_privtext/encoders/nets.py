@@ -74,7 +74,14 @@ def mlp(d_in: int, d_out: int, g: torch.Generator, hidden: int = 64) -> nn.Seque
     return nn.Sequential(linear(d_in, hidden, g), nn.ReLU(), linear(hidden, d_out, g))
 
 
-class Trunk(nn.Module):
+class Encoder(nn.Module):
+    """r(x): ``kind`` names the inputs it reads (see `fl_privtext.encoders.inputs`), ``out_dim`` the width of r."""
+
+    kind: str = ""
+    out_dim: int = 0
+
+
+class Trunk(Encoder):
     kind = "features"
 
     def __init__(self, in_dim: int, hidden: int, dropout: float, g: torch.Generator):
@@ -87,7 +94,7 @@ class Trunk(nn.Module):
         return self.net(inputs["x"])  # (B, hidden)
 
 
-class LSTMEncoder(nn.Module):
+class LSTMEncoder(Encoder):
     kind = "tokens"
 
     def __init__(self, vocab_size: int, hidden: int, dropout: float, g: torch.Generator,
@@ -113,12 +120,12 @@ class LSTMEncoder(nn.Module):
         return h[-1]  # (B, hidden): the last state
 
 
-class MiniLMEncoder(nn.Module):
+class MiniLMEncoder(Encoder):
     kind = "transformer"
 
-    def __init__(self, net: nn.Module, layers: int):
+    def __init__(self, net: Any, layers: int):
         super().__init__()
-        self.net = net
+        self.net: Any = net
         for m in self.net.modules():  # its dropout would draw from the global RNG
             if isinstance(m, nn.Dropout):
                 m.p = 0.0

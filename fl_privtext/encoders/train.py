@@ -38,7 +38,7 @@ from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.encoders.inputs import TrainData
 from fl_privtext.encoders.model import PrivModel
-from fl_privtext.encoders.nets import grad_reverse, set_generator
+from fl_privtext.encoders.nets import Encoder, grad_reverse, set_generator
 
 
 def client_generator(seed: int, client: int, rnd: int, purpose: str) -> np.random.Generator:
@@ -109,6 +109,10 @@ def declustering_term(r: torch.Tensor, z: dict[str, torch.Tensor], perm: torch.T
     return alpha * ((hamming(z, perm) - 0.5) * dist).mean()
 
 
+def _total(losses: list[torch.Tensor]) -> torch.Tensor:
+    return torch.stack(losses).sum()
+
+
 def _optimizer(params: list[nn.Parameter], cfg: ExperimentConfig) -> torch.optim.Optimizer:
     if cfg.train.optimizer == "sgd":
         return torch.optim.SGD(params, lr=cfg.train.lr)
@@ -144,8 +148,8 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
             r = model.encoder(inp)  # (B, D)
             if opt_adv is not None:  # adversary step: its own parameters only, on a frozen r
                 opt_adv.zero_grad(set_to_none=True)
-                adv = (model.generator.nll(r.detach(), chars) if model.generator is not None
-                       else sum(_attr_loss(h(r.detach()), z[n]) for n, h in model.adversaries.items()))
+                adv = (model.generator.nll(r.detach(), chars) if model.generator is not None and chars is not None
+                       else _total([_attr_loss(h(r.detach()), z[n]) for n, h in model.adversaries.items()]))
                 adv.backward()
                 opt_adv.step()
                 adv_losses.append(adv.item())
@@ -154,18 +158,19 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
             loss = nn.functional.cross_entropy(logits, y)
             task_loss = loss.item()
             if t.defense == "adversarial":
-                adv = sum(_attr_loss(h(grad_reverse(r, t.lambda_adv)), z[n]) for n, h in model.adversaries.items())
+                adv = _total([_attr_loss(h(grad_reverse(r, t.lambda_adv)), z[n])
+                              for n, h in model.adversaries.items()])
                 loss = loss + adv
                 adv_losses.append(adv.item())
             elif t.defense == "multidetask":
-                loss = loss + t.lambda_adv * sum(_flipped_loss(h(r), z[n]) for n, h in model.adversaries.items())
-            elif t.defense == "generation":
+                loss = loss + t.lambda_adv * _total([_flipped_loss(h(r), z[n]) for n, h in model.adversaries.items()])
+            elif t.defense == "generation" and model.generator is not None and chars is not None:
                 loss = loss - t.lambda_adv * model.generator.nll(r, chars)
             elif t.defense == "declustering" and len(batch) > 1:
                 perm = torch.from_numpy(g.permutation(len(batch))).to(dev)
                 loss = loss + declustering_term(r, z, perm, t.decluster_alpha)
             if anchor is not None:
-                loss = loss + proximal_mu / 2 * sum(((p - a) ** 2).sum() for p, a in zip(main_params, anchor))
+                loss = loss + proximal_mu / 2 * _total([((p - a) ** 2).sum() for p, a in zip(main_params, anchor)])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -201,14 +206,14 @@ def evaluate(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experimen
             pred = (out > 0).float() if z[n].ndim == 2 else out.argmax(1)
             adv_correct[n] += float((pred == z[n]).float().mean(dim=-1).sum() if z[n].ndim == 2
                                     else (pred == z[n]).sum())
-    n = max(len(rows), 1)
-    out = {"val_loss": loss_sum / n, "val_accuracy": correct / n, "num_examples": float(len(rows))}
-    out.update({f"adversary_accuracy_{k}": v / n for k, v in adv_correct.items()})
+    count = max(len(rows), 1)
+    out = {"val_loss": loss_sum / count, "val_accuracy": correct / count, "num_examples": float(len(rows))}
+    out.update({f"adversary_accuracy_{k}": v / count for k, v in adv_correct.items()})
     return out
 
 
 @torch.no_grad()
-def encode(model: nn.Module, data: TrainData, rows: np.ndarray, cfg: ExperimentConfig,
+def encode(model: PrivModel | Encoder, data: TrainData, rows: np.ndarray, cfg: ExperimentConfig,
            batch_size: int = 256) -> np.ndarray:
     """(len(rows), out_dim) float32 r(x) of the trained encoder (eval mode, no noise: Phase B privatizes it)."""
     encoder = model.encoder if isinstance(model, PrivModel) else model

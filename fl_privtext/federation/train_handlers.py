@@ -83,10 +83,10 @@ def train(msg: Message, context: Context) -> Message:
     from fl_privtext.encoders import client_generator, local_train, trainable_state
     from fl_privtext.encoders.train import phase_a_rows
 
-    config = msg.content["config"]
+    config = msg.content.config_records["config"]
     cfg = experiment_config(config)
     client = _client(context, cfg)
-    arrays = msg.content["arrays"]
+    arrays = msg.content.array_records["arrays"]
     prep, data, model = _setup(cfg, arrays)
     rows, _ = phase_a_rows(prep, cfg, client)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
@@ -101,7 +101,8 @@ def train(msg: Message, context: Context) -> Message:
         compute_clip_model_update(param1=new, param2=[a.numpy() for a in arrays.values()],
                                   clipping_norm=float(clip))  # type: ignore[arg-type]
     out = ArrayRecord({k: Array(np.ascontiguousarray(v, np.float32)) for k, v in zip(arrays.keys(), new)})
-    metrics = {**stats, "weight": 1.0 if clip is not None else float(len(rows)), "num-examples": float(len(rows))}
+    metrics: dict[str, Any] = {**stats, "weight": 1.0 if clip is not None else float(len(rows)),
+                               "num-examples": float(len(rows))}
     return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
@@ -112,14 +113,15 @@ def evaluate(msg: Message, context: Context) -> Message:
     from fl_privtext.encoders import evaluate as evaluate_model
     from fl_privtext.encoders.train import phase_a_rows
 
-    config = msg.content["config"]
+    config = msg.content.config_records["config"]
     cfg = experiment_config(config)
     client = _client(context, cfg)
-    prep, data, model = _setup(cfg, msg.content["arrays"])
+    prep, data, model = _setup(cfg, msg.content.array_records["arrays"])
     _, rows = phase_a_rows(prep, cfg, client)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
     stats = evaluate_model(model, data, rows, cfg, client_generator(cfg.run.seed, client, rnd, "evaluate"))
-    return Message(RecordDict({"metrics": MetricRecord({**stats, "weight": float(len(rows))})}), reply_to=msg)
+    metrics: dict[str, Any] = {**stats, "weight": float(len(rows))}
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 
 
 class _EncodedFeatures:
