@@ -34,6 +34,8 @@ ROWS = {
     "adversarial generation": {"train.defense": "generation", "train.gen-chars": 32, "privacy.mechanism": "none"},
     "no defence, uploads laplace-dpnr eps 1": {**DPNR},
     "noise layer laplace-dpnr eps 1": {"train.defense": "noise", **DPNR},
+    "no defence, DP-FedAvg (clip 1, z 1)": {"privacy.mechanism": "none", "train.dp-clip": 1.0,
+                                            "train.dp-noise-multiplier": 1.0},
 }
 
 
