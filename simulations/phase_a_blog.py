@@ -50,7 +50,8 @@ def command(name: str, out: Path) -> list[str]:
 
 def table(rows: list) -> str:
     lines = ["| Phase A defence | task acc (majority) | gender acc (majority) | age acc (majority) | Phase A guarantee "
-             "| Phase B upload LDP (nominal / worst-case eps) | selected round | wall s |", "|---|---|---|---|---|---|---|---|"]
+             "| Phase B upload LDP (nominal / worst-case eps) | selected round (val acc) | Phase A s | wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for name, res, wall, _ in rows:
         u, a, t, p = res["utility"], res["attacks"], res["training"], res["privacy"]
         g = t["guarantee"]
@@ -61,7 +62,9 @@ def table(rows: list) -> str:
             f"| {name} | {u['accuracy']:.3f} ({u['majority_baseline']:.3f}) "
             f"| {a['gender']['accuracy']:.3f} ({a['gender']['majority_baseline']:.3f}) "
             f"| {a['age_group']['accuracy']:.3f} ({a['age_group']['majority_baseline']:.3f}) | {guar} | {ldp} "
-            f"| {t.get('selected_round', '-')} | {wall:.0f} |")
+            + (f"| {t['selected_round']} ({t['selected_val_accuracy']:.3f}) | {t['train_s']:.0f} " if t.get("enabled")
+               else "| - | - ")
+            + f"| {wall:.0f} |")
     return "\n".join(lines)
 
 
