@@ -34,6 +34,8 @@ def _config(args: argparse.Namespace) -> Any:
         "data.name": "blog", "data.root": args.data_root, "data.options.max_rows": args.users,
         "data.options.user_per_record": True, "federation.num-clients": args.clients,
         "privacy.mechanism": args.mechanism, "run.progress": False, "run.baseline": False,
+        # the reproducible simulation mode, so that both paths draw the same noise and their results can be compared
+        "run.client-seed": 2_718_281_828,
     }
     if args.ray_address:
         flat["federation.ray-address"] = args.ray_address

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -55,11 +56,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from fl_privtext.federation.runner import run_from_cli
 
-            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=args.quiet)
+            # progress bars redraw with carriage returns: in a log file (stderr not a terminal) they are garbage
+            quiet = args.quiet or not sys.stderr.isatty()
+            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=quiet)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        _interrupted(args.command)
     return 0
+
+
+def _interrupted(command: str) -> None:
+    """Ctrl-C: stop now. Cached features are complete entries only (atomic renames) and results.json is written
+    last and atomically, so nothing half-written is left; the next run reuses the cache or rebuilds it."""
+    print(f"fl-privtext {command}: interrupted; the feature cache holds only complete entries and no partial "
+          "results were written.", file=sys.stderr)
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+    except Exception:  # noqa: BLE001 - best effort on the way out
+        pass
+    sys.stderr.flush()
+    os._exit(130)  # worker threads (an extraction in progress) are abandoned, not joined
 
 
 if __name__ == "__main__":

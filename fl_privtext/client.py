@@ -4,13 +4,19 @@ Framework-free and light (numpy and the privacy package; no torch, no HF dataset
 starts fast. `fl_privtext.pipeline` builds `ClientData` from the full dataset; a simulation driver that already did
 so saves it as a *snapshot* (`ClientData.save`) that every virtual client maps in instead of re-parsing the dataset.
 
-Randomness: the privatization noise of a batch comes from the stream ``(seed, "privatize", round, client, batch)``.
+Randomness (docs/privacy.md, "Threat model"): the server must never be able to recompute a client's noise, so
+nothing it sends or holds seeds it. By default (``client_seed=None``, "secret") every batch draws a fresh
+generator from OS entropy. With ``run.client-seed`` set ("reproducible", simulation only) a batch's stream is
+``(client_seed, "privatize", point key, seed, round, client, batch)``; the client seed reaches the clients outside
+the ServerApp's messages (`CLIENT_SEED_ENV` or the SuperNode's ``--node-config client-seed=N``), and the point key
+(a hash of the point's configuration) keeps streams of different points of a sweep apart.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import tempfile
 from collections.abc import Sequence
@@ -25,6 +31,38 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
+CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client-seed to its clients
+# Keys that do not change what a client computes: excluded from the point key.
+_NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed")
+
+
+def client_seed_from(node_config: dict[str, Any] | None = None) -> int | None:
+    """The client seed of this process: the SuperNode's ``client-seed`` node config, else `CLIENT_SEED_ENV`, else
+    None (secret OS entropy). Never read from anything the server sends."""
+    raw: Any = (node_config or {}).get("client-seed", os.environ.get(CLIENT_SEED_ENV, ""))
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"client-seed must be an integer >= 0, got {raw!r}.") from None
+    if value < 0:
+        raise ValueError(f"client-seed must be an integer >= 0, got {raw!r}.")
+    return value
+
+
+def point_key(cfg: ExperimentConfig) -> str:
+    """A short hash of everything in the point's configuration that changes what a client computes."""
+    flat = {k: v for k, v in cfg.to_flat().items() if k not in _NOT_POINT}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def client_generator(client_seed: int | None, *keys: object) -> np.random.Generator:
+    """The client's private generator: fresh OS entropy (``client_seed=None``), or the reproducible stream
+    ``(client_seed, *keys)``. The only source of privatization, dropout-mask and label-flip randomness."""
+    if client_seed is None:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))  # 128 bits from the OS, per call
+    return rng.generator(client_seed, *keys)
 
 
 @dataclass(frozen=True)
@@ -109,6 +147,9 @@ def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """One round's uploads from all clients, in canonical row order (replies arrive in any order; sorting makes
     the server's training independent of network timing)."""
     parts = [p for p in parts if len(p["rows"])]
+    if not parts:
+        return {"features": np.zeros((0, 0), np.float32), "labels": np.zeros(0, np.int64),
+                "rows": np.zeros(0, np.int64)}
     merged = {k: np.concatenate([p[k] for p in parts]) for k in UPLOAD_KEYS}
     order = np.argsort(merged["rows"], kind="stable")
     return {k: v[order] for k, v in merged.items()}
@@ -132,10 +173,13 @@ def upload_rows(data: ClientData, client: int, rnd: int, cfg: ExperimentConfig) 
     return rows
 
 
-def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: ExperimentConfig) -> Upload:
-    """What virtual client ``client`` sends in round ``rnd``: privatized features, (randomized) labels, row ids.
+def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: ExperimentConfig, *,
+                  client_seed: int | None = None) -> Upload:
+    """What virtual client ``client`` sends in round ``rnd`` of repetition ``seed``: privatized features,
+    (randomized) labels, row ids. Randomness from `client_generator` (secret unless ``client_seed`` is given).
 
-    Raw text and raw representations stay here; only the mechanism's output leaves the function.
+    Raw text and raw representations stay here; only the mechanism's output leaves the function. A record whose
+    representation is not finite is refused (ValueError naming the client and the record ids): nothing is sent.
     """
     rows = upload_rows(data, client, rnd, cfg)
     out_x: list[np.ndarray] = []
@@ -143,10 +187,15 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
     out_y: list[np.ndarray] = []
     mech = None
     bs = cfg.federation.batch_size
+    key = point_key(cfg) if client_seed is not None else ""
     for b, start in enumerate(range(0, len(rows), bs)):
         batch = rows[start : start + bs]
-        g = rng.generator(seed, "privatize", rnd, client, b)
+        g = client_generator(client_seed, "privatize", key, seed, rnd, client, b)
         x = _client_features(data, batch, cfg, g)
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            raise ValueError(f"client {client}: record(s) {batch[bad][:10].tolist()} have non-finite "
+                             "representations (NaN or inf); this client refuses to upload (nothing was sent).")
         if mech is None:
             in_dim = x.shape[1]
             mech = mechanism_for(cfg, in_dim)

@@ -16,6 +16,7 @@ from typing import Any
 Scalar = bool | int | float | str
 
 EXTRACTOR_NAMES = ("glove", "minilm", "hf")
+SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
 
@@ -57,12 +58,13 @@ class ExtractorConfig:
     batch_size: int = 64
     device: str = ""  # "" = cuda when available, else cpu
     cache_dir: str = ""  # "" = FL_PRIVTEXT_CACHE or ~/.cache/fl_privtext
+    chunk_rows: int = 1024  # rows per resumable extraction chunk (an interrupted extraction resumes from its chunks)
 
     def __post_init__(self) -> None:
         _check_choice("extractor.name", self.name, EXTRACTOR_NAMES)
         _check_choice("extractor.pooling", self.pooling, ("mean", "cls"))
-        if self.max_length < 1 or self.batch_size < 1:
-            raise ValueError("extractor.max-length and extractor.batch-size must be >= 1.")
+        if self.max_length < 1 or self.batch_size < 1 or self.chunk_rows < 1:
+            raise ValueError("extractor.max-length, extractor.batch-size and extractor.chunk-rows must be >= 1.")
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,12 @@ class PrivacyConfig:
     mu: float = 0.0  # DPNR word-dropout rate (text side, before extraction)
     calibration: str = "paper"  # sue / oue: the paper's per-bit split or the textbook one
     label_epsilon: float = 0.0  # > 0: k-ary randomized response on uploaded labels with this epsilon
+    sampler: str = "float"  # Laplace/Gaussian noise: "float" (simulation) or "secure" (exact, CSPRNG; OpenDP)
 
     def __post_init__(self) -> None:
-        if not self.epsilon > 0:
-            raise ValueError(f"privacy.epsilon must be > 0; got {self.epsilon}.")
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
+            raise ValueError(f"privacy.epsilon must be a finite number > 0; got {self.epsilon}.")
+        _check_choice("privacy.sampler", self.sampler, SAMPLERS)
         if not 0 <= self.mu < 1:
             raise ValueError(f"privacy.mu must lie in [0, 1); got {self.mu}.")
         if self.label_epsilon < 0:
@@ -91,6 +95,7 @@ class PrivacyConfig:
         return {
             "epsilon": self.epsilon, "delta": self.delta, "lam": self.lam, "int_bits": self.int_bits,
             "frac_bits": self.frac_bits, "clip_norm": self.clip_norm, "mu": self.mu, "calibration": self.calibration,
+            "sampler": self.sampler,
         }
 
 
@@ -105,6 +110,7 @@ class FederationConfig:
     client_cpus: float = 1.0
     client_gpus: float = 0.0
     ray_address: str = ""  # "" = start a local Ray; "auto" or host:port = attach to an existing cluster
+    round_timeout: float = 600.0  # seconds the server waits for a round's replies (0 = forever); late = failed
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:
@@ -117,6 +123,9 @@ class FederationConfig:
             raise ValueError(f"federation.alpha must be > 0; got {self.alpha}.")
         if self.batch_size < 1:
             raise ValueError(f"federation.batch-size must be >= 1; got {self.batch_size}.")
+        if not self.round_timeout >= 0:
+            raise ValueError(f"federation.round-timeout must be >= 0 seconds (0 = wait forever); got "
+                             f"{self.round_timeout}.")
         if not self.client_cpus > 0 or self.client_gpus < 0:
             raise ValueError("federation.client-cpus must be > 0 and federation.client-gpus >= 0.")
 
@@ -180,15 +189,29 @@ class AttackConfig(MLPConfig):
 
 @dataclass(frozen=True)
 class RunConfig:
-    seed: int = 0
+    seed: int = 0  # roles, shards, the server's and the attackers' training (never the clients' noise)
     seeds: int = 1  # repetitions with seeds seed, seed+1, ...: mean and std are reported
     output: str = ""  # "" = runs/<timestamp>
     progress: bool = True
     baseline: bool = True  # also serve the same point with mechanism `none` and show what privacy changed
+    # None (default): every client draws its privatization randomness from OS entropy, fresh per run ("secret").
+    # An integer: reproducible simulation only; handed to the clients outside the ServerApp's messages, and a server
+    # that held it could remove the noise (docs/privacy.md, "Threat model").
+    client_seed: int | None = None
 
     def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"run.seed must be an integer >= 0; got {self.seed}.")
         if self.seeds < 1:
             raise ValueError(f"run.seeds must be >= 1; got {self.seeds}.")
+        if self.client_seed is not None and (isinstance(self.client_seed, bool) or self.client_seed < 0):
+            raise ValueError(f"run.client-seed must be an integer >= 0 (or unset for secret client randomness); "
+                             f"got {self.client_seed}.")
+
+    @property
+    def randomness(self) -> str:
+        """"secret" (OS entropy on every client) or "reproducible" (run.client-seed set; simulation only)."""
+        return "secret" if self.client_seed is None else "reproducible"
 
 
 @dataclass(frozen=True)
@@ -211,7 +234,7 @@ class ExperimentConfig:
                 value = getattr(section, f.name)
                 if f.name == "options":
                     out.update({f"{sec.name}.options.{k}": v for k, v in value.items()})
-                else:
+                elif value is not None:  # an unset optional key (run.client-seed) is absent, as TOML has no null
                     out[f"{sec.name}.{f.name.replace('_', '-')}"] = value
         return out
 
@@ -226,6 +249,10 @@ class ExperimentConfig:
                 raise ValueError(f"Unknown config key {key!r}; sections are {', '.join(sections)}.")
             if sec == "data" and name.startswith("options."):
                 opts = dict(sections[sec].get("options", getattr(base, sec).options))
+                if value == "":  # declared but unset (Flower's run config declares every option as "")
+                    opts.pop(name.removeprefix("options."), None)
+                    sections[sec]["options"] = opts
+                    continue
                 opts[name.removeprefix("options.")] = _option_value(value)
                 sections[sec]["options"] = opts
                 continue
@@ -235,6 +262,9 @@ class ExperimentConfig:
             if attr not in by_name or attr == "options":
                 valid = ", ".join(f"{sec}.{n.replace('_', '-')}" for n in by_name if n != "options")
                 raise ValueError(f"Unknown config key {key!r}; valid keys of [{sec}] are {valid}.")
+            if attr in OPTIONAL_INTS:
+                sections[sec][attr] = _optional_int(key, value)
+                continue
             sections[sec][attr] = _coerce(key, value, type(getattr(section, attr)))
         return cls(**{s: dataclasses.replace(getattr(base, s), **kw) for s, kw in sections.items()})
 
@@ -257,7 +287,7 @@ class ExperimentConfig:
             section = getattr(self, sec.name)
             for f in fields(section):
                 value = getattr(section, f.name)
-                if f.name == "options":
+                if f.name == "options" or value is None:
                     continue
                 lines.append(f"{f.name.replace('_', '-')} = {_toml_value(value)}")
             lines.append("")
@@ -266,6 +296,20 @@ class ExperimentConfig:
                 lines.extend(f"{k} = {_toml_value(v)}" for k, v in self.data.options.items())
                 lines.append("")
         return "\n".join(lines)
+
+
+OPTIONAL_INTS = ("client_seed",)  # fields whose unset value is None ("", "none" on the command line)
+
+
+def _optional_int(key: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"Config key {key!r} expects an integer (or none); got {value!r}.")
+    try:
+        return int(value) if not isinstance(value, str) else int(value.strip())
+    except ValueError:
+        raise ValueError(f"Config key {key!r} expects an integer (or none); got {value!r}.") from None
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -3,16 +3,18 @@
 `fl_privtext.federation` wraps these functions in Flower apps; `benchmarks/bench_federation.py` calls them in a
 plain in-process loop. Both paths therefore privatize, train and attack identically for a given seed.
 
-Randomness: roles and shards depend on ``run.seed`` only; the privatization noise of a batch comes from the stream
-``(seed, "privatize", round, client, batch)`` (one stream per stage, round and client, split in batches), and the
-server's and attackers' training from ``(seed, "server")`` / ``(seed, "attack", attribute)``.
+Randomness: roles and shards depend on ``run.seed`` only; the server's and attackers' training on
+``(seed, "server")`` / ``(seed, "attack", attribute)``. The clients' privatization randomness is theirs alone
+(`fl_privtext.client.client_generator`): secret OS entropy, or ``run.client-seed`` in the reproducible mode.
 """
 
 from __future__ import annotations
 
 import functools
+import gzip
 import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,11 +24,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from fl_privtext import metrics, rng
-from fl_privtext.client import UPLOAD_KEYS, ClientData, client_upload, mechanism_for, merge_uploads
+from fl_privtext.accounting import privacy_summary
+from fl_privtext.client import UPLOAD_KEYS, ClientData, client_upload, mechanism_for, merge_uploads, upload_rows
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.learn import MLPConfig, train_mlp
-from fl_privtext.privacy import PrivacyReport
 
 
 @dataclass
@@ -55,7 +57,18 @@ def data_key(cfg: ExperimentConfig) -> tuple:
 @functools.lru_cache(maxsize=4)
 def _load(key: tuple) -> TextDataset:
     name, root, options = key
-    return load_dataset(name, data_root=root or None, **dict(options))
+    try:
+        ds = load_dataset(name, data_root=root or None, **dict(options))
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"dataset {name!r}: a data file is a corrupt or truncated archive ({exc}); restore it "
+                         "(e.g. re-download or re-copy the file).") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"dataset {name!r}: a data file is not valid UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start}).") from None
+    if len(ds) == 0:
+        raise ValueError(f"dataset {name!r} (data.root={root!r}, options {dict(options)}) has no rows: the file "
+                         "holds a header only, or every row was filtered out.")
+    return ds
 
 
 def load(cfg: ExperimentConfig) -> TextDataset:
@@ -109,7 +122,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     cache_dir = cfg.extractor.cache_dir or None
     feats: np.ndarray | None = None
     if features == "extract":
-        feats = extract_cached(ds, extractor, cache_dir, progress=progress)
+        feats = extract_cached(ds, extractor, cache_dir, progress=progress, chunk_rows=cfg.extractor.chunk_rows)
     elif features == "cached":
         cache = EmbeddingCache(cache_dir)
         feats = cache.load(cache.key(ds.fingerprint, extractor.identity()))
@@ -249,30 +262,6 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int,
     return results
 
 
-def privacy_summary(prep: Prepared, report: PrivacyReport, cfg: ExperimentConfig, releases_per_record: int) -> dict:
-    """The mechanism's report plus what each USER spent: a user with k texts released k x rounds times."""
-    from fl_privtext.privacy import Accountant
-
-    acct = Accountant()
-    users = prep.ds.user_ids
-    acct.charge(users, report, times=releases_per_record)
-    out = report.to_json()
-    label = None
-    if cfg.privacy.label_epsilon > 0 and len(prep.ds.label_names) > 1:
-        label = {"mechanism": "k-ary randomized response", "epsilon": cfg.privacy.label_epsilon,
-                 "num_classes": len(prep.ds.label_names)}
-    per_user = acct.to_json(per_user=False)  # a summary: a table of every user's epsilon would be megabytes
-    _, eps = acct.epsilons("worst_case")
-    per_user["median_epsilon_worst_case"] = float(np.median(eps)) if len(eps) else 0.0
-    out["composition"] = {
-        "releases_per_record": releases_per_record,
-        "per_user": per_user,
-        "labels": label or ("sent in the clear (privacy.label-epsilon = 0): labels are not protected"
-                            if len(prep.ds.label_names) else "no labels uploaded"),
-    }
-    return out
-
-
 # ---- one experiment point, independent of the transport -------------------------------------------------------------
 
 
@@ -285,18 +274,32 @@ class Observed:
     nbytes: int
 
 
-CollectRound = Callable[[int, int], tuple[dict[str, np.ndarray], int]]  # (seed, round) -> (uploads, input_dim)
+@dataclass(frozen=True)
+class Round:
+    """One round as the server saw it: the uploads that arrived, and the clients that did not deliver.
+
+    ``failures``: one dict per client without a usable reply: ``{"node": id, "kind": "error" | "timeout",
+    "reason": str}``. ``seeded``: per reply, whether the client ran the reproducible mode (its own statement)."""
+
+    uploads: dict[str, np.ndarray]
+    input_dim: int
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    seeded: list[bool] = field(default_factory=list)
+
+
+CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
 
 
 @dataclass(frozen=True)
 class Collected:
-    """One seed's traffic: what the server received and what the eavesdropper observed."""
+    """One seed's traffic: what the server received, what the eavesdropper observed, what went missing."""
 
     seed: int
     received: dict[str, np.ndarray]
     observed: Observed
     input_dim: int
     federation_s: float
+    rounds: tuple[Round, ...] = ()
 
 
 def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
@@ -308,12 +311,13 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
     for seed in seeds:
         start_seed()
         t0 = time.perf_counter()
-        received, input_dim = [], 0
+        rounds: list[Round] = []
         for rnd in range(cfg.federation.rounds):
-            arrays, input_dim = collect_round(seed, rnd)
-            received.append(arrays)
+            rounds.append(collect_round(seed, rnd))
             bar.update()
-        out.append(Collected(seed, merge_uploads(received), eavesdrop(), input_dim, time.perf_counter() - t0))
+        received = merge_uploads([r.uploads for r in rounds])
+        input_dim = max(r.input_dim for r in rounds)
+        out.append(Collected(seed, received, eavesdrop(), input_dim, time.perf_counter() - t0, tuple(rounds)))
     bar.close()
     return out
 
@@ -342,14 +346,62 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
         })
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
+    released = [sent_rows(prep, cfg, c) for c in collected]
+    privacy = privacy_summary(report, cfg, prep.ds.user_ids, len(prep.ds.label_names), released, releases)
+    privacy["randomness"] = randomness_of(cfg, collected)
     return {
+        "extractor_identity": prep.extractor.identity(),
         "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
-        "num_records": len(prep.ds), "privacy": privacy_summary(prep, report, cfg, releases),
-        "dataset": {"name": prep.ds.name, "label_names": list(prep.ds.label_names),
+        "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
+        "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,
     }
+
+
+def _expected_rows(prep: Prepared, cfg: ExperimentConfig, rnd: int) -> np.ndarray:
+    return np.concatenate([upload_rows(prep.client, c, rnd, cfg) for c in range(len(prep.shards))])
+
+
+def sent_rows(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> np.ndarray:
+    """Rows released in one repetition, one entry per release: those received, plus the missing rows of a round in
+    which some client timed out (it may have sent them). Clients that failed with an error sent nothing."""
+    parts = []
+    for rnd, r in enumerate(c.rounds):
+        parts.append(r.uploads["rows"])
+        if any(f["kind"] == "timeout" for f in r.failures):
+            parts.append(np.setdiff1d(_expected_rows(prep, cfg, rnd), r.uploads["rows"]))
+    return np.concatenate(parts) if parts else c.received["rows"]
+
+
+def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
+    """Clients that did not deliver, per seed and round, and the users the server never heard from."""
+    failed: list[dict[str, Any]] = []
+    missing_users: set[Any] = set()
+    missing_records = 0
+    for c in collected:
+        heard = set(prep.ds.user_ids[c.received["rows"]].tolist())
+        for rnd, r in enumerate(c.rounds):
+            failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
+            missing = np.setdiff1d(_expected_rows(prep, cfg, rnd), r.uploads["rows"])
+            missing_records += int(missing.size)
+            missing_users.update(set(prep.ds.user_ids[missing].tolist()) - heard)
+    return {"failed_clients": failed, "records_not_received": missing_records,
+            "users_not_heard_from": sorted(missing_users, key=str)[:1000],
+            "num_users_not_heard_from": len(missing_users)}
+
+
+def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:
+    """"secret" or "reproducible", as the clients themselves stated it (the server's config never holds the client
+    seed); clients that disagree are an error (the seed did not reach every worker)."""
+    seeded = [s for c in collected for r in c.rounds for s in r.seeded]
+    if not seeded:
+        return cfg.run.randomness
+    if any(seeded) and not all(seeded):
+        raise RuntimeError("Some clients ran with a client seed and some without: the client seed did not reach "
+                           "every worker (set FL_PRIVTEXT_CLIENT_SEED on every node, or --node-config client-seed).")
+    return "reproducible" if seeded[0] else "secret"
 
 
 def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
@@ -365,12 +417,13 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
     prep = prep or prepare(cfg, features="extract", progress=cfg.run.progress)
     last: dict[str, Any] = {}
 
-    def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
-        ups = [client_upload(prep.client, c, rnd, seed, cfg) for c in range(cfg.federation.num_clients)]
+    def collect_round(seed: int, rnd: int) -> Round:
+        ups = [client_upload(prep.client, c, rnd, seed, cfg, client_seed=cfg.run.client_seed)
+               for c in range(cfg.federation.num_clients)]
         ups = [u for u in ups if len(u.rows)]
         arrays = merge_uploads([u.arrays() for u in ups])
         last.setdefault("rounds", []).append((arrays, len(ups)))
-        return arrays, max(u.input_dim for u in ups)
+        return Round(arrays, max(u.input_dim for u in ups), seeded=[cfg.run.client_seed is not None] * len(ups))
 
     def eavesdrop() -> Observed:
         rounds = last.pop("rounds")

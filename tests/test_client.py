@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from fl_privtext.client import ClientData, client_upload, merge_uploads
+from fl_privtext.client import ClientData, client_seed_from, client_upload, merge_uploads
 from fl_privtext.config import ExperimentConfig
 
 CFG = ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
@@ -32,10 +32,11 @@ def test_snapshot_round_trip_gives_identical_uploads(tmp_path):
     assert isinstance(loaded.features, np.memmap)  # mapped from the cache file, not copied
     for client in range(3):
         for rnd in range(2):
-            x, y = client_upload(data, client, rnd, 5, CFG), client_upload(loaded, client, rnd, 5, CFG)
+            x = client_upload(data, client, rnd, 5, CFG, client_seed=11)
+            y = client_upload(loaded, client, rnd, 5, CFG, client_seed=11)
             for k, v in x.arrays().items():
                 np.testing.assert_array_equal(v, y.arrays()[k])
-    merged = merge_uploads([client_upload(loaded, c, 0, 5, CFG).arrays() for c in range(3)])
+    merged = merge_uploads([client_upload(loaded, c, 0, 5, CFG, client_seed=11).arrays() for c in range(3)])
     np.testing.assert_array_equal(merged["rows"], np.arange(40))
 
 
@@ -84,3 +85,54 @@ def test_a_client_without_the_snapshot_file_loads_the_dataset_itself(tmp_path):
     data = _client_data(_prep_key(cfg), str(tmp_path / "elsewhere.npz"))
     assert len(data.shards) == 4 and data.texts is not None
     assert sum(len(s) for s in data.shards) == len(data.labels) == len(data.texts)
+
+
+def _features(up):
+    return up.arrays()["features"]
+
+
+def test_secret_mode_never_repeats_noise_and_reproducible_mode_repeats_only_the_same_point(tmp_path):
+    data = _data(tmp_path)
+    secret = [_features(client_upload(data, 0, 0, 5, CFG)) for _ in range(2)]
+    assert not np.isclose(secret[0], secret[1]).any()  # fresh OS entropy on every call
+    a, b = (_features(client_upload(data, 0, 0, 5, CFG, client_seed=3)) for _ in range(2))
+    np.testing.assert_array_equal(a, b)  # reproducible: same client seed, same point, same noise
+    other_point = ExperimentConfig.from_flat({**CFG.to_flat(), "privacy.epsilon": 2.0})
+    other_seed = _features(client_upload(data, 0, 0, 5, CFG, client_seed=4))
+    other_round = _features(client_upload(data, 0, 1, 5, CFG, client_seed=3))
+    other_eps = _features(client_upload(data, 0, 0, 5, other_point, client_seed=3))
+    # another client seed, round or point draws other noise: two epsilons never share a stream (a shared stream
+    # at two scales would give the input exactly: y1 - y2 = (b1 - b2) * noise)
+    for other in (other_seed, other_round, other_eps):
+        assert not np.isclose(a, other).any()
+    # records of one batch get independent noise: no two rows share a draw
+    noise = a - np.asarray(client_upload(data, 0, 0, 5, ExperimentConfig.from_flat(
+        {**CFG.to_flat(), "privacy.mechanism": "none"})).arrays()["features"] /
+        np.abs(data.features[np.sort(data.shards[0])]).sum(axis=1, keepdims=True)[np.argsort(np.argsort(
+            data.shards[0]))])
+    assert len(np.unique(np.round(noise, 5))) == noise.size
+
+
+def test_the_client_seed_comes_from_the_node_or_its_environment_never_from_a_message(monkeypatch):
+    monkeypatch.delenv("FL_PRIVTEXT_CLIENT_SEED", raising=False)
+    assert client_seed_from({}) is None
+    assert client_seed_from({"partition-id": 0, "client-seed": 9}) == 9
+    monkeypatch.setenv("FL_PRIVTEXT_CLIENT_SEED", "12")
+    assert client_seed_from({}) == 12
+    monkeypatch.setenv("FL_PRIVTEXT_CLIENT_SEED", "")
+    assert client_seed_from({}) is None
+    with pytest.raises(ValueError, match="client-seed must be an integer"):
+        client_seed_from({"client-seed": "x"})
+
+
+def test_a_non_finite_representation_is_refused_naming_the_client_and_the_record(tmp_path):
+    data = _data(tmp_path)
+    feats = np.array(data.features)
+    bad_row = int(data.shards[1][2])
+    feats[bad_row, 1] = np.nan
+    np.save(tmp_path / "features.npy", feats)
+    broken = ClientData(shards=data.shards, labels=data.labels, num_classes=3,
+                        features=np.load(tmp_path / "features.npy", mmap_mode="r"))
+    with pytest.raises(ValueError, match=rf"client 1: record\(s\) \[{bad_row}\] have non-finite"):
+        client_upload(broken, 1, 0, 0, CFG)
+    assert len(client_upload(broken, 0, 0, 0, CFG).rows) == len(data.shards[0])  # other clients unaffected

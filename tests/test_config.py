@@ -22,14 +22,26 @@ def test_defaults_round_trip_through_flat_and_toml(tmp_path):
 
 def test_pyproject_flower_config_mirrors_the_defaults():
     app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    flat = {f"{sec}.{k}": v for sec, table in app_cfg.items() for k, v in table.items()}
+    flat = {f"{sec}.{k}": v for sec, table in app_cfg.items() for k, v in table.items() if not isinstance(v, dict)}
     assert flat == ExperimentConfig().to_flat()
+    # every loader option of every dataset is declared (unset) so that `flwr run -c 'data.options.X=...'` works
+    from fl_privtext.data import DATASETS, dataset_options
+
+    declared = app_cfg["data"]["options"]
+    assert set(declared) == {o for n in DATASETS for o in dataset_options(n)}
+    assert set(declared.values()) == {""}
+    assert ExperimentConfig.from_flat({f"data.options.{k}": v for k, v in declared.items()}) == ExperimentConfig()
 
 
 @pytest.mark.parametrize(
     "key,value,needle",
     [
-        ("privacy.epsilon", "0", "privacy.epsilon must be > 0"),
+        ("privacy.epsilon", "0", "privacy.epsilon must be a finite number > 0"),
+        ("privacy.epsilon", "inf", "privacy.epsilon must be a finite number > 0"),
+        ("privacy.sampler", "exact", "privacy.sampler must be one of float, secure"),
+        ("run.seed", "-1", "run.seed must be an integer >= 0"),
+        ("run.client-seed", "-3", "run.client-seed must be an integer >= 0"),
+        ("run.client-seed", "abc", "'run.client-seed' expects an integer"),
         ("privacy.epsilon", "abc", "expects a float"),
         ("federation.num-clients", "0", "num-clients must be >= 1"),
         ("federation.partition", "random", "iid, dirichlet, natural"),
@@ -46,3 +58,14 @@ def test_bad_config_names_the_key_and_the_valid_values(key, value, needle):
     with pytest.raises(ValueError, match=None) as exc:
         ExperimentConfig.from_flat({key: value})
     assert needle in str(exc.value)
+
+
+def test_client_seed_is_unset_by_default_and_round_trips_when_set(tmp_path):
+    assert ExperimentConfig().run.client_seed is None and ExperimentConfig().run.randomness == "secret"
+    assert "run.client-seed" not in ExperimentConfig().to_flat()  # TOML and Flower's run config have no null
+    cfg = ExperimentConfig.from_flat({"run.client-seed": "7"})
+    assert cfg.run.client_seed == 7 and cfg.run.randomness == "reproducible"
+    path = tmp_path / "c.toml"
+    path.write_text(cfg.to_toml())
+    assert ExperimentConfig.load(path) == cfg
+    assert ExperimentConfig.from_flat({"run.client-seed": "none"}, cfg).run.client_seed is None

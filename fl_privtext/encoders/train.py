@@ -41,12 +41,12 @@ from fl_privtext.encoders.model import PrivModel
 from fl_privtext.encoders.nets import Encoder, grad_reverse, set_generator
 
 
-def client_generator(seed: int, client: int, rnd: int, purpose: str) -> np.random.Generator:
-    """The ONE source of a client's Phase A randomness (noise layer, dropout masks, batch order).
+def client_generator(client_seed: int | None, client: int, rnd: int, purpose: str) -> np.random.Generator:
+    """The ONE source of a client's Phase A randomness (noise layer, dropout masks, batch order): the client's
+    private generator (OS entropy, or the reproducible client seed that never travels through the server)."""
+    from fl_privtext.client import client_generator as private
 
-    Derived like the privatization streams of `fl_privtext.client` (from the run seed, round and client); the
-    client-secret randomness of issue #9 is rewired here and nowhere else."""
-    return rng.generator(seed, "train", purpose, rnd, client)
+    return private(client_seed, "train", purpose, rnd, client)
 
 
 def torch_gen(g: np.random.Generator) -> torch.Generator:

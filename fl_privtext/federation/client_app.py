@@ -4,6 +4,10 @@ The server's query carries the experiment config (so `run_simulation`, `flwr run
 the (seed, round); the client finds its users from its ``partition-id``, privatizes them in batches on this side
 and replies with the privatized features, the (optionally randomized) labels and the row ids. Nothing else leaves.
 
+The client's randomness never comes from the query: it is OS entropy, or (reproducible simulation only) the client
+seed this process was given outside the ServerApp: ``--node-config client-seed=N`` on a SuperNode or the
+``FL_PRIVTEXT_CLIENT_SEED`` environment variable that `fl-privtext run` sets on its Ray workers.
+
 Start-up is kept light (numpy, flwr and the privacy package; torch and HF datasets are not imported): under
 `fl-privtext run` the driver has already loaded the dataset and passes the path of a client-data snapshot
 (``client-data.snapshot``, see `fl_privtext.client.ClientData.save`) that each actor maps in. Without one
@@ -20,7 +24,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fl_privtext.client import ClientData, client_upload
+from fl_privtext.client import ClientData, client_seed_from, client_upload
 from fl_privtext.config import ExperimentConfig
 
 app = ClientApp()
@@ -52,13 +56,19 @@ def _prep_key(cfg: ExperimentConfig) -> tuple:
 def warm_up(msg: Message, context: Context) -> Message:
     """Load the dataset, shards and cached features into this actor before the first upload round."""
     t0 = time.perf_counter()
-    _data_for(msg, ExperimentConfig.from_flat(dict(msg.content.config_records["config"])))
+    _data_for(msg, _config(msg))
     return Message(RecordDict({"stats": MetricRecord({"prepare_s": time.perf_counter() - t0})}), reply_to=msg)
+
+
+def _config(msg: Message) -> ExperimentConfig:
+    flat = dict(msg.content.config_records["config"])
+    flat.pop("run.client-seed", None)  # a seed the server sends would void local DP: never used
+    return ExperimentConfig.from_flat(flat)
 
 
 @app.query("upload")
 def upload(msg: Message, context: Context) -> Message:
-    cfg = ExperimentConfig.from_flat(dict(msg.content.config_records["config"]))
+    cfg = _config(msg)
     task = msg.content.config_records["task"]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     num_partitions = int(context.node_config["num-partitions"])  # type: ignore[arg-type]
@@ -74,13 +84,16 @@ def upload(msg: Message, context: Context) -> Message:
 
         data = encoded_client_data(data, msg, cfg)
     t1 = time.perf_counter()
-    up = client_upload(data, client, int(task["round"]), int(task["seed"]), cfg)  # type: ignore[arg-type]
+    client_seed = client_seed_from(dict(context.node_config))
+    up = client_upload(data, client, int(task["round"]), int(task["seed"]), cfg,  # type: ignore[arg-type]
+                       client_seed=client_seed)
     t2 = time.perf_counter()
     content = RecordDict(
         {
             "upload": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in up.arrays().items()}),
-            "stats": MetricRecord({"num_uploads": len(up.rows), "input_dim": up.input_dim,
-                                   "prepare_s": t1 - t0, "privatize_s": t2 - t1}),
+            # "seeded": whether this client ran the reproducible mode (1) or secret OS entropy (0); public metadata
+            "stats": MetricRecord({"num_uploads": len(up.rows), "input_dim": up.input_dim, "seeded": int(
+                client_seed is not None), "prepare_s": t1 - t0, "privatize_s": t2 - t1}),
         }
     )
     return Message(content, reply_to=msg)

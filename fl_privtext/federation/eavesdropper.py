@@ -30,9 +30,11 @@ class Observation:
 class EavesdroppingGrid(Grid):
     """Delegates to ``inner`` and records a copy of every reply it returns."""
 
-    def __init__(self, inner: Grid) -> None:
+    def __init__(self, inner: Grid, *, record_sent: bool = False) -> None:
         self._inner = inner
         self.observations: list[Observation] = []
+        self.record_sent = record_sent
+        self.sent: list[Observation] = []  # the server's own queries (record_sent=True): what the server knows
 
     # -- delegation -------------------------------------------------------------------------------------------
     def set_run(self, run: Any) -> None:  # pragma: no cover - the inner grid is already bound
@@ -52,13 +54,24 @@ class EavesdroppingGrid(Grid):
         return self._inner.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self._inner.push_messages(messages)
+        return self._inner.push_messages(self._record_sent(messages))
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return self._record(self._inner.pull_messages(message_ids))
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        return self._record(self._inner.send_and_receive(messages, timeout=timeout))
+        return self._record(self._inner.send_and_receive(self._record_sent(messages), timeout=timeout))
+
+    def _record_sent(self, messages: Iterable[Message]) -> list[Message]:
+        messages = list(messages)
+        if self.record_sent:
+            for msg in messages:
+                obs = Observation(src_node_id=0, message_type=msg.metadata.message_type)
+                for name, record in msg.content.items():
+                    if isinstance(record, ConfigRecord):
+                        obs.configs[name] = dict(record)
+                self.sent.append(obs)
+        return messages
 
     # -- recording --------------------------------------------------------------------------------------------
     def _record(self, replies: Iterable[Message]) -> list[Message]:

@@ -2,6 +2,9 @@
 
 `run_points` runs many experiment points (a sweep) inside ONE simulation, so Flower/Ray start-up is paid once and
 every point still goes through the federated path.
+
+The clients' randomness: secret (OS entropy) unless ``run.client-seed`` is set; then the seed reaches the Ray workers
+as the ``FL_PRIVTEXT_CLIENT_SEED`` environment variable, and the ServerApp gets the points WITHOUT it (`_server_view`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import pipeline
-from fl_privtext.client import mechanism_for
+from fl_privtext.client import CLIENT_SEED_ENV, mechanism_for
 from fl_privtext.config import ExperimentConfig
 
 
@@ -43,6 +46,10 @@ class _DropDeprecation(logging.Filter):
 
 def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
+    from fl_privtext.checks import check_extractor, check_resources
+
+    check_resources(cfg)
+    check_extractor(cfg)
     n_users = len(np.unique(pipeline.load(cfg).user_ids))
     if cfg.federation.num_clients > n_users:
         raise ValueError(
@@ -55,7 +62,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
             f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
         )
-    mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    try:
+        mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
+        raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
     if cfg.train.rounds > 0:
         from fl_privtext.federation.training import check_training
 
@@ -63,6 +73,11 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
     return prep
+
+
+def _server_view(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The point as the untrusted server may hold it: without the clients' seed."""
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, client_seed=None))
 
 
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
@@ -85,10 +100,10 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     first = points[0].federation
     for p in points:
         f = p.federation
-        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address) != (
-            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address):
+        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address, p.run.client_seed) != (
+            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address, points[0].run.client_seed):
             raise ValueError("All points of one simulation must share federation.num-clients, client-cpus, "
-                             "client-gpus and ray-address.")
+                             "client-gpus, ray-address and run.client-seed.")
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
     if first.ray_address:
         init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
@@ -99,17 +114,22 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         validate(p)  # every point, before anything starts
     # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
     # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver") as driver:
+    driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
+    started = False
+    try:
         prepared = driver.submit(_prepare_driver, points)
-        started = _init_ray(init_args)
-        try:
-            snapshots = prepared.result()
-        except BaseException:
-            if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
-                import ray
+        started = _init_ray(init_args, client_seed=points[0].run.client_seed)
+        snapshots = prepared.result()
+    except BaseException:
+        if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
+            import ray
 
-                ray.shutdown()
-            raise
+            ray.shutdown()
+        # Ctrl-C: do not wait for the extraction thread (the cache stores only complete, atomically renamed
+        # entries, so abandoning it loses no cached data and corrupts nothing)
+        driver.shutdown(wait=False, cancel_futures=True)
+        raise
+    driver.shutdown(wait=True)
 
     server_app = ServerApp()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-server")
@@ -122,9 +142,21 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         futures.append(pool.submit(job))
         return futures[-1]
 
+    served = [_server_view(p) for p in points]
+
+    def restore(i: int, result: dict[str, Any]) -> None:
+        result["config"] = points[i]  # the driver's own record (with run.client-seed) for results.json
+        ran, asked = result["privacy"]["randomness"], points[i].run.randomness
+        if ran != asked:
+            raise RuntimeError(f"run.client-seed asks for {asked!r} client randomness but the clients ran {ran!r}: "
+                               "the seed did not reach them (an already running Ray cluster keeps its workers' "
+                               "environment: set FL_PRIVTEXT_CLIENT_SEED there, or unset run.client-seed).")
+        if on_result is not None:
+            on_result(i, result)
+
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
-        serve(grid, points, snapshots=snapshots, keep_observations=keep_observations, on_result=on_result,
+        serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
               submit=submit)
 
     backend_config = {
@@ -167,9 +199,12 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
 
 
-def _init_ray(init_args: dict[str, Any]) -> bool:
+def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None) -> bool:
     """Initialise Ray as Flower's Ray backend would (``init_args`` plus the driver's sys.path for the actors);
-    the backend then reuses it, and shuts it down at the end. False when Ray was already initialised."""
+    the backend then reuses it, and shuts it down at the end. False when Ray was already initialised.
+
+    ``client_seed`` (reproducible mode) goes to the workers' environment only, not to the driver's, where the
+    ServerApp runs."""
     import ray
 
     if ray.is_initialized():
@@ -178,7 +213,8 @@ def _init_ray(init_args: dict[str, Any]) -> bool:
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
     os.environ["PYTHONPATH"] = pythonpath
-    ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **init_args)
+    env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed)}
+    ray.init(runtime_env={"env_vars": env_vars}, **init_args)
     return True
 
 
@@ -192,7 +228,11 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     """One federated experiment: returns the results dict (also written to ``output``)."""
     from fl_privtext.report import finalize
 
+    from fl_privtext.checks import check_output
+
     t0 = time.perf_counter()
+    if output or cfg.run.output:
+        check_output(output or cfg.run.output)  # before the work, not after it
     points = [cfg]
     if cfg.run.baseline and cfg.privacy.mechanism != "none":
         clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid
 
 app = ServerApp()
+log = logging.getLogger(__name__)
 
 
 def _wait_for_nodes(grid: Grid, n: int, timeout_s: float = 600.0) -> list[int]:
@@ -55,20 +57,39 @@ def warm_up(grid: Grid, nodes: Sequence[int], cfg: ExperimentConfig, snapshot: s
 
 
 def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig, seed: int,
-            rnd: int, snapshot: str = "") -> tuple[dict[str, np.ndarray], int]:
-    """One round: query every node for its users' uploads; return what the server received, concatenated."""
+            rnd: int, snapshot: str = "") -> pipeline.Round:
+    """One round: query every node for its users' uploads; return what arrived within
+    ``federation.round-timeout`` s. A client that fails (an exception, a crashed actor) or does not answer in time
+    is listed in ``Round.failures`` and the round goes on without it; a round with no upload at all is an error.
+
+    The query carries the point's configuration and (seed, round), never anything a client's noise derives from."""
     msgs = [
         Message(_query(cfg, snapshot, task=ConfigRecord({"seed": seed, "round": rnd})), dst_node_id=node,
                 message_type="query.upload")
         for node in nodes
     ]
-    replies = list(grid.send_and_receive(msgs))
-    errors = [r.error.reason for r in replies if r.has_error()]
-    if errors or len(replies) != len(msgs):
-        raise RuntimeError(f"{len(errors)} client(s) failed, {len(replies)}/{len(msgs)} replied: {errors[:3]}")
-    parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in replies]
-    input_dim = max(int(r.content.metric_records["stats"]["input_dim"]) for r in replies)  # type: ignore[arg-type]
-    return merge_uploads(parts), input_dim
+    timeout = cfg.federation.round_timeout or None
+    replies = list(grid.send_and_receive(msgs, timeout=timeout))
+    failures: list[dict[str, Any]] = []
+    good: list[Message] = []
+    for r in replies:
+        if r.has_error():
+            failures.append({"node": int(r.metadata.src_node_id), "kind": "error", "reason": str(r.error.reason)})
+        else:
+            good.append(r)
+    answered = {int(r.metadata.src_node_id) for r in replies}
+    failures.extend({"node": int(n), "kind": "timeout", "reason": f"no reply within {timeout} s"}
+                    for n in nodes if int(n) not in answered)
+    if not good:
+        reasons = "; ".join(f["reason"] for f in failures[:3])
+        raise RuntimeError(f"Round {rnd}: none of the {len(nodes)} clients delivered an upload ({reasons}).")
+    if failures:
+        log.warning("round %d: %d of %d client(s) failed (%s); going on with the replies that arrived", rnd,
+                    len(failures), len(nodes), failures[0]["reason"][:300])
+    parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in good]
+    stats = [r.content.metric_records["stats"] for r in good]
+    return pipeline.Round(merge_uploads(parts), max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
+                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats])
 
 
 Job = Callable[[], dict[str, Any]]
@@ -91,7 +112,7 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
     ``snapshots[i]`` names the client-data snapshot of point i (see `fl_privtext.client.ClientData.save`).
     ``keep_observations`` adds the eavesdropper's raw observations to each result (for inspection in tests).
     """
-    eaves = EavesdroppingGrid(grid)
+    eaves = EavesdroppingGrid(grid, record_sent=keep_observations)
     out: list[Any] = []
     for i, cfg in enumerate(points):
         evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
@@ -115,14 +136,17 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
     warm_up(eaves, nodes, cfg, snapshot)
     observations: list[Any] = []
+    sent: list[Any] = []
     training, phase_b = _phase_a(eaves, cfg, keep_observations)
 
-    def collect_round(seed: int, rnd: int) -> tuple[dict[str, np.ndarray], int]:
+    def collect_round(seed: int, rnd: int) -> pipeline.Round:
         return collect(phase_b, nodes, cfg, seed, rnd, snapshot)  # type: ignore[arg-type]
 
     def eavesdrop() -> pipeline.Observed:
         if keep_observations:
             observations.extend(eaves.observations)
+            sent.extend(eaves.sent)
+            eaves.sent.clear()
         return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
                                  nbytes=eaves.bytes_observed)
 
@@ -133,6 +157,7 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
         point["training"] = training
         if keep_observations:
             point["observations"] = observations
+            point["sent"] = sent  # the server's own queries of this point
         return point
 
     return evaluate
@@ -154,6 +179,18 @@ def main(grid: Grid, context: Context) -> None:
     from fl_privtext.report import finalize
 
     cfg = ExperimentConfig.from_flat(dict(context.run_config))
+    if cfg.run.client_seed is not None:
+        raise ValueError("run.client-seed must not be in the run config: the ServerApp would hold the seed of the "
+                         "clients' noise. Give it to the SuperNodes instead (--node-config 'client-seed=N', or the "
+                         "FL_PRIVTEXT_CLIENT_SEED environment variable of the simulation).")
     t0 = time.perf_counter()
-    (result,) = serve(grid, [cfg])
-    finalize(result, cfg, total_s=time.perf_counter() - t0, output=cfg.run.output or None)
+    points = [cfg]
+    if cfg.run.baseline and cfg.privacy.mechanism != "none":  # the same users without privacy, as `fl-privtext run`
+        import dataclasses
+
+        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
+        points.append(dataclasses.replace(cfg, privacy=clear))
+    served = serve(grid, points)
+    out = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=cfg.run.output or None,
+                   baseline=served[1] if len(served) > 1 else None)
+    log.warning("fl-privtext: results written to %s", os.path.abspath(out["output_dir"]))

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
+from fl_privtext.client import client_seed_from
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_app import _prep_key, app
 
@@ -90,7 +91,7 @@ def train(msg: Message, context: Context) -> Message:
     prep, data, model = _setup(cfg, arrays)
     rows, _ = phase_a_rows(prep, cfg, client)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
-    stats = local_train(model, data, rows, cfg, client_generator(cfg.run.seed, client, rnd, "fit"),
+    stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "fit"),
                         proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
     state = trainable_state(model)
     new = [state[k] for k in arrays.keys()]
@@ -119,7 +120,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     prep, data, model = _setup(cfg, msg.content.array_records["arrays"])
     _, rows = phase_a_rows(prep, cfg, client)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
-    stats = evaluate_model(model, data, rows, cfg, client_generator(cfg.run.seed, client, rnd, "evaluate"))
+    stats = evaluate_model(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "evaluate"))
     metrics: dict[str, Any] = {**stats, "weight": float(len(rows))}
     return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
 

@@ -13,6 +13,12 @@ Method (in the style of DP-Sniper and Jagielski et al. 2020):
 4. Product mechanisms compose analytically: if every coordinate of a class has log-ratio >= L on its event, the
    intersection of the events has log-ratio >= multiplicity * L (independence), so the per-component bounds add
    (pure DP only). The whole-vector statistic is a gross-violation detector with no structural assumption.
+5. Low-bit distinguisher (Mironov 2012), for additive noise mechanisms (Laplace, Gaussian): T(y) = 1 when the
+   float32 output coordinate y could have come from x1 through float32 addition (some float32 n with
+   fl32(x1 + n) = y), else 0. Continuous noise rounded to float32 leaves parity patterns that depend on x: e.g. for
+   x = -1, y in [1, 2) is exactly n - 1 with n on the coarser grid of [2, 4), so y's last mantissa bit is always 0,
+   while from x = +1 it is 0 or 1; the event {T = 0} then has probability 0 under x1 and not under x0, and the
+   certified bound is limited only by the samples. Exact discrete noise on a grid (sampler="secure") passes.
 
 Verdict: "violation" when the lower bound exceeds the claimed epsilon (plus 1e-9 relative tolerance), else "pass".
 A correct mechanism passes with probability >= 1 - alpha. The largest bound that N samples can certify is about
@@ -47,6 +53,7 @@ N_SELECT = 3
 CHUNK_VALUES = 1 << 21
 TOLERANCE = 1e-9
 MIN_SAMPLES = 1000
+SECURE_DEFAULT_SAMPLES = 200_000
 
 
 # ------------------------------------------------------------------------------------------ Clopper-Pearson
@@ -154,10 +161,32 @@ class AuditPlan:
     whole: Component | None
     pair: str
     delta: float = 0.0
+    extra: tuple[Component, ...] = ()  # further gross-violation detectors (not composed), e.g. the low-bit test
 
 
 def _column(j: int) -> Callable[[np.ndarray], np.ndarray]:
     return lambda y: y[:, j]
+
+
+def float32_consistent(y: np.ndarray, x: float) -> np.ndarray:
+    """(n,) bool: whether float32 value y can be fl32(x + n) for some float32 n (float32 addition rounds exactly).
+
+    The candidate n is the float32 nearest to y - x (in float64) and its two neighbours: any n outside them gives
+    x + n at least one ulp of y away."""
+    y32 = np.asarray(y, dtype=np.float32)
+    x32 = np.float32(x)
+    n0 = (y32.astype(np.float64) - np.float64(x32)).astype(np.float32)
+    out = np.zeros(y32.shape, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for n in (n0, np.nextafter(n0, np.float32(np.inf)), np.nextafter(n0, np.float32(-np.inf))):
+            out |= (x32 + n) == y32
+    return out
+
+
+def low_bit_component(x1: np.ndarray, j: int = 0) -> Component:
+    """The low-bit distinguisher on coordinate ``j`` (module docstring, step 5)."""
+    return Component(f"low bits of coordinate {j} (float32 consistency with x1)", 1,
+                     lambda y: float32_consistent(y[:, j], float(x1[j])).astype(np.float64))
 
 
 def _laplace_llr(x0: np.ndarray, x1: np.ndarray, scale: float) -> Callable[[np.ndarray], np.ndarray]:
@@ -200,13 +229,14 @@ def _laplace_plan(mech: LaplaceDPNR | LaplaceL1 | LaplaceBox | LaplaceDPNRCode, 
         x1 = -x0
         comps = (Component("coordinate 0", 1, _column(0)),)
         return AuditPlan(x0, x1, mech.privatize, k, comps, None,
-                         "C*e_1 vs -C*e_1 (differ in one coordinate, so this is also the whole-vector audit)")
+                         "C*e_1 vs -C*e_1 (differ in one coordinate, so this is also the whole-vector audit)",
+                         extra=(low_bit_component(x1),))
     if isinstance(mech, LaplaceBox):
         x0, x1 = np.full(k, mech.low), np.full(k, mech.high)
         comps = (Component("coordinate 0", k, _column(0)),)
         return AuditPlan(x0, x1, mech.privatize, k, comps,
                          Component("whole vector log-likelihood ratio", 1, _laplace_llr(x0, x1, mech.noise_scale)),
-                         "low*1 vs high*1 (opposite corners of the box)")
+                         "low*1 vs high*1 (opposite corners of the box)", extra=(low_bit_component(x1),))
     x0 = np.ones(k)
     x0[0] = 0.0
     x1 = 1.0 - x0
@@ -216,7 +246,7 @@ def _laplace_plan(mech: LaplaceDPNR | LaplaceL1 | LaplaceBox | LaplaceDPNRCode, 
         return AuditPlan(x0, x1, mech.privatize, k, (), whole, pair)
     pair_comps = (Component("coordinate 0", 1, _column(0)), Component("coordinate 1", k - 1, _column(1)))
     whole = Component("whole vector log-likelihood ratio", 1, _laplace_llr(x0, x1, mech.noise_scale))
-    return AuditPlan(x0, x1, mech.privatize, k, pair_comps, whole, pair)
+    return AuditPlan(x0, x1, mech.privatize, k, pair_comps, whole, pair, extra=(low_bit_component(x1),))
 
 
 def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
@@ -239,7 +269,8 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
     if isinstance(mech, Gaussian):
         x0[0] = mech.clip_norm
         return AuditPlan(x0, -x0, mech.privatize, k, (Component("coordinate 0", 1, _column(0)),), None,
-                         "C*e_1 vs -C*e_1 (differ in one coordinate)", delta=mech.delta)
+                         "C*e_1 vs -C*e_1 (differ in one coordinate)", delta=mech.delta,
+                         extra=(low_bit_component(-x0),))
     if isinstance(mech, NoPrivacy):
         x1 = x0.copy()
         x1[0] = 1.0
@@ -280,6 +311,7 @@ class AuditResult:
     components: tuple[ComponentResult, ...]
     whole_vector: ComponentResult | None
     max_certifiable: float
+    detectors: tuple[ComponentResult, ...] = ()
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
@@ -297,6 +329,7 @@ class AuditResult:
             "composed_lower_bound": json_number(self.composed_lower_bound),
             "components": [c.to_json() for c in self.components],
             "whole_vector": None if self.whole_vector is None else self.whole_vector.to_json(),
+            "detectors": [c.to_json() for c in self.detectors],
             "max_certifiable_per_statistic": json_number(self.max_certifiable),
             "notes": list(self.notes),
         }
@@ -322,17 +355,23 @@ def _collect(plan: AuditPlan, x: np.ndarray, stats: list[Component], n: int,
 
 def audit_mechanism(mech: Mechanism, rng: np.random.Generator, *, samples: int | None = None,
                     alpha: float = 0.05, claimed_epsilon: float | None = None,
-                    default_dim: int = 4) -> AuditResult:
-    """Audit ``mech`` against ``claimed_epsilon`` (default: its published claim for one upload, without mu)."""
+                    default_dim: int = 4, low_bits: bool = True) -> AuditResult:
+    """Audit ``mech`` against ``claimed_epsilon`` (default: its published claim for one upload, without mu).
+
+    ``low_bits=False`` leaves out the low-bit distinguisher: the audit then checks the calibration of the ideal
+    real-valued mechanism only (the floating-point sampler is known to fail the full audit)."""
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in the open interval (0, 1), got {alpha}.")
     plan = plan_for(mech, default_dim=default_dim)
     n = default_samples(plan.output_dim) if samples is None else samples
+    if samples is None and getattr(mech, "sampler", "float") == "secure":
+        n = min(n, SECURE_DEFAULT_SAMPLES)  # OpenDP's exact sampler costs ~7-10 us per value
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < MIN_SAMPLES:
         raise ValueError(f"samples must be an integer >= {MIN_SAMPLES}, got {samples!r}.")
     n = int(n)
     claimed = mech.claimed_epsilon if claimed_epsilon is None else float(claimed_epsilon)
-    stats = list(plan.components) + ([plan.whole] if plan.whole is not None else [])
+    extra = list(plan.extra) if low_bits else []
+    stats = list(plan.components) + ([plan.whole] if plan.whole is not None else []) + extra
     if plan.delta > 0 and any(c.multiplicity != 1 for c in plan.components):
         raise ValueError("Analytic composition of per-component bounds needs delta = 0.")
     per_stat_alpha = alpha / len(stats)
@@ -342,9 +381,11 @@ def audit_mechanism(mech: Mechanism, rng: np.random.Generator, *, samples: int |
                                event_lower_bound(a, b, alpha=per_stat_alpha, delta=plan.delta))
                for c, a, b in zip(stats, s0, s1, strict=True)]
     comp_results = tuple(results[: len(plan.components)])
-    whole = results[-1] if plan.whole is not None else None
+    whole = results[len(plan.components)] if plan.whole is not None else None
+    extras = tuple(results[len(plan.components) + (plan.whole is not None):])
     composed = float(sum(r.multiplicity * max(0.0, r.bound.lower_bound) for r in comp_results))
-    lower = max(composed, whole.bound.lower_bound if whole is not None else 0.0)
+    lower = max([composed, whole.bound.lower_bound if whole is not None else 0.0,
+                 *(r.bound.lower_bound for r in extras)])
     violation = lower > claimed * (1.0 + TOLERANCE) + TOLERANCE
     n_eval = n - int(HOLDOUT * n)
     level = per_stat_alpha / (2 * N_SELECT)
@@ -354,6 +395,6 @@ def audit_mechanism(mech: Mechanism, rng: np.random.Generator, *, samples: int |
         mechanism=mech.name, parameters=mech.params, epsilon_claimed=claimed,
         epsilon_worst_case=mech.epsilon_worst_case, delta=plan.delta, epsilon_lower_bound=lower,
         composed_lower_bound=composed, verdict="violation" if violation else "pass", samples=n, alpha=alpha,
-        pair=plan.pair, components=comp_results, whole_vector=whole,
+        pair=plan.pair, components=comp_results, whole_vector=whole, detectors=extras,
         max_certifiable=math.log(n_eval / math.log(1.0 / level)), notes=tuple(notes),
     )

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fl_privtext.privacy import encoding, normalise
+from fl_privtext.privacy import encoding, normalise, secure
 from fl_privtext.privacy.calibration import (
     analytic_gaussian_sigma,
     classic_gaussian_sigma,
@@ -41,9 +41,23 @@ REPLACEMENT = (
     "same user."
 )
 FLOAT_SAMPLER = (
-    "Noise is floating-point and pseudo-random: fine for simulation, not a deployment-grade DP sampler "
-    "(Mironov 2012)."
+    "sampler='float': noise is floating-point (float32) and pseudo-random: fine for simulation, NOT a "
+    "deployment-grade DP sampler. epsilon_worst_case holds for exact real-valued noise; the float32 output's low "
+    "bits reveal the input beyond it (Mironov 2012; `fl-privtext audit` certifies a violation), so float_safe is "
+    "false. Use privacy.sampler='secure' for deployment."
 )
+SECURE_SAMPLER = (
+    "sampler='secure': exact discrete noise on the grid 2^-40 (Canonne, Kamath & Steinke 2020) from OpenDP, drawn "
+    "from a cryptographically secure generator; epsilon_worst_case is OpenDP's privacy map of what is sampled."
+)
+SAMPLERS = ("float", "secure")
+# The secure sampler's privacy map is evaluated at the sensitivity inflated by FLOAT32_SLACK: the normalised input is
+# rounded to float32 (each coordinate by <= 2^-24 relative), so its norm can exceed the bound by that much. The
+# correct mechanisms widen their noise by SECURE_MARGIN so that the mapped epsilon stays <= the nominal one.
+FLOAT32_SLACK = 1.0 + 2.0**-22
+SECURE_MARGIN = 1.0 + 2.0**-20
+# A per-bit probability below 2^-53 (or above 1 - 2^-53) cannot be realised by comparing 53-bit uniforms.
+MIN_BIT_PROBABILITY = 2.0**-53
 COMPOSITION = "Every further release of the same user's data adds its epsilon (use Accountant)."
 OME_PAPER = "Lyu, He, Li, Xiao. Towards Differentially Private Text Representations (OME), SIGIR 2020"
 DPNR_PAPER = ("Lyu, He, Li. Differentially Private Representation for NLP: Formal Guarantee and An Empirical Study "
@@ -86,6 +100,20 @@ def _dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
 
 def _set(obj: object, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)  # normalise a validated field of a frozen dataclass
+
+
+def _sampler(value: Any) -> str:
+    if value not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(map(repr, SAMPLERS))}, got {value!r}.")
+    return str(value)
+
+
+def _expit(a: float) -> float:
+    """1 / (1 + e^-a) without overflow for any finite a."""
+    if a >= 0:
+        return 1.0 / (1.0 + math.exp(-a))
+    e = math.exp(a)
+    return e / (1.0 + e)
 
 
 # ------------------------------------------------------------------------------------------------------ release
@@ -158,6 +186,11 @@ class Mechanism(ABC):
         enc = self.encode(norm.values)
         out = self.randomise(enc.values, rng)
         values = np.asarray(out.values, dtype=np.float32)
+        if not np.isfinite(values).all():
+            bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+            raise ValueError(f"{self.name}: the randomised output of row(s) {bad[:5].tolist()} is not finite in "
+                             f"float32 ({dict(out.info)}); the noise is too large for float32 (epsilon too "
+                             "small?). Nothing was released.")
         return Release(values, (norm, enc, out))
 
     def privatize(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -184,6 +217,11 @@ class Mechanism(ABC):
     def report_delta(self) -> float:
         """delta of the guarantee (0 for pure epsilon-DP)."""
         return 0.0
+
+    @property
+    def float_safe(self) -> bool:
+        """True when the realised (floating-point) sampler meets epsilon_worst_case: no continuous float noise."""
+        return True
 
     def calibration_values(self) -> dict[str, Any]:
         """Probabilities or noise scale actually used."""
@@ -226,6 +264,7 @@ class Mechanism(ABC):
             published_claim_note=note,
             reference=self.reference,
             word_dropout=dropout,
+            float_safe=self.float_safe,
         )
 
 
@@ -285,6 +324,17 @@ class BitMechanism(Mechanism):
         encoding.check_bits(self.int_bits, self.frac_bits)
         _set(self, "int_bits", int(self.int_bits))
         _set(self, "frac_bits", int(self.frac_bits))
+
+    def _check_probabilities(self) -> None:
+        # called at the end of every concrete __post_init__, once all parameters are validated
+        p, q = self.bit_probabilities()
+        probs = np.concatenate([p, 1.0 - p, q, 1.0 - q])
+        tiny = probs[probs < MIN_BIT_PROBABILITY]  # exact probabilities are never 0 for finite parameters
+        if tiny.size:
+            raise ValueError(
+                f"{self.name}: a per-bit probability of {tiny.min():.3g} is below 2^-53 (epsilon={self.epsilon:g} "
+                f"over {self.code_bits} bits is too large): comparing 53-bit uniforms cannot realise it, so the "
+                "report would not describe what is sampled. Lower epsilon or use more bits.")
 
     @property
     def bits_per_value(self) -> int:
@@ -355,13 +405,14 @@ class OME(BitMechanism):
     def __post_init__(self) -> None:
         super().__post_init__()
         _set(self, "lam", _positive("lam", self.lam))
+        self._check_probabilities()
 
     def probabilities(self) -> tuple[float, float, float]:
         """(p1, p2, q): p1 on even bit indices, p2 on odd, q everywhere (Theorem 1)."""
         lam = self.lam
         p1 = lam / (1.0 + lam)
         p2 = 1.0 / (1.0 + lam**3)
-        q = 1.0 / (1.0 + lam * math.exp(self.epsilon / self.code_bits))
+        q = _expit(-(math.log(lam) + self.epsilon / self.code_bits))  # 1 / (1 + lam e^(eps/(r l)))
         return p1, p2, q
 
     def bit_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
@@ -400,6 +451,7 @@ class UnaryEncoding(BitMechanism):
         if self.calibration not in CALIBRATIONS:
             raise ValueError(f"calibration must be one of {', '.join(map(repr, CALIBRATIONS))}, "
                              f"got {self.calibration!r}.")
+        self._check_probabilities()
 
     @property
     def delta_f(self) -> int:
@@ -437,8 +489,7 @@ class SUE(UnaryEncoding):
                                 f"Estimation, USENIX Security 2017 (SUE); as used in {OME_PAPER}, Section 2.2.")
 
     def unary_probabilities(self) -> tuple[float, float]:
-        a = self.epsilon / self.delta_f
-        p = 1.0 / (1.0 + math.exp(-a))
+        p = _expit(self.epsilon / self.delta_f)
         return p, 1.0 - p
 
 
@@ -455,8 +506,7 @@ class OUE(UnaryEncoding):
                                 f"Estimation, USENIX Security 2017 (OUE); as used in {OME_PAPER}, Section 2.2.")
 
     def unary_probabilities(self) -> tuple[float, float]:
-        a = self.epsilon / self.delta_f
-        return 0.5, 1.0 / (1.0 + math.exp(a))
+        return 0.5, _expit(-self.epsilon / self.delta_f)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -472,10 +522,14 @@ class BitRR(BitMechanism):
     reference: ClassVar[str] = ("Randomized response (Warner 1965) on each of the r*l free bits; "
                                 "basic composition over bits.")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_probabilities()
+
     @property
     def flip_probability(self) -> float:
         """1 / (1 + e^(eps/(r l)))."""
-        return 1.0 / (1.0 + math.exp(self.epsilon / self.code_bits))
+        return _expit(-self.epsilon / self.code_bits)
 
     def bit_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         f = self.flip_probability
@@ -495,10 +549,21 @@ class LaplaceMechanism(Mechanism):
     """
 
     epsilon: float
+    sampler: str = "float"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        _set(self, "sampler", _sampler(self.sampler))
+
+    def _check_noise(self) -> None:
+        # called by subclasses once their parameters are set
+        if not self.noise_scale < 1e30:
+            raise ValueError(f"{self.name}: the Laplace scale {self.noise_scale:.3g} exceeds what float32 uploads can "
+                             f"carry (epsilon={self.epsilon:g} is too small); use epsilon >= "
+                             f"{self.epsilon * self.noise_scale / 1e30:.3g}.")
+        if self.sampler == "secure" and self.dim is None:
+            raise ValueError(f"{self.name}: sampler='secure' needs dim (OpenDP's privacy map depends on it).")
 
     @property
     @abstractmethod
@@ -511,6 +576,10 @@ class LaplaceMechanism(Mechanism):
         """max ||u - v||_1 over two normalised vectors."""
 
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        if self.sampler == "secure":
+            noisy64 = secure.laplace(c, self.noise_scale)
+            return Stage(noisy64.astype(np.float32), {"method": "discrete-laplace (OpenDP, CSPRNG)",
+                                                      "noise_scale": self.noise_scale})
         noisy = laplace_noise(c.shape, self.noise_scale, rng)
         noisy += c
         return Stage(noisy, {"method": "laplace", "noise_scale": self.noise_scale})
@@ -521,13 +590,19 @@ class LaplaceMechanism(Mechanism):
 
     @property
     def epsilon_worst_case(self) -> float:
+        if self.sampler == "secure" and math.isfinite(self.l1_sensitivity):
+            return secure.laplace_epsilon(self.noise_scale, self.l1_sensitivity * FLOAT32_SLACK, int(self.dim or 1))
         return self.l1_sensitivity / self.noise_scale
 
+    @property
+    def float_safe(self) -> bool:
+        return self.sampler == "secure"
+
     def calibration_values(self) -> dict[str, Any]:
-        return {"noise_scale": self.noise_scale, "l1_sensitivity": self.l1_sensitivity}
+        return {"noise_scale": self.noise_scale, "l1_sensitivity": self.l1_sensitivity, "sampler": self.sampler}
 
     def assumptions(self) -> tuple[str, ...]:
-        return super().assumptions() + (FLOAT_SAMPLER,)
+        return super().assumptions() + (SECURE_SAMPLER if self.sampler == "secure" else FLOAT_SAMPLER,)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -549,6 +624,7 @@ class LaplaceDPNR(LaplaceMechanism):
     def __post_init__(self) -> None:
         super().__post_init__()
         _set(self, "dim", _dim(self.dim, 2, optional=False))
+        self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.minmax(x)
@@ -582,6 +658,9 @@ class LaplaceDPNRCode(LaplaceMechanism):
     def __post_init__(self) -> None:
         super().__post_init__()
         _set(self, "dim", _dim(self.dim, 2, optional=True))
+        if self.sampler == "secure":  # an audit target: exact noise does not repair it
+            raise ValueError("laplace-dpnr-code reproduces a bug (epsilon = inf); it offers only sampler='float'.")
+        self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.minmax(x)
@@ -589,6 +668,10 @@ class LaplaceDPNRCode(LaplaceMechanism):
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         shared = laplace_noise((c.shape[0], 1), self.noise_scale, rng)  # (N, 1): the same draw on every coordinate
         return Stage(c + shared, {"method": "laplace-shared-scalar", "noise_scale": self.noise_scale})
+
+    @property
+    def float_safe(self) -> bool:
+        return False
 
     @property
     def noise_scale(self) -> float:
@@ -629,13 +712,14 @@ class LaplaceL1(LaplaceMechanism):
         super().__post_init__()
         _set(self, "dim", _dim(self.dim, 1, optional=True))
         _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
+        self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.l1_normalise(x, self.clip_norm)
 
     @property
     def noise_scale(self) -> float:
-        return 2.0 * self.clip_norm / self.epsilon
+        return 2.0 * self.clip_norm / self.epsilon * (SECURE_MARGIN if self.sampler == "secure" else 1.0)
 
     @property
     def l1_sensitivity(self) -> float:
@@ -664,13 +748,14 @@ class LaplaceBox(LaplaceMechanism):
         _set(self, "high", _real("high", self.high))
         if not self.low < self.high:
             raise ValueError(f"The box needs low < high, got low={self.low}, high={self.high}.")
+        self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.box_clip(x, self.low, self.high)
 
     @property
     def noise_scale(self) -> float:
-        return self.l1_sensitivity / self.epsilon
+        return self.l1_sensitivity / self.epsilon * (SECURE_MARGIN if self.sampler == "secure" else 1.0)
 
     @property
     def l1_sensitivity(self) -> float:
@@ -694,6 +779,7 @@ class Gaussian(Mechanism):
     epsilon: float
     delta: float
     clip_norm: float = 1.0
+    sampler: str = "float"
     _noise_std: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self) -> None:
@@ -702,7 +788,17 @@ class Gaussian(Mechanism):
         _set(self, "epsilon", _positive("epsilon", self.epsilon))
         _set(self, "delta", _open_unit("delta", self.delta))
         _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
-        _set(self, "_noise_std", analytic_gaussian_sigma(self.epsilon, self.delta, self.l2_sensitivity))
+        _set(self, "sampler", _sampler(self.sampler))
+        sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.l2_sensitivity)
+        if not (sigma > 0 and math.isfinite(sigma)) or not 1e-30 < sigma < 1e30:
+            raise ValueError(f"gaussian: epsilon={self.epsilon:g}, delta={self.delta:g} give sigma={sigma:.3g}, "
+                             "outside what float32 uploads can carry; choose a moderate epsilon.")
+        if self.sampler == "secure":
+            if self.dim is None:
+                raise ValueError("gaussian: sampler='secure' needs dim (OpenDP's privacy map depends on it).")
+            sigma = secure.calibrate_gaussian(self.epsilon, self.delta, self.l2_sensitivity * FLOAT32_SLACK,
+                                              int(self.dim), sigma)
+        _set(self, "_noise_std", sigma)
 
     @property
     def l2_sensitivity(self) -> float:
@@ -718,6 +814,10 @@ class Gaussian(Mechanism):
         return normalise.l2_clip(x, self.clip_norm)
 
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        if self.sampler == "secure":
+            noisy64 = secure.gaussian(c, self.noise_std)
+            return Stage(noisy64.astype(np.float32), {"method": "discrete-gaussian (OpenDP, CSPRNG)",
+                                                      "noise_std": self.noise_std})
         noisy = gaussian_noise(c.shape, self.noise_std, rng)
         noisy += c
         return Stage(noisy, {"method": "gaussian", "noise_std": self.noise_std})
@@ -728,20 +828,29 @@ class Gaussian(Mechanism):
 
     @property
     def epsilon_worst_case(self) -> float:
-        return self.epsilon  # at report_delta, by construction of sigma
+        if self.sampler == "secure":
+            return secure.gaussian_epsilon(self.noise_std, self.l2_sensitivity * FLOAT32_SLACK, self.delta,
+                                           int(self.dim or 1))
+        return self.epsilon  # at report_delta, by construction of sigma (for exact real-valued noise)
+
+    @property
+    def float_safe(self) -> bool:
+        return self.sampler == "secure"
 
     @property
     def report_delta(self) -> float:
         return self.delta
 
     def calibration_values(self) -> dict[str, Any]:
-        return {"noise_std": self.noise_std, "l2_sensitivity": self.l2_sensitivity,
+        return {"noise_std": self.noise_std, "l2_sensitivity": self.l2_sensitivity, "sampler": self.sampler,
+                "analytic_noise_std": analytic_gaussian_sigma(self.epsilon, self.delta, self.l2_sensitivity),
                 "delta_at_noise_std": gaussian_delta(self.noise_std, self.epsilon, self.l2_sensitivity),
                 "classic_noise_std": classic_gaussian_sigma(self.epsilon, self.delta, self.l2_sensitivity),
                 "classic_valid": self.epsilon <= 1.0}
 
     def assumptions(self) -> tuple[str, ...]:
-        return super().assumptions() + (FLOAT_SAMPLER, "Approximate DP: delta adds over releases (basic composition).")
+        return super().assumptions() + (SECURE_SAMPLER if self.sampler == "secure" else FLOAT_SAMPLER,
+                                        "Approximate DP: delta adds over releases (basic composition).")
 
 
 # ----------------------------------------------------------------------------------------------------- registry

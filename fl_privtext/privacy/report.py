@@ -48,6 +48,9 @@ class PrivacyReport:
     - ``calibration``: the probabilities or noise scale actually used (flattened into ``to_json()``).
     - ``published_claim_note``: set where the published claim is wrong, with the true value.
     - ``word_dropout``: the Theorem 2 (DPNR) amplification record when mu > 0, else None.
+    - ``float_safe``: True when what is actually sampled meets ``epsilon_worst_case`` (exact discrete noise, bit
+      flips from 53-bit uniforms, no noise at all); False for continuous floating-point noise, whose low bits leak
+      (Mironov 2012): there ``epsilon_worst_case`` holds for ideal real-valued noise only.
     """
 
     mechanism: str
@@ -61,9 +64,10 @@ class PrivacyReport:
     published_claim_note: str | None = None
     reference: str = ""
     word_dropout: Mapping[str, Any] | None = None
+    float_safe: bool = True
 
     _CORE_KEYS = ("mechanism", "epsilon_nominal", "epsilon_worst_case", "delta", "output_dim", "parameters",
-                  "assumptions", "published_claim_note", "reference", "word_dropout")
+                  "assumptions", "published_claim_note", "reference", "word_dropout", "float_safe")
 
     def __post_init__(self) -> None:
         if not self.epsilon_nominal >= 0 or not self.epsilon_worst_case >= 0:
@@ -92,6 +96,7 @@ class PrivacyReport:
             "epsilon_worst_case": json_number(self.epsilon_worst_case),
             "delta": float(self.delta),
             "output_dim": self.output_dim,
+            "float_safe": bool(self.float_safe),
         }
         out.update(json_safe(dict(self.calibration)))
         out["parameters"] = json_safe(dict(self.parameters))

@@ -110,6 +110,13 @@ def test_no_global_rng_in_library_code():
     ("laplace-box", {"epsilon": 1.0, "dim": 3, "low": 1.0, "high": 0.0}, r"low < high"),
     ("sue", {"epsilon": 1.0, "dim": 3, "calibration": "exact"}, r"calibration must be one of 'paper', 'textbook'"),
     ("laplace-l1", {"epsilon": 1.0, "mu": 1.5}, r"mu \(word dropout rate\) must be a number in \[0, 1\]"),
+    ("laplace-l1", {"epsilon": 1.0, "sampler": "exact"}, r"sampler must be one of 'float', 'secure'"),
+    ("laplace-l1", {"epsilon": 1.0, "sampler": "secure"}, r"sampler='secure' needs dim"),
+    ("laplace-l1", {"epsilon": 1e-40}, r"exceeds what float32 uploads can carry"),
+    ("laplace-dpnr-code", {"epsilon": 1.0, "sampler": "secure"}, r"offers only sampler='float'"),
+    ("gaussian", {"epsilon": 1e300, "delta": 1e-5}, r"outside what float32 uploads can carry"),
+    ("bitrr", {"epsilon": 1e4, "dim": 1, "int_bits": 0, "frac_bits": 1}, r"below 2\^-53"),
+    ("oue", {"epsilon": 1e4, "dim": 1, "int_bits": 0, "frac_bits": 1}, r"below 2\^-53"),
 ])
 def test_bad_parameters_name_the_valid_range(name, params, match):
     with pytest.raises(ValueError, match=match):
@@ -118,7 +125,8 @@ def test_bad_parameters_name_the_valid_range(name, params, match):
 
 def test_mechanism_params_lists_accepted_names():
     assert mechanism_params("ome") == ("dim", "mu", "epsilon", "int_bits", "frac_bits", "lam")
-    assert mechanism_params("gaussian") == ("dim", "mu", "epsilon", "delta", "clip_norm")
+    assert mechanism_params("gaussian") == ("dim", "mu", "epsilon", "delta", "clip_norm", "sampler")
+    assert mechanism_params("laplace-l1") == ("dim", "mu", "epsilon", "sampler", "clip_norm")
     with pytest.raises(ValueError, match="valid names"):
         mechanism_params("omg")
 
@@ -126,7 +134,7 @@ def test_mechanism_params_lists_accepted_names():
 def test_unknown_name_param_and_missing_param():
     with pytest.raises(ValueError, match="valid names: none, ome, sue, oue, bitrr, laplace-dpnr"):
         make_mechanism("ldp")
-    with pytest.raises(ValueError, match="accepted parameters: dim, mu, epsilon, clip_norm"):
+    with pytest.raises(ValueError, match="accepted parameters: dim, mu, epsilon, sampler, clip_norm"):
         make_mechanism("laplace-l1", epsilon=1.0, lam=3.0)
     with pytest.raises(ValueError, match="requires dim, lam"):
         make_mechanism("ome", epsilon=1.0)

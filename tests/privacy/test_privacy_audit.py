@@ -29,15 +29,15 @@ class MiscalibratedGaussian(Gaussian):
         return super().noise_std / 2.0
 
 
-def run(mech, samples=None, seed=0):
-    return audit_mechanism(mech, np.random.default_rng(seed), samples=samples)
+def run(mech, samples=None, seed=0, low_bits=True):
+    return audit_mechanism(mech, np.random.default_rng(seed), samples=samples, low_bits=low_bits)
 
 
 @pytest.mark.parametrize(("name", "params", "samples"), [
-    ("laplace-l1", {"epsilon": 1.0, "dim": 8}, 1_000_000),
-    ("laplace-l1", {"epsilon": 4.0, "clip_norm": 0.5}, 300_000),
-    ("laplace-box", {"epsilon": 1.0, "dim": 8}, 300_000),
-    ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 8}, 300_000),
+    ("laplace-l1", {"epsilon": 1.0, "dim": 4, "sampler": "secure"}, 30_000),
+    ("laplace-l1", {"epsilon": 4.0, "clip_norm": 0.5, "dim": 2, "sampler": "secure"}, 30_000),
+    ("laplace-box", {"epsilon": 1.0, "dim": 3, "sampler": "secure"}, 30_000),
+    ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 2, "sampler": "secure"}, 20_000),
     ("bitrr", {"epsilon": 1.0, "dim": 2}, 300_000),
     ("ome", {"epsilon": 1.0, "lam": 1.0, "dim": 5}, 100_000),
     ("sue", {"epsilon": 1.0, "dim": 5, "calibration": "textbook"}, 100_000),
@@ -54,8 +54,51 @@ def test_correct_mechanisms_pass(name, params, samples):
     assert out["samples"] == samples and out["alpha"] == 0.05
 
 
+@pytest.mark.parametrize(("name", "params", "samples"), [
+    ("laplace-l1", {"epsilon": 1.0, "dim": 8}, 1_000_000),
+    ("laplace-l1", {"epsilon": 4.0, "clip_norm": 0.5}, 300_000),
+    ("laplace-box", {"epsilon": 1.0, "dim": 8}, 300_000),
+    ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 8}, 300_000),
+])
+def test_float_sampler_calibration_passes_without_the_low_bit_test(name, params, samples):
+    # the ideal real-valued mechanism is correctly calibrated; its float32 realisation is not DP (next test)
+    res = run(make_mechanism(name, **params), samples, low_bits=False)
+    assert res.verdict == "pass", res.to_json()
+    assert not res.detectors
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("laplace-l1", {"epsilon": 1.0, "dim": 4}),
+    ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 4}),
+])
+def test_low_bit_distinguisher_flags_the_float_sampler_and_passes_the_secure_one(name, params):
+    flt = run(make_mechanism(name, **params), 200_000)
+    assert flt.verdict == "violation", flt.to_json()
+    (det,) = flt.detectors
+    # Pr[y cannot come from x1] is 0 under x1 and ~1/4 under x0: only the sample size limits the certificate
+    assert det.bound.count_den == 0 and det.bound.lower_bound > 7.0
+    assert not make_mechanism(name, **params).report().float_safe
+    sec = run(make_mechanism(name, sampler="secure", **params), 20_000)
+    assert sec.verdict == "pass", sec.to_json()
+    assert sec.detectors[0].bound.lower_bound <= params["epsilon"]
+    assert make_mechanism(name, sampler="secure", **params).report().float_safe
+
+
+def test_secure_laplace_gives_no_false_violation_over_20_seeds():
+    mech = make_mechanism("laplace-l1", epsilon=1.0, dim=2, sampler="secure")
+    verdicts = [run(mech, 5_000, seed=s).verdict for s in range(20)]
+    assert verdicts == ["pass"] * 20
+
+
+def test_float_calibration_audits_give_no_false_violation_over_20_seeds():
+    for name, params in (("laplace-l1", {"epsilon": 1.0, "dim": 4}), ("bitrr", {"epsilon": 1.0, "dim": 2}),
+                         ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 2})):
+        mech = make_mechanism(name, **params)
+        assert [run(mech, 20_000, seed=s, low_bits=False).verdict for s in range(20)] == ["pass"] * 20, name
+
+
 def test_laplace_audit_is_tight():
-    res = run(make_mechanism("laplace-l1", epsilon=1.0, dim=8), 1_000_000)
+    res = run(make_mechanism("laplace-l1", epsilon=1.0, dim=8), 1_000_000, low_bits=False)
     assert 0.95 < res.epsilon_lower_bound <= 1.0
 
 
@@ -63,7 +106,7 @@ def test_laplace_audit_is_tight():
 def test_miscalibrated_laplace_is_a_violation(eps):
     mech = MiscalibratedLaplaceL1(epsilon=eps, dim=8)
     assert mech.report().epsilon_worst_case == pytest.approx(1.3 * eps)  # the report is honest about it
-    res = run(mech, 1_000_000, seed=1)
+    res = run(mech, 1_000_000, seed=1, low_bits=False)
     assert res.verdict == "violation", res.to_json()
     assert eps < res.epsilon_lower_bound <= 1.3 * eps
 
@@ -86,7 +129,7 @@ def test_ome_lambda_100_claimed_eps_1_is_a_violation():
 
 @pytest.mark.parametrize("k", (4, 16))
 def test_laplace_dpnr_is_a_violation(k):
-    res = run(make_mechanism("laplace-dpnr", epsilon=1.0, dim=k), 300_000)
+    res = run(make_mechanism("laplace-dpnr", epsilon=1.0, dim=k), 300_000, low_bits=False)
     assert res.verdict == "violation"
     assert 1.0 < res.epsilon_lower_bound <= k
 

@@ -1,0 +1,60 @@
+"""Per-user accounting of everything a user sends: closed forms, labels in the clear, and the summary table."""
+
+import math
+
+import numpy as np
+import pytest
+
+from fl_privtext.accounting import charge, privacy_summary
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.privacy import make_mechanism
+from fl_privtext.report import table
+
+
+def _cfg(**sets):
+    return ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.5,
+                                       "federation.rounds": 3, **sets})
+
+
+def test_eight_records_three_rounds_with_label_rr_cost_sixty():
+    users = np.array([0] * 8 + [1] * 2)
+    released = np.tile(np.arange(10), 3)  # every record uploaded in each of 3 rounds
+    cfg = _cfg(**{"privacy.label-epsilon": 2.0})
+    rep = make_mechanism("laplace-l1", epsilon=0.5).report()
+    reps, total = charge(users, released, rep, cfg, num_classes=4)
+    assert reps.epsilon_of(0) == pytest.approx(8 * 3 * 0.5)  # 12: the representations alone
+    assert total.epsilon_of(0) == pytest.approx(8 * 3 * (0.5 + 2))  # 60: labels charged too
+    assert total.epsilon_of(1) == pytest.approx(2 * 3 * 2.5)
+    out = privacy_summary(rep, cfg, users, 4, [released], releases_per_record=3)
+    per_user = out["composition"]["per_user"]
+    assert per_user["max_epsilon_worst_case"] == pytest.approx(12) and per_user["max_epsilon_total"] == pytest.approx(60)
+    assert out["composition"]["labels"]["epsilon_per_upload"] == pytest.approx(2.0)
+
+
+def test_labels_in_the_clear_make_the_total_infinite_and_the_table_says_so():
+    users = np.array([0, 0, 1])
+    rep = make_mechanism("laplace-l1", epsilon=0.5).report()
+    out = privacy_summary(rep, _cfg(), users, 2, [np.arange(3)], releases_per_record=1)
+    assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"
+    assert out["composition"]["per_user"]["max_epsilon_worst_case"] == pytest.approx(1.0)
+    assert any("client (node)" in s for s in out["composition"]["also_released"])
+    results = {"privacy": {**out, "randomness": "secret"}, "utility": {"available": False, "reason": "x"},
+               "federation": {"num_users": 2, "num_records": 3, "num_clients": 1, "rounds": 1, "seeds": 1,
+                              "uploads_observed": 3, "messages_observed": 1, "bytes_observed": 10},
+               "dataset": {"name": "d"}, "attacks": {}, "fairness": {}, "timing": {"total_s": 1.0}}
+    text = table(results)
+    assert "labels IN THE CLEAR (label epsilon inf)" in text and "TOTAL inf" in text
+    assert "secret (OS entropy" in text and "low bits leak" in text
+    # a dataset without labels: only the representations count
+    none = privacy_summary(rep, _cfg(), users, 0, [np.arange(3)], releases_per_record=1)
+    assert none["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(1.0)
+
+
+def test_only_released_rows_are_charged_and_the_worst_repetition_is_shown():
+    users = np.array([0, 1, 2, 3])
+    rep = make_mechanism("laplace-l1", epsilon=1.0).report()
+    cfg = _cfg(**{"privacy.label-epsilon": 1.0})
+    out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1]), np.array([0, 0, 1, 2])], releases_per_record=1)
+    assert out["composition"]["per_user"]["users"] == 3  # user 3 sent nothing in either repetition
+    assert out["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(4.0)
+    assert math.isfinite(out["composition"]["per_user"]["max_epsilon_total"])
