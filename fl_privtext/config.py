@@ -267,6 +267,7 @@ class ExperimentConfig:
     server: ServerConfig = field(default_factory=ServerConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    train: TrainConfig = field(default_factory=lambda: TrainConfig())
 
     # ---- flat form -------------------------------------------------------------------------------------------
     def to_flat(self) -> dict[str, Scalar]:
@@ -412,3 +413,75 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
         return text
     except ValueError:
         raise ValueError(f"Config key {key!r} expects a {kind.__name__}; got {value!r}.") from None
+
+
+# ---- Phase A: federated training of the client-side encoder (issue #12; docs/federation.md) ----------------------
+
+TRAIN_ENCODERS = ("trunk", "lstm", "minilm")
+TRAIN_DEFENSES = ("none", "noise", "adversarial", "multidetask", "declustering", "generation")
+TRAIN_STRATEGIES = ("fedavg", "fedprox", "fedadam")
+TRAIN_OPTIMIZERS = ("adam", "sgd")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Phase A: the encoder trained with FedAvg (Flower strategy) before Phase B's privatized uploads.
+
+    ``rounds = 0`` (the default) switches Phase A off: the extractor's features are uploaded as before, bit for bit.
+    ``lambda_adv`` is CAPE's gradient-reversal weight and Coavoux's beta (multidetask, generation);
+    ``decluster_alpha`` is Coavoux's alpha for declustering (0.1 in the paper).
+    """
+
+    rounds: int = 0
+    encoder: str = "trunk"  # trunk (CAPE, on frozen features) | lstm (Coavoux, on words) | minilm (DPNR, fine-tuned)
+    defense: str = "none"
+    strategy: str = "fedavg"
+    clients_per_round: int = 0  # 0 = every client in every round
+    local_epochs: int = 1
+    optimizer: str = "adam"
+    lr: float = 0.001
+    batch_size: int = 32
+    hidden: int = 256  # trunk width (CAPE: 256) / LSTM state size = size of r(x)
+    dropout: float = 0.2
+    lambda_adv: float = 1.0
+    decluster_alpha: float = 0.1
+    proximal_mu: float = 0.01  # fedprox
+    server_lr: float = 0.01  # fedadam eta
+    val_frac: float = 0.1  # training USERS held out for model selection by federated evaluation
+    dp_noise_multiplier: float = 0.0
+    dp_clip: float = 0.0  # 0 = no DP-FedAvg
+    dp_delta: float = 1e-5
+    vocab_size: int = 5000  # lstm: the most frequent GloVe words; others map to <unk>
+    glove_init: bool = True  # lstm: initialise word embeddings from GloVe 6B 50d (else random, 50 dims)
+    max_tokens: int = 64  # lstm / minilm input length
+    minilm_layers: int = 2  # minilm: top transformer layers fine-tuned and exchanged (0 = all, as DPNR)
+    gen_chars: int = 64  # generation: characters of the text the decoder reconstructs
+    device: str = ""  # "" = cuda when available, else cpu
+
+    def __post_init__(self) -> None:
+        _check_choice("train.encoder", self.encoder, TRAIN_ENCODERS)
+        _check_choice("train.defense", self.defense, TRAIN_DEFENSES)
+        _check_choice("train.strategy", self.strategy, TRAIN_STRATEGIES)
+        _check_choice("train.optimizer", self.optimizer, TRAIN_OPTIMIZERS)
+        rules = [("rounds", self.rounds >= 0, ">= 0 (0 = no Phase A)"),
+                 ("clients-per-round", self.clients_per_round >= 0, ">= 0 (0 = all clients)"),
+                 ("local-epochs", self.local_epochs >= 1, ">= 1"), ("lr", self.lr > 0, "> 0"),
+                 ("batch-size", self.batch_size >= 2, ">= 2"), ("hidden", self.hidden >= 1, ">= 1"),
+                 ("dropout", 0 <= self.dropout < 1, "in [0, 1)"), ("lambda-adv", self.lambda_adv >= 0, ">= 0"),
+                 ("decluster-alpha", self.decluster_alpha >= 0, ">= 0"),
+                 ("proximal-mu", self.proximal_mu >= 0, ">= 0"), ("server-lr", self.server_lr > 0, "> 0"),
+                 ("val-frac", 0 <= self.val_frac < 1, "in [0, 1)"),
+                 ("dp-noise-multiplier", self.dp_noise_multiplier >= 0, ">= 0"),
+                 ("dp-clip", self.dp_clip >= 0, ">= 0 (0 = no DP-FedAvg)"),
+                 ("dp-delta", 0 < self.dp_delta < 1, "in (0, 1)"), ("vocab-size", self.vocab_size >= 10, ">= 10"),
+                 ("max-tokens", self.max_tokens >= 2, ">= 2"), ("minilm-layers", self.minilm_layers >= 0, ">= 0"),
+                 ("gen-chars", self.gen_chars >= 2, ">= 2")]
+        for name, ok, rule in rules:
+            if not ok:
+                raise ValueError(f"train.{name} must be {rule}; got {getattr(self, name.replace('-', '_'))}.")
+        if self.dp_noise_multiplier > 0 and self.dp_clip == 0:
+            raise ValueError("train.dp-noise-multiplier > 0 needs train.dp-clip > 0: DP-FedAvg's noise is calibrated "
+                             "to the clipping norm of each client update.")
+        if self.dp_clip > 0 and self.strategy != "fedavg":
+            raise ValueError(f"DP-FedAvg (train.dp-clip > 0) wraps train.strategy='fedavg' only; got "
+                             f"{self.strategy!r} (its server optimizer would need its own accounting).")

@@ -154,6 +154,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             "upload_dim": seeds[0]["output_dim"],
         },
         "dataset": point["dataset"],
+        "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,
+                                           "encoder": cfg.train.encoder, "guarantee": "none"}),
         "timing": timing,
         "config": cfg.to_flat(),
         "schema_version": SCHEMA_VERSION,
@@ -299,6 +301,14 @@ def table(results: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"eavesdropper observed {f['uploads_observed']} uploads in {f['messages_observed']} messages "
                  f"({f['bytes_observed'] / 1e6:.2f} MB); total {results['timing']['total_s']:.1f} s")
+    tr = results.get("training", {})
+    if tr.get("enabled"):  # Phase A (issue #12): its guarantee is stated apart from the uploads' LDP above
+        g = tr["guarantee"]
+        guarantee = (f"DP-FedAvg user-level epsilon {_fmt(g['epsilon'])}, delta {g['delta']:g} (released models)"
+                     if isinstance(g, dict) else "none, updates unprotected")
+        lines.append(f"phase A: {tr['encoder']} encoder, defence {tr['defense']}, {tr['rounds']} {tr['strategy']} "
+                     f"rounds, selected round {tr['selected_round']}, {tr['updates_observed']} updates observed "
+                     f"({tr['update_bytes_observed'] / 1e6:.2f} MB); Phase A guarantee: {guarantee}")
     return "\n".join(lines)
 
 

@@ -31,12 +31,22 @@ CONFIGS = REPO / "configs"
 
 # Flat keys that never change a point's numbers: where files live, console output.
 IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
-                "federation.ray-address")
+                "federation.ray-address", "train.device")
 
 
 # Keys added to the config after points were saved: left out of the key while they hold the value every saved point
 # was computed with, so existing points keep their keys (and a run with another value gets a new key).
 LATER_KEYS = {"server.standardize": True, "attack.standardize": True}
+# Phase A (issue #12): saved points were computed without it, with these defaults.
+LATER_KEYS.update({
+    "train.rounds": 0, "train.encoder": 'trunk', "train.defense": 'none', "train.strategy": 'fedavg',
+    "train.clients-per-round": 0, "train.local-epochs": 1, "train.optimizer": 'adam', "train.lr": 0.001,
+    "train.batch-size": 32, "train.hidden": 256, "train.dropout": 0.2, "train.lambda-adv": 1.0,
+    "train.decluster-alpha": 0.1, "train.proximal-mu": 0.01, "train.server-lr": 0.01,
+    "train.val-frac": 0.1, "train.dp-noise-multiplier": 0.0, "train.dp-clip": 0.0, "train.dp-delta": 1e-05,
+    "train.vocab-size": 5000, "train.glove-init": True, "train.max-tokens": 64, "train.minilm-layers": 2,
+    "train.gen-chars": 64,
+})
 
 
 def point_key(cfg: ExperimentConfig) -> str:

@@ -79,6 +79,10 @@ def upload(msg: Message, context: Context) -> Message:
         )
     t0 = time.perf_counter()
     data = _data_for(msg, cfg)
+    if "encoder" in msg.content.array_records:  # Phase A ran: upload the trained encoder's r(x)
+        from fl_privtext.federation.train_handlers import encoded_client_data
+
+        data = encoded_client_data(data, msg, cfg)
     t1 = time.perf_counter()
     client_seed = client_seed_from(dict(context.node_config))
     up = client_upload(data, client, int(task["round"]), int(task["seed"]), cfg,  # type: ignore[arg-type]
@@ -94,3 +98,6 @@ def upload(msg: Message, context: Context) -> Message:
     )
     return Message(content, reply_to=msg)
 
+
+
+from fl_privtext.federation import train_handlers  # noqa: E402,F401  Phase A: registers @app.train / @app.evaluate

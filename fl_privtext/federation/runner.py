@@ -66,6 +66,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
         mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
+    if cfg.train.rounds > 0:
+        from fl_privtext.federation.training import check_training
+
+        check_training(cfg, prep)
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
     return prep

@@ -136,9 +136,10 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     warm_up(eaves, nodes, cfg, snapshot)
     observations: list[Any] = []
     sent: list[Any] = []
+    training, phase_b = _phase_a(eaves, cfg, keep_observations)
 
     def collect_round(seed: int, rnd: int) -> pipeline.Round:
-        return collect(eaves, nodes, cfg, seed, rnd, snapshot)
+        return collect(phase_b, nodes, cfg, seed, rnd, snapshot)  # type: ignore[arg-type]
 
     def eavesdrop() -> pipeline.Observed:
         if keep_observations:
@@ -152,12 +153,23 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
 
     def evaluate() -> dict[str, Any]:
         point = pipeline.evaluate_point(prep, cfg, collected)
+        point["training"] = training
         if keep_observations:
             point["observations"] = observations
             point["sent"] = sent  # the server's own queries of this point
         return point
 
     return evaluate
+
+
+def _phase_a(eaves: EavesdroppingGrid, cfg: ExperimentConfig, keep: bool) -> tuple[dict[str, Any], Grid]:
+    """Phase A (train.rounds > 0): train the encoder federatedly; Phase B's queries then carry it."""
+    from fl_privtext.federation.training import InjectingGrid, train_phase, training_off
+
+    if cfg.train.rounds == 0:
+        return training_off(cfg), eaves
+    training = train_phase(eaves, cfg, keep_updates=keep)
+    return training, InjectingGrid(eaves, {"encoder": training.pop("encoder_arrays")})
 
 
 @app.main()

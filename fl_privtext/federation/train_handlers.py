@@ -1,0 +1,145 @@
+"""Phase A on the ClientApp: Flower's ``@app.train`` / ``@app.evaluate`` handlers, and the trained encoder in the
+Phase B upload (``encoded_client_data``).
+
+A train message carries the global model's trainable parameters (ArrayRecord ``arrays``) and one ConfigRecord
+``config``: the flat experiment config plus what the strategy adds (``server-round``; ``proximal-mu`` for FedProx;
+``clipping_norm`` under DP-FedAvg). The client trains on its own training users, computing the defence from its
+own z, and replies with its parameters (clipped to ``clipping_norm`` around the global model under DP-FedAvg) and
+a MetricRecord: ``weight`` (its example count; 1 under DP-FedAvg, whose noise is calibrated to the unweighted
+mean), ``num-examples``, losses. Nothing else leaves: no text, no features, no z, no labels.
+
+torch is imported lazily: the upload path keeps its light start-up (numpy, flwr, privacy).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+
+from fl_privtext.client import client_seed_from
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.client_app import _prep_key, app
+
+_SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
+
+
+def experiment_config(config: ConfigRecord) -> ExperimentConfig:
+    """The experiment config inside a strategy's ConfigRecord (Flower's own keys are left out)."""
+    return ExperimentConfig.from_flat({k: v for k, v in config.items() if k.partition(".")[0] in _SECTIONS})
+
+
+@functools.lru_cache(maxsize=2)
+def _prepared(key: tuple) -> tuple[Any, Any]:
+    # Per actor: the dataset (texts, labels, z), roles, shards and cached features, and the TrainData view of it.
+    from fl_privtext import pipeline
+    from fl_privtext.encoders import TrainData
+
+    cfg = ExperimentConfig.from_flat(dict(key))
+    prep = pipeline.prepare(cfg, features="cached")
+    if prep.features is None and cfg.train.encoder == "trunk":
+        prep = pipeline.prepare(cfg, features="extract")
+    return prep, TrainData.from_prepared(prep)
+
+
+@functools.lru_cache(maxsize=2)
+def _model(key: tuple, train_items: tuple) -> Any:
+    # Built once per actor; every message loads the exchanged (trainable) parameters into it.
+    import torch
+
+    from fl_privtext.encoders import build_model
+    from fl_privtext.encoders.model import spec_from
+    from fl_privtext.encoders.train import resolve_device
+
+    cfg = ExperimentConfig.from_flat(dict(train_items))
+    prep, _ = _prepared(key)
+    model = build_model(cfg.train, spec_from(prep), torch.Generator().manual_seed(0))  # overwritten on load
+    return model.to(resolve_device(cfg.train.device))
+
+
+def _setup(cfg: ExperimentConfig, arrays: ArrayRecord) -> tuple[Any, Any, Any]:
+    from fl_privtext.encoders import load_state
+
+    key = _prep_key(cfg)
+    prep, data = _prepared(key)
+    train_items = tuple(sorted((k, v) for k, v in cfg.to_flat().items() if k.startswith("train.")))
+    model = _model(key, train_items)
+    load_state(model, {k: a.numpy() for k, a in arrays.items()})
+    return prep, data, model
+
+
+def _client(context: Context, cfg: ExperimentConfig) -> int:
+    client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
+    if int(context.node_config["num-partitions"]) != cfg.federation.num_clients:  # type: ignore[arg-type]
+        raise ValueError("Start the federation with as many SuperNodes as federation.num-clients.")
+    return client
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    """One round of local training on this client's training users (the defence computed from its own z)."""
+    from fl_privtext.encoders import client_generator, local_train, trainable_state
+    from fl_privtext.encoders.train import phase_a_rows
+
+    config = msg.content.config_records["config"]
+    cfg = experiment_config(config)
+    client = _client(context, cfg)
+    arrays = msg.content.array_records["arrays"]
+    prep, data, model = _setup(cfg, arrays)
+    rows, _ = phase_a_rows(prep, cfg, client)
+    rnd = int(config["server-round"])  # type: ignore[arg-type]
+    stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "fit"),
+                        proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
+    state = trainable_state(model)
+    new = [state[k] for k in arrays.keys()]
+    clip = config.get("clipping_norm")
+    if clip is not None:  # DP-FedAvg: clip this client's update (Flower's fixedclipping_mod does the same)
+        from flwr.supercore.differential_privacy import compute_clip_model_update
+
+        compute_clip_model_update(param1=new, param2=[a.numpy() for a in arrays.values()],
+                                  clipping_norm=float(clip))  # type: ignore[arg-type]
+    out = ArrayRecord({k: Array(np.ascontiguousarray(v, np.float32)) for k, v in zip(arrays.keys(), new)})
+    metrics: dict[str, Any] = {**stats, "weight": 1.0 if clip is not None else float(len(rows)),
+                               "num-examples": float(len(rows))}
+    return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """Federated evaluation on this client's held-out validation users (model selection)."""
+    from fl_privtext.encoders import client_generator
+    from fl_privtext.encoders import evaluate as evaluate_model
+    from fl_privtext.encoders.train import phase_a_rows
+
+    config = msg.content.config_records["config"]
+    cfg = experiment_config(config)
+    client = _client(context, cfg)
+    prep, data, model = _setup(cfg, msg.content.array_records["arrays"])
+    _, rows = phase_a_rows(prep, cfg, client)
+    rnd = int(config["server-round"])  # type: ignore[arg-type]
+    stats = evaluate_model(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "evaluate"))
+    metrics: dict[str, Any] = {**stats, "weight": float(len(rows))}
+    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+
+class _EncodedFeatures:
+    """Stands in for ``ClientData.features``: indexing with row ids runs the trained encoder on those rows."""
+
+    def __init__(self, model: Any, data: Any, cfg: ExperimentConfig):
+        self.model, self.data, self.cfg = model, data, cfg
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        from fl_privtext.encoders import encode
+
+        return encode(self.model, self.data, np.asarray(rows, np.int64), self.cfg)
+
+
+def encoded_client_data(data: Any, msg: Message, cfg: ExperimentConfig) -> Any:
+    """The client's data with the Phase A encoder's output r(x) in place of the frozen features (Phase B)."""
+    if cfg.privacy.mu > 0:
+        raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported.")
+    _, tdata, model = _setup(cfg, msg.content.array_records["encoder"])
+    return dataclasses.replace(data, features=_EncodedFeatures(model, tdata, cfg))
