@@ -49,8 +49,8 @@ def command(name: str, out: Path) -> list[str]:
 
 
 def table(rows: list) -> str:
-    lines = ["| Phase A defence | task acc (majority) | gender acc (majority) | age acc (majority) | Phase A guarantee "
-             "| Phase B upload LDP (nominal / worst-case eps) | selected round (val acc) | Phase A s | wall s |",
+    lines = [("| Phase A defence | task acc (majority) | gender acc (majority) | age acc (majority) | Phase A guarantee "
+              "| Phase B upload LDP (nominal / worst-case eps) | selected round (val acc) | Phase A s | wall s |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for name, res, wall, _ in rows:
         u, a, t, p = res["utility"], res["attacks"], res["training"], res["privacy"]

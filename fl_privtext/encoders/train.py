@@ -228,7 +228,7 @@ def validation_users(roles: np.ndarray, user_ids: np.ndarray, val_frac: float, s
     """The training users held out for model selection (a ``val_frac`` share of role "train", from the run seed:
     roles are known to the server anyway)."""
     users = np.unique(user_ids[roles == "train"])
-    k = int(round(val_frac * len(users)))
+    k = round(val_frac * len(users))
     return np.sort(users[rng.generator(seed, "train-val").permutation(len(users))[:k]])
 
 

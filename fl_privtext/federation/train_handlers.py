@@ -94,7 +94,7 @@ def train(msg: Message, context: Context) -> Message:
     stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "fit"),
                         proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
     state = trainable_state(model)
-    new = [state[k] for k in arrays.keys()]
+    new = [state[k] for k in arrays]
     clip = config.get("clipping_norm")
     if clip is not None:  # DP-FedAvg: clip this client's update (Flower's fixedclipping_mod does the same)
         from flwr.supercore.differential_privacy import compute_clip_model_update

@@ -14,7 +14,7 @@ What the eavesdropper sees of Phase A (every client update) is summarised per ro
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,11 @@ def dp_fedavg_guarantee(*, noise_multiplier: float, num_clients: int, clients_pe
     it); the untrusted server that aggregates sees each clipped update before the noise is added.
     """
     from flwr.supercore.privacy_accounting import (
-        GaussianPrivacyEvent, NeighboringRelation, PrivacyConfig, SamplingMethod)
+        GaussianPrivacyEvent,
+        NeighboringRelation,
+        PrivacyConfig,
+        SamplingMethod,
+    )
     from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
 
     if noise_multiplier <= 0:
@@ -69,9 +73,9 @@ def make_strategy(cfg: ExperimentConfig, evaluate_metrics_aggr_fn: Any = None) -
 
     n = cfg.federation.num_clients
     k = cfg.train.clients_per_round or n
-    common = dict(fraction_train=k / n, fraction_evaluate=1.0, min_train_nodes=k, min_evaluate_nodes=n,
-                  min_available_nodes=n, weighted_by_key="weight",
-                  evaluate_metrics_aggr_fn=evaluate_metrics_aggr_fn)
+    common: dict[str, Any] = {
+        "fraction_train": k / n, "fraction_evaluate": 1.0, "min_train_nodes": k, "min_evaluate_nodes": n,
+        "min_available_nodes": n, "weighted_by_key": "weight", "evaluate_metrics_aggr_fn": evaluate_metrics_aggr_fn}
     t = cfg.train
     if t.strategy == "fedprox":
         strategy: Any = st.FedProx(**common, proximal_mu=t.proximal_mu)
@@ -258,8 +262,3 @@ def training_off(cfg: ExperimentConfig) -> dict[str, Any]:
             "guarantee": "none", "guarantee_note": "no Phase A: the frozen extractor's features are uploaded",
             "phase_b_guarantee": "per-upload LDP of privacy.mechanism, composed per user (see privacy)"}
 
-
-def aggregate_equals_weighted_mean(replies: Sequence[dict[str, np.ndarray]], weights: Sequence[float]) -> dict:
-    """The FedAvg reference: sum_i w_i theta_i / sum_i w_i (tests compare the strategy's output with it)."""
-    total = float(sum(weights))
-    return {k: sum(w / total * r[k].astype(np.float64) for r, w in zip(replies, weights)) for k in replies[0]}

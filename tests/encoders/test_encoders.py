@@ -8,7 +8,15 @@ import torch
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.encoders import ModelSpec, TrainData, build_model, encode, load_state, local_train, trainable_state
+from fl_privtext.encoders import (
+    ModelSpec,
+    TrainData,
+    build_model,
+    encode,
+    load_state,
+    local_train,
+    trainable_state,
+)
 
 TEXTS = ["the movie was great and i loved it", "terrible service , never again", "an ok product for the price",
          "i would buy this again", "it broke after two days", "my wife likes it", "fast delivery , nice box",

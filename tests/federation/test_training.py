@@ -35,7 +35,7 @@ def served(cache_dir):
 
 
 def test_phase_a_then_phase_b_end_to_end(served):
-    cfg, point = served["plain"]
+    _, point = served["plain"]
     res = aggregate(point, total_s=1.0)
     tr = res["training"]
     assert (tr["rounds"], tr["defense"], tr["encoder"], tr["guarantee"]) == (3, "none", "trunk", "none")
