@@ -100,4 +100,4 @@ def upload(msg: Message, context: Context) -> Message:
 
 
 
-from fl_privtext.federation import train_handlers  # noqa: E402,F401  Phase A: registers @app.train / @app.evaluate
+from fl_privtext.federation import train_handlers  # noqa: F401  Phase A: registers @app.train / @app.evaluate
