@@ -38,13 +38,25 @@ def _build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     aud.add_argument("--samples", type=int, default=None, help="samples per input of the worst-case pair")
     aud.add_argument("--seed", type=int, default=0)
+
+    swp = sub.add_parser("sweep", help="a grid of points (TOML: [fixed] keys, [grid] key -> values) through one "
+                                       "federation; resumable; writes table.csv, table.md and frontier plots")
+    swp.add_argument("file", help="sweep TOML file")
+    swp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one fixed key")
+    swp.add_argument("--output", help="output directory (default: [sweep] output, else sweeps/<file stem>)")
+    swp.add_argument("--quiet", action="store_true", help="no progress bar or per-point lines")
+    swp.add_argument("--list", action="store_true", help="print the points and whether each is done, then exit")
+
+    cmp = sub.add_parser("compare", help="tabulate finished runs (their results.json) side by side")
+    cmp.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    cmp.add_argument("--csv", help="also write the table as CSV to this file")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        sets = _parse_sets(args.set)
+        sets = _parse_sets(getattr(args, "set", []))
         if args.command == "privacy-report":
             from fl_privtext.privacy.commands import privacy_report
 
@@ -53,6 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fl_privtext.privacy.commands import audit
 
             print(json.dumps(audit(args.mechanism, sets, samples=args.samples, seed=args.seed), indent=2))
+        elif args.command == "sweep":
+            from fl_privtext.sweep import sweep_from_cli
+
+            sweep_from_cli(args.file, sets=sets, output=args.output, quiet=args.quiet, list_only=args.list)
+        elif args.command == "compare":
+            from fl_privtext.sweep import compare_from_cli
+
+            compare_from_cli(args.runs, csv_path=args.csv)
         else:
             from fl_privtext.federation.runner import run_from_cli
 
@@ -60,16 +80,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        _interrupted(args.command)
+    except KeyboardInterrupt as exc:
+        _interrupted(args.command, str(exc))
     return 0
 
 
-def _interrupted(command: str) -> None:
+def _interrupted(command: str, kept: str = "") -> None:
     """Ctrl-C: stop now. Cached features are complete entries only (atomic renames) and results.json is written
-    last and atomically, so nothing half-written is left; the next run reuses the cache or rebuilds it."""
-    print(f"fl-privtext {command}: interrupted; the feature cache holds only complete entries and no partial "
-          "results were written.", file=sys.stderr)
+    last and atomically, so nothing half-written is left; the next run reuses the cache or rebuilds it.
+    ``kept``: what the command says it kept (a sweep: its finished points)."""
+    print(f"fl-privtext {command}: interrupted; " + (kept or "the feature cache holds only complete entries and "
+          "no partial results were written."), file=sys.stderr)
     try:
         import ray
 

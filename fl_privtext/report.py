@@ -203,6 +203,9 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
     summary = f"# fl_privtext run\n\n```\n{text}\n```\n"
     if note:
         summary += f"\n**Privacy note.** {note}\n"
+    from fl_privtext.plots import summary_section
+
+    summary += summary_section(results, out)  # writes privacy_utility.png beside summary.md and links it
     _write_atomic(out / "summary.md", summary)
     _write_atomic(out / "results.json", json.dumps(results, indent=2))  # last: its presence means a complete run
     if echo:
