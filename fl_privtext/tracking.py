@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import threading
 import time
 from pathlib import Path
@@ -88,6 +89,8 @@ class Tracker:
             self._tb = _tensorboard_writer_class()(str(self.out / "tensorboard"))
             self._tb.add_text("config", "\n".join(f"    {k} = {v}" for k, v in cfg.to_flat().items()))
         if cfg.run.mlflow:
+            # MLflow >= 3.x refuses its file store unless asked: a local folder is the point here (no server)
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             client = _mlflow_client_class()(tracking_uri=(self.out / "mlruns").resolve().as_uri())
             exp = client.get_experiment_by_name("fl_privtext")
             exp_id = exp.experiment_id if exp is not None else client.create_experiment("fl_privtext")
