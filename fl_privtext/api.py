@@ -24,7 +24,7 @@ class Result:
     ``results``: the results.json content (``result["utility"]["accuracy"]`` works too); ``output_dir``: where the
     files are; ``plots``: the PNGs written there; ``config``: the resolved configuration; ``uploads``: with
     ``uploads=True``, what the eavesdropper observed from the private point, every seed and round in arrival order:
-    ``features`` (M, D) float32, ``labels`` (M,), ``rows`` (M,) record ids and ``node`` (M,) the sending node."""
+    ``features`` (M, D) float32, ``labels`` (M,), ``rows`` (M,) record ids and ``node`` (M,) the sending node (uint64 Flower node id)."""
 
     results: dict[str, Any]
     output_dir: Path
@@ -75,7 +75,7 @@ def _uploads(observations: list[Any]) -> dict[str, np.ndarray] | None:
     if not parts:
         return None
     out = {k: np.concatenate([p[k] for _, p in parts]) for k in parts[0][1]}
-    out["node"] = np.concatenate([np.full(len(p["rows"]), node, dtype=np.int64) for node, p in parts])
+    out["node"] = np.concatenate([np.full(len(p["rows"]), node, dtype=np.uint64) for node, p in parts])
     return out
 
 
