@@ -176,7 +176,7 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
         fig, axes = plt.subplots(1, len(attrs), figsize=(5 * len(attrs), 4.2), squeeze=False)
         for ax, attr in zip(axes[0], attrs):
             for k, (name, items) in enumerate(series.items()):
-                xs, ys, _ = xy(items, lambda r: (r.get("attacks") or {}).get(attr, {}).get("accuracy"))
+                xs, ys, _ = xy(items, lambda r, attr=attr: (r.get("attacks") or {}).get(attr, {}).get("accuracy"))
                 if xs:
                     ax.plot(xs, ys, marker="o", color=f"C{k}", label=name or "all")
             maj = [r["attacks"][attr]["majority_baseline"] for r in rows if attr in (r.get("attacks") or {})]

@@ -147,7 +147,9 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     if not todo:
         return {"points": len(unique), "ran": 0, "wall_s": 0.0}
     if runner is None:
-        from fl_privtext.federation.runner import run_points as runner
+        from fl_privtext.federation.runner import run_points
+
+        runner = run_points
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
@@ -264,8 +266,10 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
     u, p = res["utility"], res["privacy"]
     per_user = p.get("composition", {}).get("per_user", {}) if isinstance(p.get("composition"), dict) else {}
     row: dict[str, Any] = dict(extra or {})
+    if "privacy.mechanism" not in row:  # a grid over mechanisms has the column already
+        row["mechanism"] = p["mechanism"]
     row.update({
-        "mechanism": p["mechanism"], "epsilon_nominal": _eps(p["epsilon_nominal"]),
+        "epsilon_nominal": _eps(p["epsilon_nominal"]),
         "epsilon_worst_case": _eps(p["epsilon_worst_case"]),
         "epsilon_user_total": _eps(per_user.get("max_epsilon_total")) if per_user else None,
         "accuracy": u.get("accuracy"), "accuracy_std": u.get("accuracy_std"), "macro_f1": u.get("macro_f1"),

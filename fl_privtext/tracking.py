@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from fl_privtext.config import ExperimentConfig
 
@@ -117,7 +117,7 @@ class Tracker:
         """`fl_privtext.federation.runner.run_points`' ``on_round``: one line per round and seed."""
         name = self.points[point] if point < len(self.points) else f"point{point}"
         failures = list(getattr(arrived, "failures", []))
-        uploads = int(len(arrived.uploads["rows"]))
+        uploads = len(arrived.uploads["rows"])
         record = {"event": "round", "point": name, "seed": seed, "round": rnd, "uploads": uploads,
                   "failures": len(failures), "failed_nodes": [f.get("node") for f in failures],
                   "round_s": round(seconds, 4), "elapsed_s": round(time.perf_counter() - self._t0, 3)}
@@ -171,8 +171,8 @@ class Tracker:
                 self._ml.set_terminated(self._ml_run, status="FAILED" if failed else "FINISHED")
                 self._ml = None
 
-    def __enter__(self) -> Tracker:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close(artifacts=exc_type is None, failed=exc_type is not None)

@@ -18,7 +18,7 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
 def _example() -> str:
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
     assert blocks, "docs/api.md must hold a python example"
     return blocks[0]
 
