@@ -76,7 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from fl_privtext.federation.runner import run_from_cli
 
-            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=args.quiet)
+            # progress bars redraw with carriage returns: in a log file (stderr not a terminal) they are garbage
+            quiet = args.quiet or not sys.stderr.isatty()
+            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=quiet)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2

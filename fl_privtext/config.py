@@ -251,6 +251,10 @@ class ExperimentConfig:
                 raise ValueError(f"Unknown config key {key!r}; sections are {', '.join(sections)}.")
             if sec == "data" and name.startswith("options."):
                 opts = dict(sections[sec].get("options", getattr(base, sec).options))
+                if value == "":  # declared but unset (Flower's run config declares every option as "")
+                    opts.pop(name.removeprefix("options."), None)
+                    sections[sec]["options"] = opts
+                    continue
                 opts[name.removeprefix("options.")] = _option_value(value)
                 sections[sec]["options"] = opts
                 continue

@@ -22,6 +22,8 @@ __all__ = ["MLPClassifier", "MLPConfig", "train_mlp", "warm_up"]
 class MLPClassifier:
     """A fitted MLP; ``predict`` gives class indices (or 0/1 matrices for multi-label)."""
 
+    losses: list[float]  # mean training loss per epoch (divergence shows as a rise or NaN)
+
     def __init__(self, net: nn.Module, mean: np.ndarray, std: np.ndarray, multilabel: bool, device: torch.device):
         self.net, self.mean, self.std, self.multilabel, self.device = net, mean, std, multilabel, device
 
@@ -111,15 +113,32 @@ def train_mlp(
     loss_fn: nn.Module = nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
     n = len(xt)
     net.train()
+    losses: list[float] = []
     for _ in trange(config.epochs, desc=progress, disable=progress is None, leave=False, unit="epoch"):
         order = torch.randperm(n, generator=generator).to(dev)
+        total = torch.zeros((), device=dev)
         for i in range(0, n, config.batch_size):
             idx = order[i : i + config.batch_size]
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(net(xt[idx]), yt[idx])
             loss.backward()
             opt.step()
-    return MLPClassifier(net, mean, std, multilabel, dev)
+            total += loss.detach() * len(idx)
+        losses.append(float(total) / max(n, 1))
+    model = MLPClassifier(net, mean, std, multilabel, dev)
+    model.losses = losses
+    return model
+
+
+def diverged(losses: list[float]) -> str | None:
+    """Why a training run looks diverged (NaN/inf loss, or a last epoch worse than the first), else None."""
+    if not losses:
+        return None
+    if not all(np.isfinite(losses)):
+        return "the training loss became NaN or infinite"
+    if len(losses) > 1 and losses[-1] > losses[0] * 1.05:
+        return f"the training loss rose from {losses[0]:.3g} to {losses[-1]:.3g}"
+    return None
 
 
 def warm_up() -> None:

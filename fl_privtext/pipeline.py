@@ -11,8 +11,10 @@ Randomness: roles and shards depend on ``run.seed`` only; the server's and attac
 from __future__ import annotations
 
 import functools
+import gzip
 import math
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -55,7 +57,18 @@ def data_key(cfg: ExperimentConfig) -> tuple:
 @functools.lru_cache(maxsize=4)
 def _load(key: tuple) -> TextDataset:
     name, root, options = key
-    return load_dataset(name, data_root=root or None, **dict(options))
+    try:
+        ds = load_dataset(name, data_root=root or None, **dict(options))
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"dataset {name!r}: a data file is a corrupt or truncated archive ({exc}); restore it "
+                         "(e.g. re-download or re-copy the file).") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"dataset {name!r}: a data file is not valid UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start}).") from None
+    if len(ds) == 0:
+        raise ValueError(f"dataset {name!r} (data.root={root!r}, options {dict(options)}) has no rows: the file "
+                         "holds a header only, or every row was filtered out.")
+    return ds
 
 
 def load(cfg: ExperimentConfig) -> TextDataset:
@@ -343,9 +356,10 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     privacy = privacy_summary(report, cfg, prep.ds.user_ids, len(prep.ds.label_names), released, releases)
     privacy["randomness"] = randomness_of(cfg, collected)
     return {
+        "extractor_identity": prep.extractor.identity(),
         "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
         "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
-        "dataset": {"name": prep.ds.name, "label_names": list(prep.ds.label_names),
+        "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,

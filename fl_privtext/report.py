@@ -21,6 +21,21 @@ import numpy as np
 
 from fl_privtext.config import ExperimentConfig
 
+SCHEMA_VERSION = 2  # results.json layout; bumped when keys change meaning
+
+COLUMNS = (
+    "**How to read this.** `attacker acc`: accuracy of the eavesdropper's best attacker at inferring the attribute of "
+    "users it did not know, from their uploads. `majority`: the accuracy of always guessing the most frequent value "
+    "among the known (aux) users; on the targets it can fall below 0.5 even for a binary attribute when the known "
+    "users' majority differs from the targets'. An attacker at the majority learned nothing it could use. `F1`: "
+    "macro-F1 (entities: F1 over presence labels). `1-X / 1-F`: the papers' empirical privacy, 1 - attacker "
+    "accuracy (demographics) or 1 - F1 (entities): higher is more private. `fair gap`: the largest difference of the "
+    "task accuracy between groups of the attribute (0 = equally accurate for every group). `no-privacy acc`: the "
+    "same attacker on the same users without privacy (mechanism `none`). `TRUE worst-case` epsilon: what the "
+    "mechanism really guarantees per upload (any two inputs of a user), next to the epsilon the publication states; "
+    "`per user`: composed over every upload and round of the user, labels included (`TOTAL`)."
+)
+
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
     arr = np.asarray(values, dtype=float)
@@ -111,7 +126,80 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         "dataset": point["dataset"],
         "timing": timing,
         "config": cfg.to_flat(),
+        "schema_version": SCHEMA_VERSION,
+        "provenance": provenance(point, cfg),
     })
+
+
+def _commit() -> str | None:
+    """The git commit of the package source, when it runs from a checkout (None otherwise)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip()
+    if out.returncode != 0 or len(commit) != 40:
+        return None
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+    return commit + ("+dirty" if dirty else "")
+
+
+def provenance(point: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
+    """What produced these numbers: package version and commit, data fingerprint, extractor identity, time, mode."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pkg = version("fl-privtext")
+    except PackageNotFoundError:
+        pkg = None
+    return {
+        "package_version": pkg,
+        "commit": _commit(),
+        "dataset_fingerprint": point.get("dataset", {}).get("fingerprint"),
+        "extractor": point.get("extractor_identity", {"name": cfg.extractor.name, "model": cfg.extractor.model}),
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "randomness": point.get("privacy", {}).get("randomness", cfg.run.randomness),
+    }
+
+
+def warnings_for(results: dict[str, Any]) -> list[str]:
+    """Plain-language warnings about results that need a second look (also in results.json ``warnings``)."""
+    out: list[str] = []
+    u, p = results["utility"], results["privacy"]
+    base = results.get("baseline_no_privacy")
+    eps = p.get("epsilon_worst_case")
+    if u.get("available"):
+        acc, maj = u["accuracy"], u["majority_baseline"]
+        clear = base["utility"]["accuracy"] if base else None
+        if clear is not None and clear < maj:
+            out.append(f"Without privacy the task model reaches {clear:.3f}, below the majority baseline {maj:.3f}: "
+                       "training failed (check server.lr, server.epochs, server.standardize).")
+        elif acc < maj:
+            why = (f"expected at a true worst-case epsilon of {_fmt(eps)} per upload: the noise hides most of the "
+                   "signal and a model trained on it can do worse than always predicting the majority class"
+                   if eps == "inf" or (isinstance(eps, float) and eps < 50) else
+                   "the mechanism's output carries little of what the task needs")
+            out.append(f"The private task model ({acc:.3f}) is below the majority baseline ({maj:.3f}); {why}.")
+        for reason in u.get("diverged") or []:
+            out.append(f"Task model training diverged ({reason}).")
+    for name, a in results.get("attacks", {}).items():
+        if a.get("attacker") == "majority":
+            out.append(f"Attack on {name}: no attacker beat the prior with confidence on the {a.get('num_known')} "
+                       "known users, so it predicted the majority; this says 'no leak detected at this attacker's "
+                       "power', not 'no leak'.")
+    faults = results.get("faults") or {}
+    if faults.get("failed_clients"):
+        out.append(f"{len(faults['failed_clients'])} client failure(s): results use the replies that arrived "
+                   f"({faults.get('num_users_not_heard_from', 0)} user(s) never heard from); see faults.")
+    if not p.get("float_safe", True):
+        out.append("privacy.sampler='float': floating-point noise is simulation-grade; its low bits leak (Mironov "
+                   "2012). Use privacy.sampler='secure' for a deployment-grade guarantee.")
+    return out
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -195,21 +283,31 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
     results = aggregate(point, total_s)
     if baseline is not None:
         results["baseline_no_privacy"] = baseline_summary(baseline)
+    results["warnings"] = warnings_for(results)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / "config.toml", cfg.to_toml())
     text = table(results)
     note = results["privacy"].get("published_claim_note")
     summary = f"# fl_privtext run\n\n```\n{text}\n```\n"
+    if results["warnings"]:
+        summary += "\n**Warnings.**\n\n" + "".join(f"- {w}\n" for w in results["warnings"])
     if note:
         summary += f"\n**Privacy note.** {note}\n"
     from fl_privtext.plots import summary_section
 
     summary += summary_section(results, out)  # writes privacy_utility.png beside summary.md and links it
+    summary += f"\n{COLUMNS}\n"
+    prov = results["provenance"]
+    summary += (f"\n*Produced by fl-privtext {prov['package_version']} (commit {prov['commit']}) at "
+                f"{prov['timestamp']}; dataset fingerprint {str(prov['dataset_fingerprint'])[:16]}; client "
+                f"randomness {prov['randomness']}.*\n")
     _write_atomic(out / "summary.md", summary)
     _write_atomic(out / "results.json", json.dumps(results, indent=2))  # last: its presence means a complete run
     if echo:
         print(text)
+        for w in results["warnings"]:
+            print(f"warning: {w}")
         print(f"\nwrote {out}/results.json, config.toml, summary.md")
     results["output_dir"] = str(out)
     return results

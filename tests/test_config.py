@@ -22,8 +22,15 @@ def test_defaults_round_trip_through_flat_and_toml(tmp_path):
 
 def test_pyproject_flower_config_mirrors_the_defaults():
     app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    flat = {f"{sec}.{k}": v for sec, table in app_cfg.items() for k, v in table.items()}
+    flat = {f"{sec}.{k}": v for sec, table in app_cfg.items() for k, v in table.items() if not isinstance(v, dict)}
     assert flat == ExperimentConfig().to_flat()
+    # every loader option of every dataset is declared (unset) so that `flwr run -c 'data.options.X=...'` works
+    from fl_privtext.data import DATASETS, dataset_options
+
+    declared = app_cfg["data"]["options"]
+    assert set(declared) == {o for n in DATASETS for o in dataset_options(n)}
+    assert set(declared.values()) == {""}
+    assert ExperimentConfig.from_flat({f"data.options.{k}": v for k, v in declared.items()}) == ExperimentConfig()
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,10 @@ class _DropDeprecation(logging.Filter):
 
 def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
+    from fl_privtext.checks import check_extractor, check_resources
+
+    check_resources(cfg)
+    check_extractor(cfg)
     n_users = len(np.unique(pipeline.load(cfg).user_ids))
     if cfg.federation.num_clients > n_users:
         raise ValueError(
@@ -222,10 +226,13 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     """One federated experiment: returns the results dict (also written to ``output``, with the per-round
     ``metrics.jsonl`` and the trackers ``run.tensorboard`` / ``run.mlflow`` enable). ``keep_observations`` adds
     the eavesdropper's raw observations of the main point under ``observations`` (not written to disk)."""
+    from fl_privtext.checks import check_output
     from fl_privtext.report import finalize
     from fl_privtext.tracking import Tracker
 
     t0 = time.perf_counter()
+    if output or cfg.run.output:
+        check_output(output or cfg.run.output)  # before the work, not after it
     points = [cfg]
     if cfg.run.baseline and cfg.privacy.mechanism != "none":
         clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)

@@ -51,18 +51,17 @@ def test_blog_counts(blog):
     assert max(len(t.split()) for t in blog.texts[:2000]) <= 300
 
 
-def test_blog_loads_fast(data_root, blog):
+def test_blog_parse_is_cached_in_process(data_root, blog):
+    # speed is measured in benchmarks, not asserted in unit tests: here only that the parsed file is reused
     from fl_privtext.data import _io
 
-    _io._CACHE.clear()  # a cold parse of the 20 MB gzip (about 1.5 s on one core)
-    t = time.perf_counter()
+    _io._CACHE.clear()
     cold = load_dataset("blog", data_root=data_root)
-    cold_s = time.perf_counter() - t
-    t = time.perf_counter()
-    load_dataset("blog", data_root=data_root, age_groups="10s,30s")  # parsed file cached in-process
-    warm_s = time.perf_counter() - t
+    entries = dict(_io._CACHE)
+    assert entries, "the parsed file was not cached"
+    load_dataset("blog", data_root=data_root, age_groups="10s,30s")
+    assert dict(_io._CACHE).keys() == entries.keys()  # no second parse of the 20 MB gzip
     assert cold.fingerprint == blog.fingerprint
-    assert cold_s < 6.0 and warm_s < 2.0, (cold_s, warm_s)
 
 
 def test_blog_options(blog, data_root):

@@ -1,0 +1,90 @@
+"""Up-front checks of a run: everything that can be checked is, before any extraction, Ray or Flower start.
+
+Each failure is a ValueError whose message names the key or file and what is expected; the CLI prints it on one
+line and exits with 2.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from fl_privtext.config import ExperimentConfig
+
+
+def check_output(output: str | os.PathLike[str]) -> Path:
+    """The output directory exists (created if needed) and is writable."""
+    out = Path(output)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ValueError(f"--output / run.output {str(output)!r} is not a writable directory ({exc.strerror or exc}); "
+                         "choose a directory you can write to.") from None
+    return out
+
+
+def available_resources(ray_address: str) -> tuple[float, float]:
+    """(CPUs, GPUs) the simulation can use: this machine's, or the running Ray cluster's when attaching."""
+    if ray_address:
+        import ray
+
+        started = not ray.is_initialized()
+        if started:
+            try:
+                ray.init(address=ray_address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+            except Exception as exc:  # noqa: BLE001 - any failure to connect is a configuration error here
+                raise ValueError(f"federation.ray-address={ray_address!r}: no Ray cluster could be reached ({exc}); "
+                                 "start one with `ray start --head` or leave the key empty.") from None
+        try:
+            res = ray.cluster_resources()
+        finally:
+            if started:
+                ray.shutdown()
+        return float(res.get("CPU", 0.0)), float(res.get("GPU", 0.0))
+    return float(os.cpu_count() or 1), float(_local_gpus())
+
+
+def _local_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - no torch / no driver: no GPU
+        return 0
+
+
+def check_resources(cfg: ExperimentConfig) -> None:
+    """A virtual client's CPU/GPU request fits on the machine (or the cluster); otherwise Ray would wait forever."""
+    f = cfg.federation
+    cpus, gpus = available_resources(f.ray_address)
+    where = f"the Ray cluster at {f.ray_address!r}" if f.ray_address else "this machine"
+    if f.client_cpus > cpus:
+        raise ValueError(f"federation.client-cpus={f.client_cpus:g} exceeds the {cpus:g} CPU(s) of {where}; a "
+                         f"virtual client could never be scheduled. Use at most {cpus:g}.")
+    if f.client_gpus > 0 and gpus == 0:
+        raise ValueError(f"federation.client-gpus={f.client_gpus:g} but {where} has no GPU; set "
+                         "federation.client-gpus=0.")
+    if f.client_gpus > gpus:
+        raise ValueError(f"federation.client-gpus={f.client_gpus:g} exceeds the {gpus:g} GPU(s) of {where}.")
+    if cfg.extractor.device.startswith("cuda") and _local_gpus() == 0 and not f.ray_address:
+        raise ValueError(f"extractor.device={cfg.extractor.device!r} but this machine has no CUDA GPU; leave it empty "
+                         "(CUDA when available, else CPU) or set it to 'cpu'.")
+
+
+def check_extractor(cfg: ExperimentConfig) -> None:
+    """A local model folder named in extractor.model exists and holds a model."""
+    model = cfg.extractor.model
+    if not model or cfg.extractor.name == "glove":
+        return
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"extractor.model={model!r}: the folder has no config.json; it is not a transformers "
+                             "model folder.")
+        return
+    if model.startswith((".", "/", "~")) or path.suffix or os.sep + os.sep in model:
+        raise ValueError(f"extractor.model={model!r}: no such local model folder (expected a folder with "
+                         "config.json and the weights, e.g. a save_pretrained() output).")
