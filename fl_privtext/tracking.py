@@ -72,19 +72,26 @@ class Tracker:
     ServerApp's thread, the results from the driver. ``points`` names the served points in order."""
 
     def __init__(self, cfg: ExperimentConfig, out: str | Path, *, points: tuple[str, ...] = ("main",)) -> None:
-        check(cfg)
+        check(cfg)  # a missing package fails now, before any work
         self.cfg, self.out, self.points = cfg, Path(out), points
+        self._lock = threading.Lock()
+        self._t0 = time.perf_counter()
+        self._fh: Any = None
+        self._tb: Any = None
+        self._ml: Any = None
+        self._ml_run = ""
+
+    def _start(self) -> None:
+        """Open the files at the first event: a run that fails its checks leaves no output directory behind."""
+        if self._fh is not None:
+            return
+        cfg = self.cfg
         try:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ValueError(f"The output directory {self.out} cannot be created ({exc.strerror}); pass a writable "
                              "--output or run.output.") from None
-        self._lock = threading.Lock()
-        self._t0 = time.perf_counter()
         self._fh = (self.out / METRICS_FILE).open("w")
-        self._tb: Any = None
-        self._ml: Any = None
-        self._ml_run = ""
         if cfg.run.tensorboard:
             self._tb = _tensorboard_writer_class()(str(self.out / "tensorboard"))
             self._tb.add_text("config", "\n".join(f"    {k} = {v}" for k, v in cfg.to_flat().items()))
@@ -101,6 +108,7 @@ class Tracker:
 
     # ---- events ------------------------------------------------------------------------------------------------
     def _write(self, record: dict[str, Any]) -> None:
+        self._start()
         self._fh.write(json.dumps(record) + "\n")
         self._fh.flush()
 
@@ -158,7 +166,7 @@ class Tracker:
     def close(self, *, artifacts: bool = True, failed: bool = False) -> None:
         """Flush and close; with MLflow, attach the run's files (results.json, summary.md, plots) as artifacts."""
         with self._lock:
-            if not self._fh.closed:
+            if self._fh is not None and not self._fh.closed:
                 self._fh.close()
             if self._tb is not None:
                 self._tb.close()
