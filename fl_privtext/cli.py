@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 
@@ -55,6 +57,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
+    _COMMAND[0] = args.command
+    if args.command in ("run", "sweep") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)  # handled at once, whatever thread or library is running
     try:
         sets = _parse_sets(getattr(args, "set", []))
         if args.command == "privacy-report":
@@ -88,20 +93,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _interrupted(command: str, kept: str = "") -> None:
-    """Ctrl-C: stop now. Cached features are complete entries only (atomic renames) and results.json is written
-    last and atomically, so nothing half-written is left; the next run reuses the cache or rebuilds it.
-    ``kept``: what the command says it kept (a sweep: its finished points)."""
-    print(f"fl-privtext {command}: interrupted; " + (kept or "the feature cache holds only complete entries and "
-          "no partial results were written."), file=sys.stderr)
-    try:
-        import ray
+    """Ctrl-C: stop now, with one line and no traceback. Cached features are complete entries or finished chunks
+    (atomic renames) and results.json is written last and atomically, so nothing half-written is left; the next run
+    resumes the extraction from its chunks. ``kept``: what the command kept instead (a sweep: its finished points)."""
+    kept = kept or _KEPT.get(command, "")
+    print(f"fl-privtext {command}: interrupted; " + (kept or "finished extraction chunks and cache entries are kept "
+          "(the next run resumes), no results were written."), file=sys.stderr, flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # Flower's and Ray's threads report the shutdown with tracebacks: not the user's concern
+    import threading
 
-        if ray.is_initialized():
-            ray.shutdown()
-    except Exception:  # noqa: BLE001 - best effort on the way out
-        pass
-    sys.stderr.flush()
-    os._exit(130)  # worker threads (an extraction in progress) are abandoned, not joined
+    def shutdown_ray() -> None:
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+
+    t = threading.Thread(target=shutdown_ray, daemon=True)
+    t.start()
+    t.join(timeout=5)
+    os._exit(130)  # worker threads (an extraction in progress, Flower's loops) are abandoned, not joined
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _interrupted(_COMMAND[0])
+
+
+_COMMAND = ["run"]
+_KEPT = {"sweep": "every finished point is kept in <output>/points (written as it finished); rerun the same command "
+                  "to run only the missing ones."}
 
 
 if __name__ == "__main__":

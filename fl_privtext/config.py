@@ -58,12 +58,13 @@ class ExtractorConfig:
     batch_size: int = 64
     device: str = ""  # "" = cuda when available, else cpu
     cache_dir: str = ""  # "" = FL_PRIVTEXT_CACHE or ~/.cache/fl_privtext
+    chunk_rows: int = 1024  # rows per resumable extraction chunk (an interrupted extraction resumes from its chunks)
 
     def __post_init__(self) -> None:
         _check_choice("extractor.name", self.name, EXTRACTOR_NAMES)
         _check_choice("extractor.pooling", self.pooling, ("mean", "cls"))
-        if self.max_length < 1 or self.batch_size < 1:
-            raise ValueError("extractor.max-length and extractor.batch-size must be >= 1.")
+        if self.max_length < 1 or self.batch_size < 1 or self.chunk_rows < 1:
+            raise ValueError("extractor.max-length, extractor.batch-size and extractor.chunk-rows must be >= 1.")
 
 
 @dataclass(frozen=True)

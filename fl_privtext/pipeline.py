@@ -122,7 +122,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     cache_dir = cfg.extractor.cache_dir or None
     feats: np.ndarray | None = None
     if features == "extract":
-        feats = extract_cached(ds, extractor, cache_dir, progress=progress)
+        feats = extract_cached(ds, extractor, cache_dir, progress=progress, chunk_rows=cfg.extractor.chunk_rows)
     elif features == "cached":
         cache = EmbeddingCache(cache_dir)
         feats = cache.load(cache.key(ds.fingerprint, extractor.identity()))

@@ -5,6 +5,7 @@ Layout of a cache directory (argument > env ``FL_PRIVTEXT_CACHE`` > ``~/.cache/f
     <cache_dir>/<key>.npy        # (N, dim) float32, dataset row order; read with np.load(mmap_mode="r")
     <cache_dir>/<key>.json       # sidecar: dataset fingerprint, extractor identity, shape, dtype, created
     <cache_dir>/<key>.lock       # flock target so that concurrent processes compute a key once
+    <cache_dir>/<key>.parts/     # finished chunks of an extraction in progress (resumable; removed when done)
     <cache_dir>/file_hashes/     # memoised sha256 of model files (only in the resolved default dir)
 
 ``key = sha256(canonical JSON of {fingerprint, identity, layout})``: any change of the dataset content or of
@@ -41,6 +42,7 @@ except ImportError:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "FL_PRIVTEXT_CACHE"
+RESUME_CHUNK = 1024  # rows per resumable extraction chunk: an interruption loses at most one chunk
 LAYOUT_VERSION = 1
 _TMP_SUFFIX = ".tmp"
 _STALE_TMP_AGE_S = 24 * 3600.0
@@ -252,6 +254,7 @@ def extract_cached(
     cache_dir: str | os.PathLike[str] | None = None,
     *,
     progress: bool = True,
+    chunk_rows: int = RESUME_CHUNK,
 ) -> np.ndarray:
     """Features of every row of ``ds`` as a read-only memmap (N, dim) float32 in dataset row order.
 
@@ -271,7 +274,7 @@ def extract_cached(
         if hit is not None and hit.shape[0] == n:
             return hit
         t0 = time.perf_counter()
-        feats = extractor.extract(ds.texts, ds.text_pairs, progress=progress)
+        feats = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows)
         seconds = time.perf_counter() - t0
         if feats.ndim != 2 or feats.shape[0] != n:
             raise ValueError(
@@ -288,4 +291,56 @@ def extract_cached(
         if stats is not None and hasattr(stats, "to_json"):
             meta["extract_stats"] = stats.to_json()
         log.info("cached %s features of %d rows in %.1fs at %s", extractor.name, n, seconds, cache.path(key))
-        return cache.store(key, feats, meta)
+        out = cache.store(key, feats, meta)
+        _remove_parts(cache.root / f"{key}.parts")
+        return out
+
+
+def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extractor, *,
+                       progress: bool, chunk_rows: int) -> np.ndarray:
+    """Extract in chunks of RESUME_CHUNK rows, each written atomically to ``<key>.parts/`` as soon as it is done;
+    chunks found there (from an interrupted run) are reused, so an extraction resumes where it stopped. Chunking
+    is the same for every run with the same ``chunk_rows``, so a resumed extraction equals an uninterrupted one bit
+    for bit. (``chunk_rows`` is not part of the cache key: it does not change what a row's features are, up to the
+    extractor's own batching.)"""
+    from tqdm.auto import tqdm
+
+    texts, pairs, n = ds.texts, ds.text_pairs, len(ds)
+    parts_dir = cache.root / f"{key}.parts"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    chunks: list[np.ndarray] = []
+    with tqdm(total=n, desc=f"extract ({extractor.name})", unit="text", disable=not progress) as bar:
+        for start in range(0, n, chunk_rows):
+            stop = min(n, start + chunk_rows)
+            path = parts_dir / f"{start:012d}.npy"
+            part = _load_part(path, stop - start)
+            if part is None:
+                part = np.ascontiguousarray(extractor.extract(
+                    texts[start:stop], None if pairs is None else pairs[start:stop], progress=False), np.float32)
+                if part.ndim != 2 or part.shape[0] != stop - start:
+                    raise ValueError(f"Extractor {extractor.name!r} returned shape {part.shape} for {stop - start} "
+                                     "rows; expected (rows, dim).")
+                _atomic_write_bytes(path, lambda f, a=part: np.save(f, a, allow_pickle=False))
+            chunks.append(part)
+            bar.update(stop - start)
+    if not chunks:
+        return extractor.extract(texts, pairs, progress=False)
+    return np.concatenate(chunks)
+
+
+def _load_part(path: Path, rows: int) -> np.ndarray | None:
+    if not path.is_file():
+        return None
+    try:
+        part = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError):
+        return None  # never renamed into place half-written; unreadable means another fault: recompute
+    return part if part.ndim == 2 and part.shape[0] == rows and part.dtype == np.float32 else None
+
+
+def _remove_parts(parts_dir: Path) -> None:
+    for p in parts_dir.glob("*"):
+        with contextlib.suppress(OSError):
+            p.unlink()
+    with contextlib.suppress(OSError):
+        parts_dir.rmdir()

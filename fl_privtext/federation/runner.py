@@ -62,7 +62,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
             f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
         )
-    mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    try:
+        mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+    except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
+        raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
     return prep

@@ -1,0 +1,58 @@
+"""Everything checkable is checked before any work: one-line errors, exit 2, naming the key or file (CLI runs)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    return subprocess.run([sys.executable, "-m", "fl_privtext.cli", "run", "--quiet", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env, check=False)
+
+
+def _csv_args(path) -> list[str]:
+    return ["--set", "data.name=csv", "--set", f"data.options.path={path}", "--set", "data.options.text=text"]
+
+
+def _cases(tmp_path):
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("text,label\n")
+    rows = b"text,label\n" + b"".join(b"a fine review number %d,pos\n" % i for i in range(3000))
+    truncated = tmp_path / "reviews.csv.gz"
+    blob = gzip.compress(rows)
+    truncated.write_bytes(blob[: len(blob) // 2])
+    cpus = os.cpu_count() or 1
+    return {
+        "cpus": (["--set", f"federation.client-cpus={cpus + 1}"], f"federation.client-cpus={cpus + 1} exceeds"),
+        "gpus": (["--set", "federation.client-gpus=1"], "federation.client-gpus=1 but this machine has no GPU"),
+        "output": (["--output", "/dev/null/x"], "'/dev/null/x' is not a writable directory"),
+        "corrupt_gz": (_csv_args(truncated), "corrupt or truncated archive"),
+        "model_folder": (["--set", "extractor.name=hf", "--set", f"extractor.model={tmp_path / 'no-model'}"],
+                         "no such local model folder"),
+        "header_only": (_csv_args(header_only), "has no rows"),
+        "negative_seed": (["--set", "run.seed=-1"], "run.seed must be an integer >= 0"),
+        "bad_sampler": (["--set", "privacy.sampler=exact"], "privacy.sampler must be one of float, secure"),
+    }
+
+
+@pytest.mark.parametrize("case", ["cpus", "gpus", "output", "corrupt_gz", "model_folder", "header_only",
+                                  "negative_seed", "bad_sampler"])
+def test_bad_input_is_a_one_line_error_before_any_work(case, tmp_path):
+    if case == "gpus":
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    args, needle = _cases(tmp_path)[case]
+    proc = _run(*args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    err = proc.stderr.strip()
+    assert needle in err, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert not list(tmp_path.glob("runs/*"))
