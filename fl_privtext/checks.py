@@ -14,15 +14,26 @@ from fl_privtext.config import ExperimentConfig
 
 
 def check_output(output: str | os.PathLike[str]) -> Path:
-    """The output directory exists (created if needed) and is writable."""
-    out = Path(output)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
-            pass
-    except OSError as exc:
-        raise ValueError(f"--output / run.output {str(output)!r} is not a writable directory ({exc.strerror or exc}); "
-                         "choose a directory you can write to.") from None
+    """The output directory can be created and written, checked without creating anything (a run that fails a later
+    check leaves no empty directory behind)."""
+    out = Path(output).expanduser().absolute()
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    problem = None
+    if not probe.is_dir():
+        problem = f"{probe} is not a directory"
+    elif not os.access(probe, os.W_OK | os.X_OK):
+        problem = f"{probe} is not writable"
+    elif probe == out:
+        try:
+            with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+                pass
+        except OSError as exc:
+            problem = str(exc.strerror or exc)
+    if problem:
+        raise ValueError(f"--output / run.output {str(output)!r} is not a writable directory ({problem}); choose a "
+                         "directory you can write to.")
     return out
 
 

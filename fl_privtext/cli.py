@@ -104,13 +104,13 @@ def _interrupted(command: str, kept: str = "") -> None:
     import threading
 
     def shutdown_ray() -> None:
-        try:
+        import contextlib
+
+        with contextlib.suppress(Exception):  # best effort on the way out
             import ray
 
             if ray.is_initialized():
                 ray.shutdown()
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
 
     t = threading.Thread(target=shutdown_ray, daemon=True)
     t.start()

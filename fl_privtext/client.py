@@ -162,6 +162,14 @@ def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
     params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted}
     if "dim" in accepted:
         params["dim"] = dim
+    if cfg.privacy.projection != "none":
+        if "projection" not in accepted:
+            raise ValueError(f"privacy.projection = {cfg.privacy.projection} is not supported by mechanism {name!r}; "
+                             "mechanisms that take it: privunitg, privunit, duchi, mvlaplace, purkayastha.")
+        if cfg.privacy.projection == "pca":
+            from fl_privtext.public import public_projection  # loads the public dataset: pca only
+
+            params["projector"] = public_projection(cfg, dim)
     return make_mechanism(name, **params)
 
 

@@ -19,6 +19,7 @@ EXTRACTOR_NAMES = ("glove", "minilm", "hf")
 SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
+ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 
 
 def _check_choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -80,6 +81,13 @@ class PrivacyConfig:
     calibration: str = "paper"  # sue / oue: the paper's per-bit split or the textbook one
     label_epsilon: float = 0.0  # > 0: k-ary randomized response on uploaded labels with this epsilon
     sampler: str = "float"  # Laplace/Gaussian noise: "float" (simulation) or "secure" (exact, CSPRNG; OpenDP)
+    # issue #11: public projection before noise and the sphere mechanisms (privunitg, privunit, duchi, mvlaplace,
+    # purkayastha take them; other mechanisms refuse projection != none)
+    projection: str = "none"  # none | random | pca
+    proj_dim: int = 0  # k, the projected width (0 = no projection)
+    proj_seed: int = 0  # PUBLIC seed of the random projection
+    public_data: str = ""  # pca: the public dataset (disjoint from every simulated user) the PCA is fitted on
+    sphere_map: str = "round"  # round (unbiased for the ball) | normalise: how inputs reach the unit sphere
 
     def __post_init__(self) -> None:
         if not (self.epsilon > 0 and math.isfinite(self.epsilon)):
@@ -89,6 +97,20 @@ class PrivacyConfig:
             raise ValueError(f"privacy.mu must lie in [0, 1); got {self.mu}.")
         if self.label_epsilon < 0:
             raise ValueError(f"privacy.label-epsilon must be >= 0 (0 = labels sent as they are); got {self.label_epsilon}.")
+        self._check_projection()
+
+    def _check_projection(self) -> None:
+        _check_choice("privacy.projection", self.projection, ("none", "random", "pca"))
+        _check_choice("privacy.sphere-map", self.sphere_map, ("round", "normalise"))
+        if self.projection == "none" and self.proj_dim != 0:
+            raise ValueError(f"privacy.proj-dim needs privacy.projection = random or pca; got proj-dim {self.proj_dim} "
+                             "with projection none.")
+        if self.projection != "none" and self.proj_dim < 2:
+            raise ValueError(f"privacy.proj-dim must be >= 2 with privacy.projection = {self.projection}; "
+                             f"got {self.proj_dim}.")
+        if self.projection == "pca" and not self.public_data.strip():
+            raise ValueError("privacy.projection = pca needs privacy.public-data: the public dataset (disjoint from "
+                             "every simulated user) the PCA is fitted on.")
 
     def mechanism_params(self) -> dict[str, Any]:
         """Every mechanism parameter; the privacy registry keeps those the chosen mechanism accepts."""
@@ -96,7 +118,11 @@ class PrivacyConfig:
             "epsilon": self.epsilon, "delta": self.delta, "lam": self.lam, "int_bits": self.int_bits,
             "frac_bits": self.frac_bits, "clip_norm": self.clip_norm, "mu": self.mu, "calibration": self.calibration,
             "sampler": self.sampler,
-        }
+        } | self._projection_params()
+
+    def _projection_params(self) -> dict[str, Any]:
+        return {"projection": self.projection, "proj_dim": self.proj_dim or None, "proj_seed": self.proj_seed,
+                "public_data": self.public_data, "sphere_map": self.sphere_map}
 
 
 @dataclass(frozen=True)
@@ -182,9 +208,27 @@ class AttackConfig(MLPConfig):
     epochs: int = 30
     dropout: float = 0.0
     enabled: bool = True
+    families: str = "mlp,logistic,likelihood"  # attacker families tried; the best out of fold on aux users is kept
+    folds: int = 3  # cross-validation folds over aux USERS (model choice and the leak test)
+    extra: bool = True  # also run re-identification, membership and keyword inversion (attacks_extra)
+    reid_pool: int = 100  # M: candidates in the re-identification / membership game
+    reid_topk: int = 5  # k of the top-k re-identification accuracy
+    inversion_vocab: int = 100  # K: top-K non-stopword words the inversion attack predicts
 
     def __post_init__(self) -> None:
         self._check("attack.")
+        unknown = [f for f in self.family_list() if f not in ATTACK_FAMILIES]
+        if unknown or not self.family_list():
+            raise ValueError(f"attack.families must be a comma-separated subset of {', '.join(ATTACK_FAMILIES)}; "
+                             f"got {self.families!r}.")
+        if self.folds < 2:
+            raise ValueError(f"attack.folds must be >= 2; got {self.folds}.")
+        if self.reid_pool < 2 or self.reid_topk < 1 or self.inversion_vocab < 1:
+            raise ValueError("attack.reid-pool must be >= 2, attack.reid-topk and attack.inversion-vocab >= 1; got "
+                             f"{self.reid_pool}, {self.reid_topk}, {self.inversion_vocab}.")
+
+    def family_list(self) -> tuple[str, ...]:
+        return tuple(f.strip() for f in self.families.split(",") if f.strip())
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import gzip
-import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -23,12 +22,19 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from fl_privtext import metrics, rng
 from fl_privtext.accounting import privacy_summary
-from fl_privtext.client import UPLOAD_KEYS, ClientData, client_upload, mechanism_for, merge_uploads, upload_rows
+from fl_privtext.client import (
+    UPLOAD_KEYS,
+    ClientData,
+    client_upload,
+    mechanism_for,
+    merge_uploads,
+    upload_rows,
+)
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
-from fl_privtext.learn import MLPConfig, train_mlp
+from fl_privtext.privacy import PrivacyReport
+from fl_privtext.server import server_mlp_config, train_and_evaluate  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -133,133 +139,70 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     return Prepared(ds=ds, roles=roles, shards=shards, extractor=extractor, features=feats, timings=timings)
 
 
-# ---- the untrusted server ------------------------------------------------------------------------------------------
+# ---- the eavesdropper (attacks live in fl_privtext.attacks; this builds their view from the point's data) ----------
 
 
-def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
-    """The task MLP; server.hidden = 0 picks the OME paper's width: 128 for GloVe-sized inputs, 768 for BERT-sized."""
-    return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
+class _PerUpload(Sequence[str]):
+    """A dataset column read per upload (lazily: only the texts an attack or its referee asks for)."""
+
+    def __init__(self, column: Sequence[str], rows: np.ndarray):
+        self._column, self._rows = column, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self._column[int(self._rows[i])]
 
 
-def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
-                       seed: int, cfg: ExperimentConfig) -> dict[str, Any]:
-    """The server trains the task MLP on the uploads of train/aux users and evaluates on test users' uploads."""
-    if len(prep.ds.label_names) == 0:
-        return {"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"}
-    roles = prep.roles[rows]
-    tr, te = roles != "test", roles == "test"
-    if not tr.any() or not te.any():
-        raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
-    k = len(prep.ds.label_names)
-    model = train_mlp(features[tr], labels[tr], num_classes=k, config=server_mlp_config(cfg, features.shape[1]),
-                      generator=rng.torch_generator(seed, "server"),
-                      progress="server: task MLP" if cfg.run.progress else None)
-    pred = model.predict(features[te])
-    truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
-    out: dict[str, Any] = {
-        "available": True,
-        "accuracy": metrics.accuracy(truth, pred),
-        "macro_f1": metrics.macro_f1(truth, pred, k),
-        "majority_baseline": metrics.majority_baseline(labels[tr], truth),
-        "num_train_uploads": int(tr.sum()),
-        "num_test_uploads": int(te.sum()),
-    }
-    fairness: dict[str, Any] = {}
-    for spec in prep.ds.attributes:
-        z = prep.ds.attribute(spec.name)[rows[te]]
-        if spec.kind == "multilabel":
-            per = {}
-            for j, cls in enumerate(spec.classes):
-                g = z[:, j].astype(bool)
-                if g.any() and (~g).any():
-                    per[cls] = {"present": metrics.accuracy(truth[g], pred[g]),
-                                "absent": metrics.accuracy(truth[~g], pred[~g])}
-                    per[cls]["gap"] = abs(per[cls]["present"] - per[cls]["absent"])
-            fairness[spec.name] = {"per_class": per, "gap": max((v["gap"] for v in per.values()), default=0.0)}
-        else:
-            names = np.asarray(spec.classes, dtype=object)[z]
-            per_group = metrics.group_accuracy(truth, pred, names)
-            fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
-    out["fairness"] = fairness
-    return out
+def _clean_features(prep: Prepared, cfg: ExperimentConfig) -> Callable[[np.ndarray], np.ndarray] | None:
+    """Clean representations of rows' texts as the attacker computes them from public texts with the public
+    extractor: the extraction cache when present (identical, deterministic), else the extractor itself."""
+    feats = prep.features
+    if feats is None and prep.extractor is not None:
+        try:
+            from fl_privtext.extract import EmbeddingCache
+
+            cache = EmbeddingCache(cfg.extractor.cache_dir or None)
+            feats = cache.load(cache.key(prep.ds.fingerprint, prep.extractor.identity()))
+        except Exception:  # noqa: BLE001 - no cache: extract the public rows below
+            feats = None
+    if feats is not None:
+        src = feats
+        return lambda rows: np.asarray(src[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+    if prep.extractor is None:
+        return None
+    texts, pairs = prep.ds.texts, prep.ds.text_pairs
+    return lambda rows: np.asarray(prep.extractor.extract([texts[i] for i in rows],
+                                                          None if pairs is None else [pairs[i] for i in rows],
+                                                          progress=False), np.float32)
 
 
-ATTACK_FOLDS = 3
+def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,
+           labels: np.ndarray | None = None, mechanism: Any = None,
+           report: PrivacyReport | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The eavesdropper on one seed's observed uploads (``features``, ``labels``, ``rows``): every attack of
+    `fl_privtext.attacks`, each with its baseline and LDP ceiling. Returns (attacks, attacks_extra).
 
+    ``mechanism`` defaults to the configured one; its report's TRUE worst-case epsilon sets the ceilings."""
+    from fl_privtext import attacks
 
-def _fit_attacker(x: np.ndarray, z: np.ndarray, num_classes: int | None, seed: int, name: str,
-                  cfg: ExperimentConfig) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
-    """A rational attacker: estimate by 3-fold cross-validation on the known users' uploads whether the MLP beats
-    the majority guess; keep the MLP (refit on all known uploads) only when it does at one-sided 95% confidence,
-    otherwise predict the majority (the prior is then all the uploads give away)."""
-    if z.ndim == 2:
-        presence = (z.mean(axis=0) > 0.5).astype(np.int8)
-        majority = lambda xs: np.tile(presence, (len(xs), 1))
-    else:
-        values, counts = np.unique(z, return_counts=True)
-        top = values[counts.argmax()]
-        majority = lambda xs: np.full(len(xs), top, dtype=z.dtype)
-
-    def fit(rows: np.ndarray, key: object) -> Any:
-        return train_mlp(x[rows], z[rows], num_classes=num_classes, config=cfg.attack.mlp(),
-                         generator=rng.torch_generator(seed, "attack", name, key),
-                         progress=f"eavesdropper: {name}" if cfg.run.progress else None)
-
-    folds = np.array_split(rng.generator(seed, "attack-folds", name).permutation(len(x)), ATTACK_FOLDS)
-    oof = np.empty_like(z)
-    for k, held in enumerate(folds):
-        oof[held] = fit(np.setdiff1d(np.arange(len(x)), held), ("fold", k)).predict(x[held])
-    # Per-label (Hamming) accuracy for entities: F1 would favour "always present" over the prior.
-    learned, baseline = metrics.accuracy(z, oof), metrics.accuracy(z, majority(x))
-    margin = 1.645 * math.sqrt(max(baseline * (1 - baseline), 1e-4) / len(x))
-    if learned > baseline + margin:
-        return fit(np.arange(len(x)), "all").predict, "mlp"
-    return majority, "majority"
-
-
-def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int,
-           cfg: ExperimentConfig) -> dict[str, Any]:
-    """The eavesdropper: per private attribute, train on the aux users' observed uploads (whose attributes it
-    knows), then infer the attribute of every other user from their observed uploads."""
-    roles = prep.roles[rows]
-    known, target = roles == "aux", roles != "aux"
-    results: dict[str, Any] = {}
-    for spec in prep.ds.attributes:
-        z_all = prep.ds.attribute(spec.name)
-        z_known, z_true = z_all[rows[known]], z_all[rows[target]]
-        multilabel = spec.kind == "multilabel"
-        predict, chosen = _fit_attacker(features[known], z_known, None if multilabel else len(spec.classes),
-                                        seed, spec.name, cfg)
-        pred = predict(features[target])
-        common = {"attacker": chosen, "num_known": int(known.sum()), "num_targets": int(target.sum())}
-        if multilabel:
-            per_acc = {c: metrics.accuracy(z_true[:, j], pred[:, j]) for j, c in enumerate(spec.classes)}
-            # DPNR Table 5: accuracy among targets that mention the entity (present) and that do not (absent)
-            split_acc = {
-                c: {side: metrics.accuracy(z_true[m, j], pred[m, j]) if m.any() else None
-                    for side, m in (("present", z_true[:, j] == 1), ("absent", z_true[:, j] == 0))}
-                for j, c in enumerate(spec.classes)
-            }
-            per_maj = {c: metrics.majority_baseline(z_known[:, j], z_true[:, j]) for j, c in enumerate(spec.classes)}
-            f1 = metrics.multilabel_f1(z_true, pred)
-            maj_pred = np.tile((z_known.mean(axis=0) > 0.5).astype(np.int8), (len(z_true), 1))
-            results[spec.name] = {
-                "kind": "multilabel", "f1": f1, "f1_majority_baseline": metrics.multilabel_f1(z_true, maj_pred),
-                "accuracy": float(np.mean(list(per_acc.values()))),
-                "majority_baseline": float(np.mean(list(per_maj.values()))),
-                "per_class_accuracy": per_acc, "per_class_majority_baseline": per_maj,
-                "per_class_presence_accuracy": split_acc,
-                "empirical_privacy": 1.0 - f1, **common,
-            }
-        else:
-            acc = metrics.accuracy(z_true, pred)
-            maj = metrics.majority_baseline(z_known, z_true)
-            lo, hi = metrics.binomial_interval(maj, len(z_true))
-            results[spec.name] = {
-                "kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z_true, pred, len(spec.classes)),
-                "majority_baseline": maj, "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common,
-            }
-    return results
+    rows = np.asarray(rows)
+    mech = mechanism if mechanism is not None else mechanism_for(cfg, features.shape[1])
+    rep = report if report is not None else mech.report()
+    _, user_index = np.unique(prep.ds.user_ids, return_inverse=True)  # the server's account pseudonyms
+    node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)
+    for c, shard in enumerate(prep.shards):
+        node_of_row[shard] = c
+    clean = _clean_features(prep, cfg)
+    view, truth = attacks.observe(
+        uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
+        users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.texts, rows),
+        attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
+        aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
+        mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
+        num_labels=len(prep.ds.label_names), label_epsilon=cfg.privacy.label_epsilon, seed=seed, cfg=cfg)
+    return attacks.run_attacks(view, truth)
 
 
 # ---- one experiment point, independent of the transport -------------------------------------------------------------
@@ -341,10 +284,15 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
         observed = merge_uploads([c.observed.uploads])
         if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
             raise RuntimeError("The eavesdropper's record differs from what the server received.")
-        attacks = attack(prep, observed["features"], observed["rows"], c.seed, cfg) if cfg.attack.enabled else {}
+        attacks: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        if cfg.attack.enabled:
+            mech = mechanism_for(cfg, c.input_dim)
+            attacks, extra = attack(prep, observed["features"], observed["rows"], c.seed, cfg,
+                                    labels=observed["labels"], mechanism=mech, report=mech.report())
         t3 = time.perf_counter()
         per_seed.append({
-            "seed": c.seed, "utility": utility, "attacks": attacks,
+            "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
             "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
             "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
             "output_dim": int(up["features"].shape[1]),

@@ -54,6 +54,30 @@ def _mean_tree(trees: list[Any]) -> Any:
     return first  # non-numeric leaves (names, choices) are the same in every seed
 
 
+def _mean_tree_lenient(trees: list[Any]) -> Any:
+    """`_mean_tree` over seeds whose dicts may lack keys (an attack unavailable in one seed): first seed's keys."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _mean_tree_lenient([t.get(k) if isinstance(t, dict) else None for t in trees]) for k in first}
+    if all(isinstance(t, int) and not isinstance(t, bool) for t in trees) and len(set(trees)) == 1:
+        return first  # counts (pool size, k) stay integers
+    if all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in trees):
+        return float(np.mean(trees))
+    return first
+
+
+def _aggregate_extra(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """attacks_extra (re-identification, membership, inversion): means over seeds; an alarm in any seed counts."""
+    if not per_seed or not per_seed[0]:
+        return {}
+    out = _mean_tree_lenient(per_seed)
+    for name, value in out.items():
+        if isinstance(value, dict) and "violation" in value:
+            value["violation"] = any(bool(s.get(name, {}).get("violation")) for s in per_seed)
+    out["violation"] = any(bool(s.get("violation")) for s in per_seed)
+    return out
+
+
 def _json_safe(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _json_safe(v) for k, v in obj.items()}
@@ -95,7 +119,12 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             elif isinstance(value, dict):  # per-class values: mean over seeds
                 entry[key] = _mean_tree([s["attacks"][name][key] for s in seeds])
         entry["per_seed"] = [{"seed": s["seed"], "accuracy": s["attacks"][name]["accuracy"]} for s in seeds]
+        if "violation" in first:  # an alarm in any seed is an alarm
+            entry["violation"] = any(bool(s["attacks"][name].get("violation")) for s in seeds)
+            entry["per_user"]["violation"] = any(bool(s["attacks"][name]["per_user"].get("violation"))
+                                                 for s in seeds)
         attacks[name] = entry
+    attacks_extra = _aggregate_extra([s.get("attacks_extra", {}) for s in seeds])
 
     fairness: dict[str, Any] = {}
     if utility["available"]:
@@ -112,6 +141,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         "utility": utility,
         "privacy": privacy,
         "attacks": attacks,
+        "attacks_extra": attacks_extra,
         "empirical_privacy": {k: v["empirical_privacy"] for k, v in attacks.items()},
         "fairness": fairness,
         "faults": point.get("faults", {}),
@@ -188,10 +218,14 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
         for reason in u.get("diverged") or []:
             out.append(f"Task model training diverged ({reason}).")
     for name, a in results.get("attacks", {}).items():
-        if a.get("attacker") == "majority":
-            out.append(f"Attack on {name}: no attacker beat the prior with confidence on the {a.get('num_known')} "
-                       "known users, so it predicted the majority; this says 'no leak detected at this attacker's "
+        test = a.get("leak_test") or {}
+        if test and not test.get("leak_detected", True):
+            out.append(f"Attack on {name}: the eavesdropper answered with the prior ({a.get('attacker')}); "
+                       f"{test.get('verdict', 'no leak detected at this power')}. That is 'no leak detected at this "
                        "power', not 'no leak'.")
+        if a.get("violation"):
+            out.append(f"PRIVACY VIOLATION on {name}: an attack's lower confidence bound exceeds the LDP ceiling of "
+                       "the true epsilon; the mechanism does not deliver what its report says.")
     faults = results.get("faults") or {}
     if faults.get("failed_clients"):
         out.append(f"{len(faults['failed_clients'])} client failure(s): results use the replies that arrived "
@@ -261,10 +295,61 @@ def table(results: dict[str, Any]) -> str:
         if base and name in base["attacks"]:
             row += f" {_fmt(base['attacks'][name]['accuracy']):>15}"
         lines.append(row)
+    lines.extend(attack_lines(results))
     lines.append("")
     lines.append(f"eavesdropper observed {f['uploads_observed']} uploads in {f['messages_observed']} messages "
                  f"({f['bytes_observed'] / 1e6:.2f} MB); total {results['timing']['total_s']:.1f} s")
     return "\n".join(lines)
+
+
+def _ceil(value: Any, vacuous: Any) -> str:
+    return "vacuous" if vacuous else _fmt(value)
+
+
+def attack_lines(results: dict[str, Any]) -> list[str]:
+    """Every attack next to its baseline, its LDP ceiling (true epsilon) and its 95% CI; alarms first."""
+    attacks, extra = results.get("attacks", {}), results.get("attacks_extra", {})
+    alarms = [f"attacks.{n}" for n, a in attacks.items() if a.get("violation")]
+    alarms += [f"attacks_extra.{n}" for n, a in extra.items() if isinstance(a, dict) and a.get("violation")]
+    out: list[str] = []
+    if alarms:
+        out += ["", ("!!! PRIVACY VIOLATION: " + ", ".join(alarms) + " exceed(s) the LDP ceiling of the mechanism's "
+                     "TRUE epsilon at 95% confidence: the mechanism leaks more than it reports (a bug) !!!")]
+    if attacks:
+        out += ["", (f"{'attribute':<12} {'per upload [95% CI]':>22} {'best base':>9} {'ceiling':>8} | "
+                     f"{'per user [95% CI]':>22} {'base':>6} {'ceiling':>8}  verdict")]
+    for name, a in attacks.items():
+        pu = a.get("per_user")
+        if not pu:
+            continue
+        base = a.get("majority_given_label_baseline", a["majority_baseline"])
+        ubase = pu.get("majority_given_label_baseline", pu["majority_baseline"])
+        lo, hi = a.get("accuracy_ci95", [None, None])
+        ulo, uhi = pu.get("ci95", [None, None])
+        test = a.get("leak_test", {})
+        verdict = "VIOLATION" if a.get("violation") else ("leak" if test.get("leak_detected") or
+                                                           pu.get("test", {}).get("leak_detected") else
+                                                           "no leak detected at this power")
+        out.append(f"{name:<12} {_fmt(a['accuracy'])} [{_fmt(lo)},{_fmt(hi)}] {_fmt(base):>9} "
+                   f"{_ceil(a.get('ceiling'), a.get('ceiling_vacuous')):>8} | {_fmt(pu['accuracy'])} "
+                   f"[{_fmt(ulo)},{_fmt(uhi)}] {_fmt(ubase):>6} {_ceil(pu.get('ceiling'), pu.get('ceiling_vacuous')):>8}"
+                   f"  {verdict}")
+    reid, memb, inv = (extra.get(k, {}) for k in ("reidentification", "membership", "inversion"))
+    if "top1" in reid:
+        out.append(f"re-identification among {reid['pool']}: top-1 {_fmt(reid['top1'])} [{_fmt(reid['ci95'][0])},"
+                   f"{_fmt(reid['ci95'][1])}], top-{reid['k']} {_fmt(reid['topk'])}, chance {_fmt(reid['chance'])}, "
+                   f"ceiling {_ceil(reid['ceiling'], reid['ceiling_vacuous'])}")
+    if "auc" in memb:
+        out.append(f"membership: AUC {_fmt(memb['auc'])} (ceiling {_ceil(memb['ceiling_auc'], memb['ceiling_vacuous'])}),"
+                   f" TPR at 1% FPR {_fmt(memb['tpr_at_1pct_fpr'])} (ceiling "
+                   f"{_ceil(memb['ceiling'], memb['ceiling_vacuous'])})")
+    if "f1" in inv:
+        out.append(f"keyword inversion (top-{inv['vocab_size']} words): F1 {_fmt(inv['f1'])} vs word-frequency "
+                   f"baseline {_fmt(inv['f1_baseline'])}; entity recall {_fmt(inv.get('entity_recall'))} vs "
+                   f"{_fmt(inv.get('entity_recall_baseline'))}")
+    if any(a.get("ceiling_vacuous") for a in attacks.values()) or reid.get("ceiling_vacuous"):
+        out.append("ceilings marked 'vacuous' are 1: the mechanism's true worst-case epsilon bounds nothing there.")
+    return out
 
 
 def baseline_summary(point: dict[str, Any]) -> dict[str, Any]:
@@ -302,6 +387,9 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
     summary += (f"\n*Produced by fl-privtext {prov['package_version']} (commit {prov['commit']}) at "
                 f"{prov['timestamp']}; dataset fingerprint {str(prov['dataset_fingerprint'])[:16]}; client "
                 f"randomness {prov['randomness']}.*\n")
+    alarm = next((ln for ln in text.splitlines() if ln.startswith("!!! PRIVACY VIOLATION")), None)
+    if alarm:
+        summary = f"# fl_privtext run\n\n**{alarm.strip('! ')}**\n" + summary.removeprefix("# fl_privtext run\n")
     _write_atomic(out / "summary.md", summary)
     _write_atomic(out / "results.json", json.dumps(results, indent=2))  # last: its presence means a complete run
     if echo:

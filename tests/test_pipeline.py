@@ -6,8 +6,9 @@ import pytest
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import AttributeSpec, assign_roles, make_text_dataset
+from fl_privtext.privacy import make_mechanism
 
-CFG = ExperimentConfig.from_flat({"attack.epochs": 20, "run.progress": False})
+CFG = ExperimentConfig.from_flat({"attack.epochs": 20, "run.progress": False, "attack.extra": False})
 
 
 def _prepared(n=1500, seed=0):
@@ -29,7 +30,7 @@ def _prepared(n=1500, seed=0):
 def test_entity_attack_reports_f1_and_presence_absence_accuracy():
     prep, x, _ = _prepared()
     rows = np.arange(len(x))
-    res = pipeline.attack(prep, x, rows, seed=0, cfg=CFG)
+    res, _ = pipeline.attack(prep, x, rows, seed=0, cfg=CFG, mechanism=make_mechanism("none"))
     ent = res["entities"]
     assert ent["f1"] > ent["f1_majority_baseline"] + 0.3
     assert set(ent["per_class_presence_accuracy"]) == {"x", "y", "z"}
@@ -43,7 +44,7 @@ def test_entity_attack_reports_f1_and_presence_absence_accuracy():
 def test_attacker_falls_back_to_the_prior_when_uploads_carry_nothing():
     prep, x, g = _prepared()
     noise = g.normal(size=x.shape).astype(np.float32)
-    res = pipeline.attack(prep, noise, np.arange(len(x)), seed=0, cfg=CFG)
+    res, _ = pipeline.attack(prep, noise, np.arange(len(x)), seed=0, cfg=CFG, mechanism=make_mechanism("none"))
     lo, hi = res["gender"]["majority_ci95"]
     assert lo <= res["gender"]["accuracy"] <= hi
     assert res["entities"]["f1"] <= res["entities"]["f1_majority_baseline"] + 0.05

@@ -238,7 +238,8 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
         check_output(output or cfg.run.output)  # before the work, not after it
     points = [cfg]
     if cfg.run.baseline and cfg.privacy.mechanism != "none":
-        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
+        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
+                                    proj_dim=0)
         points.append(dataclasses.replace(cfg, privacy=clear))
     out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     with Tracker(cfg, out, points=("main", "baseline")) as tracker:

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 

@@ -45,7 +45,9 @@ from fl_privtext.privacy.mechanisms import (
     Mechanism,
     NoPrivacy,
 )
+from fl_privtext.privacy.metric_dp import MultivariateLaplace, Purkayastha
 from fl_privtext.privacy.report import json_number, json_safe
+from fl_privtext.privacy.sphere import CapMechanism
 
 HOLDOUT = 0.2
 N_THRESHOLDS = 200
@@ -249,6 +251,50 @@ def _laplace_plan(mech: LaplaceDPNR | LaplaceL1 | LaplaceBox | LaplaceDPNRCode, 
     return AuditPlan(x0, x1, mech.privatize, k, pair_comps, whole, pair, extra=(low_bit_component(x1),))
 
 
+def _cap_plan(mech: CapMechanism) -> AuditPlan:
+    # The likelihood ratio of two inputs depends only on which caps contain the output: with x1 = -x0 it is
+    # eps * (1[<y, x0> >= tau] - 1[<y, x1> >= tau]), tau = C/m * threshold (the cap boundary in output units).
+    # Audited on the randomiser's domain (the clipped ball in work_dim; a projection is public pre-processing).
+    k = mech.work_dim
+    x0 = np.zeros(k)
+    x0[0] = mech.clip_norm
+    tau = mech.clip_norm / mech.calibration.m * mech.calibration.threshold
+
+    def indicator(y: np.ndarray) -> np.ndarray:
+        y0 = y[:, 0].astype(np.float64)
+        return (y0 >= tau).astype(np.float64) - (-y0 >= tau).astype(np.float64)
+
+    comp = Component(f"likelihood-ratio class 1[<y,x0> >= {tau:.6g}] - 1[<y,x1> >= {tau:.6g}] (full dimension {k})",
+                     1, indicator)
+    return AuditPlan(x0, -x0, lambda c, rng: mech.randomise(c, rng).values, k, (comp,), None,
+                     f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage)")
+
+
+def _metric_plan(mech: MultivariateLaplace | Purkayastha) -> AuditPlan:
+    # Antipodal inputs; the statistic is the exact log-likelihood ratio (float64, rounded to 1e-9).
+    k = mech.work_dim
+    x0 = np.zeros(k)
+    x0[0] = mech.clip_norm
+    c, eps = mech.clip_norm, mech.epsilon
+    if isinstance(mech, MultivariateLaplace):
+        def llr(y: np.ndarray) -> np.ndarray:
+            y = y.astype(np.float64)
+            rest = np.einsum("ij,ij->i", y[:, 1:], y[:, 1:])
+            return np.round(eps * (np.sqrt((y[:, 0] + c) ** 2 + rest) - np.sqrt((y[:, 0] - c) ** 2 + rest)), 9)
+        label = "whole vector log-likelihood ratio eps (||y - x1|| - ||y - x0||)"
+    else:
+        def llr(y: np.ndarray) -> np.ndarray:
+            y = y.astype(np.float64)
+            theta0 = np.arctan2(np.sqrt(np.einsum("ij,ij->i", y[:, 1:], y[:, 1:])), y[:, 0])  # angle to x0
+            return np.round(eps * (np.pi - 2.0 * theta0), 9)  # eps (angle(y, x1) - angle(y, x0))
+        label = "whole vector log-likelihood ratio eps (angle(y, x1) - angle(y, x0))"
+    # mvlaplace is additive float32 noise (y = fl32(x + n)): the low-bit distinguisher applies as for Laplace.
+    extra = (low_bit_component(-x0),) if isinstance(mech, MultivariateLaplace) else ()
+    return AuditPlan(x0, -x0, lambda z, rng: mech.randomise(z, rng).values, k, (), Component(label, 1, llr),
+                     f"C*e_1 vs -C*e_1 (antipodal, the diameter of the domain) in {k} dimensions (randomiser stage)",
+                     extra=extra)
+
+
 def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
     """Worst-case pair and statistics for ``mech`` (``default_dim`` is used when the mechanism has dim=None).
 
@@ -259,11 +305,21 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
     - laplace-dpnr-code: the same pair; statistic y[1] - y[0], which equals the input's difference exactly.
     - laplace-box: low*1 vs high*1; coordinate 0 (x k); whole-vector LLR.
     - none: 0 vs e_1, coordinate 0.
+    - privunitg, privunit, duchi: C*e_1 vs -C*e_1 at full (working) dimension; the exact likelihood-ratio class
+      1[<y,x0> >= tau] - 1[<y,x1> >= tau] (the ratio is e^eps, 1 or e^-eps).
+    - mvlaplace, purkayastha: C*e_1 vs -C*e_1; the exact whole-vector log-likelihood ratio. Their published
+      claim is per unit distance, so the default audit (against the nominal epsilon) finds a violation; audit
+      against ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value. mvlaplace also gets the low-bit
+      distinguisher (additive float32 noise); ``low_bits=False`` audits the calibration alone.
     """
     if isinstance(mech, BitMechanism):
         return _bit_plan(mech)
     if isinstance(mech, (LaplaceDPNR, LaplaceL1, LaplaceBox, LaplaceDPNRCode)):
         return _laplace_plan(mech, default_dim)
+    if isinstance(mech, CapMechanism):
+        return _cap_plan(mech)
+    if isinstance(mech, (MultivariateLaplace, Purkayastha)):
+        return _metric_plan(mech)
     k = int(mech.dim) if mech.dim is not None else default_dim
     x0 = np.zeros(k)
     if isinstance(mech, Gaussian):

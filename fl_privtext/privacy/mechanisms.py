@@ -854,9 +854,14 @@ class Gaussian(Mechanism):
 
 
 # ----------------------------------------------------------------------------------------------------- registry
+# Mechanisms in their own modules subclass Mechanism, so they are imported after it is defined (issue #11).
+from fl_privtext.privacy.metric_dp import MultivariateLaplace, Purkayastha
+from fl_privtext.privacy.sphere import Duchi, PrivUnit, PrivUnitG
+
 MECHANISMS: Mapping[str, type[Mechanism]] = MappingProxyType({
     cls.name: cls
-    for cls in (NoPrivacy, OME, SUE, OUE, BitRR, LaplaceDPNR, LaplaceDPNRCode, LaplaceL1, LaplaceBox, Gaussian)
+    for cls in (NoPrivacy, OME, SUE, OUE, BitRR, LaplaceDPNR, LaplaceDPNRCode, LaplaceL1, LaplaceBox, Gaussian,
+                PrivUnitG, PrivUnit, Duchi, MultivariateLaplace, Purkayastha)
 })
 
 

@@ -5,7 +5,6 @@ Tests that read the staged files skip when ../shared/data is absent (fixture `da
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from pathlib import Path
 

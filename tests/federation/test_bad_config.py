@@ -10,7 +10,7 @@ from fl_privtext.cli import main
     [
         (["federation.num-clients=100000"], "exceeds the"),
         (["privacy.epsilonn=1"], "Unknown config key 'privacy.epsilonn'"),
-        (["privacy.epsilon=-1"], "privacy.epsilon must be > 0"),
+        (["privacy.epsilon=-1"], "privacy.epsilon must be a finite number > 0"),
         (["data.aux-frac=1.5"], "data.aux-frac must lie in the open interval (0, 1)"),
         (["data.aux-frac=0"], "data.aux-frac must lie in the open interval (0, 1)"),
         (["privacy.mechanism=nope"], "nope"),

@@ -118,7 +118,7 @@ def test_the_server_cannot_recompute_client_noise_in_the_default_mode(served, na
 
 def test_no_message_from_the_server_carries_a_client_seed_and_noise_never_repeats(served):
     points, _ = served
-    cfg, point = points["l1_labels"]
+    _, point = points["l1_labels"]
     for obs in point["sent"]:
         assert "run.client-seed" not in obs.configs.get("config", {})
     ups = [o.arrays["upload"] for o in point["observations"] if "upload" in o.arrays]

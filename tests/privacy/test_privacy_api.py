@@ -27,12 +27,18 @@ VALID = {
     "laplace-l1": {"epsilon": 1.0, "dim": 6},
     "laplace-box": {"epsilon": 1.0, "dim": 6},
     "gaussian": {"epsilon": 1.0, "delta": 1e-5, "dim": 6},
+    "privunitg": {"epsilon": 1.0, "dim": 6},
+    "privunit": {"epsilon": 1.0, "dim": 6},
+    "duchi": {"epsilon": 1.0, "dim": 6},
+    "mvlaplace": {"epsilon": 1.0, "dim": 6},
+    "purkayastha": {"epsilon": 1.0, "dim": 6},
 }
 
 
 def test_registry_names_match_the_design():
     assert list(MECHANISMS) == ["none", "ome", "sue", "oue", "bitrr", "laplace-dpnr", "laplace-dpnr-code",
-                                "laplace-l1", "laplace-box", "gaussian"]
+                                "laplace-l1", "laplace-box", "gaussian", "privunitg", "privunit", "duchi",
+                                "mvlaplace", "purkayastha"]
     assert set(VALID) == set(MECHANISMS)
 
 
@@ -201,9 +207,11 @@ def test_privacy_report_command_example():
 
 
 def test_audit_command_example():
-    out = audit("laplace-l1", {"epsilon": "1", "dim": "8"}, samples=50_000, seed=0)
-    assert out["verdict"] == "pass" and out["samples"] == 50_000 and out["alpha"] == 0.05
+    out = audit("laplace-l1", {"epsilon": "1", "dim": "4", "sampler": "secure"}, samples=20_000, seed=0)
+    assert out["verdict"] == "pass" and out["samples"] == 20_000 and out["alpha"] == 0.05
     assert 0.5 < out["epsilon_lower_bound"] <= 1.0 and out["epsilon_claimed"] == 1.0
+    flt = audit("laplace-l1", {"epsilon": "1", "dim": "4", "sampler": "float"}, samples=50_000, seed=0)
+    assert flt["verdict"] == "violation" and flt["detectors"][0]["lower_bound"] > 5  # the low bits leak
     bad = audit("laplace-dpnr-code", {"epsilon": "1", "dim": "4", "alpha": "0.01"}, samples=20_000, seed=1)
     assert bad["verdict"] == "violation" and bad["alpha"] == 0.01 and bad["epsilon_worst_case"] == "inf"
 
@@ -213,7 +221,8 @@ def test_cli_outputs_json(capsys):
                  "--set", "int-bits=4", "--set", "frac-bits=5"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["epsilon_worst_case"] == pytest.approx(3451.4, abs=0.05)
-    assert main(["audit", "laplace-l1", "--set", "epsilon=1", "--set", "dim=8", "--samples", "20000"]) == 0
+    assert main(["audit", "laplace-l1", "--set", "epsilon=1", "--set", "dim=2", "--set", "sampler=secure",
+                 "--samples", "5000"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "pass"
 
 

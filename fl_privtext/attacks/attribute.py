@@ -1,0 +1,373 @@
+"""Attribute inference per upload and per user, with several attacker families chosen on held-out aux users.
+
+Families (all read only the :class:`AttackView`):
+- ``mlp``: the DPNR/Coavoux probe (one hidden layer, ``attack.*`` hyper-parameters) on standardised uploads;
+- ``logistic``: L2-regularised multinomial logistic regression (full-batch L-BFGS, deterministic);
+- ``likelihood``: mechanism-aware: the exact log-likelihood of the upload under each class's centroid code (the
+  mean of the aux users' public texts through the extractor and the mechanism's noise-free stages), plus the prior.
+Whenever task labels are observed (in the clear or randomized) the learned families also read the label (one-hot)
+and the likelihood family adds log P[label | z]: labels are part of the traffic.
+
+Per user, a user's uploads are combined in one of two ways, chosen by out-of-fold accuracy on aux users:
+- ``sum_log``: sum over uploads of log P[z | upload] - log pi(z), plus log pi(z). Bayes-optimal when the uploads are
+  independent given z (fresh noise per upload, different texts), so it is the strongest when the per-upload
+  posteriors are calibrated; it compounds over-confidence when they are not.
+- ``mean_prob``: average the per-upload posteriors (soft vote): robust to mis-calibration, weaker with many uploads.
+Averaging the uploads themselves would be unbiased for Laplace/Gaussian but feeds the classifiers inputs with less
+noise than they were trained on, and is meaningless for bit codes, so it is not offered.
+
+Cross-validation is grouped by user (``attack.folds`` folds over aux users), so a user's uploads are never split
+between training and evaluation. When the best family does not beat the better knowledge-only predictor (majority,
+or majority given the observed labels) out of fold at one-sided 95% confidence (a paired test on the same known
+items, Bonferroni over the attackers tried), the attacker answers with the prior and the diagnostics say "no leak detected at this power",
+with the learned out-of-fold accuracy and the smallest advantage the aux users could have detected (80% power).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import stats
+
+from fl_privtext import rng
+from fl_privtext.attacks import likelihood
+from fl_privtext.attacks.view import AttackView, KnownAttribute
+from fl_privtext.learn import train_mlp
+
+FAMILIES = ("logistic", "likelihood", "mlp")  # tie-break order: simplest first
+COMBINATIONS = ("sum_log", "mean_prob")
+Z_BETA = 0.8416  # 80% power
+
+
+@dataclass(frozen=True)
+class AttributeGuess:
+    """The attacker's answers for one attribute on every target upload and target user, plus how it chose them.
+
+    ``baselines`` holds the same shape of answers from knowledge-only predictors (no upload payloads)."""
+
+    name: str
+    kind: str
+    target_index: np.ndarray  # (T,) upload indices attacked
+    upload_pred: np.ndarray  # (T,) or (T, K)
+    target_users: np.ndarray  # (U,) pseudonyms
+    user_pred: np.ndarray  # (U,) or (U, K)
+    learned_upload_pred: np.ndarray  # the chosen family's answer even when no leak was detected
+    learned_user_pred: np.ndarray
+    baselines: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _log_softmax(s: np.ndarray) -> np.ndarray:
+    m = s.max(axis=1, keepdims=True)
+    return s - m - np.log(np.exp(s - m).sum(axis=1, keepdims=True))
+
+
+def _log_sigmoid(s: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0.0, -s)
+
+
+def _group(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    uniq, inv = np.unique(users, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def combine(logpost: np.ndarray, users: np.ndarray, log_prior: np.ndarray, how: str,
+            multilabel: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per-user scores from per-upload log posteriors (n, k): returns (users (U,), scores (U, k))."""
+    uniq, inv = _group(users)
+    out = np.zeros((len(uniq), logpost.shape[1]))
+    if how == "sum_log" and not multilabel:
+        np.add.at(out, inv, logpost - log_prior[None, :])
+        out += log_prior[None, :]
+    else:  # mean_prob
+        np.add.at(out, inv, np.exp(logpost))
+        out /= np.bincount(inv, minlength=len(uniq))[:, None]
+    return uniq, out
+
+
+def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
+    if multilabel:  # scores are probabilities (mean_prob) or log-probabilities of presence
+        probs = scores if scores.max(initial=0) <= 1 and scores.min(initial=0) >= 0 else np.exp(scores)
+        return (probs > 0.5).astype(np.int8)
+    return scores.argmax(axis=1)
+
+
+def _user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A user's attribute = its most frequent value over its uploads (user-level attributes are constant)."""
+    uniq, inv = _group(users)
+    if values.ndim == 2:
+        sums = np.zeros((len(uniq), values.shape[1]))
+        np.add.at(sums, inv, values)
+        return uniq, (sums / np.bincount(inv)[:, None] > 0.5).astype(np.int8)
+    k = int(values.max()) + 1
+    counts = np.zeros((len(uniq), k))
+    np.add.at(counts, (inv, values), 1)
+    return uniq, counts.argmax(axis=1)
+
+
+# ------------------------------------------------------------------------------------------------ families
+def fit_logistic(x: np.ndarray, y: np.ndarray, num_out: int, *, multilabel: bool, l2: float = 1e-3,
+                 max_iter: int = 100) -> tuple[np.ndarray, np.ndarray]:
+    """L2-regularised logistic regression by full-batch L-BFGS (deterministic: zero initialisation)."""
+    xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
+    yt = torch.from_numpy(y.astype(np.float32) if multilabel else y.astype(np.int64))
+    w = torch.zeros(x.shape[1], num_out, requires_grad=True)
+    b = torch.zeros(num_out, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=max_iter, line_search_fn="strong_wolfe")
+    loss_fn = torch.nn.BCEWithLogitsLoss() if multilabel else torch.nn.CrossEntropyLoss()
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = loss_fn(xt @ w + b, yt) + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return w.detach().numpy().astype(np.float64), b.detach().numpy().astype(np.float64)
+
+
+class _Problem:
+    """One attribute's training data: aux uploads with their values, their users, and the public codes."""
+
+    def __init__(self, view: AttackView, known: KnownAttribute):
+        self.view, self.known = view, known
+        self.multilabel = known.spec.kind == "multilabel"
+        self.k = len(known.spec.classes)
+        x = np.asarray(view.uploads, np.float32)
+        if view.num_labels > 0:  # the label travels with the upload: a feature like any other
+            x = np.concatenate([x, np.eye(view.num_labels, dtype=np.float32)[view.labels]], axis=1)
+        self.x = x  # (N, D + L)
+        self.idx = np.asarray(known.index)  # aux uploads
+        self.z = np.asarray(known.values)
+        self.users = view.user[self.idx]
+        self._codes: np.ndarray | None = None
+
+    def log_prior(self, z: np.ndarray) -> np.ndarray:
+        if self.multilabel:
+            return np.log(np.clip(z.mean(axis=0), 1e-3, 1 - 1e-3))
+        counts = np.bincount(z, minlength=self.k) + 1.0
+        return np.log(counts / counts.sum())
+
+    def label_loglik(self, z: np.ndarray, labels: np.ndarray) -> np.ndarray | None:
+        """(k, L) log P[label | z] with add-one smoothing, or None without labels."""
+        if self.view.num_labels == 0 or self.multilabel:
+            return None
+        table = np.ones((self.k, self.view.num_labels))
+        np.add.at(table, (z, labels), 1.0)
+        return np.log(table / table.sum(axis=1, keepdims=True))
+
+    # -- knowledge-only predictors: the baselines ------------------------------------------------------------
+    def prior_logpost(self, train: np.ndarray, rows: np.ndarray, use_labels: bool) -> np.ndarray:
+        z = self.z[train]
+        lp = self.log_prior(z)
+        if self.multilabel:
+            return np.tile(lp, (len(rows), 1))
+        s = np.tile(lp, (len(rows), 1))
+        table = self.label_loglik(z, self.view.labels[self.idx[train]]) if use_labels else None
+        if table is not None:
+            s = s + table[:, self.view.labels[rows]].T
+        return _log_softmax(s)
+
+    # -- learned families ---------------------------------------------------------------------------------------
+    def fit_predict(self, family: str, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+        """Fit ``family`` on aux uploads ``train`` (positions into idx); log posteriors for uploads ``rows``."""
+        xs, z = self.x[self.idx[train]], self.z[train]
+        cfg = self.view.config
+        if family == "likelihood":
+            return self._likelihood(train, rows)
+        mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
+        out_dim = self.k
+        if family == "logistic":
+            w, b = fit_logistic((xs - mean) / std, z, out_dim, multilabel=self.multilabel)
+            s = ((self.x[rows] - mean) / std) @ w + b
+        elif family == "mlp":
+            model = train_mlp(xs, z, num_classes=None if self.multilabel else self.k, config=cfg.mlp(),
+                              generator=rng.torch_generator(self.view.seed, "attack", self.known.spec.name, key))
+            s = model.logits(self.x[rows]).astype(np.float64)
+        else:
+            raise ValueError(f"Unknown attacker family {family!r}; valid: {', '.join(FAMILIES)}.")
+        return _log_sigmoid(s) if self.multilabel else _log_softmax(s)
+
+    def codes(self) -> np.ndarray | None:
+        if self._codes is None and self.view.public_features is not None:
+            self._codes = likelihood.encode_candidates(self.view.mechanism, self.view.public_features)
+        return self._codes
+
+    def _likelihood(self, train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        codes = self.codes()
+        pv = self.known_public_values()
+        if codes is None or pv is None:
+            raise _Unavailable("no public texts of aux users")
+        train_users = np.unique(self.users[train])
+        sel = np.isin(self.view.public_user, train_users)
+        z_pub = pv[sel]
+        present = np.unique(z_pub)
+        if len(present) < 2:
+            raise _Unavailable("the training fold's public texts cover fewer than two classes")
+        centroids = np.stack([codes[sel][z_pub == c].mean(axis=0) if (z_pub == c).any()
+                              else codes[sel].mean(axis=0) for c in range(self.k)])
+        s = likelihood.log_likelihood(self.view.mechanism, self.view.uploads[rows], centroids)
+        z = self.z[train]
+        s = s + self.log_prior(z)[None, :]
+        table = self.label_loglik(z, self.view.labels[self.idx[train]])
+        if table is not None:
+            s = s + table[:, self.view.labels[rows]].T
+        return _log_softmax(s)
+
+    def known_public_values(self) -> np.ndarray | None:
+        v = self.known.public_values
+        return None if v is None else np.asarray(v)
+
+
+class _Unavailable(Exception):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------ the attack
+def paired_test(learned: np.ndarray, prior: np.ndarray, tried: int) -> dict[str, Any]:
+    """Does an attacker beat the null on the same known uploads/users? One-sided 95% paired test on the
+    per-item differences of correctness (Bonferroni over the ``tried`` attackers the best was picked from), and
+    the smallest mean advantage it detects with 80% power, (z_alpha + z_beta) * sd(d) / sqrt(n)."""
+    d = np.asarray(learned, np.float64) - np.asarray(prior, np.float64)
+    n = max(len(d), 1)
+    z_alpha = float(stats.norm.ppf(1 - 0.05 / max(tried, 1)))
+    acc, acc0 = float(np.mean(learned)) if len(d) else 0.0, float(np.mean(prior)) if len(d) else 0.0
+    # sd of the differences; when none disagree, the binomial sd of the null keeps the bound meaningful
+    sd = float(d.std(ddof=1)) if len(d) > 1 and d.std() > 0 else math.sqrt(max(acc0 * (1 - acc0), 1e-4))
+    se = sd / math.sqrt(n)
+    detected = len(d) > 1 and acc - acc0 > z_alpha * se
+    mda = (z_alpha + Z_BETA) * se
+    return {"oof_accuracy": acc, "oof_prior_accuracy": acc0, "num_known": len(d), "attackers_tried": tried,
+            "z_alpha": z_alpha, "sd_difference": sd, "min_detectable_advantage": mda, "leak_detected": bool(detected),
+            "verdict": ("leak detected" if detected else
+                        f"no leak detected at this power: out-of-fold accuracy {acc:.3f} vs prior {acc0:.3f} on "
+                        f"{len(d)} known; smallest detectable advantage {mda:.3f}")}
+
+
+def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
+    """Attack attribute ``name``: choose family and combination out of fold on aux users, then answer for every
+    target upload and target user (users not among the aux users)."""
+    prob = _Problem(view, view.known[name])
+    cfg = view.config
+    families = [f for f in FAMILIES if f in cfg.family_list()]
+    if prob.multilabel and "likelihood" in families:
+        families.remove("likelihood")  # the centroid model is for one categorical secret
+    aux_users = np.unique(prob.users)
+    n_folds = max(2, min(cfg.folds, len(aux_users)))
+    order = rng.generator(view.seed, "attack-folds", name).permutation(aux_users)
+    fold_of_user = {u: i % n_folds for i, u in enumerate(order)}
+    fold = np.array([fold_of_user[u] for u in prob.users])
+    n = len(prob.idx)
+    positions = np.arange(n)
+
+    def oof(predict: Any) -> np.ndarray:
+        out = np.zeros((n, prob.k))
+        for f in range(n_folds):
+            held = fold == f
+            out[held] = predict(positions[~held], prob.idx[held], ("fold", f))
+        return out
+
+    use_labels = view.num_labels > 0 and not prob.multilabel
+    lp_all = prob.log_prior(prob.z)
+    _, z_user = _user_truth(prob.z, prob.users)
+    # The null: the knowledge-only predictors (majority; majority given the observed label(s)), scored IN SAMPLE
+    # on the aux users. They have k (x L) parameters, so in-sample is slightly optimistic: a conservative null
+    # (out-of-fold majorities flip between near-equal classes and would understate it).
+    def correct(truth: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        return (truth == _decide(scores, prob.multilabel)).astype(np.float64).reshape(-1)
+
+    def knowledge_only(labels: bool) -> tuple[np.ndarray, np.ndarray]:
+        lp = prob.prior_logpost(positions, prob.idx, labels)
+        _, sc = combine(lp, prob.users, lp_all, "sum_log" if labels else "mean_prob", prob.multilabel)
+        return correct(prob.z, lp), correct(z_user, sc)
+
+    prior_up, prior_user = knowledge_only(False)
+    label_helps_up = label_helps_user = False
+    if use_labels:  # trust the label-conditional refinement only when it beats the majority with confidence
+        given_up_c, given_user_c = knowledge_only(True)
+        label_helps_up = paired_test(given_up_c, prior_up, 1)["leak_detected"]
+        label_helps_user = paired_test(given_user_c, prior_user, 1)["leak_detected"]
+        prior_up = given_up_c if label_helps_up else prior_up
+        prior_user = given_user_c if label_helps_user else prior_user
+
+    table: dict[str, dict[str, Any]] = {}
+    oofs: dict[str, np.ndarray] = {}
+    hits: dict[str, np.ndarray] = {}  # out-of-fold correctness per aux upload / aux user (paired with the null)
+    for fam in families:
+        try:
+            oofs[fam] = oof(lambda tr, rows, key, fam=fam: prob.fit_predict(fam, tr, rows, key))
+        except _Unavailable as exc:
+            table[fam] = {"available": False, "reason": str(exc)}
+            continue
+        hits[fam] = correct(prob.z, oofs[fam])
+        entry: dict[str, Any] = {"oof_upload_accuracy": float(hits[fam].mean())}
+        for how in (("mean_prob",) if prob.multilabel else COMBINATIONS):
+            _, sc = combine(oofs[fam], prob.users, lp_all, how, prob.multilabel)
+            hits[f"{fam}+{how}"] = correct(z_user, sc)
+            entry[f"oof_user_accuracy_{how}"] = float(hits[f"{fam}+{how}"].mean())
+        table[fam] = entry
+    avail = [f for f in families if f in oofs]
+
+    def best_upload() -> str | None:
+        return max(avail, key=lambda f: table[f]["oof_upload_accuracy"], default=None)
+
+    def best_user() -> tuple[str, str] | None:
+        opts = [(f, h) for f in avail for h in COMBINATIONS if f"oof_user_accuracy_{h}" in table[f]]
+        return max(opts, key=lambda fh: table[fh[0]][f"oof_user_accuracy_{fh[1]}"], default=None)
+
+    fam_up, fam_user = best_upload(), best_user()
+    targets = np.flatnonzero(view.target_mask())
+    t_users = view.user[targets]
+    all_train = positions
+    # the final attackers, refit on every aux upload
+    fitted: dict[str, np.ndarray] = {}
+    for fam in {f for f in (fam_up, fam_user[0] if fam_user else None) if f}:
+        fitted[fam] = prob.fit_predict(fam, all_train, targets, "all")
+    prior_t = prob.prior_logpost(all_train, targets, use_labels)
+    maj_t = prob.prior_logpost(all_train, targets, False)
+    combo_prior = "sum_log"
+    users_t, prior_t_user = combine(prior_t, t_users, lp_all, combo_prior, prob.multilabel)
+    _, maj_t_user = combine(maj_t, t_users, lp_all, "mean_prob", prob.multilabel)
+
+    given_up, given_user = _decide(prior_t, prob.multilabel), _decide(prior_t_user, prob.multilabel)
+    maj_pred_up, maj_pred_user = _decide(maj_t, prob.multilabel), _decide(maj_t_user, prob.multilabel)
+    prior_pred_up = given_up if label_helps_up else maj_pred_up
+    prior_pred_user = given_user if label_helps_user else maj_pred_user
+    if fam_up is not None:
+        learned_up = _decide(fitted[fam_up], prob.multilabel)
+        v_up = paired_test(hits[fam_up], prior_up, len(avail))
+    else:
+        learned_up, v_up = prior_pred_up, paired_test(prior_up, prior_up, 1)
+    if fam_user is not None:
+        _, sc = combine(fitted[fam_user[0]], t_users, lp_all, fam_user[1], prob.multilabel)
+        learned_user = _decide(sc, prob.multilabel)
+        tried = sum(1 for f in avail for h in COMBINATIONS if f"oof_user_accuracy_{h}" in table[f])
+        v_user = paired_test(hits[f"{fam_user[0]}+{fam_user[1]}"], prior_user, tried)
+    else:
+        learned_user, v_user = prior_pred_user, paired_test(prior_user, prior_user, 1)
+    baselines = {"majority": (maj_pred_up, maj_pred_user)}
+    if use_labels:
+        baselines["majority_given_label"] = (given_up, given_user)
+    return AttributeGuess(
+        name=name, kind=prob.known.spec.kind, target_index=targets,
+        upload_pred=learned_up if v_up["leak_detected"] else prior_pred_up,
+        target_users=users_t,
+        user_pred=learned_user if v_user["leak_detected"] else prior_pred_user,
+        learned_upload_pred=learned_up, learned_user_pred=learned_user, baselines=baselines,
+        diagnostics={"families": table,
+                     # who answered: the chosen family when its leak was detected, else the knowledge-only null
+                     "attacker": (fam_up if v_up["leak_detected"] and fam_up else
+                                  "majority_given_label" if label_helps_up else "majority"),
+                     "per_user_attacker": (f"{fam_user[0]}+{fam_user[1]}" if v_user["leak_detected"] and fam_user
+                                           else "majority_given_label" if label_helps_user else "majority"),
+                     "learned_attacker": fam_up or "none available",
+                     "learned_per_user_attacker": f"{fam_user[0]}+{fam_user[1]}" if fam_user else "none available",
+                     "per_upload_test": v_up, "per_user_test": v_user, "folds": n_folds,
+                     "uses_labels": use_labels,
+                     "likelihood_exact": likelihood.lookup(view.mechanism)[1]},
+    )

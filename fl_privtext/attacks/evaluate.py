@@ -1,0 +1,291 @@
+"""Run every attack on one seed's recorded traffic and score it against the truth, its baselines and its ceiling.
+
+This module is the referee, not the attacker: ``observe`` splits what the platform knows into the attacker's
+:class:`AttackView` (traffic + public knowledge) and a :class:`Truth` (target attributes, the linkage game's answer
+key, the targets' texts, every user's composed epsilon). Attacks only ever receive the view.
+
+Ceilings use the mechanism's TRUE worst-case epsilon (``PrivacyReport.epsilon_worst_case``): per upload that
+epsilon (plus the label randomizer's when labels are randomized; when labels travel in the clear the prior is the
+attribute's distribution given the label, estimated on the targets); per user the composed epsilon of all the user's
+observed uploads (Accountant). A violation is an attack whose 95% lower confidence bound exceeds its ceiling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fl_privtext import metrics, rng
+from fl_privtext.attacks import ceilings, inversion, likelihood
+from fl_privtext.attacks.attribute import _user_truth, infer_attribute
+from fl_privtext.attacks.membership import membership_scores
+from fl_privtext.attacks.reidentification import reidentify
+from fl_privtext.attacks.view import AttackView, KnownAttribute
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.data import AttributeSpec
+
+
+@dataclass(frozen=True)
+class Truth:
+    """The referee's answer key for one seed (never given to an attack)."""
+
+    specs: tuple[AttributeSpec, ...]
+    attributes: dict[str, np.ndarray]  # per upload (N,) or (N, K)
+    texts: Sequence[str]  # per upload
+    candidate_of_query: np.ndarray  # (Q,) index into view.candidates
+    epsilon: float  # true worst-case epsilon of one upload's representation
+    delta: float
+    label_epsilon: float  # 0: labels in the clear (or no labels)
+    user_epsilon: dict[int, float]  # pseudonym -> composed epsilon over its observed uploads (representation+label)
+    user_delta: dict[int, float]
+
+
+def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, senders: np.ndarray,
+            texts: Sequence[str], attributes: dict[AttributeSpec, np.ndarray], aux: np.ndarray,
+            clean: Any, mechanism: Any, epsilon: float, delta: float, num_labels: int, label_epsilon: float,
+            seed: int, cfg: ExperimentConfig) -> tuple[AttackView, Truth]:
+    """Split one seed's experiment into the attacker's view and the referee's truth.
+
+    ``uploads/labels/users/senders/texts``: per observed upload; ``aux``: (N,) True for uploads of users whose
+    attributes are public; ``clean``: callable(upload indices) -> clean representations of those uploads' texts
+    (the public extractor on public texts), or None when no representation of a public text can be had."""
+    users = np.asarray(users, np.int64)
+    aux = np.asarray(aux, bool)
+    aux_idx = np.flatnonzero(aux)
+    g = rng.generator(seed, "attack-game")
+    # public texts: the text of every aux upload (the aux users published their posts)
+    public_idx = aux_idx
+    public_features = None if clean is None else np.asarray(clean(public_idx), np.float32)
+    known = {spec.name: KnownAttribute(spec=spec, index=aux_idx, values=np.asarray(vals)[aux_idx],
+                                       public_values=np.asarray(vals)[public_idx])
+             for spec, vals in attributes.items()}
+    # linkage game: M target uploads, their clean representations shuffled into the attacker's order
+    targets = np.flatnonzero(~aux)
+    m = min(cfg.attack.reid_pool, len(targets))
+    queries = np.sort(g.choice(targets, size=m, replace=False)) if m >= 2 and clean is not None else \
+        np.zeros(0, np.int64)
+    perm = g.permutation(len(queries))  # candidate perm[i] is query i's source
+    candidates = None
+    cand_of_query = np.zeros(0, np.int64)
+    if len(queries):
+        cand_clean = np.asarray(clean(queries), np.float32)
+        candidates = np.empty_like(cand_clean)
+        candidates[perm] = cand_clean
+        cand_of_query = perm
+    view = AttackView(
+        uploads=np.asarray(uploads, np.float32), labels=np.asarray(labels, np.int64),
+        labels_in_clear=label_epsilon == 0, num_labels=num_labels, label_epsilon=label_epsilon,
+        sender=np.asarray(senders, np.int64), user=users, mechanism=mechanism, known=known,
+        public_texts=tuple(texts[int(i)] for i in public_idx), public_features=public_features,
+        public_user=users[public_idx], candidates=candidates, queries=queries, config=cfg.attack, seed=seed,
+    )
+    per_upload = epsilon + (label_epsilon if num_labels > 1 else 0.0)
+    uniq, counts = np.unique(users, return_counts=True)
+    with np.errstate(invalid="ignore"):
+        u_eps = {int(u): float(c * per_upload) for u, c in zip(uniq, counts, strict=True)}
+    u_delta = {int(u): float(min(1.0, c * delta)) for u, c in zip(uniq, counts, strict=True)}
+    truth = Truth(specs=tuple(attributes), attributes={s.name: np.asarray(v) for s, v in attributes.items()},
+                  texts=texts, candidate_of_query=cand_of_query, epsilon=float(epsilon), delta=float(delta),
+                  label_epsilon=float(label_epsilon), user_epsilon=u_eps, user_delta=u_delta)
+    return view, truth
+
+
+# ------------------------------------------------------------------------------------------------ scoring
+def _label_conditional(z: np.ndarray, labels: np.ndarray, k: int, num_labels: int) -> np.ndarray:
+    """(L, k) P[z | label] on the targets (add-one smoothing)."""
+    t = np.ones((num_labels, k))
+    np.add.at(t, (labels, z), 1.0)
+    return t / t.sum(axis=1, keepdims=True)
+
+
+def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.ndarray, k: int,
+                        users: np.ndarray, multilabel: bool) -> tuple[float, float, np.ndarray]:
+    """(per-upload ceiling, per-user ceiling, per-user epsilons)."""
+    clear = view.labels_in_clear and view.num_labels > 1 and not multilabel
+    eps_up = truth.epsilon if clear or view.num_labels <= 1 else truth.epsilon + truth.label_epsilon
+    eps_users = np.array([truth.user_epsilon[int(u)] for u in users])
+    d_users = np.array([truth.user_delta[int(u)] for u in users])
+    if multilabel:  # mean over classes of the binary ceiling (per-class accuracy is what is reported)
+        pri = z.mean(axis=0)
+        up = float(np.mean([ceilings.attribute_ceiling(np.array([1 - p, p]), eps_up, truth.delta) for p in pri]))
+        us = float(np.mean([ceilings.attribute_ceiling_many(np.tile([1 - p, p], (len(users), 1)), eps_users,
+                                                            d_users).mean() for p in pri]))
+        return up, us, eps_users
+    if clear:
+        labels = view.labels[idx]
+        cond = _label_conditional(z, labels, k, view.num_labels)  # (L, k)
+        up = float(ceilings.attribute_ceiling_many(cond[labels], np.full(len(idx), eps_up), truth.delta).mean())
+        # per user: the prior given all of the user's labels (labels independent given z: an estimate)
+        prior = np.bincount(z, minlength=k) / len(z)
+        loglik = np.log(cond) - np.log(np.clip(prior, 1e-12, None))[None, :]  # log P[label|z]/P[label], up to const
+        uniq, inv = np.unique(view.user[idx], return_inverse=True)
+        post = np.tile(np.log(np.clip(prior, 1e-12, None)), (len(uniq), 1))
+        np.add.at(post, inv, loglik[labels])
+        post = np.exp(post - post.max(axis=1, keepdims=True))
+        order = np.searchsorted(uniq, users)
+        us = float(ceilings.attribute_ceiling_many(post[order], eps_users, d_users).mean())
+        return up, us, eps_users
+    prior = np.bincount(z, minlength=k) / len(z)
+    up = ceilings.attribute_ceiling(prior, eps_up, truth.delta)
+    us = float(ceilings.attribute_ceiling_many(np.tile(prior, (len(users), 1)), eps_users, d_users).mean())
+    return up, us, eps_users
+
+
+def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]:
+    guess = infer_attribute(view, name)
+    spec = view.known[name].spec
+    multilabel = spec.kind == "multilabel"
+    idx = guess.target_index
+    z_all = truth.attributes[name]
+    z = z_all[idx]
+    t_users, z_user = _user_truth(z, view.user[idx])
+    assert np.array_equal(t_users, guess.target_users)
+    k = len(spec.classes)
+    ceil_up, ceil_user, eps_users = _attribute_ceilings(view, truth, z, idx, k, t_users, multilabel)
+    acc = metrics.accuracy(z, guess.upload_pred)
+    acc_user = metrics.accuracy(z_user, guess.user_pred)
+    n_cells = z.size if multilabel else len(z)
+    n_user_cells = z_user.size if multilabel else len(z_user)
+    v_up = ceilings.verdict(acc * n_cells, n_cells, ceil_up)
+    v_user = ceilings.verdict(acc_user * n_user_cells, n_user_cells, ceil_user)
+    maj_up, maj_user = guess.baselines["majority"]
+    per_user: dict[str, Any] = {
+        "accuracy": acc_user, "majority_baseline": metrics.accuracy(z_user, maj_user), "ceiling": ceil_user,
+        "ci95": v_user["ci95"], "ceiling_vacuous": v_user["ceiling_vacuous"], "violation": v_user["violation"],
+        "learned_accuracy": metrics.accuracy(z_user, guess.learned_user_pred), "num_users": len(t_users),
+        "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
+        "attacker": guess.diagnostics["per_user_attacker"],
+        "learned_attacker": guess.diagnostics["learned_per_user_attacker"],
+        "test": guess.diagnostics["per_user_test"],
+    }
+    if "majority_given_label" in guess.baselines:
+        per_user["majority_given_label_baseline"] = metrics.accuracy(z_user, guess.baselines["majority_given_label"][1])
+    common: dict[str, Any] = {
+        "attacker": guess.diagnostics["attacker"], "learned_attacker": guess.diagnostics["learned_attacker"],
+        "num_known": len(view.known[name].index),
+        "num_targets": len(idx), "ceiling": ceil_up, "accuracy_ci95": v_up["ci95"],
+        "ceiling_vacuous": v_up["ceiling_vacuous"], "per_user": per_user,
+        "violation": bool(v_up["violation"] or v_user["violation"]),
+        "learned_accuracy": metrics.accuracy(z, guess.learned_upload_pred),
+        "leak_test": guess.diagnostics["per_upload_test"], "families": guess.diagnostics["families"],
+        "likelihood_exact": guess.diagnostics["likelihood_exact"],
+    }
+    if "majority_given_label" in guess.baselines:
+        common["majority_given_label_baseline"] = metrics.accuracy(z, guess.baselines["majority_given_label"][0])
+    known_z = view.known[name].values
+    if multilabel:
+        pred = guess.upload_pred
+        per_acc = {c: metrics.accuracy(z[:, j], pred[:, j]) for j, c in enumerate(spec.classes)}
+        split_acc = {c: {side: metrics.accuracy(z[msk, j], pred[msk, j]) if msk.any() else None
+                         for side, msk in (("present", z[:, j] == 1), ("absent", z[:, j] == 0))}
+                     for j, c in enumerate(spec.classes)}
+        per_maj = {c: metrics.majority_baseline(known_z[:, j], z[:, j]) for j, c in enumerate(spec.classes)}
+        f1 = metrics.multilabel_f1(z, pred)
+        return {"kind": "multilabel", "f1": f1, "f1_majority_baseline": metrics.multilabel_f1(z, maj_up),
+                "accuracy": acc, "majority_baseline": float(np.mean(list(per_maj.values()))),
+                "per_class_accuracy": per_acc, "per_class_majority_baseline": per_maj,
+                "per_class_presence_accuracy": split_acc, "empirical_privacy": 1.0 - f1, **common}
+    maj = metrics.majority_baseline(known_z, z)
+    lo, hi = metrics.binomial_interval(maj, len(z))
+    return {"kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z, guess.upload_pred, k),
+            "majority_baseline": maj, "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common}
+
+
+def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([pos, neg]))
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def score_linkage(view: AttackView, truth: Truth) -> dict[str, Any]:
+    """Re-identification and membership on the view's candidate pool."""
+    ranking = reidentify(view)  # (Q, M)
+    truth_c = truth.candidate_of_query
+    q, m = ranking.shape
+    rank_of_truth = np.argmax(ranking == truth_c[:, None], axis=1)  # 0 = top
+    top1 = float((rank_of_truth == 0).mean())
+    k = min(view.config.reid_topk, m)
+    topk = float((rank_of_truth < k).mean())
+    eps, delta = truth.epsilon, truth.delta
+    ceil = ceilings.reidentification_ceiling(eps, m, delta)
+    v = ceilings.verdict(top1 * q, q, ceil)
+    exact = likelihood.lookup(view.mechanism)[1]
+    reid = {"top1": top1, f"top{k}": topk, "topk": topk, "k": k, "mrr": float(np.mean(1.0 / (rank_of_truth + 1))),
+            "chance": 1.0 / m, "topk_chance": k / m, "pool": m, "queries": q, "ceiling": ceil,
+            "ceiling_topk": ceilings.reidentification_topk_ceiling(eps, m, k, delta), "ci95": v["ci95"],
+            "ceiling_vacuous": v["ceiling_vacuous"], "violation": v["violation"], "likelihood_exact": exact}
+    s = membership_scores(view)  # (Q, M)
+    is_pos = np.zeros_like(s, bool)
+    is_pos[np.arange(q), truth_c] = True
+    pos, neg = s[is_pos], s[~is_pos]
+    thr = np.quantile(neg, 0.99)
+    tpr = float((pos > thr).mean())
+    fpr = float((neg > thr).mean())
+    tceil = ceilings.membership_tpr_ceiling(eps, max(fpr, 0.01), delta)
+    vm = ceilings.verdict(tpr * len(pos), len(pos), tceil)
+    memb = {"auc": _auc(pos, neg), "tpr_at_1pct_fpr": tpr, "fpr_at_threshold": fpr, "chance_auc": 0.5,
+            "chance_tpr_at_1pct_fpr": 0.01, "ceiling_auc": ceilings.membership_auc_ceiling(eps, delta),
+            "ceiling": tceil, "ci95": vm["ci95"], "ceiling_vacuous": vm["ceiling_vacuous"],
+            "violation": vm["violation"], "pairs": int(s.size), "likelihood_exact": exact}
+    return {"reidentification": reid, "membership": memb}
+
+
+def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
+    guess = inversion.invert(view)
+    y = inversion.presence([truth.texts[i] for i in guess.target_index], guess.vocab)
+    p, r, f1 = inversion.set_prf(y, guess.pred)
+    pb, rb, fb = inversion.set_prf(y, guess.baseline_pred)
+    ent = np.isin(np.array(guess.vocab, dtype=object), np.array(guess.entities, dtype=object))
+
+    def recall(pred: np.ndarray) -> float | None:
+        t = y[:, ent].astype(bool)
+        return float((t & pred[:, ent].astype(bool)).sum() / t.sum()) if ent.any() and t.any() else None
+
+    return {"f1": f1, "precision": p, "recall": r, "f1_baseline": fb, "precision_baseline": pb,
+            "recall_baseline": rb, "entity_recall": recall(guess.pred), "entity_recall_baseline": recall(guess.baseline_pred),
+            "vocab_size": len(guess.vocab), "entity_words": list(guess.entities)[:20],
+            "num_entity_words": int(ent.sum()), "threshold": guess.threshold, "baseline_words": guess.baseline_words,
+            "num_targets": len(guess.target_index),
+            "ceiling": "none: no closed-form LDP bound for a set-valued secret (see the re-identification ceiling)"}
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """The attackers' models are tiny (batch 32, <= 512 hidden): one torch thread is fastest, by ~18x measured on
+    a loaded 2-core box (thread hand-offs dominate such small ops). The previous setting is restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(attacks per attribute, attacks_extra) for one seed."""
+    with _torch_threads(1):
+        return _run_attacks(view, truth)
+
+
+def _run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[str, Any]]:
+    attacks = {name: score_attribute(view, truth, name) for name in view.known}
+    extra: dict[str, Any] = {}
+    if view.config.extra:
+        if view.candidates is not None and len(view.queries) >= 2:
+            extra.update(score_linkage(view, truth))
+        else:
+            extra["reidentification"] = extra["membership"] = {"available": False,
+                                                                "reason": "no public representations"}
+        try:
+            extra["inversion"] = score_inversion(view, truth)
+        except ValueError as exc:
+            extra["inversion"] = {"available": False, "reason": str(exc)}
+        extra["violation"] = bool(any(v.get("violation", False) for v in extra.values() if isinstance(v, dict)))
+    return attacks, extra

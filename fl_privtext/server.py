@@ -1,0 +1,66 @@
+"""The untrusted server's task: train the task classifier on the uploads it received and evaluate it.
+
+Framework-free (numpy and torch); `fl_privtext.pipeline.evaluate_point` calls it once per seed on what the server
+received. Randomness: the stream ``(seed, "server")``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fl_privtext import metrics, rng
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.learn import MLPConfig, train_mlp
+
+if TYPE_CHECKING:
+    from fl_privtext.pipeline import Prepared
+
+
+def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
+    """The task MLP; server.hidden = 0 picks the OME paper's width: 128 for GloVe-sized inputs, 768 for BERT-sized."""
+    return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
+
+
+def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+                       seed: int, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The server trains the task MLP on the uploads of train/aux users and evaluates on test users' uploads."""
+    if len(prep.ds.label_names) == 0:
+        return {"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"}
+    roles = prep.roles[rows]
+    tr, te = roles != "test", roles == "test"
+    if not tr.any() or not te.any():
+        raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
+    k = len(prep.ds.label_names)
+    model = train_mlp(features[tr], labels[tr], num_classes=k, config=server_mlp_config(cfg, features.shape[1]),
+                      generator=rng.torch_generator(seed, "server"),
+                      progress="server: task MLP" if cfg.run.progress else None)
+    pred = model.predict(features[te])
+    truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
+    out: dict[str, Any] = {
+        "available": True,
+        "accuracy": metrics.accuracy(truth, pred),
+        "macro_f1": metrics.macro_f1(truth, pred, k),
+        "majority_baseline": metrics.majority_baseline(labels[tr], truth),
+        "num_train_uploads": int(tr.sum()),
+        "num_test_uploads": int(te.sum()),
+    }
+    fairness: dict[str, Any] = {}
+    for spec in prep.ds.attributes:
+        z = prep.ds.attribute(spec.name)[rows[te]]
+        if spec.kind == "multilabel":
+            per = {}
+            for j, cls in enumerate(spec.classes):
+                g = z[:, j].astype(bool)
+                if g.any() and (~g).any():
+                    per[cls] = {"present": metrics.accuracy(truth[g], pred[g]),
+                                "absent": metrics.accuracy(truth[~g], pred[~g])}
+                    per[cls]["gap"] = abs(per[cls]["present"] - per[cls]["absent"])
+            fairness[spec.name] = {"per_class": per, "gap": max((v["gap"] for v in per.values()), default=0.0)}
+        else:
+            names = np.asarray(spec.classes, dtype=object)[z]
+            per_group = metrics.group_accuracy(truth, pred, names)
+            fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
+    out["fairness"] = fairness
+    return out
