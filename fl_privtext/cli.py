@@ -40,16 +40,28 @@ def _build_parser() -> argparse.ArgumentParser:
     aud.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     aud.add_argument("--samples", type=int, default=None, help="samples per input of the worst-case pair")
     aud.add_argument("--seed", type=int, default=0)
+
+    swp = sub.add_parser("sweep", help="a grid of points (TOML: [fixed] keys, [grid] key -> values) through one "
+                                       "federation; resumable; writes table.csv, table.md and frontier plots")
+    swp.add_argument("file", help="sweep TOML file")
+    swp.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one fixed key")
+    swp.add_argument("--output", help="output directory (default: [sweep] output, else sweeps/<file stem>)")
+    swp.add_argument("--quiet", action="store_true", help="no progress bar or per-point lines")
+    swp.add_argument("--list", action="store_true", help="print the points and whether each is done, then exit")
+
+    cmp = sub.add_parser("compare", help="tabulate finished runs (their results.json) side by side")
+    cmp.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    cmp.add_argument("--csv", help="also write the table as CSV to this file")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     _COMMAND[0] = args.command
-    if args.command == "run" and threading.current_thread() is threading.main_thread():
+    if args.command in ("run", "sweep") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)  # handled at once, whatever thread or library is running
     try:
-        sets = _parse_sets(args.set)
+        sets = _parse_sets(getattr(args, "set", []))
         if args.command == "privacy-report":
             from fl_privtext.privacy.commands import privacy_report
 
@@ -58,6 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from fl_privtext.privacy.commands import audit
 
             print(json.dumps(audit(args.mechanism, sets, samples=args.samples, seed=args.seed), indent=2))
+        elif args.command == "sweep":
+            from fl_privtext.sweep import sweep_from_cli
+
+            sweep_from_cli(args.file, sets=sets, output=args.output, quiet=args.quiet, list_only=args.list)
+        elif args.command == "compare":
+            from fl_privtext.sweep import compare_from_cli
+
+            compare_from_cli(args.runs, csv_path=args.csv)
         else:
             from fl_privtext.federation.runner import run_from_cli
 
@@ -67,17 +87,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        _interrupted(args.command)
+    except KeyboardInterrupt as exc:
+        _interrupted(args.command, str(exc))
     return 0
 
 
-def _interrupted(command: str) -> None:
+def _interrupted(command: str, kept: str = "") -> None:
     """Ctrl-C: stop now, with one line and no traceback. Cached features are complete entries or finished chunks
     (atomic renames) and results.json is written last and atomically, so nothing half-written is left; the next run
-    resumes the extraction from its chunks."""
-    print(f"fl-privtext {command}: interrupted; finished extraction chunks and cache entries are kept (the next run "
-          "resumes), no results were written.", file=sys.stderr, flush=True)
+    resumes the extraction from its chunks. ``kept``: what the command kept instead (a sweep: its finished points)."""
+    kept = kept or _KEPT.get(command, "")
+    print(f"fl-privtext {command}: interrupted; " + (kept or "finished extraction chunks and cache entries are kept "
+          "(the next run resumes), no results were written."), file=sys.stderr, flush=True)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)  # Flower's and Ray's threads report the shutdown with tracebacks: not the user's concern
     import threading
@@ -102,6 +123,8 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 
 _COMMAND = ["run"]
+_KEPT = {"sweep": "every finished point is kept in <output>/points (written as it finished); rerun the same command "
+                  "to run only the missing ones."}
 
 
 if __name__ == "__main__":

@@ -242,6 +242,10 @@ class RunConfig:
     # An integer: reproducible simulation only; handed to the clients outside the ServerApp's messages, and a server
     # that held it could remove the noise (docs/privacy.md, "Threat model").
     client_seed: int | None = None
+    # Experiment tracking, each off by default, local files only (fl_privtext.tracking): TensorBoard event files in
+    # <output>/tensorboard (tensorboardX or torch's writer), an MLflow file store in <output>/mlruns.
+    tensorboard: bool = False
+    mlflow: bool = False
 
     def __post_init__(self) -> None:
         if self.seed < 0:

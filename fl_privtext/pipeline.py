@@ -231,6 +231,7 @@ class Round:
 
 
 CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
+OnRound = Callable[[int, int, Round, float], None]  # (seed, round, what arrived, seconds the round took)
 
 
 @dataclass(frozen=True)
@@ -246,8 +247,10 @@ class Collected:
 
 
 def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
-                  *, start_seed: Callable[[], None] = lambda: None) -> list[Collected]:
-    """The communication phase of one point: every round of every seed through ``collect_round``."""
+                  *, start_seed: Callable[[], None] = lambda: None, on_round: OnRound | None = None
+                  ) -> list[Collected]:
+    """The communication phase of one point: every round of every seed through ``collect_round``;
+    ``on_round`` hears about each round as soon as it is in (per-round metrics, experiment tracking)."""
     seeds = [cfg.run.seed + s for s in range(cfg.run.seeds)]
     bar = tqdm(total=len(seeds) * cfg.federation.rounds, desc="rounds", disable=not cfg.run.progress, leave=False)
     out: list[Collected] = []
@@ -256,7 +259,10 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
         t0 = time.perf_counter()
         rounds: list[Round] = []
         for rnd in range(cfg.federation.rounds):
+            t_round = time.perf_counter()
             rounds.append(collect_round(seed, rnd))
+            if on_round is not None:
+                on_round(seed, rnd, rounds[-1], time.perf_counter() - t_round)
             bar.update()
         received = merge_uploads([r.uploads for r in rounds])
         input_dim = max(r.input_dim for r in rounds)

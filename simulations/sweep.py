@@ -2,7 +2,8 @@
 
 A *point* is one ``ExperimentConfig`` (all its seeds). Its result (``fl_privtext.report.aggregate``) is saved as
 ``<store>/<key>.json`` where ``key`` is a hash of the point's flat config (keys that do not change results, such
-as the data root, the cache folder or progress bars, are left out). ``run_sweep`` skips points whose JSON exists
+as the data root, the cache folder or progress bars, are left out). ``run_sweep`` (`fl_privtext.sweep`, the
+library behind ``fl-privtext sweep``) skips points whose JSON exists
 and serves all the others through a single ``run_points`` call (Flower/Ray start-up paid once), saving each
 point as soon as it finishes, so an interrupted sweep resumes where it stopped.
 
@@ -13,7 +14,6 @@ its result.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -25,110 +25,22 @@ from typing import Any
 
 from fl_privtext.config import ExperimentConfig
 
+# The point key, the store and the resumable runner are the library's (`fl-privtext sweep` uses the same), so
+# saved points keep their keys: keys that never change numbers (paths, console output, trackers) are left out.
+from fl_privtext.sweep import IGNORED_KEYS, LATER_KEYS, Store, compact, headline, point_key, slim  # noqa: F401
+from fl_privtext.sweep import run_sweep as _run_sweep
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
 CONFIGS = REPO / "configs"
 
-# Flat keys that never change a point's numbers: where files live, console output.
-IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
-                "federation.ray-address", "train.device")
-
-
-# Keys added to the config after points were saved: left out of the key while they hold the value every saved point
-# was computed with, so existing points keep their keys (and a run with another value gets a new key).
-LATER_KEYS = {"server.standardize": True, "attack.standardize": True}
-# Phase A (issue #12): saved points were computed without it, with these defaults.
-LATER_KEYS.update({
-    "train.rounds": 0, "train.encoder": 'trunk', "train.defense": 'none', "train.strategy": 'fedavg',
-    "train.clients-per-round": 0, "train.local-epochs": 1, "train.optimizer": 'adam', "train.lr": 0.001,
-    "train.batch-size": 32, "train.hidden": 256, "train.dropout": 0.2, "train.lambda-adv": 1.0,
-    "train.decluster-alpha": 0.1, "train.proximal-mu": 0.01, "train.server-lr": 0.01,
-    "train.val-frac": 0.1, "train.dp-noise-multiplier": 0.0, "train.dp-clip": 0.0, "train.dp-delta": 1e-05,
-    "train.vocab-size": 5000, "train.glove-init": True, "train.max-tokens": 64, "train.minilm-layers": 2,
-    "train.gen-chars": 64,
-})
-
-
-def point_key(cfg: ExperimentConfig) -> str:
-    """A stable 16-hex-digit key of everything in the config that can change the result."""
-    flat = {k: v for k, v in cfg.to_flat().items()
-            if k not in IGNORED_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
-    blob = json.dumps(sorted((k, repr(v)) for k, v in flat.items()), separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-class Store:
-    """Per-point JSON results in one folder (``docs/results/<paper>/points``)."""
-
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-
-    def path(self, cfg: ExperimentConfig) -> Path:
-        return self.folder / f"{point_key(cfg)}.json"
-
-    def has(self, cfg: ExperimentConfig) -> bool:
-        return self.path(cfg).is_file()
-
-    def get(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
-        p = self.path(cfg)
-        return json.loads(p.read_text()) if p.is_file() else None
-
-    def put(self, cfg: ExperimentConfig, result: dict[str, Any]) -> Path:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        p = self.path(cfg)
-        tmp = p.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
-        os.replace(tmp, p)  # atomic: a killed sweep never leaves half a point behind
-        return p
-
-
-def slim(result: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
-    """The saved form of a point: aggregate() output minus machine-specific paths, plus its key."""
-    out = dict(result)
-    out["config"] = {k: ("" if k in ("data.root", "extractor.cache-dir") else v) for k, v in result["config"].items()}
-    out["point_key"] = point_key(cfg)
-    return compact(out)
-
-
-def compact(result: dict[str, Any]) -> dict[str, Any]:
-    """Drop the accountant's per-user table (one entry per user: ~1 MB for AG news); its maxima stay."""
-    per_user = result.get("privacy", {}).get("composition", {}).get("per_user")
-    if isinstance(per_user, dict) and isinstance(per_user.get("per_user"), dict):
-        per_user["per_user"] = f"dropped ({len(per_user['per_user'])} users); see max_epsilon*"
-    return result
-
-
 def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
               runner: Callable[..., Any] | None = None) -> dict[str, Any]:
-    """Run every point not yet in ``store`` inside ONE ``run_points`` call; returns counts and timings.
+    """Run every point not yet in ``store`` (one ``run_points`` call per federation group: usually one), each
+    saved as soon as it finishes; returns counts and timings (`fl_privtext.sweep.run_sweep`).
 
     ``runner`` defaults to ``fl_privtext.federation.runner.run_points`` (tests may pass a fake)."""
-    from fl_privtext.report import aggregate
-
-    unique: dict[str, ExperimentConfig] = {}
-    for cfg in points:
-        unique.setdefault(point_key(cfg), cfg)
-    todo = [cfg for cfg in unique.values() if not store.has(cfg)]
-    log(f"[sweep] {len(unique)} points, {len(unique) - len(todo)} already done, {len(todo)} to run")
-    t_start = time.perf_counter()
-    if not todo:
-        return {"points": len(unique), "ran": 0, "wall_s": 0.0}
-    if runner is None:
-        from fl_privtext.federation.runner import run_points as runner
-    last = [time.perf_counter()]
-
-    def on_result(i: int, point: dict[str, Any]) -> None:
-        now = time.perf_counter()
-        cfg = todo[i]
-        res = slim(aggregate(point, total_s=now - last[0]), cfg)
-        last[0] = now
-        store.put(cfg, res)
-        log(f"[sweep] {i + 1}/{len(todo)} {describe(cfg)} -> {headline(res)} ({res['timing']['total_s']:.1f} s)")
-
-    runner(todo, on_result=on_result)
-    wall = time.perf_counter() - t_start
-    log(f"[sweep] ran {len(todo)} points in {wall:.0f} s")
-    return {"points": len(unique), "ran": len(todo), "wall_s": wall}
+    return _run_sweep(points, store, log=log, runner=runner, describe=describe)
 
 
 def describe(cfg: ExperimentConfig) -> str:
@@ -147,14 +59,6 @@ def describe(cfg: ExperimentConfig) -> str:
     if cfg.server.epochs != 50:
         s += f" epochs={cfg.server.epochs}"
     return s + f" seeds={cfg.run.seeds}"
-
-
-def headline(res: dict[str, Any]) -> str:
-    u = res["utility"]
-    s = f"acc {u['accuracy']:.4f}+-{u['accuracy_std']:.4f}" if u.get("available") else "no task"
-    for name, a in res.get("attacks", {}).items():
-        s += f" | {name} {a.get('f1', a['accuracy']):.3f}"
-    return s
 
 
 # ---- configs ------------------------------------------------------------------------------------------------------

@@ -81,8 +81,12 @@ def _server_view(cfg: ExperimentConfig) -> ExperimentConfig:
 
 
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
-               on_result: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+               on_result: Callable[[int, dict[str, Any]], None] | None = None,
+               on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None
+               ) -> list[dict[str, Any]]:
     """Serve every point through one Flower simulation. All points must share the federation size/resources.
+    ``on_result(i, point)`` gets each point's result as soon as it is computed (in a worker thread);
+    ``on_round(i, seed, round, Round, seconds)`` each round as soon as its uploads are in (per-round metrics).
 
     Every point is validated before anything starts. Then Ray starts while a driver thread fills the feature
     cache and saves the client-data snapshot that actors map in (instead of re-parsing the dataset);
@@ -157,7 +161,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
         serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
-              submit=submit)
+              submit=submit, on_round=on_round)
 
     backend_config = {
         "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
@@ -224,10 +228,14 @@ def _num_gpus() -> int:
     return torch.cuda.device_count()
 
 
-def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True) -> dict[str, Any]:
-    """One federated experiment: returns the results dict (also written to ``output``)."""
+def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True,
+                   keep_observations: bool = False) -> dict[str, Any]:
+    """One federated experiment: returns the results dict (also written to ``output``, with the per-round
+    ``metrics.jsonl`` and the trackers ``run.tensorboard`` / ``run.mlflow`` enable). ``keep_observations`` adds
+    the eavesdropper's raw observations of the main point under ``observations`` (not written to disk)."""
     from fl_privtext.checks import check_output
     from fl_privtext.report import finalize
+    from fl_privtext.tracking import Tracker
 
     t0 = time.perf_counter()
     if output or cfg.run.output:
@@ -237,9 +245,15 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
         clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
                                     proj_dim=0)
         points.append(dataclasses.replace(cfg, privacy=clear))
-    served = run_points(points)
-    return finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=output or cfg.run.output or None,
-                    echo=echo, baseline=served[1] if len(served) > 1 else None)
+    out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
+    with Tracker(cfg, out, points=("main", "baseline")) as tracker:
+        served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations)
+        results = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=out, echo=echo,
+                           baseline=served[1] if len(served) > 1 else None)
+        tracker.on_results(results)
+    if keep_observations:
+        results["observations"] = served[0].get("observations", [])
+    return results
 
 
 def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool) -> None:

@@ -100,7 +100,8 @@ def _now(job: Job) -> dict[str, Any]:
 
 def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence[str] | None = None,
           keep_observations: bool = False, on_result: Callable[[int, dict[str, Any]], None] | None = None,
-          submit: Callable[[Job], Any] = _now) -> list[Any]:
+          submit: Callable[[Job], Any] = _now,
+          on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None) -> list[Any]:
     """Run every experiment point (config x seeds) through the same federation; one result per point.
 
     A sweep passes many points, paying Flower/Ray start-up once. Every point is a full federated pass: clients
@@ -110,12 +111,15 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
     it overlaps the next point's uploads and, after the last point, Flower's shutdown.
     ``snapshots[i]`` names the client-data snapshot of point i (see `fl_privtext.client.ClientData.save`).
     ``keep_observations`` adds the eavesdropper's raw observations to each result (for inspection in tests).
+    ``on_round(point, seed, round, Round, seconds)`` hears about every round as soon as it is in.
     """
     eaves = EavesdroppingGrid(grid, record_sent=keep_observations)
     out: list[Any] = []
     for i, cfg in enumerate(points):
+        hook = None if on_round is None else (
+            lambda seed, rnd, r, dt, i=i: on_round(i, seed, rnd, r, dt))  # type: ignore[misc]
         evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
-                               keep_observations=keep_observations)
+                               keep_observations=keep_observations, on_round=hook)
 
         def job(i: int = i, evaluate: Job = evaluate) -> dict[str, Any]:
             result = evaluate()
@@ -128,7 +132,7 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
 
 
 def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: str = "",
-                keep_observations: bool = False) -> Job:
+                keep_observations: bool = False, on_round: pipeline.OnRound | None = None) -> Job:
     """One experiment point's traffic (every seed, every round); returns the computation still to do on it:
     train and evaluate on what the server received, attack what the eavesdropper observed."""
     prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
@@ -149,7 +153,8 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
         return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
                                  nbytes=eaves.bytes_observed)
 
-    collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset)
+    collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset,
+                                       on_round=on_round)
 
     def evaluate() -> dict[str, Any]:
         point = pipeline.evaluate_point(prep, cfg, collected)

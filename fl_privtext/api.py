@@ -1,0 +1,98 @@
+"""The Python API for notebooks: ``fl_privtext.run(config) -> Result`` (docs/api.md).
+
+It runs exactly what ``fl-privtext run`` runs (the Flower simulation, the no-privacy baseline, results.json,
+config.toml, summary.md, metrics.jsonl and the privacy-utility plot in the output directory) and hands the results
+back as Python objects, with the uploads the eavesdropper observed when asked for.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.config import ExperimentConfig, _flatten
+
+
+@dataclass(frozen=True)
+class Result:
+    """One finished experiment.
+
+    ``results``: the results.json content (``result["utility"]["accuracy"]`` works too); ``output_dir``: where the
+    files are; ``plots``: the PNGs written there; ``config``: the resolved configuration; ``uploads``: with
+    ``uploads=True``, what the eavesdropper observed from the private point, every seed and round in arrival order:
+    ``features`` (M, D) float32, ``labels`` (M,), ``rows`` (M,) record ids and ``node`` (M,) the sending node (uint64 Flower node id)."""
+
+    results: dict[str, Any]
+    output_dir: Path
+    config: ExperimentConfig
+    plots: tuple[Path, ...] = ()
+    uploads: dict[str, np.ndarray] | None = field(default=None, repr=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.results[key]
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.results["utility"].get("accuracy")
+
+    @property
+    def summary(self) -> str:
+        """summary.md as written next to the results."""
+        return (self.output_dir / "summary.md").read_text()
+
+    @property
+    def metrics(self) -> list[dict[str, Any]]:
+        """The lines of metrics.jsonl (per round and seed, then the final utility/attack lines)."""
+        path = self.output_dir / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def resolve(config: dict[str, Any] | str | Path | ExperimentConfig | None = None,
+            sets: dict[str, Any] | None = None) -> ExperimentConfig:
+    """An ExperimentConfig from a dict (dotted keys ``{"privacy.epsilon": 2}`` or nested sections
+    ``{"privacy": {"epsilon": 2}}``), a TOML file path, an ExperimentConfig, or None (the defaults); ``sets``
+    override on top."""
+    if config is None:
+        cfg = ExperimentConfig()
+    elif isinstance(config, ExperimentConfig):
+        cfg = config
+    elif isinstance(config, dict):
+        cfg = ExperimentConfig.from_flat(_flatten(config))
+    elif isinstance(config, (str, Path)):
+        cfg = ExperimentConfig.load(config)
+    else:
+        raise ValueError(f"config must be a dict, a TOML file path or an ExperimentConfig; got {type(config).__name__}.")
+    return ExperimentConfig.from_flat(sets or {}, cfg) if sets else cfg
+
+
+def _uploads(observations: list[Any]) -> dict[str, np.ndarray] | None:
+    parts = [(o.src_node_id, o.arrays["upload"]) for o in observations
+             if "upload" in getattr(o, "arrays", {}) and len(o.arrays["upload"]["rows"])]
+    if not parts:
+        return None
+    out = {k: np.concatenate([p[k] for _, p in parts]) for k in parts[0][1]}
+    out["node"] = np.concatenate([np.full(len(p["rows"]), node, dtype=np.uint64) for node, p in parts])
+    return out
+
+
+def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *, output: str | Path | None = None,
+        uploads: bool = False, echo: bool = False, sets: dict[str, Any] | None = None) -> Result:
+    """Run one federated experiment (as ``fl-privtext run``) and return its `Result`.
+
+    ``config``: see `resolve`; ``output``: the run directory (default: ``run.output``, else runs/<timestamp>);
+    ``uploads``: keep what the eavesdropper observed (``Result.uploads``); ``echo``: print the summary table.
+    Bad configuration raises ValueError before anything starts."""
+    from fl_privtext.federation.runner import run_experiment
+    from fl_privtext.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
+
+    cfg = resolve(config, sets)
+    results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads)
+    observations = results.pop("observations", [])
+    out = Path(results.pop("output_dir"))
+    plots = tuple(p for p in (out / n for n in (RUN_PLOT, FRONTIER_TASK, FRONTIER_ATTACK)) if p.is_file())
+    return Result(results=results, output_dir=out, config=cfg, plots=plots,
+                  uploads=_uploads(observations) if uploads else None)

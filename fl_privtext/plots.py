@@ -1,0 +1,193 @@
+"""Privacy-utility plots (matplotlib, the ``plots`` extra): one per run, and the frontiers of a sweep.
+
+The x axis is always the TRUE worst-case epsilon (log scale), never the nominal one: a mechanism whose published
+epsilon understates its guarantee lands where it really is. Infinite epsilon (no privacy, or a mechanism with no
+finite guarantee) is drawn at a separate position on the right, labelled "inf".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RUN_PLOT = "privacy_utility.png"
+FRONTIER_TASK = "frontier_task.png"
+FRONTIER_ATTACK = "frontier_attack.png"
+MISSING = "matplotlib is not installed (pip install -e \".[plots]\")"
+
+
+def available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def as_epsilon(x: Any) -> float:
+    """An epsilon from results.json: a number, or the string "inf"."""
+    if x is None:
+        return math.nan
+    return math.inf if x == "inf" else float(x)
+
+
+def _inf_position(values: Sequence[float]) -> float:
+    """Where epsilon = inf is drawn: 1.5 decades right of the largest finite epsilon."""
+    finite = [v for v in values if math.isfinite(v) and v > 0]
+    return (max(finite) if finite else 1.0) * 10 ** 1.5
+
+
+def _x(values: Sequence[float]) -> tuple[list[float], float]:
+    pos = _inf_position(values)
+    return [pos if math.isinf(v) else v for v in values], pos
+
+
+def _mark_inf(ax: Any, pos: float, values: Sequence[float]) -> None:
+    """Log x axis with the finite epsilons as ticks (powers of ten when there are many), a dotted separator and
+    an "inf" tick at ``pos``."""
+    finite = sorted({v for v in values if math.isfinite(v) and v > 0})
+    sep = pos / 10 ** 0.75
+    lo = finite[0] if finite else pos / 100
+    ax.set_xscale("log")
+    ax.axvline(sep, color="0.7", lw=0.8, ls=":")
+    ax.set_xlim(lo / 3, pos * 3)
+    if 0 < len(finite) <= 8:
+        ticks = finite
+    else:
+        ticks = [10.0 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(sep)) + 1)
+                 if lo / 3 <= 10.0 ** k < sep]
+    ax.minorticks_off()
+    ax.set_xticks(ticks + [pos])
+    ax.set_xticklabels([f"{t:g}" for t in ticks] + ["inf"])
+
+
+def run_plot(results: dict[str, Any], path: str | Path) -> Path:
+    """One run: task accuracy (left) and attacker accuracy per attribute (right) at the run's true worst-case
+    epsilon, the no-privacy baseline at epsilon = inf when the run has one, majority baselines dashed."""
+    plt = _pyplot()
+    p, u = results["privacy"], results["utility"]
+    base = results.get("baseline_no_privacy")
+    eps = as_epsilon(p["epsilon_worst_case"])
+    xs, pos = _x([eps, math.inf])
+    attacks = results.get("attacks", {})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    ax = axes[0]
+    if u.get("available"):
+        ax.errorbar([xs[0]], [u["accuracy"]], yerr=[u.get("accuracy_std", 0.0)], fmt="o", color="C0",
+                    label=f"{p['mechanism']} (private)")
+        if base:
+            ax.plot([pos], [base["utility"]["accuracy"]], "s", color="0.3", label="no privacy")
+        ax.axhline(u["majority_baseline"], color="0.5", ls="--", lw=1, label="majority")
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no task label", ha="center", transform=ax.transAxes)
+    ax.set_title("task accuracy (server)")
+    ax.set_ylabel("accuracy")
+    ax = axes[1]
+    for k, (name, a) in enumerate(attacks.items()):
+        color = f"C{k + 1}"
+        ax.plot([xs[0]], [a["accuracy"]], "o", color=color, label=name)
+        if base and name in base.get("attacks", {}):
+            ax.plot([pos], [base["attacks"][name]["accuracy"]], "s", color=color)
+        ax.axhline(a["majority_baseline"], color=color, ls="--", lw=1)
+    if attacks:
+        ax.legend(fontsize=8, title="attacker (dashed: majority)", title_fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no attack", ha="center", transform=ax.transAxes)
+    ax.set_title("attacker accuracy (eavesdropper)")
+    for ax in axes:
+        _mark_inf(ax, pos, [eps])
+        ax.set_xlabel("true worst-case epsilon (log)")
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{results.get('dataset', {}).get('name', '')}: {p['mechanism']}, nominal epsilon "
+                 f"{p['epsilon_nominal']}, true worst-case {p['epsilon_worst_case']}", fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def summary_section(results: dict[str, Any], out_dir: str | Path) -> str:
+    """report.finalize's hook: write the run's plot next to summary.md and return the markdown that links it
+    (or says why there is no plot). Never fails the run: the results are already computed."""
+    if not available():
+        return f"\n_No privacy-utility plot: {MISSING}._\n"
+    try:
+        path = run_plot(results, Path(out_dir) / RUN_PLOT)
+    except Exception as exc:  # noqa: BLE001 - a plot must not lose a finished run
+        return f"\n_No privacy-utility plot: {type(exc).__name__}: {exc}._\n"
+    return (f"\n## Privacy-utility\n\n![privacy-utility plot]({path.name})\n\n"
+            "Task and attacker accuracy at the TRUE worst-case epsilon (log axis); squares at \"inf\": the same "
+            "users without privacy; dashed: majority baselines.\n")
+
+
+def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
+    """A sweep's frontiers: task accuracy vs true worst-case epsilon (``frontier_task.png``) and attacker accuracy
+    per attribute (``frontier_attack.png``), one line per ``series`` (the grid values other than epsilon).
+
+    ``rows``: dicts with ``series`` (str), ``epsilon_worst_case``, ``accuracy``, ``accuracy_std``,
+    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}})."""
+    plt = _pyplot()
+    out = Path(out_dir)
+    eps_all = [as_epsilon(r["epsilon_worst_case"]) for r in rows]
+    _, pos = _x(eps_all)
+    series: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        series.setdefault(r["series"], []).append(r)
+
+    def xy(items: list[dict[str, Any]], get: Any) -> tuple[list[float], list[float], list[dict[str, Any]]]:
+        items = sorted((r for r in items if get(r) is not None), key=lambda r: as_epsilon(r["epsilon_worst_case"]))
+        xs = [pos if math.isinf(e) else e for e in (as_epsilon(r["epsilon_worst_case"]) for r in items)]
+        return xs, [get(r) for r in items], items
+
+    written = []
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    majority = [r["majority_baseline"] for r in rows if r.get("majority_baseline") is not None]
+    for k, (name, items) in enumerate(series.items()):
+        xs, ys, kept = xy(items, lambda r: r.get("accuracy"))
+        if xs:
+            ax.errorbar(xs, ys, yerr=[r.get("accuracy_std") or 0.0 for r in kept], marker="o", color=f"C{k}",
+                        label=name or "all", capsize=2)
+    if majority:
+        ax.axhline(max(majority), color="0.5", ls="--", lw=1, label="majority")
+    _mark_inf(ax, pos, eps_all)
+    ax.set(xlabel="true worst-case epsilon (log)", ylabel="task accuracy", title="privacy-utility frontier")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / FRONTIER_TASK, dpi=110)
+    plt.close(fig)
+    written.append(out / FRONTIER_TASK)
+
+    attrs = list(dict.fromkeys(a for r in rows for a in (r.get("attacks") or {})))
+    if attrs:
+        fig, axes = plt.subplots(1, len(attrs), figsize=(5 * len(attrs), 4.2), squeeze=False)
+        for ax, attr in zip(axes[0], attrs):
+            for k, (name, items) in enumerate(series.items()):
+                xs, ys, _ = xy(items, lambda r, attr=attr: (r.get("attacks") or {}).get(attr, {}).get("accuracy"))
+                if xs:
+                    ax.plot(xs, ys, marker="o", color=f"C{k}", label=name or "all")
+            maj = [r["attacks"][attr]["majority_baseline"] for r in rows if attr in (r.get("attacks") or {})]
+            if maj:
+                ax.axhline(max(maj), color="0.5", ls="--", lw=1, label="majority")
+            _mark_inf(ax, pos, eps_all)
+            ax.set(xlabel="true worst-case epsilon (log)", ylabel="attacker accuracy", title=f"attacker: {attr}")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / FRONTIER_ATTACK, dpi=110)
+        plt.close(fig)
+        written.append(out / FRONTIER_ATTACK)
+    return written

@@ -1,0 +1,432 @@
+"""`fl-privtext sweep FILE`: a grid of experiment points through one federation, resumable; `fl-privtext compare`.
+
+A sweep file is TOML::
+
+    [sweep]                       # optional
+    base = "configs/default.toml" # an experiment file the points start from (relative to the sweep file)
+    output = "sweeps/eps"         # default: sweeps/<file stem>
+
+    [fixed]                       # keys every point shares (dotted keys or nested tables)
+    "server.epochs" = 20
+
+    [grid]                        # key -> list of values; the points are the Cartesian product
+    "privacy.mechanism" = ["laplace-l1", "gaussian"]
+    "privacy.epsilon" = [0.5, 1, 2, 4]
+
+Other top-level tables ([privacy], [run], ...) are fixed keys too, as in an experiment file.
+
+A *point* is one ``ExperimentConfig`` (all its seeds). Its result (`fl_privtext.report.aggregate`) is written
+atomically to ``OUT/points/<key>.json`` as soon as it finishes, where ``key`` hashes every config key that can
+change the numbers (`point_key`); a rerun skips the points whose file exists, so an interrupted sweep resumes where
+it stopped. All points that share the federation size, resources and ``run.client-seed`` run inside ONE Flower
+simulation (`fl_privtext.federation.runner.run_points`); a grid over those keys gets one simulation per group.
+Then ``OUT/table.csv``, ``OUT/table.md`` and the frontier plots (``frontier_task.png``, ``frontier_attack.png``:
+accuracy vs the TRUE worst-case epsilon) are written from all points.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fl_privtext.config import ExperimentConfig, _flatten
+
+# Flat keys that never change a point's numbers: where files live, console output, trackers.
+IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
+                "federation.ray-address", "run.tensorboard", "run.mlflow", "extractor.chunk-rows", "train.device")
+
+# Keys added to the config after points were saved: left out of the key while they hold the value every saved point
+# was computed with, so existing points keep their keys (and a run with another value gets a new key).
+# (The points saved under docs/results predate federation.round-timeout and privacy.sampler: with these entries
+# all 178 of them keep their keys, as `python simulations/ome_table1.py --list` shows.)
+LATER_KEYS: dict[str, Any] = {"server.standardize": True, "attack.standardize": True,
+                              "federation.round-timeout": 600.0, "privacy.sampler": "float"}
+# Phase A (issue #12): saved points were computed without it, i.e. with these defaults.
+LATER_KEYS.update({
+    "train.rounds": 0, "train.encoder": "trunk", "train.defense": "none", "train.strategy": "fedavg",
+    "train.clients-per-round": 0, "train.local-epochs": 1, "train.optimizer": "adam", "train.lr": 0.001,
+    "train.batch-size": 32, "train.hidden": 256, "train.dropout": 0.2, "train.lambda-adv": 1.0,
+    "train.decluster-alpha": 0.1, "train.proximal-mu": 0.01, "train.server-lr": 0.01,
+    "train.val-frac": 0.1, "train.dp-noise-multiplier": 0.0, "train.dp-clip": 0.0, "train.dp-delta": 1e-05,
+    "train.vocab-size": 5000, "train.glove-init": True, "train.max-tokens": 64, "train.minilm-layers": 2,
+    "train.gen-chars": 64,
+})
+# The new attacker (issue #10: attack.families, folds, extra, ...) and the projection keys (issue #11) are NOT listed:
+# the points saved under docs/results were attacked by the old attacker, so they no longer match and rerun.
+
+# What the points of one Flower simulation must share (run_points' rule).
+SIMULATION_KEYS = ("federation.num-clients", "federation.client-cpus", "federation.client-gpus",
+                   "federation.ray-address", "run.client-seed")
+
+
+def point_key(cfg: ExperimentConfig) -> str:
+    """A stable 16-hex-digit key of everything in the config that can change the result."""
+    flat = {k: v for k, v in cfg.to_flat().items()
+            if k not in IGNORED_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
+    blob = json.dumps(sorted((k, repr(v)) for k, v in flat.items()), separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)  # atomic: a killed sweep never leaves half a file behind
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class Store:
+    """Per-point JSON results in one folder, named by `point_key`."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+
+    def path(self, cfg: ExperimentConfig) -> Path:
+        return self.folder / f"{point_key(cfg)}.json"
+
+    def has(self, cfg: ExperimentConfig) -> bool:
+        return self.path(cfg).is_file()
+
+    def get(self, cfg: ExperimentConfig) -> dict[str, Any] | None:
+        p = self.path(cfg)
+        return json.loads(p.read_text()) if p.is_file() else None
+
+    def put(self, cfg: ExperimentConfig, result: dict[str, Any]) -> Path:
+        p = self.path(cfg)
+        _write_atomic(p, json.dumps(result, indent=1, sort_keys=False) + "\n")
+        return p
+
+
+def compact(result: dict[str, Any]) -> dict[str, Any]:
+    """Drop the accountant's per-user table (one entry per user: ~1 MB for AG news); its maxima stay."""
+    per_user = result.get("privacy", {}).get("composition", {}).get("per_user")
+    if isinstance(per_user, dict) and isinstance(per_user.get("per_user"), dict):
+        per_user["per_user"] = f"dropped ({len(per_user['per_user'])} users); see max_epsilon*"
+    return result
+
+
+def slim(result: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
+    """The saved form of a point: aggregate() output minus machine-specific paths, plus its key."""
+    out = dict(result)
+    out["config"] = {k: ("" if k in ("data.root", "extractor.cache-dir") else v) for k, v in result["config"].items()}
+    out["point_key"] = point_key(cfg)
+    return compact(out)
+
+
+def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
+    flat = cfg.to_flat()
+    return tuple(flat.get(k) for k in SIMULATION_KEYS)
+
+
+def headline(res: dict[str, Any]) -> str:
+    u = res["utility"]
+    s = f"acc {u['accuracy']:.4f}+-{u['accuracy_std']:.4f}" if u.get("available") else "no task"
+    for name, a in res.get("attacks", {}).items():
+        s += f" | {name} {a.get('f1', a['accuracy']):.3f}"
+    return s
+
+
+def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
+              runner: Callable[..., Any] | None = None, progress: bool = False,
+              describe: Callable[[ExperimentConfig], str] = point_key) -> dict[str, Any]:
+    """Run every point not yet in ``store``: one ``run_points`` call per simulation group (usually one), each
+    point saved as soon as it finishes. Returns ``{"points", "ran", "wall_s"}``.
+
+    ``runner`` defaults to `fl_privtext.federation.runner.run_points` (tests may pass a fake with the same
+    ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points."""
+    from tqdm.auto import tqdm
+
+    from fl_privtext.report import aggregate
+
+    unique: dict[str, ExperimentConfig] = {}
+    for cfg in points:
+        unique.setdefault(point_key(cfg), cfg)
+    todo = [cfg for cfg in unique.values() if not store.has(cfg)]
+    log(f"[sweep] {len(unique)} points, {len(unique) - len(todo)} already done, {len(todo)} to run")
+    t_start = time.perf_counter()
+    if not todo:
+        return {"points": len(unique), "ran": 0, "wall_s": 0.0}
+    if runner is None:
+        from fl_privtext.federation.runner import run_points
+
+        runner = run_points
+    groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
+    for cfg in todo:
+        groups.setdefault(simulation_group(cfg), []).append(cfg)
+    if len(groups) > 1:
+        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)})")
+    bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc="sweep points", unit="point",
+               disable=None if progress else True,  # None: no bar when stderr is not a terminal (a log file)
+               dynamic_ncols=True, file=sys.stderr)
+    done = [0]
+    last = [time.perf_counter()]
+    try:
+        for group in groups.values():
+            def on_result(i: int, point: dict[str, Any], group: list[ExperimentConfig] = group) -> None:
+                now = time.perf_counter()
+                cfg = group[i]
+                res = slim(aggregate(point, total_s=now - last[0]), cfg)
+                last[0] = now
+                store.put(cfg, res)
+                done[0] += 1
+                bar.update()
+                msg = f"[sweep] {done[0]}/{len(todo)} {describe(cfg)} -> {headline(res)} " \
+                      f"({res['timing']['total_s']:.1f} s)"
+                if not bar.disable:
+                    bar.write(msg, file=sys.stderr)
+                else:
+                    log(msg)
+
+            runner(group, on_result=on_result)
+    finally:
+        bar.close()
+    wall = time.perf_counter() - t_start
+    log(f"[sweep] ran {len(todo)} points in {wall:.0f} s")
+    return {"points": len(unique), "ran": len(todo), "wall_s": wall}
+
+
+# ---- sweep files --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed sweep file: fixed keys, a grid (key -> values, in file order), an optional base file and output."""
+
+    fixed: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    base: str = ""
+    output: str = ""
+    source: str = ""
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepSpec:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"Sweep file {p} does not exist.")
+        try:
+            tree = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"Sweep file {p} is not valid TOML: {exc}.") from None
+        return cls.from_dict(tree, root=p.parent, source=str(p))
+
+    @classmethod
+    def from_dict(cls, tree: dict[str, Any], *, root: Path = Path("."), source: str = "") -> SweepSpec:
+        tree = dict(tree)
+        meta = tree.pop("sweep", {}) or {}
+        unknown = set(meta) - {"base", "output"}
+        if unknown:
+            raise ValueError(f"Unknown key(s) {', '.join(sorted(unknown))} in [sweep]; valid: base, output.")
+        grid = _flatten(tree.pop("grid", {}) or {})
+        fixed = _flatten(tree.pop("fixed", {}) or {})
+        fixed = {**_flatten(tree), **fixed}  # top-level experiment tables are fixed keys too
+        if not grid:
+            raise ValueError("A sweep file needs a [grid] table of keys -> lists of values, e.g. "
+                             "[grid] \"privacy.epsilon\" = [0.5, 1, 2].")
+        for key, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise ValueError(f"[grid] {key} must be a non-empty list of values; got {values!r}.")
+            if key in fixed:
+                raise ValueError(f"{key} is both a fixed key and a grid key of the sweep.")
+        base = str(meta.get("base", ""))
+        if base and not Path(base).is_absolute():
+            base = str(root / base)
+        return cls(fixed=fixed, grid=grid, base=base, output=str(meta.get("output", "")), source=source)
+
+    def points(self, sets: dict[str, Any] | None = None) -> list[ExperimentConfig]:
+        """Every point of the grid (Cartesian product, last key fastest), validated before anything runs;
+        ``sets`` (the command line's --set) override the fixed keys."""
+        start = ExperimentConfig.load(self.base or None, {**self.fixed, **(sets or {})})
+        out = []
+        for combo in itertools.product(*self.grid.values()):
+            values = dict(zip(self.grid, combo))
+            try:
+                out.append(ExperimentConfig.from_flat(values, start))
+            except ValueError as exc:
+                raise ValueError(f"Grid point {values}: {exc}") from None
+        return out
+
+    def label(self, cfg: ExperimentConfig, *, skip: Iterable[str] = ()) -> str:
+        flat = cfg.to_flat()
+        return " ".join(f"{k.split('.')[-1]}={_short(flat.get(k))}" for k in self.grid if k not in set(skip))
+
+
+def _short(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+# ---- tables ------------------------------------------------------------------------------------------------------
+
+
+def _eps(x: Any) -> Any:
+    return "inf" if x == "inf" or (isinstance(x, float) and math.isinf(x)) else x
+
+
+def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One table row (flat, CSV-ready) from a results.json-shaped dict."""
+    u, p = res["utility"], res["privacy"]
+    per_user = p.get("composition", {}).get("per_user", {}) if isinstance(p.get("composition"), dict) else {}
+    row: dict[str, Any] = dict(extra or {})
+    if "privacy.mechanism" not in row:  # a grid over mechanisms has the column already
+        row["mechanism"] = p["mechanism"]
+    row.update({
+        "epsilon_nominal": _eps(p["epsilon_nominal"]),
+        "epsilon_worst_case": _eps(p["epsilon_worst_case"]),
+        "epsilon_user_total": _eps(per_user.get("max_epsilon_total")) if per_user else None,
+        "accuracy": u.get("accuracy"), "accuracy_std": u.get("accuracy_std"), "macro_f1": u.get("macro_f1"),
+        "majority_baseline": u.get("majority_baseline"),
+    })
+    for name, a in res.get("attacks", {}).items():
+        row[f"attack.{name}.accuracy"] = a.get("accuracy")
+        row[f"attack.{name}.majority"] = a.get("majority_baseline")
+        if "f1" in a:
+            row[f"attack.{name}.f1"] = a["f1"]
+        row[f"attack.{name}.empirical_privacy"] = a.get("empirical_privacy")
+    row["total_s"] = res.get("timing", {}).get("total_s")
+    return row
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.4g}"
+    return str(v)
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def to_csv(rows: Sequence[dict[str, Any]]) -> str:
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows([{c: ("" if r.get(c) is None else r.get(c)) for c in cols} for r in rows])
+    return buf.getvalue()
+
+
+def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: Store, out: Path) -> dict[str, Any]:
+    """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
+    from fl_privtext import plots
+
+    rows, plot_rows, missing = [], [], 0
+    for cfg in points:
+        res = store.get(cfg)
+        if res is None:
+            missing += 1
+            continue
+        flat = cfg.to_flat()
+        extra = {"point": point_key(cfg), **{k: flat.get(k) for k in spec.grid}}
+        rows.append(row_of(res, extra))
+        plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon",)),
+                          "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": a.get("majority_baseline")}
+                                      for n, a in res.get("attacks", {}).items()}})
+    _write_atomic(out / "table.csv", to_csv(rows))
+    md = markdown(rows)
+    _write_atomic(out / "table.md", f"# sweep {spec.source}\n\n{len(rows)} of {len(points)} points finished.\n\n"
+                                    f"{md}\n\nepsilon_worst_case is the TRUE worst-case epsilon per upload; "
+                                    "the frontier plots use it on their x axis.\n")
+    figures: list[str] = []
+    note = ""
+    if rows and plots.available():
+        figures = [str(p) for p in plots.frontier(plot_rows, out)]
+    elif rows:
+        note = f"no frontier plots: {plots.MISSING}"
+    return {"rows": rows, "markdown": md, "missing": missing, "plots": figures, "note": note}
+
+
+def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool) -> None:
+    spec = SweepSpec.load(path)
+    out = Path(output or spec.output or Path("sweeps") / Path(path).stem)
+    points = spec.points({**sets, "run.progress": "false"})  # one bar over points; no nested per-point bars
+    store = Store(out / "points")
+    if list_only:
+        for cfg in points:
+            print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {spec.label(cfg)}")
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"The sweep output directory {out} cannot be created ({exc.strerror}).") from None
+    _write_atomic(out / "sweep.toml", Path(path).read_text())
+    log = (lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    try:
+        run_sweep(points, store, log=log, progress=not quiet, describe=spec.label)
+    except KeyboardInterrupt:
+        done = sum(store.has(c) for c in points)
+        raise KeyboardInterrupt(f"{done} of {len(points)} points are finished and kept in {store.folder}; "
+                                "rerun the same command to run the others.") from None
+    summary = write_outputs(spec, points, store, out)
+    print(summary["markdown"])
+    extra = f"; {summary['note']}" if summary["note"] else ""
+    figs = ", ".join(Path(f).name for f in summary["plots"])
+    print(f"\nwrote {out}/table.csv, table.md{', ' + figs if figs else ''}{extra}", file=sys.stderr)
+
+
+# ---- compare -----------------------------------------------------------------------------------------------------
+
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    file = p / "results.json" if p.is_dir() else p
+    if not file.is_file():
+        raise FileNotFoundError(f"{p} has no results.json (not a finished run directory).")
+    try:
+        return json.loads(file.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{file} is not valid JSON ({exc}).") from None
+
+
+def compare(paths: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """One column per finished run: the metrics of `row_of`, the no-privacy baseline, the federation, and every
+    config key whose value differs between the runs. Returns the rows (metric -> value per run)."""
+    runs = [load_run(p) for p in paths]
+    names = [Path(p).name if Path(p).is_dir() else Path(p).parent.name for p in paths]
+    if len(set(names)) < len(names):
+        names = [str(p) for p in paths]
+    cols = []
+    for res in runs:
+        col = row_of(res, {"dataset": res.get("dataset", {}).get("name")})
+        base = res.get("baseline_no_privacy") or {}
+        col["no_privacy_accuracy"] = (base.get("utility") or {}).get("accuracy")
+        fed = res.get("federation", {})
+        for k in ("num_clients", "num_users", "rounds", "seeds", "uploads_observed"):
+            col[f"federation.{k}"] = fed.get(k)
+        col["randomness"] = res.get("privacy", {}).get("randomness")
+        cols.append(col)
+    configs = [r.get("config", {}) for r in runs]
+    keys = sorted({k for c in configs for k in c} - set(IGNORED_KEYS))
+    differ = [k for k in keys if len({repr(c.get(k)) for c in configs}) > 1]
+    metrics = list(dict.fromkeys(k for c in cols for k in c))
+    rows = [{"": m, **{n: c.get(m) for n, c in zip(names, cols)}} for m in metrics]
+    rows += [{"": f"config {k}", **{n: c.get(k) for n, c in zip(names, configs)}} for k in differ]
+    return rows
+
+
+def compare_from_cli(paths: Sequence[str], *, csv_path: str | None) -> None:
+    rows = compare(paths)
+    print(markdown(rows))
+    if csv_path:
+        _write_atomic(Path(csv_path), to_csv(rows))
+        print(f"\nwrote {csv_path}", file=sys.stderr)
+
+

@@ -1,0 +1,155 @@
+"""`fl-privtext sweep` and `fl-privtext compare`.
+
+The end-to-end test runs the real CLI in a subprocess (one Flower simulation for all points), kills it with SIGKILL
+(the harshest interruption: no handler runs) as soon as the first point file appears, reruns the same command and
+checks that only the missing points ran, that the finished points were not touched, and that the table and the
+frontier plots cover every point."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fl_privtext import sweep
+from fl_privtext.config import ExperimentConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP_TOML = """
+[sweep]
+output = "out"
+
+[fixed]
+"server.epochs" = 1
+"attack.epochs" = 1
+
+[federation]
+num-clients = 2
+
+[grid]
+"privacy.mechanism" = ["laplace-l1"]
+"privacy.epsilon" = [0.5, 2.0, 8.0, 32.0]
+"""
+
+
+def test_sweep_file_gives_the_grid_product_with_fixed_and_top_level_keys(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP_TOML)
+    spec = sweep.SweepSpec.load(path)
+    points = spec.points({"run.seeds": "2"})
+    assert [p.privacy.epsilon for p in points] == [0.5, 2.0, 8.0, 32.0]
+    assert all(p.server.epochs == 1 and p.federation.num_clients == 2 and p.run.seeds == 2 for p in points)
+    assert len({sweep.point_key(p) for p in points}) == 4
+    assert spec.label(points[1]) == "mechanism=laplace-l1 epsilon=2"
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("[fixed]\n\"privacy.epsilon\" = 1.0\n", "needs a [grid] table"),
+    ("[grid]\n\"privacy.epsilon\" = 1.0\n", "must be a non-empty list"),
+    ("[fixed]\n\"privacy.epsilon\" = 1.0\n[grid]\n\"privacy.epsilon\" = [1.0]\n", "both a fixed key and a grid key"),
+    ("[grid]\n\"privacy.epsilon\" = [1.0, -1.0]\n", "Grid point {'privacy.epsilon': -1.0}: privacy.epsilon must be"),
+    ("[grid]\n\"privacy.epsilonn\" = [1.0]\n", "valid keys of [privacy]"),
+    ("[sweep]\noutptu = \"x\"\n[grid]\n\"privacy.epsilon\" = [1.0]\n", "Unknown key(s) outptu in [sweep]"),
+])
+def test_bad_sweep_files_fail_before_anything_runs(tmp_path, text, needle):
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as exc:
+        sweep.SweepSpec.load(path).points()
+    assert needle in str(exc.value)
+
+
+def test_points_run_in_one_simulation_per_federation_group():
+    spec = sweep.SweepSpec.from_dict({"grid": {"federation.num-clients": [2, 3], "privacy.epsilon": [1.0, 2.0],
+                                               "run.client-seed": [7]}})
+    calls: list[list[ExperimentConfig]] = []
+    stats = sweep.run_sweep(spec.points(), sweep.Store("/nonexistent/points"), log=lambda s: None,
+                            runner=lambda group, on_result: calls.append(list(group)))
+    assert stats["ran"] == 4 and len(calls) == 2
+    for group in calls:  # run_points' rule: one federation size and one client seed per simulation
+        assert len({(p.federation.num_clients, p.run.client_seed) for p in group}) == 1 and len(group) == 2
+
+
+def _cli(*args: str, cwd: Path, cache_dir: Path, **kw) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "FL_PRIVTEXT_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "fl_privtext.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory, cache_dir):
+    work = tmp_path_factory.mktemp("sweep")
+    (work / "s.toml").write_text(SWEEP_TOML)
+    points_dir = work / "out" / "points"
+    proc = _cli("sweep", "s.toml", cwd=work, cache_dir=cache_dir, start_new_session=True)
+    t0 = time.monotonic()
+    try:
+        while not list(points_dir.glob("*.json")):
+            assert proc.poll() is None, f"sweep ended before its first point: {proc.communicate()[1][-3000:]}"
+            assert time.monotonic() - t0 < 300, "no point finished within 300 s"
+            time.sleep(0.2)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep's own process group (its Ray processes included)
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    kept = {p.name: (p.stat().st_mtime_ns, p.read_text()) for p in points_dir.glob("*.json")}
+    rerun = _cli("sweep", "s.toml", cwd=work, cache_dir=cache_dir)
+    out, err = rerun.communicate(timeout=400)
+    assert rerun.returncode == 0, err[-3000:]
+    return work, kept, out, err
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_with_only_the_missing_points(resumed):
+    work, kept, out, err = resumed
+    assert 1 <= len(kept) < 4, "the kill must land mid-sweep"
+    missing = 4 - len(kept)
+    assert f"[sweep] 4 points, {len(kept)} already done, {missing} to run" in err
+    assert err.count("[sweep] ") == 2 + missing and f"[sweep] {missing}/{missing} " in err
+    points = sorted((work / "out" / "points").glob("*.json"))
+    assert len(points) == 4
+    for p in points:  # the points finished before the kill were skipped, not recomputed
+        if p.name in kept:
+            assert (p.stat().st_mtime_ns, p.read_text()) == kept[p.name]
+    rows = list(csv.DictReader((work / "out" / "table.csv").open()))
+    spec = sweep.SweepSpec.load(work / "s.toml")
+    assert [r["point"] for r in rows] == [sweep.point_key(c) for c in spec.points({"run.progress": "false"})]
+    assert [float(r["epsilon_worst_case"]) for r in rows] == [0.5, 2.0, 8.0, 32.0]
+    assert all(0 <= float(r["accuracy"]) <= 1 and r["attack.gender.accuracy"] for r in rows)
+    md = (work / "out" / "table.md").read_text()
+    assert "4 of 4 points finished" in md and md.count("| laplace-l1 |") == 4
+    assert "| point | privacy.mechanism | privacy.epsilon |" in out
+    for png in ("frontier_task.png", "frontier_attack.png"):
+        assert (work / "out" / png).stat().st_size > 5000
+    assert (work / "out" / "sweep.toml").read_text() == SWEEP_TOML
+    listed = _cli("sweep", "s.toml", "--list", cwd=work, cache_dir=Path(".")).communicate(timeout=120)[0]
+    assert listed.count("done ") == 4 and "todo" not in listed
+
+
+@pytest.mark.slow
+def test_compare_tabulates_finished_runs_side_by_side(resumed, tmp_path, cache_dir):
+    work, _, _, _ = resumed
+    points = sorted((work / "out" / "points").glob("*.json"))
+    for name, src in (("run_a", points[0]), ("run_b", points[1])):
+        (tmp_path / name).mkdir()
+        shutil.copy(src, tmp_path / name / "results.json")
+    proc = _cli("compare", "run_a", "run_b", "--csv", "cmp.csv", cwd=tmp_path, cache_dir=cache_dir)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.splitlines()[0] == "|  | run_a | run_b |"
+    rows = {r[""]: r for r in csv.DictReader((tmp_path / "cmp.csv").open())}
+    assert {"accuracy", "epsilon_worst_case", "attack.gender.accuracy", "config privacy.epsilon"} <= set(rows)
+    assert rows["config privacy.epsilon"]["run_a"] != rows["config privacy.epsilon"]["run_b"]
+    assert "config server.epochs" not in rows  # only the keys that differ
+    bad = _cli("compare", "run_a", "nope", cwd=tmp_path, cache_dir=cache_dir)
+    _, err = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and err.strip() == ("fl-privtext compare: error: nope has no results.json "
+                                                   "(not a finished run directory).")
