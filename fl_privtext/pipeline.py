@@ -194,7 +194,9 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)
     for c, shard in enumerate(prep.shards):
         node_of_row[shard] = c
-    clean = _clean_features(prep, cfg)
+    # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
+    # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
+    clean = _clean_features(prep, cfg) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
     view, truth = attacks.observe(
         uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
         users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.texts, rows),

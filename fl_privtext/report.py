@@ -103,6 +103,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["majority_baseline"] = seeds[0]["utility"]["majority_baseline"]
         utility["num_train_uploads"] = seeds[0]["utility"]["num_train_uploads"]
         utility["num_test_uploads"] = seeds[0]["utility"]["num_test_uploads"]
+        utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})
         utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
                                 "macro_f1": s["utility"]["macro_f1"]} for s in seeds]
     else:
@@ -211,10 +212,13 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
         if clear is not None and clear < maj:
             out.append(f"Without privacy the task model reaches {clear:.3f}, below the majority baseline {maj:.3f}: "
                        "training failed (check server.lr, server.epochs, server.standardize).")
+        elif acc < maj and eps == "inf":
+            out.append(f"The task model ({acc:.3f}) is below the majority baseline ({maj:.3f}) with no privacy noise: "
+                       "training failed (check server.lr, server.epochs, server.standardize).")
         elif acc < maj:
             why = (f"expected at a true worst-case epsilon of {_fmt(eps)} per upload: the noise hides most of the "
                    "signal and a model trained on it can do worse than always predicting the majority class"
-                   if eps == "inf" or (isinstance(eps, float) and eps < 50) else
+                   if isinstance(eps, float) and eps < 50 else
                    "the mechanism's output carries little of what the task needs")
             out.append(f"The private task model ({acc:.3f}) is below the majority baseline ({maj:.3f}); {why}.")
         for reason in u.get("diverged") or []:

@@ -12,7 +12,7 @@ import numpy as np
 
 from fl_privtext import metrics, rng
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.learn import MLPConfig, train_mlp
+from fl_privtext.learn import MLPConfig, diverged, train_mlp
 
 if TYPE_CHECKING:
     from fl_privtext.pipeline import Prepared
@@ -45,6 +45,7 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
         "majority_baseline": metrics.majority_baseline(labels[tr], truth),
         "num_train_uploads": int(tr.sum()),
         "num_test_uploads": int(te.sum()),
+        "diverged": [r for r in [diverged(getattr(model, "losses", []))] if r],  # warnings in the report
     }
     fairness: dict[str, Any] = {}
     for spec in prep.ds.attributes:
