@@ -80,10 +80,16 @@ def minmax(x: np.ndarray) -> Stage:
     return Stage(out, {"method": "min-max", "constant_rows": int(constant.sum())})
 
 
-def _rescale(x64: np.ndarray, norms: np.ndarray, clip_norm: float, *,
+# Rows whose float64 scale factor lies in this range are rescaled in float32 (fast path): the product cannot
+# overflow or lose the row to underflow there; the others go through float64.
+_SAFE_FACTOR = (1e-30, 1e30)
+
+
+def _rescale(x: np.ndarray, norms: np.ndarray, clip_norm: float, *,
              only_shrink: bool) -> tuple[np.ndarray, int, int]:
-    # x64 (N, k) float64, norms (N,) float64. Factor C/||x|| (normalise) or min(1, C/||x||) (clip), applied in
-    # float64 (a float32 factor overflows for subnormal rows); rows below TINY become zero.
+    # x (N, k) float32, norms (N,) float64. Factor C/||x|| (normalise) or min(1, C/||x||) (clip), computed in
+    # float64; applied in float32 where that is exact enough, in float64 for extreme rows (a float32 factor
+    # overflows for subnormal rows); rows below TINY become zero.
     tiny = norms < TINY
     factor = np.divide(clip_norm, norms, out=np.zeros_like(norms), where=~tiny)
     if only_shrink:
@@ -91,29 +97,31 @@ def _rescale(x64: np.ndarray, norms: np.ndarray, clip_norm: float, *,
         factor = np.where(changed | tiny, factor, 1.0)
     else:
         changed = ~tiny
-    return (x64 * factor[:, None]).astype(np.float32), int(changed.sum()), int(tiny.sum())
+    out = x * factor.astype(np.float32)[:, None]
+    extreme = ~tiny & ((factor < _SAFE_FACTOR[0]) | (factor > _SAFE_FACTOR[1]))
+    if extreme.any():
+        out[extreme] = (x[extreme].astype(np.float64) * factor[extreme, None]).astype(np.float32)
+    return out, int(changed.sum()), int(tiny.sum())
 
 
 def l1_normalise(x: np.ndarray, clip_norm: float = 1.0) -> Stage:
     """Scale every non-zero row to L1 norm exactly ``clip_norm`` (Maheshwari et al. 2022; CAPE Algorithm 1)."""
-    x64 = x.astype(np.float64)
-    norms = np.abs(x64).sum(axis=1)
-    out, changed, tiny = _rescale(x64, norms, clip_norm, only_shrink=False)
+    norms = np.abs(x).sum(axis=1, dtype=np.float64)
+    out, changed, tiny = _rescale(x, norms, clip_norm, only_shrink=False)
     return Stage(out, {"method": "l1-normalise", "clip_norm": clip_norm, "zero_rows": tiny, "rescaled_rows": changed})
 
 
 def l1_clip(x: np.ndarray, clip_norm: float = 1.0) -> Stage:
     """Project rows onto the L1 ball by rescaling: x * min(1, C / ||x||_1)."""
-    x64 = x.astype(np.float64)
-    out, clipped, tiny = _rescale(x64, np.abs(x64).sum(axis=1), clip_norm, only_shrink=True)
+    out, clipped, tiny = _rescale(x, np.abs(x).sum(axis=1, dtype=np.float64), clip_norm, only_shrink=True)
     return Stage(out, {"method": "l1-clip", "clip_norm": clip_norm, "clipped_rows": clipped, "zero_rows": tiny})
 
 
 def l2_clip(x: np.ndarray, clip_norm: float = 1.0) -> Stage:
     """Clip rows to the L2 ball: x * min(1, C / ||x||_2)."""
-    x64 = x.astype(np.float64)
-    norms = np.sqrt(np.einsum("ij,ij->i", x64, x64))
-    out, clipped, tiny = _rescale(x64, norms, clip_norm, only_shrink=True)
+    # squares in float64: a float32 square of 3e38 overflows
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float64, casting="safe"))
+    out, clipped, tiny = _rescale(x, norms, clip_norm, only_shrink=True)
     return Stage(out, {"method": "l2-clip", "clip_norm": clip_norm, "clipped_rows": clipped, "zero_rows": tiny})
 
 
