@@ -55,8 +55,8 @@ class _Dropout(nn.Module):
         return x * keep / (1 - self.p)
 
 
-def _linear(d_in: int, d_out: int, g: torch.Generator) -> nn.Linear:
-    # torch's default nn.Linear initialisation, drawn from ``g`` instead of the global RNG.
+def linear(d_in: int, d_out: int, g: torch.Generator) -> nn.Linear:
+    """torch's default nn.Linear initialisation, drawn from ``g`` instead of the global RNG."""
     layer = torch.nn.utils.skip_init(nn.Linear, d_in, d_out)
     with torch.no_grad():
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=g)
@@ -68,8 +68,8 @@ def _linear(d_in: int, d_out: int, g: torch.Generator) -> nn.Linear:
 def _net(d_in: int, d_out: int, cfg: MLPConfig, init: torch.Generator, masks: torch.Generator) -> nn.Module:
     drop = _Dropout(cfg.dropout, masks)
     if cfg.hidden == 0:
-        return nn.Sequential(drop, _linear(d_in, d_out, init))
-    return nn.Sequential(drop, _linear(d_in, cfg.hidden, init), nn.ReLU(), _linear(cfg.hidden, d_out, init))
+        return nn.Sequential(drop, linear(d_in, d_out, init))
+    return nn.Sequential(drop, linear(d_in, cfg.hidden, init), nn.ReLU(), linear(cfg.hidden, d_out, init))
 
 
 def train_mlp(

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fl_privtext.learn import linear  # torch's default nn.Linear init drawn from an explicit generator
+
 PAD, UNK, CHAR_BOS, CHAR_VOCAB = 0, 1, 256, 257
 
 
@@ -46,16 +48,6 @@ def set_generator(model: nn.Module, g: torch.Generator) -> None:
     for m in model.modules():
         if isinstance(m, GDropout):
             m.generator = g
-
-
-def linear(d_in: int, d_out: int, g: torch.Generator) -> nn.Linear:
-    """torch's default nn.Linear initialisation drawn from ``g``."""
-    layer = torch.nn.utils.skip_init(nn.Linear, d_in, d_out)
-    with torch.no_grad():
-        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=g)
-        bound = 1 / math.sqrt(d_in)
-        nn.init.uniform_(layer.bias, -bound, bound, generator=g)
-    return layer
 
 
 def lstm(d_in: int, hidden: int, g: torch.Generator) -> nn.LSTM:
