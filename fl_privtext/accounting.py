@@ -28,6 +28,9 @@ ALSO_RELEASED = (
      "the client identity correlates with labels and users."),
     "Per-client counts, the representation width and timings in each reply's stats: not protected.",
 )
+ON_DEVICE_RELEASE = ("On-device evaluation (server.on-device): each test client returns the confusion counts of the "
+                     "server's model on its clean test records; computed from clean labels and features, not "
+                     "protected by the mechanism (server.on-device = false sends none).")
 
 
 def _label_report(cfg: ExperimentConfig, num_classes: int) -> PrivacyReport | None:
@@ -88,6 +91,6 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         "per_user": per_user,
         "labels": labels,
         "charged": "what was sent: rows the server received, plus rows a timed-out client may have sent",
-        "also_released": list(ALSO_RELEASED),
+        "also_released": list(ALSO_RELEASED) + ([ON_DEVICE_RELEASE] if cfg.server.on_device else []),
     }
     return out

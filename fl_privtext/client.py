@@ -233,3 +233,27 @@ def _client_features(data: ClientData, rows: np.ndarray, cfg: ExperimentConfig,
         if pairs is not None:
             pairs = word_dropout(pairs, cfg.privacy.mu, g)
     return np.asarray(data.extractor.extract(texts, pairs, progress=False), np.float32)
+
+
+def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dict[str, np.ndarray],
+                     cfg: ExperimentConfig) -> np.ndarray:
+    """On-device inference (`fl_privtext.ondevice`): virtual client ``client`` applies the server's exported model
+    to E[upload | x] of its clean records ``rows`` and returns only the (k, k) confusion counts."""
+    from fl_privtext.ondevice import on_device_counts
+
+    rows = np.asarray(rows, np.int64)
+    foreign = np.setdiff1d(rows, data.shards[client])
+    if foreign.size:
+        raise ValueError(f"client {client}: asked to evaluate record(s) {foreign[:10].tolist()} that it does not "
+                         "hold; nothing was evaluated.")
+    if data.features is not None:
+        x = np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+    elif data.texts is not None and data.extractor is not None:
+        pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
+        x = np.asarray(data.extractor.extract([data.texts[i] for i in rows], pairs, progress=False), np.float32)
+    else:
+        raise ValueError(f"client {client}: no features or texts to evaluate on.")
+    if len(x) and not np.isfinite(x).all():
+        raise ValueError(f"client {client}: non-finite representations among the records to evaluate.")
+    mech = mechanism_for(cfg, x.shape[1]) if len(x) else None
+    return on_device_counts(x, data.labels[rows], mech, model, data.num_classes)

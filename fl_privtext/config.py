@@ -195,6 +195,7 @@ class ServerConfig(MLPConfig):
     SGD lr 0.01, momentum 0.9, weight decay 1e-6, dropout 0.5 on the representation, batch 32, 50 epochs)."""
 
     hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
+    on_device: bool = True  # also send the model to the test clients, applied there to clean features (ondevice.py)
 
     def __post_init__(self) -> None:
         self._check("server.")

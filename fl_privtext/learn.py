@@ -40,6 +40,16 @@ class MLPClassifier:
         z = self.logits(x)
         return (z > 0).astype(np.int8) if self.multilabel else z.argmax(axis=1)
 
+    def export(self) -> dict[str, np.ndarray]:
+        """The fitted model as plain arrays (`fl_privtext.ondevice.mlp_logits` applies it without torch):
+        ``mean``, ``std`` and ``weight_i`` / ``bias_i`` of the i-th linear layer (ReLU between layers)."""
+        layers = [m for m in self.net.modules() if isinstance(m, nn.Linear)]
+        out = {"mean": np.asarray(self.mean, np.float32), "std": np.asarray(self.std, np.float32)}
+        for i, layer in enumerate(layers):
+            out[f"weight_{i}"] = layer.weight.detach().float().cpu().numpy()
+            out[f"bias_{i}"] = layer.bias.detach().float().cpu().numpy()
+        return out
+
 
 class _Dropout(nn.Module):
     """Inverted dropout whose masks come from an explicit generator (nn.Dropout draws from the global RNG)."""

@@ -23,7 +23,12 @@ def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int | None = N
     """Macro-averaged F1 over the classes present in ``y_true`` or ``y_pred`` (sklearn's convention)."""
     y_true, y_pred = np.asarray(y_true, np.int64), np.asarray(y_pred, np.int64)
     k = int(num_classes if num_classes is not None else max(y_true.max(), y_pred.max()) + 1)
-    cm = np.bincount(y_true * k + y_pred, minlength=k * k).reshape(k, k)
+    return macro_f1_from_confusion(np.bincount(y_true * k + y_pred, minlength=k * k).reshape(k, k))
+
+
+def macro_f1_from_confusion(cm: np.ndarray) -> float:
+    """Macro-F1 of a (k, k) confusion matrix (row = true class, column = prediction), as `macro_f1`."""
+    k = cm.shape[0]
     tp = np.diag(cm).astype(float)
     support, predicted = cm.sum(axis=1), cm.sum(axis=0)
     present = (support + predicted) > 0

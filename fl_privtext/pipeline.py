@@ -26,6 +26,7 @@ from fl_privtext.accounting import privacy_summary
 from fl_privtext.client import (
     UPLOAD_KEYS,
     ClientData,
+    client_on_device,
     client_upload,
     mechanism_for,
     merge_uploads,
@@ -34,7 +35,7 @@ from fl_privtext.client import (
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.privacy import PrivacyReport
-from fl_privtext.server import server_mlp_config, train_and_evaluate  # noqa: F401 (re-exported)
+from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
 
 
 @dataclass
@@ -224,12 +225,14 @@ class Round:
     """One round as the server saw it: the uploads that arrived, and the clients that did not deliver.
 
     ``failures``: one dict per client without a usable reply: ``{"node": id, "kind": "error" | "timeout",
-    "reason": str}``. ``seeded``: per reply, whether the client ran the reproducible mode (its own statement)."""
+    "reason": str}``. ``seeded``: per reply, whether the client ran the reproducible mode (its own statement).
+    ``senders``: node id -> the record ids its reply carried (where the on-device evaluation is sent)."""
 
     uploads: dict[str, np.ndarray]
     input_dim: int
     failures: list[dict[str, Any]] = field(default_factory=list)
     seeded: list[bool] = field(default_factory=list)
+    senders: dict[int, np.ndarray] = field(default_factory=dict)
 
 
 CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
@@ -273,15 +276,69 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
     return out
 
 
-def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
-    """The computation phase of one point: per seed, the server trains and evaluates on what it received and the
-    eavesdropper attacks what it observed (checked to be the same uploads)."""
+def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> list[Trained]:
+    """The server's task model of every seed, trained on what it received (per-upload evaluation included)."""
+    out = []
+    for c in collected:
+        t0 = time.perf_counter()
+        trained = train_server(prep, c.received["features"], c.received["labels"], c.received["rows"], c.seed, cfg)
+        trained.utility["train_s"] = time.perf_counter() - t0
+        out.append(trained)
+    return out
+
+
+def on_device_wanted(prep: Prepared, cfg: ExperimentConfig) -> bool:
+    return bool(cfg.server.on_device) and len(prep.ds.label_names) > 0
+
+
+def on_device_requests(prep: Prepared, c: Collected) -> dict[int, np.ndarray]:
+    """Per node, the test users' records it uploaded in this seed (the server knows roles, never features)."""
+    test = prep.roles == "test"
+    parts: dict[int, list[np.ndarray]] = {}
+    for r in c.rounds:
+        for node, rows in r.senders.items():
+            parts.setdefault(int(node), []).append(rows[test[rows]])
+    merged = {node: np.unique(np.concatenate(p)) for node, p in parts.items()}
+    return {node: rows for node, rows in merged.items() if len(rows)}
+
+
+OnDeviceRound = Callable[[Trained, dict[int, np.ndarray]], list[np.ndarray]]  # -> each node's confusion counts
+
+
+def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected], trained: Sequence[Trained],
+              evaluate_round: OnDeviceRound) -> list[dict[str, Any]]:
+    """The on-device protocol of every seed (`fl_privtext.ondevice`): ``evaluate_round`` ships the model to the
+    test clients and returns their counts; the server sums them."""
+    from fl_privtext.ondevice import summarize
+
+    out = []
+    for c, t in zip(collected, trained, strict=True):
+        t0 = time.perf_counter()
+        requests = on_device_requests(prep, c)
+        counts = evaluate_round(t, requests)
+        out.append({**summarize(counts, t.majority_class, len(requests)), "seconds": time.perf_counter() - t0})
+    return out
+
+
+def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected],
+                   trained: Sequence[Trained] | None = None,
+                   on_device_results: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The computation phase of one point: per seed, the server trains and evaluates on what it received (unless
+    ``trained`` already holds it, with ``on_device_results`` of the on-device protocol) and the eavesdropper
+    attacks what it observed (checked to be the same uploads)."""
     t_start = time.perf_counter()
     per_seed: list[dict[str, Any]] = []
-    for c in collected:
+    trained = list(trained) if trained is not None else train_point(prep, cfg, collected)
+    for i, c in enumerate(collected):
         up = c.received
-        t1 = time.perf_counter()
-        utility = train_and_evaluate(prep, up["features"], up["labels"], up["rows"], c.seed, cfg)
+        utility = dict(trained[i].utility)
+        train_s = utility.pop("train_s", 0.0)
+        on_device_s = 0.0
+        if utility.get("available", True):
+            utility["on_device"] = (dict(on_device_results[i]) if on_device_results is not None else
+                                    {"available": False, "reason": "server.on-device = false" if not
+                                     cfg.server.on_device else "not run on this path"})
+            on_device_s = utility["on_device"].pop("seconds", 0.0)
         t2 = time.perf_counter()
         observed = merge_uploads([c.observed.uploads])
         if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
@@ -298,7 +355,8 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
             "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
             "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
             "output_dim": int(up["features"].shape[1]),
-            "timing": {"federation_s": c.federation_s, "train_s": t2 - t1, "attack_s": t3 - t2},
+            "timing": {"federation_s": c.federation_s, "train_s": train_s, "on_device_s": on_device_s,
+                       "attack_s": t3 - t2},
         })
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
@@ -361,10 +419,17 @@ def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:
 
 
 def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
-              *, start_seed: Callable[[], None] = lambda: None) -> dict[str, Any]:
-    """All seeds of one experiment point: collect every round, train/evaluate on what the server received,
-    attack what the eavesdropper observed. The transport (Flower or a plain loop) is in ``collect_round``."""
-    return evaluate_point(prep, cfg, collect_point(cfg, collect_round, eavesdrop, start_seed=start_seed))
+              *, start_seed: Callable[[], None] = lambda: None,
+              evaluate_round: OnDeviceRound | None = None) -> dict[str, Any]:
+    """All seeds of one experiment point: collect every round, train/evaluate on what the server received (and on
+    the test clients through ``evaluate_round``), attack what the eavesdropper observed. The transport (Flower or
+    a plain loop) is in ``collect_round`` and ``evaluate_round``."""
+    collected = collect_point(cfg, collect_round, eavesdrop, start_seed=start_seed)
+    trained = train_point(prep, cfg, collected)
+    results = None
+    if evaluate_round is not None and on_device_wanted(prep, cfg):
+        results = on_device(prep, cfg, collected, trained, evaluate_round)
+    return evaluate_point(prep, cfg, collected, trained, results)
 
 
 def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
@@ -376,10 +441,16 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
     def collect_round(seed: int, rnd: int) -> Round:
         ups = [client_upload(prep.client, c, rnd, seed, cfg, client_seed=cfg.run.client_seed)
                for c in range(cfg.federation.num_clients)]
+        senders = {c: u.rows for c, u in enumerate(ups) if len(u.rows)}
         ups = [u for u in ups if len(u.rows)]
         arrays = merge_uploads([u.arrays() for u in ups])
         last.setdefault("rounds", []).append((arrays, len(ups)))
-        return Round(arrays, max(u.input_dim for u in ups), seeded=[cfg.run.client_seed is not None] * len(ups))
+        return Round(arrays, max(u.input_dim for u in ups), seeded=[cfg.run.client_seed is not None] * len(ups),
+                     senders=senders)
+
+    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray]) -> list[np.ndarray]:
+        assert trained.model is not None
+        return [client_on_device(prep.client, c, rows, trained.model, cfg) for c, rows in requests.items()]
 
     def eavesdrop() -> Observed:
         rounds = last.pop("rounds")
@@ -387,4 +458,4 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
         return Observed(uploads=uploads, messages=sum(n for _, n in rounds),
                         nbytes=sum(v.nbytes for a, _ in rounds for v in a.values()))
 
-    return run_point(prep, cfg, collect_round, eavesdrop)
+    return run_point(prep, cfg, collect_round, eavesdrop, evaluate_round=evaluate_round)

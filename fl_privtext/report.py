@@ -91,6 +91,22 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """utility.on_device: the server's model applied on the test clients to clean features (ondevice.py)."""
+    runs = [s["utility"].get("on_device", {"available": False, "reason": "not run"}) for s in seeds]
+    if not all(r.get("available", True) for r in runs):
+        return {"available": False, "reason": runs[0].get("reason", "not run")}
+    out: dict[str, Any] = {"available": True}
+    for key in ("accuracy", "macro_f1"):
+        out[key], out[f"{key}_std"] = _mean_std([r[key] for r in runs])
+    out["majority_baseline"] = runs[0]["majority_baseline"]
+    out["num_test_records"] = runs[0]["num_test_records"]
+    out["clients"] = runs[0]["clients"]
+    out["applied_to"] = runs[0]["applied_to"]
+    out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"]} for s, r in zip(seeds, runs, strict=True)]
+    return out
+
+
 def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
     """Turn one served point (per-seed results) into the results.json structure."""
     cfg: ExperimentConfig = point["config"]
@@ -106,6 +122,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})
         utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
                                 "macro_f1": s["utility"]["macro_f1"]} for s in seeds]
+        utility["protocol"] = "per-upload: the server classifies the noisy uploads of test users"
+        utility["on_device"] = _on_device(seeds)
     else:
         utility["reason"] = seeds[0]["utility"].get("reason", "")
 
@@ -287,7 +305,14 @@ def table(results: dict[str, Any]) -> str:
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
         lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
                      f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
-                     f"{clear})")
+                     f"{clear}) [per-upload: the server classifies noisy test uploads]")
+        od = u.get("on_device", {})
+        if od.get("available"):
+            bod = (base or {}).get("utility", {}).get("on_device", {})
+            clear = f"; without privacy {_fmt(bod['accuracy'])}" if bod.get("available") else ""
+            lines.append(f"task on device: accuracy {_fmt(od['accuracy'])} +- {_fmt(od['accuracy_std'])} (majority "
+                         f"{_fmt(od['majority_baseline'])}{clear}) [the server's model applied by the test clients "
+                         "to their clean features]")
     else:
         lines.append(f"task: none ({u.get('reason', '')})")
     lines.append("")
@@ -370,7 +395,7 @@ def baseline_summary(point: dict[str, Any]) -> dict[str, Any]:
     """The same users and seeds without privacy (mechanism `none`): what the mechanism changed."""
     agg = aggregate(point, total_s=0.0)
     return {"mechanism": "none",
-            "utility": {k: agg["utility"].get(k) for k in ("accuracy", "accuracy_std", "macro_f1")},
+            "utility": {k: agg["utility"].get(k) for k in ("accuracy", "accuracy_std", "macro_f1", "on_device")},
             "attacks": {k: {"accuracy": v["accuracy"], "f1": v.get("f1", v.get("macro_f1"))}
                         for k, v in agg["attacks"].items()}}
 

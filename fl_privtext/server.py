@@ -6,6 +6,7 @@ received. Randomness: the stream ``(seed, "server")``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,11 +24,27 @@ def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
     return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
 
 
+@dataclass(frozen=True)
+class Trained:
+    """The server's task model of one seed: its per-upload evaluation (``utility``), the model as plain arrays for
+    on-device inference (None without a task label) and the majority class of its training uploads."""
+
+    utility: dict[str, Any]
+    model: dict[str, np.ndarray] | None = None
+    majority_class: int = 0
+
+
 def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
                        seed: int, cfg: ExperimentConfig) -> dict[str, Any]:
     """The server trains the task MLP on the uploads of train/aux users and evaluates on test users' uploads."""
+    return train_server(prep, features, labels, rows, seed, cfg).utility
+
+
+def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+                 seed: int, cfg: ExperimentConfig) -> Trained:
+    """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`)."""
     if len(prep.ds.label_names) == 0:
-        return {"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"}
+        return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     roles = prep.roles[rows]
     tr, te = roles != "test", roles == "test"
     if not tr.any() or not te.any():
@@ -64,4 +81,5 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
             per_group = metrics.group_accuracy(truth, pred, names)
             fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
     out["fairness"] = fairness
-    return out
+    values, counts = np.unique(labels[tr], return_counts=True)
+    return Trained(out, model.export(), int(values[counts.argmax()]))

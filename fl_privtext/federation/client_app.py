@@ -24,7 +24,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from fl_privtext.client import ClientData, client_seed_from, client_upload
+from fl_privtext.client import ClientData, client_on_device, client_seed_from, client_upload
 from fl_privtext.config import ExperimentConfig
 
 app = ClientApp()
@@ -98,6 +98,24 @@ def upload(msg: Message, context: Context) -> Message:
     )
     return Message(content, reply_to=msg)
 
+
+
+@app.query("evaluate")
+def evaluate(msg: Message, context: Context) -> Message:
+    """On-device inference (`fl_privtext.ondevice`): apply the server's model to this client's clean test records;
+    reply with the confusion counts only."""
+    cfg = _config(msg)
+    client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
+    data = _data_for(msg, cfg)
+    if "encoder" in msg.content.array_records:  # Phase A ran: the model was trained on the encoder's r(x)
+        from fl_privtext.federation.train_handlers import encoded_client_data
+
+        data = encoded_client_data(data, msg, cfg)
+    model = {k: a.numpy() for k, a in msg.content.array_records["model"].items()}
+    rows = msg.content.array_records["rows"]["rows"].numpy()
+    counts = client_on_device(data, client, rows, model, cfg)
+    return Message(RecordDict({"counts": ArrayRecord({"confusion": Array(np.ascontiguousarray(counts))})}),
+                   reply_to=msg)
 
 
 from fl_privtext.federation import train_handlers  # noqa: F401  Phase A: registers @app.train / @app.evaluate

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fl_privtext import pipeline
@@ -35,9 +36,9 @@ def _wait_for_nodes(grid: Grid, n: int, timeout_s: float = 600.0) -> list[int]:
         time.sleep(0.05)
 
 
-def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord) -> RecordDict:
+def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord | ArrayRecord) -> RecordDict:
     """A query's content: the experiment config, where the client data lies (simulation only), extra records."""
-    content: dict[str, ConfigRecord] = {"config": ConfigRecord(dict(cfg.to_flat()))}
+    content: dict[str, ConfigRecord | ArrayRecord] = {"config": ConfigRecord(dict(cfg.to_flat()))}
     if snapshot:
         content["client-data"] = ConfigRecord({"snapshot": snapshot})
     return RecordDict({**content, **records})
@@ -87,8 +88,28 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                     len(failures), len(nodes), failures[0]["reason"][:300])
     parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in good]
     stats = [r.content.metric_records["stats"] for r in good]
+    senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
     return pipeline.Round(merge_uploads(parts), max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
-                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats])
+                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], senders=senders)
+
+
+def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trained,
+                       requests: dict[int, Any], snapshot: str = "") -> list[Any]:
+    """On-device inference (`fl_privtext.ondevice`): send the server's model and the test records each node
+    uploaded; every node answers with its confusion counts only. A node that fails is an error (the accuracy would
+    silently describe a different population)."""
+    if trained.model is None:
+        raise ValueError("On-device evaluation needs a trained task model.")
+    model = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in trained.model.items()})
+    msgs = [Message(_query(cfg, snapshot, model=model, rows=ArrayRecord({"rows": Array(np.asarray(rows, np.int64))})),
+                    dst_node_id=node, message_type="query.evaluate")
+            for node, rows in requests.items()]
+    replies = list(grid.send_and_receive(msgs, timeout=cfg.federation.round_timeout or None))
+    errors = [str(r.error.reason) for r in replies if r.has_error()]
+    if errors or len(replies) != len(msgs):
+        raise RuntimeError(f"On-device evaluation: {len(msgs) - len(replies) + len(errors)} of {len(msgs)} test "
+                           f"clients did not answer ({'; '.join(errors[:3]) or 'timeout'}).")
+    return [r.content.array_records["counts"]["confusion"].numpy() for r in replies]
 
 
 Job = Callable[[], dict[str, Any]]
@@ -155,9 +176,14 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
 
     collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset,
                                        on_round=on_round)
+    trained = on_device = None
+    if pipeline.on_device_wanted(prep, cfg):  # the model must reach the clients while the federation runs
+        trained = pipeline.train_point(prep, cfg, collected)
+        on_device = pipeline.on_device(prep, cfg, collected, trained, lambda t, req: evaluate_on_device(
+            phase_b, cfg, t, req, snapshot))  # type: ignore[arg-type]
 
     def evaluate() -> dict[str, Any]:
-        point = pipeline.evaluate_point(prep, cfg, collected)
+        point = pipeline.evaluate_point(prep, cfg, collected, trained, on_device)
         point["training"] = training
         if keep_observations:
             point["observations"] = observations

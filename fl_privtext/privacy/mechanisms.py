@@ -197,6 +197,18 @@ class Mechanism(ABC):
         """(N, dim) float array -> (N, output_dim) float32 upload."""
         return self.release(x, rng).values
 
+    def expected(self, x: np.ndarray) -> np.ndarray:
+        """E[upload | x], (N, output_dim) float32: the noise-free mean of what this mechanism uploads for x.
+
+        On-device inference applies the server's model (trained on uploads) to it: for the unbiased mechanisms it
+        is the clipped / normalised (projected) input itself. Deterministic; no randomness, nothing released."""
+        batch = normalise.as_batch(x, self.dim, min_dim=self.min_dim)
+        return np.asarray(self.mean_output(self.encode(self.normalise(batch).values).values), np.float32)
+
+    def mean_output(self, c: np.ndarray) -> np.ndarray:
+        """E[randomise(c)] for an encoded batch c. Default: c (zero-mean additive noise, or none)."""
+        return c
+
     # -- accounting --------------------------------------------------------------------------------------------
     @property
     def output_dim(self) -> int | None:
@@ -363,6 +375,11 @@ class BitMechanism(Mechanism):
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         p, q = self.bit_probabilities()
         return Stage(flip_bits(c, p, q, rng), {"method": "bit-flip", "bits": int(c.size)})
+
+    def mean_output(self, c: np.ndarray) -> np.ndarray:
+        """E[bit j] = q_j + (p_j - q_j) c_j."""
+        p, q = self.bit_probabilities()
+        return (q + (p - q) * np.asarray(c, np.float64)).astype(np.float32)
 
     @property
     def claimed_epsilon(self) -> float:

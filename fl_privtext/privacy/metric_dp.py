@@ -24,7 +24,7 @@ import numpy as np
 
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.mechanisms import _positive, _set
-from fl_privtext.privacy.sphere import CHUNK_VALUES, ProjectedMechanism, to_sphere
+from fl_privtext.privacy.sphere import CHUNK_VALUES, TINY_NORM, ProjectedMechanism, row_norms, to_sphere
 from fl_privtext.privacy.stage import Stage
 
 FEYISETAN_PAPER = ("Feyisetan, Balle, Drake, Diethe. Privacy- and Utility-Preserving Textual Analysis via Calibrated "
@@ -252,6 +252,13 @@ class Purkayastha(ProjectedMechanism):
             v += (self.clip_norm * np.cos(theta)).astype(np.float32)[:, None] * u
             out[s:s + m] = v
         return Stage(out, {"method": "purkayastha", "kappa": self.epsilon, "zero_rows": zero})
+
+    def mean_output(self, c: np.ndarray) -> np.ndarray:
+        """E[upload] = C E[cos theta] x/||x|| (0 for a zero row: its direction is uniform)."""
+        norms = row_norms(c)
+        scale = self.clip_norm * purkayastha_mean_cosine(self.work_dim, self.epsilon)
+        factor = np.divide(scale, norms, out=np.zeros_like(norms), where=norms >= TINY_NORM)
+        return c * factor.astype(np.float32)[:, None]
 
     @property
     def claimed_epsilon(self) -> float:

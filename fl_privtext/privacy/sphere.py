@@ -361,6 +361,17 @@ class CapMechanism(ProjectedMechanism):
                              "clipped_rows": int((norms > self.clip_norm).sum()), **info})
         return Stage(z, {"method": "none (directions taken in randomise)", **info})
 
+    def mean_output(self, c: np.ndarray) -> np.ndarray:
+        """Unbiased: E[upload] = the clipped input (round), or C x/||x|| (normalise); 0 for a zero row."""
+        norms = row_norms(c)
+        zero = norms < TINY_NORM
+        if self.sphere_map == "round":
+            factor = np.minimum(1.0, np.divide(self.clip_norm, norms, out=np.ones_like(norms), where=~zero))
+        else:
+            factor = np.divide(self.clip_norm, norms, out=np.zeros_like(norms), where=~zero)
+        factor[zero] = 0.0
+        return c * factor.astype(np.float32)[:, None]
+
     def sample_directions(self, u: np.ndarray, rng: np.random.Generator, out: np.ndarray, scale: float) -> None:
         """Unit inputs u (n, k) float32 (overwritten) -> out = scale * V, (n, k) float32."""
         raise NotImplementedError

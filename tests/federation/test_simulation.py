@@ -103,6 +103,11 @@ def test_flower_path_reproduces_the_plain_loop_exactly(points):
     fl_seed, pl_seed = point["per_seed"][0], plain["per_seed"][0]
     assert fl_seed["utility"]["accuracy"] == pl_seed["utility"]["accuracy"]
     assert fl_seed["attacks"] == pl_seed["attacks"]
+    # on-device inference through Flower (model sent to the test clients, counts back) = the in-process clients
+    assert fl_seed["utility"]["on_device"] == pl_seed["utility"]["on_device"]
+    assert fl_seed["utility"]["on_device"]["available"] is True
+    # without privacy E[upload | x] = x: the clients' verdicts are the server's per-upload ones
+    assert fl_seed["utility"]["on_device"]["accuracy"] == fl_seed["utility"]["accuracy"]
 
 
 def test_private_uploads_through_flower_equal_the_plain_clients(points):

@@ -1,0 +1,106 @@
+"""On-device inference: the server's task model, trained on noisy uploads, applied by the clients to clean features.
+
+The second utility protocol (the first, per-upload inference, has the server classify noisy test uploads; under LDP
+its accuracy is itself capped by the noise). In federated deployments the model is shipped to devices and applied
+to their own data, so the utility that matters is often this one.
+
+Protocol (`fl_privtext.federation` sends it through Flower; `fl_privtext.pipeline.run_plain` runs it in-process):
+1. The server trains its model on the uploads (as for per-upload inference) and sends its weights (`MLPClassifier.
+   export`) to every client holding test users, with the test record ids that client uploaded.
+2. The client maps each clean record x to E[upload | x] (`Mechanism.expected`): the clipped / normalised /
+   projected x for the unbiased mechanisms (PrivUnitG, PrivUnit, Duchi, Gaussian, Laplace, multivariate Laplace),
+   C E[cos theta] x/||x|| for Purkayastha, q + (p - q) * bits for the bit mechanisms. The model was trained on
+   noisy samples around this point, so this is the input it was fitted for ("unbiased decoding" on the client);
+   the server does no noise-aware training beyond its usual standardisation.
+3. The client returns only its confusion counts (k x k, true label x prediction) over those records.
+
+What the counts reveal: they are computed from clean labels and features and are not protected by the mechanism
+(listed under ``privacy.composition.also_released``); `server.on-device = false` turns the protocol off.
+
+Light by design (numpy only): it runs inside the ClientApp, which imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MODEL_KEYS", "check_model", "confusion", "mlp_logits", "on_device_counts", "summarize"]
+
+MODEL_KEYS = ("mean", "std")  # plus weight_i / bias_i for i = 0 .. layers-1
+APPLIED_TO = ("E[upload | x] on the client (the mechanism's noise-free mean: the clipped / normalised input for "
+              "unbiased mechanisms), no noise-aware training on the server")
+
+
+def check_model(params: dict[str, np.ndarray]) -> int:
+    """Number of linear layers of an exported model; ValueError when the arrays do not form an MLP."""
+    missing = [k for k in MODEL_KEYS if k not in params]
+    layers = 0
+    while f"weight_{layers}" in params and f"bias_{layers}" in params:
+        layers += 1
+    if missing or layers == 0:
+        raise ValueError(f"An exported model needs {list(MODEL_KEYS)} and weight_i/bias_i for i = 0..; got keys "
+                         f"{sorted(params)}.")
+    width = params["mean"].shape[0]
+    for i in range(layers):
+        w, b = params[f"weight_{i}"], params[f"bias_{i}"]
+        if w.ndim != 2 or w.shape[1] != width or b.shape != (w.shape[0],):
+            raise ValueError(f"Layer {i} of the exported model has shape {w.shape} / {b.shape}; expected "
+                             f"(out, {width}) / (out,).")
+        width = w.shape[0]
+    return layers
+
+
+def mlp_logits(params: dict[str, np.ndarray], x: np.ndarray, batch_size: int = 8192) -> np.ndarray:
+    """Logits of an exported MLP (standardise, linear layers with ReLU between them) on (N, D) inputs."""
+    layers = check_model(params)
+    mean, std = params["mean"].astype(np.float32), params["std"].astype(np.float32)
+    if x.ndim != 2 or x.shape[1] != mean.shape[0]:
+        raise ValueError(f"The model expects inputs of width {mean.shape[0]}, got an array of shape {x.shape}.")
+    out = []
+    for s in range(0, len(x), batch_size):
+        h = (np.asarray(x[s:s + batch_size], np.float32) - mean) / std
+        for i in range(layers):
+            h = h @ params[f"weight_{i}"].T + params[f"bias_{i}"]
+            if i < layers - 1:
+                np.maximum(h, 0.0, out=h)
+        out.append(h)
+    width = params[f"bias_{layers - 1}"].shape[0]
+    return np.concatenate(out) if out else np.zeros((0, width), np.float32)
+
+
+def confusion(truth: np.ndarray, pred: np.ndarray, k: int) -> np.ndarray:
+    """(k, k) int64 counts: row = true label, column = prediction."""
+    return np.bincount(np.asarray(truth, np.int64) * k + np.asarray(pred, np.int64), minlength=k * k).reshape(k, k)
+
+
+def on_device_counts(features: np.ndarray, labels: np.ndarray, mechanism: Any,
+                     params: dict[str, np.ndarray], num_classes: int) -> np.ndarray:
+    """A client's side: clean features (N, dim) of its test records and their labels -> confusion counts of the
+    server's model applied to E[upload | x]."""
+    if len(features) == 0:
+        return np.zeros((num_classes, num_classes), np.int64)
+    pred = mlp_logits(params, mechanism.expected(features)).argmax(axis=1)
+    return confusion(labels, pred, num_classes)
+
+
+def summarize(counts: Sequence[np.ndarray], majority_class: int, clients: int) -> dict[str, Any]:
+    """The server's view: sum the clients' confusion counts into accuracy, macro-F1 and the majority baseline
+    (always predicting the class most frequent in the server's training uploads)."""
+    total = np.sum(np.stack(list(counts)), axis=0) if counts else np.zeros((1, 1), np.int64)
+    n = int(total.sum())
+    if n == 0:
+        raise ValueError("On-device evaluation: no test client reported any record.")
+    from fl_privtext.metrics import macro_f1_from_confusion  # server side only (scipy)
+
+    return {
+        "available": True,
+        "accuracy": float(np.trace(total)) / n,
+        "macro_f1": macro_f1_from_confusion(total),
+        "majority_baseline": float(total[majority_class].sum()) / n,
+        "num_test_records": n,
+        "clients": int(clients),
+        "applied_to": APPLIED_TO,
+    }
