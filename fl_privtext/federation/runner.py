@@ -63,7 +63,8 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
             f"client holds only {min(len(s) for s in prep.shards)}; lower federation.rounds or the client count."
         )
     try:
-        mechanism_for(cfg, 8)  # unknown mechanism / bad parameters fail here, before any work
+        # unknown mechanism / bad parameters fail here, before any work (a pca projection needs the real width)
+        mechanism_for(cfg, int(prep.extractor.dim) if cfg.privacy.projection != "none" else 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
     if cfg.train.rounds > 0:
