@@ -112,11 +112,12 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
 
 
 class InjectingGrid(Grid):
-    """Delegates to ``inner`` and adds ``records`` to every outgoing message of ``message_type`` (the trained
-    encoder in Phase B's upload queries)."""
+    """Delegates to ``inner`` and adds ``records`` to every outgoing message whose type is in ``message_types``
+    (the trained encoder in Phase B's upload queries and in the on-device evaluation queries)."""
 
-    def __init__(self, inner: Grid, records: dict[str, Any], message_type: str = "query.upload") -> None:
-        self._inner, self._records, self._type = inner, records, message_type
+    def __init__(self, inner: Grid, records: dict[str, Any],
+                 message_types: tuple[str, ...] = ("query.upload", "query.evaluate")) -> None:
+        self._inner, self._records, self._types = inner, records, message_types
 
     def __getattr__(self, name: str) -> Any:  # observations, uploads(), reset(), ... of the eavesdropper
         return getattr(self._inner, name)
@@ -140,7 +141,7 @@ class InjectingGrid(Grid):
     def _inject(self, messages: Iterable[Message]) -> list[Message]:
         messages = list(messages)
         for m in messages:
-            if m.metadata.message_type == self._type:
+            if m.metadata.message_type in self._types:
                 for k, v in self._records.items():
                     m.content[k] = v
         return messages
