@@ -19,8 +19,17 @@ if TYPE_CHECKING:
 
 
 def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
-    """The task MLP; server.hidden = 0 picks the OME paper's width: 128 for GloVe-sized inputs, 768 for BERT-sized."""
+    """The task MLP; server.hidden = 0 picks the width from the upload width ``dim``: 128 for <= 300, else 768."""
     return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
+
+
+def server_inputs(features: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+    """What the task MLP sees of each upload: the upload itself, or (server.center) the upload minus its own mean
+    over its coordinates, (N, D) -> (N, D). Post-processing of what was received: no privacy cost."""
+    if not cfg.server.center:
+        return features
+    x = np.asarray(features, np.float64)
+    return (x - x.mean(axis=1, keepdims=True)).astype(np.float32)
 
 
 def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
@@ -33,6 +42,7 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
     if not tr.any() or not te.any():
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
+    features = server_inputs(features, cfg)
     model = train_mlp(features[tr], labels[tr], num_classes=k, config=server_mlp_config(cfg, features.shape[1]),
                       generator=rng.torch_generator(seed, "server"),
                       progress="server: task MLP" if cfg.run.progress else None)
