@@ -67,8 +67,9 @@ def test_centring_server_removes_a_shift_shared_by_all_coordinates():
     np.testing.assert_allclose(noisy_c, server_inputs((x - lo) / (hi - lo), centring), atol=1e-4)
     assert server_inputs(noisy, CFG) is noisy  # off by default
     assert np.abs(noisy - noisy.mean()).max() > 10  # the shift is large (scale 20)
-    from fl_privtext.learn import MLPConfig, train_mlp
     import torch
+
+    from fl_privtext.learn import MLPConfig, train_mlp
 
     tr, te = slice(0, 3000), slice(3000, None)
     conf = MLPConfig(hidden=32, epochs=15, standardize=False)

@@ -90,11 +90,12 @@ def test_summaries_and_plots_from_saved_points(swept, tmp_path, monkeypatch):
     # the default data's result stands in for two real points (it has gender and age_group, like BLOG)
     fake = json.loads(json.dumps(res))
     fake["utility"]["accuracy"] = 0.6789
+    fake["utility"]["per_seed"] = [{"seed": 0, "accuracy": 0.6789, "macro_f1": 0.6}]  # the tables pool runs
     ome.STORE.put(ome.npnn("imdb", ""), fake)
     dpnr.STORE.put(dpnr.point("blog", "", "none"), fake)
     ome_md = ome.write_summary("").read_text()
     dpnr_md = dpnr.write_summary("").read_text()
-    assert "67.89" in ome_md and "70.67" in ome_md and "not run" in ome_md
+    assert "67.9 (n=1)" in ome_md and "70.67" in ome_md and "not run" in ome_md
     assert "67.89" in dpnr_md and "78.75" in dpnr_md
     for png in ("ome_figure3_probabilities.png", "ome_privacy_utility.png", "dpnr_attacker.png",
                 "dpnr_empirical_privacy.png", "dpnr_privacy_utility.png", "dpnr_mu.png"):
