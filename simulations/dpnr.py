@@ -26,6 +26,7 @@ TOML = {"ag_news": "dpnr_ag.toml", "blog": "dpnr_blog.toml"}
 EPSILONS = (0.05, 0.1, 0.5, 1.0, 5.0)
 MUS = (0.1, 0.3, 0.5, 0.8)
 MECHS = ("laplace-dpnr", "laplace-l1")
+L1_EPSILONS = (0.05, 1.0, 5.0)  # the correct mechanism (ours): CPU budget
 CODE_EPSILONS = (0.05, 1.0)  # the authors' released code (one scalar noise draw per vector; true eps = inf)
 CENTRE = {"server.center": True, "attack.enabled": False}  # the centring server (task only)
 ADV_ROUNDS = 5  # Phase A rounds of the ADV rows (CPU budget)
@@ -74,12 +75,17 @@ def eps_points(root: str, datasets: tuple[str, ...] = DATASETS) -> list[Experime
     pts = []
     for ds in datasets:
         pts.append(point(ds, root, "none"))
-        pts += [point(ds, root, m, e) for m in MECHS for e in EPSILONS]
+        pts += centring_points(ds, root)  # task only: cheap
+        pts += [point(ds, root, "laplace-dpnr", e) for e in EPSILONS]
         pts += [point(ds, root, "laplace-dpnr-code", e) for e in CODE_EPSILONS]
-        pts += centring_points(ds, root)
+        pts += [point(ds, root, "laplace-l1", e) for e in L1_EPSILONS]
     for ds in datasets:  # Phase A last: the slowest points
         pts += adv_points(ds, root)
     return pts
+
+
+def eps_of(mech: str) -> tuple[float, ...]:
+    return L1_EPSILONS if mech == "laplace-l1" else EPSILONS
 
 
 def centring_points(ds: str, root: str) -> list[ExperimentConfig]:
@@ -304,7 +310,7 @@ def write_summary(root: str) -> Path:
         row += [f"{PAPER_T4[ds]['majority'][0]:.2f}", sweep.pct(r["utility"]["majority_baseline"]) if r else "-",
                 f"{PAPER_T4[ds]['majority'][1]:.2f}", sweep.pct(mp) if mp is not None else "-"]
     rows.append(row)
-    for label, mech, e in ([("NON-PRIV", "none", None)] + [(f"DPNR ({m})", m, e) for m in MECHS for e in EPSILONS]
+    for label, mech, e in ([("NON-PRIV", "none", None)] + [(f"DPNR ({m})", m, e) for m in MECHS for e in eps_of(m)]
                            + [("released code", "laplace-dpnr-code", e) for e in CODE_EPSILONS]):
         row = [label, "" if e is None else f"{e:g}"]
         for ds in DATASETS:
@@ -326,7 +332,7 @@ def write_summary(root: str) -> Path:
     add("### Attacker detail\n")
     rows = []
     for ds in DATASETS:
-        for label, mech, e in ([("NON-PRIV", "none", None)] + [(m, m, e) for m in MECHS for e in EPSILONS]
+        for label, mech, e in ([("NON-PRIV", "none", None)] + [(m, m, e) for m in MECHS for e in eps_of(m)]
                                + [("laplace-dpnr-code", "laplace-dpnr-code", e) for e in CODE_EPSILONS]):
             res = STORE.get(point(ds, root, mech, e or 1.0))
             if not res or not res.get("attacks"):

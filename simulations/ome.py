@@ -149,7 +149,8 @@ def _legacy(cfg: ExperimentConfig) -> dict | None:
 
 def runs(cfgs: list[ExperimentConfig]) -> list[float]:
     """Every run's accuracy of a cell (user splits x seeds); legacy points for the MiniLM sets."""
-    return sweep.per_run_accuracies(STORE.get(c) or _legacy(c) for c in cfgs)
+    return sweep.per_run_accuracies(STORE.get(c) or (_legacy(c) if c.data.name in BERT_SETS else None)
+                                    for c in cfgs)
 
 
 def _cell(cfgs: list[ExperimentConfig], ds: str) -> str:
@@ -169,7 +170,7 @@ def _mean(cfgs: list[ExperimentConfig]) -> float | None:
 
 def _first(cfgs: list[ExperimentConfig]) -> dict | None:
     for c in cfgs:
-        res = STORE.get(c) or _legacy(c)
+        res = STORE.get(c) or (_legacy(c) if c.data.name in BERT_SETS else None)
         if res:
             return res
     return None
