@@ -180,12 +180,12 @@ def write_summary(root: str) -> Path:
         "BERT-base (768 dims) for 4 epochs *with* the noise layer in the loop, then splits it into an on-device "
         "extractor and a server-side softmax. Here the extractor is a frozen MiniLM-L6 (384 dims, mean pooling, "
         "first 128 tokens); every user (train and test alike) uploads its privatized vector once, the untrusted "
-        "server trains an MLP (hidden 768 for 384-dim uploads, standardised inputs, 50 epochs, SGD 0.01, momentum "
-        "0.9, dropout 0.5; the paper: BERT's softmax layer) on the "
+        "server trains an MLP (hidden 768 for 384-dim uploads, standardised inputs, 50 epochs — **AG: 10 epochs, "
+        "CPU budget** —, SGD 0.01, momentum 0.9, dropout 0.5; the paper: BERT's softmax layer) on the "
         "noisy training uploads and is evaluated on the noisy test uploads. No dev-set checkpoint selection.")
     add("- **Federated path:** 4 Flower virtual clients (Ray backend); all points of a command inside ONE "
         "simulation. The eavesdropper records every upload and attacks with DPNR's attacker (2-layer MLP, 512 "
-        "hidden, ReLU, 30 epochs; `attack.families = mlp`); a rational attacker falls back to the majority guess "
+        "hidden, ReLU, 30 epochs — **AG: 10, CPU budget** —; `attack.families = mlp`); a rational attacker falls back to the majority guess "
         "when its MLP does not beat it out of fold on the known users (AG: 2 folds, BLOG: 3). AG: it knows the "
         "entities of every training (train + dev) article and attacks the test articles, as the paper's attacker; "
         "BLOG: it knows 20% of the bloggers (aux users; they also train the server) and attacks the others.")
