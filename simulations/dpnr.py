@@ -260,6 +260,11 @@ def write_summary(root: str) -> Path:
 
     # ---- Table 3 ----
     add("## Table 3: main-task accuracy vs word dropout μ (ε = 1) — **GloVe-50d extractor** (see setup)\n")
+    add("**Not regenerated on the current platform (CPU budget of this round):** `dpnr_mu.py` was not rerun after "
+        "the configs changed (AG's source split, the reproducible client seed, the attacker settings), so the "
+        "cells below read \"not run\" until it is; the earlier platform's points are kept in "
+        "`docs/results/dpnr/legacy/points/` and its Table 3 in the git history of this page (AG GloVe: noisy points "
+        "at the majority level for every μ; dropout alone 69.4 → 63.4 from μ = 0 to 0.8).\n")
     add("Columns: the paper (fine-tuned BERT); ours with GloVe for laplace-dpnr (published), laplace-l1 (correct), "
         "`none` with word dropout only (what dropping words costs the representation, no noise) and "
         "laplace-dpnr-code (the authors' released noise code, ε = ∞, see Table 2); MiniLM laplace-dpnr where run "
