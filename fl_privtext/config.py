@@ -20,6 +20,7 @@ SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
+DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
 def _check_choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -38,9 +39,13 @@ class DataConfig:
     root: str = ""  # "" = environment variable FL_PRIVTEXT_DATA (not needed for the embedded `default`)
     test_frac: float = 0.2  # fraction of USERS whose uploads evaluate the task model
     aux_frac: float = 0.2  # fraction of USERS whose private attributes the attacker knows
+    # random: roles drawn by user with test-frac / aux-frac from run.seed; source: the dataset's own splits (test ->
+    # test users, train + dev -> aux users; the fractions are not used; fl_privtext.data.splits.source_roles)
+    split: str = "random"
     options: dict[str, Scalar] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_choice("data.split", self.split, DATA_SPLITS)
         _check_frac("data.test-frac", self.test_frac)
         _check_frac("data.aux-frac", self.aux_frac)
         if self.test_frac + self.aux_frac >= 1:
@@ -191,11 +196,20 @@ class MLPConfig:
 
 @dataclass(frozen=True)
 class ServerConfig(MLPConfig):
-    """The untrusted server's task classifier (OME paper: MLP 128 hidden for GloVe, 768 for BERT-sized inputs;
-    SGD lr 0.01, momentum 0.9, weight decay 1e-6, dropout 0.5 on the representation, batch 32, 50 epochs)."""
+    """The untrusted server's task classifier: an MLP (SGD lr 0.01, momentum 0.9, weight decay 1e-6, dropout 0.5 on
+    the input, batch 32, 50 epochs: the OME paper's optimiser).
 
-    hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
+    ``hidden = 0`` picks the width from the UPLOAD's width: 128 for uploads of <= 300 dims, else 768. That is NOT the
+    OME paper's rule, which keys on the extractor (128 hidden for GloVe whatever is uploaded; a 500-bit OME code of
+    GloVe features would get 768 here), and ``standardize = true`` z-scores every input feature, which the paper's MLP
+    does not: the paper reproductions set ``server.hidden`` and ``server.standardize = false`` explicitly
+    (configs/ome_sentiment.toml). ``center = true`` subtracts each upload's mean over its coordinates before training
+    and evaluation (post-processing; it removes a shift shared by all coordinates, such as the one noise draw per
+    vector of DPNR's released code, `laplace-dpnr-code`)."""
+
+    hidden: int = 0  # 0 = by upload width: 128 for <= 300 dims, else 768 (set it explicitly to reproduce a paper)
     on_device: bool = True  # also send the model to the test clients, applied there to clean features (ondevice.py)
+    center: bool = False  # subtract each upload's own mean (over its coordinates) before training and evaluation
 
     def __post_init__(self) -> None:
         self._check("server.")

@@ -29,7 +29,7 @@ import numpy as np
 
 __all__ = ["MODEL_KEYS", "check_model", "confusion", "mlp_logits", "on_device_counts", "summarize"]
 
-MODEL_KEYS = ("mean", "std")  # plus weight_i / bias_i for i = 0 .. layers-1
+MODEL_KEYS = ("mean", "std")  # plus weight_i / bias_i for i = 0 .. layers-1; optional "center" (server.center)
 APPLIED_TO = ("E[upload | x] on the client (the mechanism's noise-free mean: the clipped / normalised input for "
               "unbiased mechanisms), no noise-aware training on the server")
 
@@ -54,14 +54,20 @@ def check_model(params: dict[str, np.ndarray]) -> int:
 
 
 def mlp_logits(params: dict[str, np.ndarray], x: np.ndarray, batch_size: int = 8192) -> np.ndarray:
-    """Logits of an exported MLP (standardise, linear layers with ReLU between them) on (N, D) inputs."""
+    """Logits of an exported MLP (standardise, linear layers with ReLU between them) on (N, D) inputs. A model
+    with a nonzero ``center`` entry (server.center) first subtracts each input's own mean over its coordinates; that
+    map is linear, so applied to E[upload | x] it equals E[centred upload | x]."""
     layers = check_model(params)
     mean, std = params["mean"].astype(np.float32), params["std"].astype(np.float32)
     if x.ndim != 2 or x.shape[1] != mean.shape[0]:
         raise ValueError(f"The model expects inputs of width {mean.shape[0]}, got an array of shape {x.shape}.")
+    center = bool(np.any(params.get("center", 0)))
     out = []
     for s in range(0, len(x), batch_size):
-        h = (np.asarray(x[s:s + batch_size], np.float32) - mean) / std
+        h = np.asarray(x[s:s + batch_size], np.float32)
+        if center:
+            h = h - h.mean(axis=1, keepdims=True, dtype=np.float64).astype(np.float32)
+        h = (h - mean) / std
         for i in range(layers):
             h = h @ params[f"weight_{i}"].T + params[f"bias_{i}"]
             if i < layers - 1:

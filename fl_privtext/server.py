@@ -20,8 +20,17 @@ if TYPE_CHECKING:
 
 
 def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
-    """The task MLP; server.hidden = 0 picks the OME paper's width: 128 for GloVe-sized inputs, 768 for BERT-sized."""
+    """The task MLP; server.hidden = 0 picks the width from the upload width ``dim``: 128 for <= 300, else 768."""
     return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
+
+
+def server_inputs(features: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+    """What the task MLP sees of each upload: the upload itself, or (server.center) the upload minus its own mean
+    over its coordinates, (N, D) -> (N, D). Post-processing of what was received: no privacy cost."""
+    if not cfg.server.center:
+        return features
+    x = np.asarray(features, np.float64)
+    return (x - x.mean(axis=1, keepdims=True)).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if not tr.any() or not te.any():
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
+    features = server_inputs(features, cfg)
     model = train_mlp(features[tr], labels[tr], num_classes=k, config=server_mlp_config(cfg, features.shape[1]),
                       generator=rng.torch_generator(seed, "server"),
                       progress="server: task MLP" if cfg.run.progress else None)
@@ -82,4 +92,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
             fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
     out["fairness"] = fairness
     values, counts = np.unique(labels[tr], return_counts=True)
-    return Trained(out, model.export(), int(values[counts.argmax()]))
+    exported = model.export()
+    if cfg.server.center:  # the clients must centre E[upload | x] as the server centred the uploads
+        exported["center"] = np.ones(1, np.float32)
+    return Trained(out, exported, int(values[counts.argmax()]))

@@ -3,10 +3,13 @@ our blog subset, the published laplace-dpnr (true eps = 384 eps) beside the corr
 
     nice -n 10 python simulations/dpnr_eps.py --data-root ../shared/data
 
-MiniLM features (configs/dpnr_ag.toml: 3 seeds; configs/dpnr_blog.toml: 5 seeds). Every point carries the task
-accuracy (Table 2), the eavesdropper's attack (Table 4, Table 5, Figure 3) and the per-group accuracies (Tables 6,
-7), so one sweep serves all those tables. All points run inside ONE Flower simulation; finished points are saved
-under docs/results/dpnr/points/ and skipped on a rerun. Writes docs/results/dpnr.md and the plots at the end.
+MiniLM features, 3 seeds per point (configs/dpnr_ag.toml: the file's own split, data.split = source;
+configs/dpnr_blog.toml: one random split by blogger). Every point carries the task accuracy (Table 2), the
+eavesdropper's attack (Table 4, Table 5, Figure 3) and the per-group accuracies (Tables 6, 7), so one sweep serves all
+those tables; it also runs the centring demonstration (`laplace-dpnr-code` with `server.center = true` at every eps)
+and the ADV rows (Phase A, `train.defense = adversarial`, 1 seed). Reproducible simulation mode (`run.client-seed`
+in the configs): the tables regenerate exactly. All points run inside ONE Flower simulation; finished points are
+saved under docs/results/dpnr/points/ and skipped on a rerun. Writes docs/results/dpnr.md and the plots at the end.
 `--datasets ag_news` or `--datasets blog` restricts the run.
 """
 

@@ -203,3 +203,37 @@ def run_command(args: argparse.Namespace, points: Sequence[ExperimentConfig], st
         if stats["ran"]:
             wall_time_note(name, {"command": command_line(), **stats}, folder)
     print(summarize(args.data_root))
+
+
+# ---- statistics over runs (user splits x seeds) ----------------------------------------------------------------------
+
+
+def per_run_accuracies(results: Iterable[dict[str, Any] | None]) -> list[float]:
+    """Every run's test accuracy of the given points (each point: its seeds on one user split); missing points
+    are skipped."""
+    return [float(s["accuracy"]) for res in results if res and res["utility"].get("available")
+            for s in res["utility"]["per_seed"]]
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float, int] | None:
+    """(mean, sample std with ddof=1, half-width of the Student-t ``level`` interval of the mean, n); None when
+    fewer than 2 values."""
+    import numpy as np
+    from scipy import stats
+
+    n = len(values)
+    if n < 2:
+        return None
+    arr = np.asarray(values, float)
+    sd = float(arr.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
+    return float(arr.mean()), sd, half, n
+
+
+def ci_str(values: Sequence[float], digits: int = 1) -> str:
+    """"72.3 [70.1, 74.5] (n=10)" in %: mean and 95% CI over runs; "not run" without runs."""
+    st = mean_ci(values)
+    if st is None:
+        return "not run" if not values else f"{100 * values[0]:.{digits}f} (n=1)"
+    m, _, h, n = st
+    return f"{100 * m:.{digits}f} [{100 * (m - h):.{digits}f}, {100 * (m + h):.{digits}f}] (n={n})"

@@ -64,6 +64,22 @@ def test_numpy_forward_equals_the_torch_model():
         np.testing.assert_allclose(mlp_logits(params, x), model.logits(x), rtol=1e-5, atol=1e-5)
 
 
+def test_a_centring_server_has_its_clients_centre_too():
+    """server.center: the exported model carries the centring, so the client's forward equals the server's model on
+    centred inputs, and differs from it on uncentred ones."""
+    from fl_privtext.server import server_inputs
+
+    g = np.random.default_rng(2)
+    x = (g.standard_normal((200, 6)) + g.standard_normal((200, 1)) * 5).astype(np.float32)
+    y = (x[:, 0] > x[:, 1]).astype(np.int64)
+    centred = server_inputs(x, ExperimentConfig.from_flat({"server.center": True}))
+    model = train_mlp(centred, y, num_classes=2, config=MLPConfig(hidden=8, epochs=3),
+                      generator=torch.Generator().manual_seed(1))
+    params = {**model.export(), "center": np.ones(1, np.float32)}
+    np.testing.assert_allclose(mlp_logits(params, x), model.logits(centred), rtol=1e-4, atol=1e-4)
+    assert not np.allclose(mlp_logits(model.export(), x), model.logits(centred), atol=1e-2)
+
+
 def test_malformed_models_and_inputs_are_refused():
     params = {"mean": np.zeros(3, np.float32), "std": np.ones(3, np.float32),
               "weight_0": np.zeros((2, 3), np.float32), "bias_0": np.zeros(2, np.float32)}

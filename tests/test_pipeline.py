@@ -48,3 +48,35 @@ def test_attacker_falls_back_to_the_prior_when_uploads_carry_nothing():
     lo, hi = res["gender"]["majority_ci95"]
     assert lo <= res["gender"]["accuracy"] <= hi
     assert res["entities"]["f1"] <= res["entities"]["f1_majority_baseline"] + 0.05
+
+
+def test_centring_server_removes_a_shift_shared_by_all_coordinates():
+    """server.center: an upload plus one scalar per row (DPNR's released noise code) gives the centring server
+    exactly the inputs of the unshifted upload, so it learns as if there were no noise; a plain server does not."""
+    from fl_privtext.privacy import make_mechanism
+    from fl_privtext.server import server_inputs
+
+    g = np.random.default_rng(3)
+    x = g.random((4000, 8)).astype(np.float32)
+    y = (x[:, 0] > x[:, 1]).astype(np.int64)  # a task carried by the vector's shape
+    noisy = make_mechanism("laplace-dpnr-code", epsilon=0.05, dim=8).privatize(x, g)  # one Lap(20) draw per row
+    centring = ExperimentConfig.from_flat({"server.center": True})
+    clean_c, noisy_c = server_inputs(x, centring), server_inputs(noisy, centring)
+    # per-vector min-max then a shared shift: centring returns the centred normalised input, whatever the draw
+    lo, hi = x.min(1, keepdims=True), x.max(1, keepdims=True)
+    np.testing.assert_allclose(noisy_c, server_inputs((x - lo) / (hi - lo), centring), atol=1e-4)
+    assert server_inputs(noisy, CFG) is noisy  # off by default
+    assert np.abs(noisy - noisy.mean()).max() > 10  # the shift is large (scale 20)
+    import torch
+
+    from fl_privtext.learn import MLPConfig, train_mlp
+
+    tr, te = slice(0, 3000), slice(3000, None)
+    conf = MLPConfig(hidden=32, epochs=15, standardize=False)
+
+    def acc(feats: np.ndarray) -> float:
+        m = train_mlp(feats[tr], y[tr], num_classes=2, config=conf, generator=torch.Generator().manual_seed(0))
+        return float((m.predict(feats[te]) == y[te]).mean())
+
+    assert acc(noisy_c) > 0.9 and abs(acc(noisy_c) - acc(clean_c)) < 0.03
+    assert acc(noisy) < 0.75  # without centring the shared draw swamps the signal

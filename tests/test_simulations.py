@@ -5,6 +5,7 @@ results, written to a temporary folder. Well under a minute."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -89,13 +90,27 @@ def test_summaries_and_plots_from_saved_points(swept, tmp_path, monkeypatch):
     # the default data's result stands in for two real points (it has gender and age_group, like BLOG)
     fake = json.loads(json.dumps(res))
     fake["utility"]["accuracy"] = 0.6789
+    fake["utility"]["per_seed"] = [{"seed": 0, "accuracy": 0.6789, "macro_f1": 0.6}]  # the tables pool runs
     ome.STORE.put(ome.npnn("imdb", ""), fake)
     dpnr.STORE.put(dpnr.point("blog", "", "none"), fake)
     ome_md = ome.write_summary("").read_text()
     dpnr_md = dpnr.write_summary("").read_text()
-    assert "67.89" in ome_md and "70.67" in ome_md and "not run" in ome_md
+    assert "67.9 (n=1)" in ome_md and "70.67" in ome_md and "not run" in ome_md
     assert "67.89" in dpnr_md and "78.75" in dpnr_md
     for png in ("ome_figure3_probabilities.png", "ome_privacy_utility.png", "dpnr_attacker.png",
                 "dpnr_empirical_privacy.png", "dpnr_privacy_utility.png", "dpnr_mu.png"):
         assert (tmp_path / png).stat().st_size > 1000
     shutil.rmtree(tmp_path / "ome")
+
+
+def test_dpnr_bound_tv_matches_the_closed_form_and_bounds_accuracy():
+    import dpnr_bound
+
+    for eps in (0.5, 2.0):  # k = 1: TV(Lap(0, b), Lap(1, b)) = 1 - exp(-1 / (2b))
+        est, up = dpnr_bound.tv_upper(1, eps, samples=100_000, seed=1)
+        exact = 1 - math.exp(-eps / 2)
+        assert abs(est - exact) < 0.01 and up >= exact
+    small, _ = dpnr_bound.tv_upper(64, 0.05, samples=20_000, seed=2)
+    large, _ = dpnr_bound.tv_upper(64, 0.5, samples=20_000, seed=2)
+    assert 0 < small < large < 1  # more budget, more distinguishable
+    assert dpnr_bound.accuracy_ceiling(0.6, 0.0) == 0.6 and dpnr_bound.accuracy_ceiling(0.6, 1.0) == 1.0
