@@ -27,7 +27,7 @@ from fl_privtext.config import ExperimentConfig
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
                 "clear (no DP-FedAvg: train.dp-clip = 0)")
-ADVERSARIAL_NOTE = ("adversarial defences (adversarial, multidetask, generation, declustering) give no formal "
+ADVERSARIAL_NOTE = ("adversarial defences (adversarial, multidetask, generation, declustering, the adversarial part of cape) give no formal "
                     "guarantee; their effect is measured by the fresh attacker only")
 
 
@@ -99,11 +99,16 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
         raise ValueError(f"train.clients-per-round={t.clients_per_round} exceeds federation.num-clients={n}.")
     if not prep.ds.label_names:
         raise ValueError(f"Phase A trains the encoder on the task; dataset {prep.ds.name!r} has no task label.")
-    if t.defense in ("adversarial", "multidetask", "declustering") and not prep.ds.attributes:
+    if t.defense in ("adversarial", "multidetask", "declustering", "cape") and not prep.ds.attributes:
         raise ValueError(f"train.defense={t.defense!r} needs private attributes; dataset {prep.ds.name!r} has none.")
+    names = [a.name for a in prep.ds.attributes]
+    unknown = [a for a in t.adv_attribute_list() if a not in names]
+    if unknown:
+        raise ValueError(f"train.adv-attributes names {', '.join(unknown)}, which dataset {prep.ds.name!r} does not "
+                         f"have; valid attributes: {', '.join(names) or 'none'}.")
     if cfg.privacy.mu > 0:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported; set privacy.mu = 0.")
-    if t.defense == "noise":
+    if t.defense in ("noise", "cape"):
         from fl_privtext.encoders.train import noise_mechanism
 
         noise_mechanism(cfg, 384 if t.encoder == "minilm" else t.hidden)
