@@ -39,10 +39,19 @@ def constant_f1(accuracy: float, average: str, num_classes: int = 2) -> float:
 
 
 def matches_constant(accuracy: float, f1: float, average: str, num_classes: int = 2,
-                     tol: float = 0.001) -> dict[str, Any]:
-    """Does a reported (accuracy, F1) pair equal a constant predictor's to within ``tol`` (printed precision)?"""
+                     decimals: int = 3) -> dict[str, Any]:
+    """Is a reported (accuracy, F1) pair, both rounded to ``decimals``, what a constant predictor scores?
+
+    The true accuracy lies within half a unit of the last digit of the printed one; the constant's F1 is increasing
+    in it, so the pair is consistent with a constant predictor when the printed F1 lies in the constant's F1 range
+    over that accuracy interval, widened by the F1's own rounding. ``gap`` is the distance to the point formula."""
+    if decimals < 0:
+        raise ValueError(f"decimals must be >= 0; got {decimals}.")
+    half = 0.5 * 10.0 ** -decimals
+    lo = constant_f1(max(accuracy - half, 0.0), average, num_classes) - half
+    hi = constant_f1(min(accuracy + half, 1.0), average, num_classes) + half
     expected = constant_f1(accuracy, average, num_classes)
-    return {"f1_if_constant": expected, "gap": abs(f1 - expected), "constant": abs(f1 - expected) <= tol}
+    return {"f1_if_constant": expected, "gap": abs(f1 - expected), "constant": lo <= f1 <= hi}
 
 
 def modal_share(pred: np.ndarray) -> float:
