@@ -20,6 +20,7 @@ SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
+DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
 def _check_choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -38,9 +39,13 @@ class DataConfig:
     root: str = ""  # "" = environment variable FL_PRIVTEXT_DATA (not needed for the embedded `default`)
     test_frac: float = 0.2  # fraction of USERS whose uploads evaluate the task model
     aux_frac: float = 0.2  # fraction of USERS whose private attributes the attacker knows
+    # random: roles drawn by user with test-frac / aux-frac from run.seed; source: the dataset's own splits (test ->
+    # test users, train + dev -> aux users; the fractions are not used; fl_privtext.data.splits.source_roles)
+    split: str = "random"
     options: dict[str, Scalar] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_choice("data.split", self.split, DATA_SPLITS)
         _check_frac("data.test-frac", self.test_frac)
         _check_frac("data.aux-frac", self.aux_frac)
         if self.test_frac + self.aux_frac >= 1:

@@ -32,7 +32,7 @@ from fl_privtext.client import (
     upload_rows,
 )
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
+from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.server import server_mlp_config, train_and_evaluate  # noqa: F401 (re-exported)
 
@@ -42,7 +42,7 @@ class Prepared:
     """Everything both sides derive deterministically from the config (no randomness from the privatization)."""
 
     ds: TextDataset
-    roles: np.ndarray  # (N,) "train" | "test" | "aux", split by user
+    roles: np.ndarray  # (N,) "train" | "test" | "aux", split by user (data.split: random, or the source's splits)
     shards: list[np.ndarray]  # row indices per virtual client
     extractor: Any
     features: np.ndarray | None  # (N, dim) cached extractor output (memmap), None when not cached
@@ -83,12 +83,16 @@ def load(cfg: ExperimentConfig) -> TextDataset:
 
 
 @functools.lru_cache(maxsize=8)
-def _split(key: tuple, test_frac: float, aux_frac: float, seed: int, num_clients: int, scheme: str,
+def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int, num_clients: int, scheme: str,
            alpha: float) -> tuple[np.ndarray, list[np.ndarray]]:
-    """User roles and client shards, memoised: validation, the driver, the server and every point of a sweep that
-    shares data and federation settings reuse one split (read-only arrays)."""
+    """User roles (``data.split``: random by user, or the source's own splits) and client shards, memoised:
+    validation, the driver, the server and every point of a sweep that shares data and federation settings reuse
+    one split (read-only arrays)."""
     ds = _load(key)
-    roles = assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed)
+    if split == "source":
+        roles = source_roles(ds)
+    else:
+        roles = assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed)
     shards = partition_users(ds, np.arange(len(ds)), num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
     for arr in (roles, *shards):
         arr.setflags(write=False)
@@ -121,7 +125,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     t0 = time.perf_counter()
     ds = load(cfg)
     t1 = time.perf_counter()
-    roles, shards = _split(data_key(cfg), cfg.data.test_frac, cfg.data.aux_frac, cfg.run.seed,
+    roles, shards = _split(data_key(cfg), cfg.data.split, cfg.data.test_frac, cfg.data.aux_frac, cfg.run.seed,
                            cfg.federation.num_clients, cfg.federation.partition, cfg.federation.alpha)
     t2 = time.perf_counter()
     extractor = make_extractor_from(cfg)

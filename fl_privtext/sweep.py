@@ -52,7 +52,7 @@ IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.out
 # (The points saved under docs/results predate federation.round-timeout and privacy.sampler: with these entries
 # all 178 of them keep their keys, as `python simulations/ome_table1.py --list` shows.)
 LATER_KEYS: dict[str, Any] = {"server.standardize": True, "attack.standardize": True,
-                              "federation.round-timeout": 600.0, "privacy.sampler": "float"}
+                              "federation.round-timeout": 600.0, "privacy.sampler": "float", "data.split": "random"}
 # Phase A (issue #12): saved points were computed without it, i.e. with these defaults.
 LATER_KEYS.update({
     "train.rounds": 0, "train.encoder": "trunk", "train.defense": "none", "train.strategy": "fedavg",

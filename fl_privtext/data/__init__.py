@@ -6,6 +6,7 @@ from fl_privtext.data import load_dataset, TextDataset, AttributeSpec, assign_ro
 ds = load_dataset("default")                                   # ships with the package
 ds = load_dataset("blog", data_root="/data", min_topic_prob=0.8, age_groups="10s,30s")
 roles = assign_roles(ds, test_frac=0.2, aux_frac=0.2, seed=0)  # (N,) "train" / "test" / "aux", by user
+roles = source_roles(ds)                      # the source's own split: test -> "test", train/dev -> "aux"
 shards = partition_users(ds, roles == "train", num_clients=10, scheme="dirichlet", alpha=0.5, seed=0)
 ```
 
@@ -36,13 +37,14 @@ from fl_privtext.data.loaders import (
 )
 from fl_privtext.data.partition import SCHEMES, partition_users
 from fl_privtext.data.schema import AttributeSpec, TextDataset, from_hf, make_text_dataset
-from fl_privtext.data.splits import ROLES, assign_roles
+from fl_privtext.data.splits import ROLES, SPLITS, assign_roles, source_roles
 
 __all__ = [
     "DATASETS",
     "ENV_DATA_ROOT",
     "ROLES",
     "SCHEMES",
+    "SPLITS",
     "AttributeSpec",
     "DataNotFoundError",
     "TextDataset",
@@ -53,6 +55,7 @@ __all__ = [
     "make_text_dataset",
     "partition_users",
     "resolve_data_root",
+    "source_roles",
 ]
 
 # The registry: name -> loader(*, data_root=None, **options) -> TextDataset.

@@ -1,4 +1,8 @@
-"""User-level roles: train users, test users, and attacker-auxiliary users (whose attributes the attacker knows)."""
+"""User-level roles: train users, test users, and attacker-auxiliary users (whose attributes the attacker knows).
+
+Two ways to assign them (``data.split``): ``random`` (`assign_roles`: fractions of users drawn from the run seed) and
+``source`` (`source_roles`: the dataset's own train/dev/test files, the papers' protocol).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ import numpy as np
 from fl_privtext.data.schema import TextDataset
 from fl_privtext.rng import generator
 
-__all__ = ["ROLES", "assign_roles", "seed_generator", "user_index"]
+__all__ = ["ROLES", "SPLITS", "assign_roles", "seed_generator", "source_roles", "user_index"]
 
 ROLES = ("train", "test", "aux")
+SPLITS = ("random", "source")  # data.split: how users get their roles
 
 
 def seed_generator(seed: int | np.random.Generator, *keys: object) -> np.random.Generator:
@@ -74,3 +79,45 @@ def assign_roles(
     role_of_user[order[n_test : n_test + n_aux]] = "aux"
     role_of_user[order[n_test + n_aux :]] = "train"
     return role_of_user[inv]
+
+
+def source_roles(ds: TextDataset) -> np.ndarray:
+    """Per-row role from the dataset's own splits (``data.split = source``): the source's test rows are the "test"
+    users; the source's train and dev rows are "aux" users.
+
+    This is the protocol of the reproduced papers (DPNR, Coavoux et al., CAPE): the task model is trained on the
+    training data (here train + dev: the server does no dev-set model selection) and evaluated on the test file, and the
+    attacker is trained on the representations of the training data with their private attributes and attacks the
+    test file's. In the platform's roles that is: every non-test user trains the server AND is known to the attacker
+    ("aux"), the attacker's targets are exactly the test users, and no user is "train" (unknown to the attacker but
+    training the server). Deterministic: the run seed does not change the roles; `data.test-frac` and
+    `data.aux-frac` are not used.
+
+    Users stay intact: a user whose rows lie in different source splits raises ValueError, as does a dataset without
+    source splits (every row "all") or without a test split.
+    """
+    split = ds.source_split
+    present = sorted(set(split.tolist()))
+    if "all" in present:
+        raise ValueError(
+            f"Dataset {ds.name!r} has no source train/dev/test splits (its rows are marked 'all'), so data.split = "
+            "'source' cannot be used; use data.split = 'random', or a dataset whose files carry splits "
+            "(ag_news, snips, mrpc, trustpilot_us, or a csv whose data.options.split names its split column)."
+        )
+    unknown = [s for s in present if s not in ("train", "dev", "test")]
+    if unknown or "test" not in present or present == ["test"]:
+        raise ValueError(
+            f"data.split = 'source' needs source splits among train, dev and test, with a test split and a train or "
+            f"dev split; dataset {ds.name!r} has {present}."
+        )
+    uniq, inv = user_index(ds)
+    test_row = split == "test"
+    tests_per_user = np.bincount(inv, weights=test_row, minlength=len(uniq))
+    rows_per_user = np.bincount(inv, minlength=len(uniq))
+    mixed = np.flatnonzero((tests_per_user > 0) & (tests_per_user < rows_per_user))
+    if mixed.size:
+        raise ValueError(
+            f"data.split = 'source' keeps users intact, but {mixed.size} user(s) of dataset {ds.name!r} have rows in "
+            f"the source test split and in train/dev (e.g. {str(uniq[mixed[0]])!r}); use data.split = 'random'."
+        )
+    return np.where(test_row, "test", "aux").astype("<U5")

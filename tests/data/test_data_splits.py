@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_privtext.data import assign_roles, make_text_dataset, partition_users
+from fl_privtext.data import assign_roles, make_text_dataset, partition_users, source_roles
 
 
 def synthetic(num_users: int, seed: int = 0, num_classes: int = 4, max_rows: int = 6):
@@ -181,3 +181,76 @@ def test_partition_scales_to_a_thousand_clients():
             owner[p] = c
         for u in np.unique(big.user_ids)[:200]:
             assert len(np.unique(owner[big.user_ids == u])) == 1
+
+
+# ------------------------------------------------------------------------------------------------ source roles
+def _with_splits(splits, users=None):
+    return make_text_dataset("src", texts=[""] * len(splits), user_ids=users, splits=list(splits))
+
+
+def test_source_roles_follow_the_files():
+    splits = ["train", "dev", "test", "train", "test", "dev"]
+    ds = _with_splits(splits, users=["u0", "u1", "u2", "u0", "u3", "u4"])
+    roles = source_roles(ds)
+    # test file -> test users (the attacker's targets); train and dev -> aux (train the server, known to the attacker)
+    assert roles.tolist() == ["aux", "aux", "test", "aux", "test", "aux"]
+
+
+@pytest.mark.parametrize("splits, users, match", [
+    (["all", "all"], None, "no source train/dev/test splits"),
+    (["train", "dev"], None, "with a test split"),
+    (["test", "test"], None, "with a test split and a train or dev split"),
+    (["train", "valid", "test"], None, r"has \['test', 'train', 'valid'\]"),
+    (["train", "test", "test"], ["a", "a", "b"], "keeps users intact, but 1 user"),
+])
+def test_source_roles_refuse_what_they_cannot_split(splits, users, match):
+    with pytest.raises(ValueError, match=match):
+        source_roles(_with_splits(splits, users))
+
+
+def test_data_split_config_names_its_values():
+    from fl_privtext.config import ExperimentConfig
+
+    assert ExperimentConfig().data.split == "random"
+    with pytest.raises(ValueError, match="data.split must be one of random, source; got 'paper'"):
+        ExperimentConfig.from_flat({"data.split": "paper"})
+
+
+def test_pipeline_uses_the_source_split_and_says_when_there_is_none():
+    from fl_privtext import pipeline
+    from fl_privtext.config import ExperimentConfig
+
+    cfg = ExperimentConfig.from_flat({"data.split": "source"})
+    with pytest.raises(ValueError, match="'default' has no source train/dev/test splits"):
+        pipeline.prepare(cfg, features="none")
+
+
+def test_ag_news_source_split_gives_the_papers_majority_rows(data_root):
+    """DPNR's AG majority rows (main 57.79, privacy 49.34) are the source test file's: the majority topic of the
+    training data, and 1 - F of the attacker's majority guess (the entities present in more than half of the known
+    users' rows; micro F1 over the 5 presence labels) on the test rows."""
+    from fl_privtext import metrics, pipeline
+    from fl_privtext.config import ExperimentConfig
+
+    cfg = ExperimentConfig.from_flat({"data.name": "ag_news", "data.root": str(data_root), "data.split": "source"})
+    prep = pipeline.prepare(cfg, features="none")
+    roles, ds = prep.roles, prep.ds
+    assert (roles == "test").sum() == 1457 and (roles == "aux").sum() == 11_657 + 1457 and "train" not in roles
+    assert (ds.source_split[roles == "test"] == "test").all()
+    known, test = roles != "test", roles == "test"
+    assert round(100 * metrics.majority_baseline(ds.labels[known], ds.labels[test]), 2) == 57.79
+    z = ds.attribute("entities")
+    guess = np.tile(z[known].mean(axis=0) > 0.5, (int(test.sum()), 1))
+    assert round(100 * (1 - metrics.multilabel_f1(z[test], guess)), 2) == 49.34
+    # the same numbers with a random split differ (the reason for data.split = source)
+    rnd = pipeline.prepare(ExperimentConfig.from_flat({"data.name": "ag_news", "data.root": str(data_root),
+                                                       "data.test-frac": 0.1}), features="none").roles
+    assert round(100 * metrics.majority_baseline(ds.labels[rnd != "test"], ds.labels[rnd == "test"]), 2) != 57.79
+
+
+@pytest.mark.parametrize("name, test_rows, known_rows", [("snips", 700, 13_784), ("mrpc", 1725, 4076)])
+def test_snips_and_mrpc_source_splits(data_root, name, test_rows, known_rows):
+    from fl_privtext.data import load_dataset
+
+    roles = source_roles(load_dataset(name, data_root=data_root))
+    assert ((roles == "test").sum(), (roles == "aux").sum()) == (test_rows, known_rows)
