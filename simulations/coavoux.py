@@ -50,7 +50,8 @@ DATASETS: dict[str, dict[str, Any]] = {
     "blog": {"data.options.min_topic_prob": 0.8, "data.options.age_groups": "10s,30s",
              "data.options.max_rows": 3000, "federation.num-clients": 8},
     # the staged file is the authors' preprocessing, with its own train/dev/test split (data.split = source)
-    "ag_news": {"data.split": "source", "federation.num-clients": 8},
+    # (no training users then, so no validation users: train.val-frac = 0 and Phase A keeps its last round)
+    "ag_news": {"data.split": "source", "train.val-frac": 0.0, "federation.num-clients": 8},
 }
 COMMON: dict[str, Any] = {
     "extractor.name": "glove", "privacy.mechanism": "none",

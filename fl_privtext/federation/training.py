@@ -211,7 +211,8 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False
                                   for k, a in o.arrays["arrays"].items()))) for o in ups]
         acc = float(last_val.get("val_accuracy", -1.0))
         entry["val_accuracy"] = acc
-        if acc > best["val_accuracy"]:
+        # train.val-frac = 0 (no validation users, e.g. data.split = source): nothing to select on, keep the last round
+        if acc > best["val_accuracy"] or t.val_frac == 0:
             best.update(round=rnd, val_accuracy=acc,
                         arrays=ArrayRecord({k: Array(a.numpy().copy()) for k, a in arrays.items()}))
         if keep_updates and observations is not None:
