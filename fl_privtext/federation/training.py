@@ -73,8 +73,8 @@ def make_strategy(cfg: ExperimentConfig, evaluate_metrics_aggr_fn: Any = None) -
 
     n = cfg.federation.num_clients
     k = cfg.train.clients_per_round or n
-    common: dict[str, Any] = {
-        "fraction_train": k / n, "fraction_evaluate": 1.0, "min_train_nodes": k, "min_evaluate_nodes": n,
+    common: dict[str, Any] = {  # no validation users (train.val-frac = 0): no federated evaluation
+        "fraction_train": k / n, "fraction_evaluate": 1.0 if cfg.train.val_frac > 0 else 0.0, "min_train_nodes": k, "min_evaluate_nodes": n,
         "min_available_nodes": n, "weighted_by_key": "weight", "evaluate_metrics_aggr_fn": evaluate_metrics_aggr_fn}
     t = cfg.train
     if t.strategy == "fedprox":
