@@ -140,6 +140,20 @@ def _constant_flag(accs: list[float], majs: list[float], shares: list[float]) ->
     return f"{'**const**' if const else 'no'} ({min(shares):.2f}-{max(shares):.2f})"
 
 
+def paper_cells(label: str, attr: str) -> str:
+    """The paper's TP-UK (task acc / attacker acc) for a row of ours, when it published one."""
+    approach = label.split(" ")[0]
+    noise = "published" if "(published)" in label else "correct"
+    if label.startswith(("eps ", "lambda ")):
+        kind, value = label.split(" ")[:2]
+        row = PAPER_T4.get(("eps" if kind == "eps" else "lam", float(value))) if noise == "correct" else None
+    elif approach in ("DP", "CAPE") and noise == "published":
+        row = PAPER_T5.get((attr, approach))
+    else:
+        row = PAPER_T3.get((attr, approach))
+    return "-" if row is None else f"{row[0]:.3f} / {row[2]:.3f}"
+
+
 def summarize_row(label: str, results: list[dict[str, Any]], attrs: tuple[str, ...]) -> list[list[str]]:
     """One line per attribute: task + in-training adversary + fresh attacker, baselines and constant checks."""
     out = []
@@ -153,7 +167,8 @@ def summarize_row(label: str, results: list[dict[str, Any]], attrs: tuple[str, .
     for attr in attrs:
         a = [r["attacks"][attr] for r in results]
         intrain = [v for v in (_in_training(r, attr) for r in results) if v is not None]
-        out.append([label, attr, eps, f"{task} ({_ci([x['majority_baseline'] for x in u])})", task_const,
+        out.append([label, attr, paper_cells(label, attr), eps, f"{task} ({_ci([x['majority_baseline'] for x in u])})",
+                    task_const,
                     _ci(intrain), _ci([x["learned_accuracy"] for x in a]), _ci([x["accuracy"] for x in a]),
                     _ci([x["majority_baseline"] for x in a]),
                     _ci([x.get("majority_given_label_baseline", math.nan) for x in a]),
@@ -163,7 +178,7 @@ def summarize_row(label: str, results: list[dict[str, Any]], attrs: tuple[str, .
     return out
 
 
-HEADER = ["row", "attribute", "eps nominal / true", "task acc (majority)", "task constant? (modal share)",
+HEADER = ["row", "attribute", "paper TP-UK task / attacker acc", "eps nominal / true", "task acc (majority)", "task constant? (modal share)",
           "in-training adversary", "fresh attacker", "attack answer (null if no leak)", "majority",
           "majority given label", "fresh attacker constant? (modal share)", "runs"]
 
@@ -215,7 +230,7 @@ def write_summary(data_root: str, datasets: tuple[str, ...] = tuple(DATASETS),
             for label, cfgs in tables[name]:
                 results = [r for r in (STORE.get(c) for c in cfgs) if r is not None]
                 if not results:
-                    lines.append([label, "-", "-", "not run", "-", "-", "-", "-", "-", "-", "-", "0"])
+                    lines.append([label, "-", "-", "-", "not run", "-", "-", "-", "-", "-", "-", "-", "0"])
                     continue
                 attrs = ATTRIBUTES[ds]
                 if name == "t4":
