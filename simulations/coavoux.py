@@ -116,7 +116,7 @@ def table5(ds: str, data_root: str, seeds: tuple[int, ...]) -> str:
             lines.append([defence, _paper(ds, defence), "not run", "-", "-", "-", "-", "0"])
             continue
         acc = [r["utility"]["accuracy"] for r in res]
-        val = [r["training"]["selected_val_accuracy"] for r in res]
+        val = [r["training"]["selected_val_accuracy"] for r in res if r["training"]["selected_val_accuracy"] >= 0]
         priv = [privacy(r)[0] for r in res]
         diff = "-"
         if defence != "Standard" and std:
@@ -124,7 +124,8 @@ def table5(ds: str, data_root: str, seeds: tuple[int, ...]) -> str:
             if pairs:
                 diff = (f"{_ci([r['utility']['accuracy'] - s['utility']['accuracy'] for r, s in pairs])} / "
                         f"{_ci([privacy(r)[0] - privacy(s)[0] for r, s in pairs])}")
-        lines.append([defence, _paper(ds, defence), f"{_ci(acc)} / {_ci(priv)}", diff, _ci(val),
+        lines.append([defence, _paper(ds, defence), f"{_ci(acc)} / {_ci(priv)}", diff,
+                      _ci(val) if val else "none (no validation users: last round)",
                       f"{100 * res[0]['utility']['majority_baseline']:.2f} / {100 * privacy(res[0])[1]:.2f}",
                       f"{sum(r['timing']['total_s'] for r in res) / len(res):.0f}", str(len(res))])
     return sweep.md_table(["defence", "paper main / priv (diff to Standard)", "ours main / priv",
