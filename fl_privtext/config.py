@@ -437,7 +437,7 @@ def _coerce(key: str, value: Any, kind: type) -> Any:
 # ---- Phase A: federated training of the client-side encoder (issue #12; docs/federation.md) ----------------------
 
 TRAIN_ENCODERS = ("trunk", "lstm", "minilm")
-TRAIN_DEFENSES = ("none", "noise", "adversarial", "multidetask", "declustering", "generation")
+TRAIN_DEFENSES = ("none", "noise", "adversarial", "multidetask", "declustering", "generation", "cape")
 TRAIN_STRATEGIES = ("fedavg", "fedprox", "fedadam")
 TRAIN_OPTIMIZERS = ("adam", "sgd")
 
@@ -463,6 +463,9 @@ class TrainConfig:
     hidden: int = 256  # trunk width (CAPE: 256) / LSTM state size = size of r(x)
     dropout: float = 0.2
     lambda_adv: float = 1.0
+    # adversarial / multidetask / cape: comma-separated attributes that get an adversary head ("" = every attribute;
+    # CAPE trains one private attribute at a time)
+    adv_attributes: str = ""
     decluster_alpha: float = 0.1
     proximal_mu: float = 0.01  # fedprox
     server_lr: float = 0.01  # fedadam eta
@@ -501,6 +504,14 @@ class TrainConfig:
         if self.dp_noise_multiplier > 0 and self.dp_clip == 0:
             raise ValueError("train.dp-noise-multiplier > 0 needs train.dp-clip > 0: DP-FedAvg's noise is calibrated "
                              "to the clipping norm of each client update.")
+        if any(not a for a in self.adv_attribute_list()):
+            raise ValueError(f"train.adv-attributes must be a comma-separated list of attribute names (\"\" = every "
+                             f"attribute); got {self.adv_attributes!r}.")
         if self.dp_clip > 0 and self.strategy != "fedavg":
             raise ValueError(f"DP-FedAvg (train.dp-clip > 0) wraps train.strategy='fedavg' only; got "
                              f"{self.strategy!r} (its server optimizer would need its own accounting).")
+
+    def adv_attribute_list(self) -> tuple[str, ...]:
+        """The attributes named in ``adv_attributes`` (empty: every attribute of the dataset)."""
+        text = self.adv_attributes.strip()
+        return tuple(a.strip() for a in text.split(",")) if text else ()

@@ -81,3 +81,15 @@ def ldp_attack_ceiling(epsilon: float, num_classes: int) -> float:
     if math.isinf(epsilon):
         return 1.0
     return math.exp(epsilon) / (math.exp(epsilon) + num_classes - 1) if epsilon < 700 else 1.0
+
+
+def mean_ci95(values: list[float] | np.ndarray) -> tuple[float, float]:
+    """Mean and half-width of the 95% Student-t confidence interval of the mean over independent runs
+    (splits x seeds; sample std with ddof = 1). One value: half-width nan (no interval from one run)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"mean_ci95 needs a non-empty 1-D array of finite values; got shape {x.shape}.")
+    if x.size == 1:
+        return float(x[0]), math.nan
+    half = float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return float(x.mean()), half

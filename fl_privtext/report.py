@@ -117,6 +117,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             mean, std = _mean_std([s["utility"][key] for s in seeds])
             utility[key], utility[f"{key}_std"] = mean, std
         utility["majority_baseline"] = seeds[0]["utility"]["majority_baseline"]
+        if "modal_prediction_share" in seeds[0]["utility"]:
+            utility["modal_prediction_share"] = float(np.mean([s["utility"]["modal_prediction_share"] for s in seeds]))
         utility["num_train_uploads"] = seeds[0]["utility"]["num_train_uploads"]
         utility["num_test_uploads"] = seeds[0]["utility"]["num_test_uploads"]
         utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})

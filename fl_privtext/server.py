@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fl_privtext import metrics, rng
+from fl_privtext import constant, metrics, rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.learn import MLPConfig, diverged, train_mlp
 
@@ -70,6 +70,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "accuracy": metrics.accuracy(truth, pred),
         "macro_f1": metrics.macro_f1(truth, pred, k),
         "majority_baseline": metrics.majority_baseline(labels[tr], truth),
+        "modal_prediction_share": constant.modal_share(pred),  # 1.0: the task model predicts one class only
         "num_train_uploads": int(tr.sum()),
         "num_test_uploads": int(te.sum()),
         "diverged": [r for r in [diverged(getattr(model, "losses", []))] if r],  # warnings in the report

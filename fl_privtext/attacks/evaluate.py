@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext import metrics, rng
+from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import _user_truth, infer_attribute
 from fl_privtext.attacks.membership import membership_scores
@@ -192,7 +192,9 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     maj = metrics.majority_baseline(known_z, z)
     lo, hi = metrics.binomial_interval(maj, len(z))
     return {"kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z, guess.upload_pred, k),
-            "majority_baseline": maj, "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common}
+            "majority_baseline": maj,
+            # 1.0: the learned attacker answers one class for every upload (a constant predictor)
+            "learned_modal_share": constant.modal_share(guess.learned_upload_pred), "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common}
 
 
 def _auc(pos: np.ndarray, neg: np.ndarray) -> float:

@@ -26,7 +26,7 @@ class ModelSpec:
     attributes: tuple[tuple[str, str, int], ...]  # (name, "categorical" | "multilabel", classes)
 
 
-ADVERSARIAL_HEADS = ("adversarial", "multidetask")
+ADVERSARIAL_HEADS = ("adversarial", "multidetask", "cape")
 
 
 class PrivModel(nn.Module):
@@ -38,8 +38,10 @@ class PrivModel(nn.Module):
         self.task = nets.mlp(d, max(spec.num_classes, 2), g)
         self.adversaries = nn.ModuleDict()
         if cfg.defense in ADVERSARIAL_HEADS:
+            chosen = cfg.adv_attribute_list()
             for name, _kind, k in spec.attributes:
-                self.adversaries[name] = nets.mlp(d, k, g)
+                if not chosen or name in chosen:
+                    self.adversaries[name] = nets.mlp(d, k, g)
         self.generator: nets.CharDecoder | None = nets.CharDecoder(d, g) if cfg.defense == "generation" else None
 
     @property

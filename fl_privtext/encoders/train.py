@@ -11,6 +11,13 @@ Defences (``train.defense``; lambda = ``train.lambda-adv``, alpha = ``train.decl
   applies the noise too (the task model of Phase B sees noisy uploads). Needs a mechanism whose output has r's width.
 - ``adversarial``: one adversary head per attribute on gradient-reversed r (CAPE, DPNR's ADV): the heads minimise
   their cross-entropy, the encoder maximises lambda times it; one optimizer, one step.
+- ``cape`` (CAPE, Plant et al. 2021, Algorithm 1): both of the above, the adversaries reading the NOISY
+  representation: task head and gradient-reversed adversary heads on M(r) (straight-through), weight lambda.
+  ``train.adv-attributes`` picks the attribute(s) (CAPE trains one at a time). With lambda = 0 the adversary
+  still learns (on a detached signal) but the encoder gets nothing from it: CAPE's "DP" row with its simulated
+  attacker; ``adversarial`` with lambda = 0 is the "Base" row. Where CAPE adds the noise to the frozen
+  extractor's features x_e before its dense layers, here it is added to r(x), the representation that is uploaded
+  (Phase B privatizes r(x) with the same mechanism).
 - ``multidetask`` (Coavoux Sec. 3.1.1): alternating updates. The adversary step minimises -log P(z|r) on a
   detached r; the main step minimises -log P(y|x) - lambda log P(not z | r) (for a categorical z with more than two
   classes P(not z) = 1 - P(z); multilabel: every bit flipped), updating the encoder and task head only.
@@ -39,6 +46,9 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.encoders.inputs import TrainData
 from fl_privtext.encoders.model import PrivModel
 from fl_privtext.encoders.nets import Encoder, grad_reverse, set_generator
+
+NOISY = ("noise", "cape")  # defences with the LDP noise layer in the forward pass
+GRL = ("adversarial", "cape")  # defences with gradient-reversed adversary heads
 
 
 def client_generator(client_seed: int | None, client: int, rnd: int, purpose: str) -> np.random.Generator:
@@ -128,9 +138,9 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
     t = cfg.train
     dev = next(model.parameters()).device
     set_generator(model, torch_gen(g))
-    mech = noise_mechanism(cfg, model.out_dim) if t.defense == "noise" else None
+    mech = noise_mechanism(cfg, model.out_dim) if t.defense in NOISY else None
     alternating = t.defense in ("multidetask", "generation") and (model.adversaries or model.generator is not None)
-    main_params = [p for p in model.parameters() if p.requires_grad] if t.defense == "adversarial" \
+    main_params = [p for p in model.parameters() if p.requires_grad] if t.defense in GRL \
         else model.main_parameters()
     opt = _optimizer(main_params, cfg)
     opt_adv = _optimizer(model.adversary_parameters(), cfg) if alternating else None
@@ -157,8 +167,8 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
             logits = model.task(r_task)
             loss = nn.functional.cross_entropy(logits, y)
             task_loss = loss.item()
-            if t.defense == "adversarial":
-                adv = _total([_attr_loss(h(grad_reverse(r, t.lambda_adv)), z[n])
+            if t.defense in GRL:  # cape: the adversaries read the noisy r, as the task head does
+                adv = _total([_attr_loss(h(grad_reverse(r_task, t.lambda_adv)), z[n])
                               for n, h in model.adversaries.items()])
                 loss = loss + adv
                 adv_losses.append(adv.item())
@@ -191,14 +201,15 @@ def evaluate(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experimen
     """Task loss/accuracy on ``rows`` (held-out users; noise applied for the noise defence) and the in-training
     adversaries' accuracy (a training signal only: the privacy measure is the fresh attacker of Phase B)."""
     dev = next(model.parameters()).device
-    mech = noise_mechanism(cfg, model.out_dim) if cfg.train.defense == "noise" else None
+    mech = noise_mechanism(cfg, model.out_dim) if cfg.train.defense in NOISY else None
     model.eval()
     loss_sum, correct, adv_correct = 0.0, 0, {n: 0.0 for n in model.adversaries}
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         y, z = data.targets(batch, dev)
         r = model.encoder(data.inputs(model.encoder.kind, batch, cfg.train, dev))
-        logits = model.task(noise_layer(r, mech, g) if mech is not None else r)
+        r = noise_layer(r, mech, g) if mech is not None else r  # cape's adversaries read the noisy r too
+        logits = model.task(r)
         loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
         correct += int((logits.argmax(1) == y).sum())
         for n, h in model.adversaries.items():

@@ -27,7 +27,7 @@ from fl_privtext.config import ExperimentConfig
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
                 "clear (no DP-FedAvg: train.dp-clip = 0)")
-ADVERSARIAL_NOTE = ("adversarial defences (adversarial, multidetask, generation, declustering) give no formal "
+ADVERSARIAL_NOTE = ("adversarial defences (adversarial, multidetask, generation, declustering, the adversarial part of cape) give no formal "
                     "guarantee; their effect is measured by the fresh attacker only")
 
 
@@ -73,8 +73,8 @@ def make_strategy(cfg: ExperimentConfig, evaluate_metrics_aggr_fn: Any = None) -
 
     n = cfg.federation.num_clients
     k = cfg.train.clients_per_round or n
-    common: dict[str, Any] = {
-        "fraction_train": k / n, "fraction_evaluate": 1.0, "min_train_nodes": k, "min_evaluate_nodes": n,
+    common: dict[str, Any] = {  # no validation users (train.val-frac = 0): no federated evaluation
+        "fraction_train": k / n, "fraction_evaluate": 1.0 if cfg.train.val_frac > 0 else 0.0, "min_train_nodes": k, "min_evaluate_nodes": n,
         "min_available_nodes": n, "weighted_by_key": "weight", "evaluate_metrics_aggr_fn": evaluate_metrics_aggr_fn}
     t = cfg.train
     if t.strategy == "fedprox":
@@ -99,11 +99,16 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
         raise ValueError(f"train.clients-per-round={t.clients_per_round} exceeds federation.num-clients={n}.")
     if not prep.ds.label_names:
         raise ValueError(f"Phase A trains the encoder on the task; dataset {prep.ds.name!r} has no task label.")
-    if t.defense in ("adversarial", "multidetask", "declustering") and not prep.ds.attributes:
+    if t.defense in ("adversarial", "multidetask", "declustering", "cape") and not prep.ds.attributes:
         raise ValueError(f"train.defense={t.defense!r} needs private attributes; dataset {prep.ds.name!r} has none.")
+    names = [a.name for a in prep.ds.attributes]
+    unknown = [a for a in t.adv_attribute_list() if a not in names]
+    if unknown:
+        raise ValueError(f"train.adv-attributes names {', '.join(unknown)}, which dataset {prep.ds.name!r} does not "
+                         f"have; valid attributes: {', '.join(names) or 'none'}.")
     if cfg.privacy.mu > 0:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported; set privacy.mu = 0.")
-    if t.defense == "noise":
+    if t.defense in ("noise", "cape"):
         from fl_privtext.encoders.train import noise_mechanism
 
         noise_mechanism(cfg, 384 if t.encoder == "minilm" else t.hidden)
@@ -207,7 +212,8 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False
                                   for k, a in o.arrays["arrays"].items()))) for o in ups]
         acc = float(last_val.get("val_accuracy", -1.0))
         entry["val_accuracy"] = acc
-        if acc > best["val_accuracy"]:
+        # train.val-frac = 0 (no validation users, e.g. data.split = source): nothing to select on, keep the last round
+        if acc > best["val_accuracy"] or t.val_frac == 0:
             best.update(round=rnd, val_accuracy=acc,
                         arrays=ArrayRecord({k: Array(a.numpy().copy()) for k, a in arrays.items()}))
         if keep_updates and observations is not None:

@@ -23,12 +23,13 @@ def leaky_data(n: int = 1200, dim: int = 16, seed: int = 0) -> TrainData:
     return TrainData(labels=y.astype(np.int64), attributes={"gender": z.astype(np.int64)}, features=x, texts=texts)
 
 
-def train_and_attack(defense: str, data: TrainData, *, epochs: int = 8, seed: int = 0, **train: object) -> dict:
+def train_and_attack(defense: str, data: TrainData, *, epochs: int = 8, seed: int = 0,
+                     sets: dict[str, object] | None = None, **train: object) -> dict:
     """Train the trunk centrally with ``defense`` on the first half, then a FRESH attacker on frozen r(x) of
     half of the rest, scored on the other half; also the task accuracy of a fresh classifier."""
     cfg = ExperimentConfig.from_flat({"train.defense": defense, "train.encoder": "trunk", "train.hidden": 32,
                                       "train.local-epochs": epochs, "train.lr": 0.003, "train.dropout": 0.0,
-                                      **{f"train.{k}": v for k, v in train.items()}})
+                                      **{f"train.{k}": v for k, v in train.items()}, **(sets or {})})
     n = len(data.labels)
     spec = ModelSpec(in_dim=data.features.shape[1], num_classes=2, attributes=(("gender", "categorical", 2),))
     model = build_model(cfg.train, spec, rng.torch_generator(seed, "init"))

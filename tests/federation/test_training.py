@@ -29,7 +29,10 @@ def _cfg(cache_dir, **sets) -> ExperimentConfig:
 
 @pytest.fixture(scope="module")
 def served(cache_dir):
-    cfgs = {"plain": _cfg(cache_dir), "dp": _cfg(cache_dir, **DP, **{"train.defense": "adversarial"})}
+    cfgs = {"plain": _cfg(cache_dir), "dp": _cfg(cache_dir, **DP, **{"train.defense": "adversarial"}),
+            "noval": _cfg(cache_dir, **{"train.val-frac": 0.0}),
+            "cape": _cfg(cache_dir, **{"train.defense": "cape", "train.adv-attributes": "gender",
+                                       "privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0})}
     results = run_points(list(cfgs.values()), keep_observations=True)
     return {name: (cfg, res) for (name, cfg), res in zip(cfgs.items(), results)}
 
@@ -48,6 +51,21 @@ def test_phase_a_then_phase_b_end_to_end(served):
     assert res["federation"]["upload_dim"] == 16
     assert {"gender", "age_group"} <= set(res["attacks"])
     assert 0 <= res["utility"]["accuracy"] <= 1
+
+
+def test_without_validation_users_the_last_round_is_kept(served):
+    # train.val-frac = 0 (e.g. data.split = source): no federated evaluation, nothing to select on
+    tr = aggregate(served["noval"][1], total_s=1.0)["training"]
+    assert tr["selected_round"] == 3
+    assert all(r["val_accuracy"] == -1.0 for r in tr["per_round"])
+
+
+def test_cape_trains_the_named_attributes_adversary_only(served):
+    res = aggregate(served["cape"][1], total_s=1.0)
+    assert res["training"]["defense"] == "cape" and "cape" in res["training"]["guarantee_note"]
+    keys = set().union(*(r.keys() for r in res["training"]["per_round"]))
+    assert "val_adversary_accuracy_gender" in keys and "val_adversary_accuracy_age_group" not in keys
+    assert res["privacy"]["epsilon_worst_case"] == 1.0  # Phase B: laplace-l1 on r(x)
 
 
 def test_phase_a_replies_carry_model_parameters_and_counts_only(served):
