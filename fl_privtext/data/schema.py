@@ -91,11 +91,20 @@ def _string_column(table: pa.Table, name: str) -> list[str]:
     return table.column(name).to_pylist()
 
 
-def _hash_strings(h: Any, values: Sequence[str]) -> None:
-    # Length-prefixed UTF-8 so that ["ab", "c"] and ["a", "bc"] differ.
-    enc = [v.encode("utf-8") for v in values]
-    h.update(np.fromiter((len(b) for b in enc), dtype="<i8", count=len(enc)).tobytes())
-    h.update(b"".join(enc))
+def _hash_strings(h: Any, column: pa.ChunkedArray) -> None:
+    """Length-prefixed UTF-8 (all byte lengths as little-endian int64, then all bytes) so that ["ab", "c"] and
+    ["a", "bc"] differ. Read straight from the Arrow buffers (offsets and UTF-8 data): no Python string per row."""
+    parts = []
+    for chunk in column.chunks:
+        if len(chunk) == 0:
+            continue
+        kind = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=kind)[chunk.offset : chunk.offset + len(chunk) + 1]
+        h.update(np.diff(offsets).astype("<i8").tobytes())
+        parts.append((chunk.buffers()[2], int(offsets[0]), int(offsets[-1])))
+    for data, start, stop in parts:
+        if stop > start:
+            h.update(memoryview(data)[start:stop])
 
 
 @dataclass(frozen=True, eq=False)
@@ -367,7 +376,7 @@ class TextDataset:
         for col in ("user_id", "text", "text_pair", "split"):
             if col in self._pa.column_names:
                 h.update(b"\x00" + col.encode())
-                _hash_strings(h, _string_column(self._pa, col))
+                _hash_strings(h, self._pa.column(col))
         h.update(b"\x00label")
         h.update(self.labels.astype("<i8").tobytes())
         for spec in self.attributes:
