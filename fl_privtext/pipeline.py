@@ -33,7 +33,7 @@ from fl_privtext.client import (
     upload_rows,
 )
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
+from fl_privtext.data import SYNTHETIC_DATASETS, TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
 
@@ -368,6 +368,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
         "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
         "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
         "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
+                    "synthetic": prep.ds.name in SYNTHETIC_DATASETS,
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,

@@ -37,12 +37,14 @@ from fl_privtext.data.loaders import (
 from fl_privtext.data.partition import SCHEMES, partition_users
 from fl_privtext.data.schema import AttributeSpec, TextDataset, from_hf, make_text_dataset
 from fl_privtext.data.splits import ROLES, assign_roles
+from fl_privtext.data.synthetic import load_synthetic
 
 __all__ = [
     "DATASETS",
     "ENV_DATA_ROOT",
     "ROLES",
     "SCHEMES",
+    "SYNTHETIC_DATASETS",
     "AttributeSpec",
     "DataNotFoundError",
     "TextDataset",
@@ -68,7 +70,11 @@ DATASETS: dict[str, Callable[..., TextDataset]] = {
     "snips": load_snips,
     "mrpc": load_mrpc,
     "csv": load_csv,
+    "synthetic": load_synthetic,
 }
+
+# Datasets of generated users (no real person behind any row); every output says so.
+SYNTHETIC_DATASETS = ("default", "synthetic")
 
 
 def dataset_options(name: str) -> tuple[str, ...]:

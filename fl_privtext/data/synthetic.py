@@ -25,6 +25,7 @@ import contextlib
 import functools
 import importlib.resources
 import os
+import re
 import runpy
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -233,13 +234,12 @@ def generate_batches(users: int, seed: int) -> Iterator[pa.RecordBatch]:
 # ------------------------------------------------------------------------------------------------ the file
 def _check(users: Any, seed: Any) -> tuple[int, int]:
     def as_int(v: Any, what: str, lo: int) -> int:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer, str)):
-            raise ValueError(f"Dataset 'synthetic': {what} must be an integer >= {lo}, got {v!r}.")
-        try:
-            out = int(str(v).strip().replace("_", "")) if isinstance(v, str) else int(v)
-        except ValueError:
-            raise ValueError(f"Dataset 'synthetic': {what} must be an integer >= {lo}, got {v!r}.") from None
-        if out < lo:
+        out: int | None = None
+        if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            out = int(v)
+        elif isinstance(v, str) and re.fullmatch(r"\s*\d[\d_]*\s*", v):  # flat configs may pass "1_000_000"
+            out = int(v.strip().replace("_", ""))
+        if out is None or out < lo:
             raise ValueError(f"Dataset 'synthetic': {what} must be an integer >= {lo}, got {v!r}.")
         return out
 
