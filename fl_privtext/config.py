@@ -169,6 +169,9 @@ class MLPConfig:
     dropout: float = 0.5
     batch_size: int = 32
     standardize: bool = True  # z-score each input feature with the training uploads' mean/std (post-processing)
+    # Budget: training stops after this many SGD steps (0 = no cap), so its cost stops growing with the number of
+    # uploads; below epochs * ceil(N / batch-size) steps it never binds (small and medium runs are unchanged).
+    max_steps: int = 0
 
     def __post_init__(self) -> None:
         self._check("")
@@ -177,7 +180,7 @@ class MLPConfig:
         rules = [("hidden", self.hidden >= 0, ">= 0"), ("epochs", self.epochs >= 1, ">= 1"),
                  ("lr", self.lr > 0, "> 0"), ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
                  ("weight_decay", self.weight_decay >= 0, ">= 0"), ("dropout", 0 <= self.dropout < 1, "in [0, 1)"),
-                 ("batch_size", self.batch_size >= 1, ">= 1")]
+                 ("batch_size", self.batch_size >= 1, ">= 1"), ("max_steps", self.max_steps >= 0, ">= 0 (0 = no cap)")]
         for name, ok, rule in rules:
             if not ok:
                 key = f"{prefix}{name.replace('_', '-')}" if prefix else name
@@ -195,6 +198,7 @@ class ServerConfig(MLPConfig):
     SGD lr 0.01, momentum 0.9, weight decay 1e-6, dropout 0.5 on the representation, batch 32, 50 epochs)."""
 
     hidden: int = 0  # 0 = the paper's choice: 128 for inputs of <= 300 dims, else 768
+    max_steps: int = 30_000  # binds above ~19,000 training uploads at 50 epochs of 32 (benchmarks/README.md, scale)
     on_device: bool = True  # also send the model to the test clients, applied there to clean features (ondevice.py)
 
     def __post_init__(self) -> None:
@@ -208,6 +212,7 @@ class AttackConfig(MLPConfig):
     hidden: int = 512
     epochs: int = 30
     dropout: float = 0.0
+    max_steps: int = 10_000  # binds above ~10,600 aux uploads per fit at 30 epochs of 32
     enabled: bool = True
     families: str = "mlp,logistic,likelihood"  # attacker families tried; the best out of fold on aux users is kept
     folds: int = 3  # cross-validation folds over aux USERS (model choice and the leak test)

@@ -53,7 +53,7 @@ class Prepared:
     def client(self) -> ClientData:
         """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
         return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
-                          features=self.features, texts=self.ds.texts, text_pairs=self.ds.text_pairs,
+                          features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
                           extractor=self.extractor)
 
 
@@ -173,7 +173,7 @@ def _clean_features(prep: Prepared, cfg: ExperimentConfig) -> Callable[[np.ndarr
         return lambda rows: np.asarray(src[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
     if prep.extractor is None:
         return None
-    texts, pairs = prep.ds.texts, prep.ds.text_pairs
+    texts, pairs = prep.ds.text_column, prep.ds.text_pair_column
     return lambda rows: np.asarray(prep.extractor.extract([texts[i] for i in rows],
                                                           None if pairs is None else [pairs[i] for i in rows],
                                                           progress=False), np.float32)
@@ -200,7 +200,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     clean = _clean_features(prep, cfg) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
     view, truth = attacks.observe(
         uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
-        users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.texts, rows),
+        users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.text_column, rows),
         attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),

@@ -62,6 +62,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "majority_baseline": metrics.majority_baseline(labels[tr], truth),
         "num_train_uploads": int(tr.sum()),
         "num_test_uploads": int(te.sum()),
+        "train_steps": int(getattr(model, "steps", 0)),  # SGD steps taken (server.max-steps caps them)
         "diverged": [r for r in [diverged(getattr(model, "losses", []))] if r],  # warnings in the report
     }
     fairness: dict[str, Any] = {}

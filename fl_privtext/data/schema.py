@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import datasets
 import numpy as np
@@ -27,6 +27,7 @@ __all__ = [
     "ATTRIBUTE_PREFIX",
     "SCHEMA_VERSION",
     "AttributeSpec",
+    "StringColumn",
     "TextDataset",
     "encode_categorical",
     "from_hf",
@@ -105,6 +106,37 @@ def _hash_strings(h: Any, column: pa.ChunkedArray) -> None:
     for data, start, stop in parts:
         if stop > start:
             h.update(memoryview(data)[start:stop])
+
+
+class StringColumn(Sequence[str]):
+    """A read-only view of an Arrow string column as a sequence of str, decoded only where indexed or sliced
+    (`TextDataset.text_column`): a client or an attack that reads some rows never builds every row's Python
+    string, and an extraction reads the texts chunk by chunk."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._column = column
+
+    def __len__(self) -> int:
+        return len(self._column)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            return self._column.slice(start, max(0, stop - start)).to_pylist()
+        j = int(i)
+        if j < 0:
+            j += len(self)
+        if not 0 <= j < len(self):
+            raise IndexError(f"row {i} out of range for {len(self)} rows")
+        return self._column[j].as_py()
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,6 +284,16 @@ class TextDataset:
     def text_pairs(self) -> list[str] | None:
         """Second texts of pair datasets (e.g. MRPC), in row order; None for single-text datasets."""
         return None if self._text_pairs is None else list(self._text_pairs)
+
+    @property
+    def text_column(self) -> StringColumn:
+        """The texts as a lazy sequence (strings decoded only for the rows read; see `StringColumn`)."""
+        return StringColumn(self._pa.column("text"))
+
+    @property
+    def text_pair_column(self) -> StringColumn | None:
+        """The second texts as a lazy sequence, None for single-text datasets."""
+        return StringColumn(self._pa.column("text_pair")) if self.has_pairs else None
 
     @property
     def has_pairs(self) -> bool:
