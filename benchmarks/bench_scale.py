@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -89,7 +89,7 @@ class MemorySampler:
             self.samples.append((time.perf_counter(), rss, pss))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> MemorySampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

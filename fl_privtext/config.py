@@ -212,7 +212,10 @@ class AttackConfig(MLPConfig):
     hidden: int = 512
     epochs: int = 30
     dropout: float = 0.0
-    max_steps: int = 10_000  # binds above ~10,600 aux uploads per fit at 30 epochs of 32
+    max_steps: int = 5_000  # binds above ~5,300 aux uploads per fit at 30 epochs of 32
+    # The attacker fits on the uploads of at most this many aux users (a seeded sample, by user; 0 = all); the
+    # other aux users' uploads are left out of the attack. Bounds every fit, the CV and the public-text work.
+    max_aux_users: int = 20_000
     enabled: bool = True
     families: str = "mlp,logistic,likelihood"  # attacker families tried; the best out of fold on aux users is kept
     folds: int = 3  # cross-validation folds over aux USERS (model choice and the leak test)
@@ -229,6 +232,8 @@ class AttackConfig(MLPConfig):
                              f"got {self.families!r}.")
         if self.folds < 2:
             raise ValueError(f"attack.folds must be >= 2; got {self.folds}.")
+        if self.max_aux_users < 0:
+            raise ValueError(f"attack.max-aux-users must be >= 0 (0 = every aux user); got {self.max_aux_users}.")
         if self.reid_pool < 2 or self.reid_topk < 1 or self.inversion_vocab < 1:
             raise ValueError("attack.reid-pool must be >= 2, attack.reid-topk and attack.inversion-vocab >= 1; got "
                              f"{self.reid_pool}, {self.reid_topk}, {self.inversion_vocab}.")

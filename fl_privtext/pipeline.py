@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from fl_privtext import rng
 from fl_privtext.accounting import privacy_summary
 from fl_privtext.client import (
     UPLOAD_KEYS,
@@ -179,6 +180,19 @@ def _clean_features(prep: Prepared, cfg: ExperimentConfig) -> Callable[[np.ndarr
                                                           progress=False), np.float32)
 
 
+def attacked_uploads(prep: Prepared, rows: np.ndarray, seed: int, max_aux_users: int) -> np.ndarray | None:
+    """Positions of the observed uploads the attack uses: every non-aux upload, and those of at most
+    ``max_aux_users`` aux users (a seeded sample of users, ``(seed, "attack", "aux-users")``); None = all of them.
+    Bounds the attacker's fits and public-text work, whatever the population size."""
+    aux = prep.roles[rows] == "aux"
+    users = prep.ds.user_index[rows]
+    aux_users = np.unique(users[aux])
+    if max_aux_users == 0 or len(aux_users) <= max_aux_users:
+        return None
+    chosen = np.sort(rng.generator(seed, "attack", "aux-users").choice(aux_users, max_aux_users, replace=False))
+    return np.flatnonzero(~aux | np.isin(users, chosen))
+
+
 def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,
            labels: np.ndarray | None = None, mechanism: Any = None,
            report: PrivacyReport | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -189,9 +203,13 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     from fl_privtext import attacks
 
     rows = np.asarray(rows)
+    keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
+    if keep is not None:
+        features, rows = features[keep], rows[keep]
+        labels = None if labels is None else labels[keep]
     mech = mechanism if mechanism is not None else mechanism_for(cfg, features.shape[1])
     rep = report if report is not None else mech.report()
-    _, user_index = np.unique(prep.ds.user_ids, return_inverse=True)  # the server's account pseudonyms
+    user_index = prep.ds.user_index  # the server's account pseudonyms
     node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)
     for c, shard in enumerate(prep.shards):
         node_of_row[shard] = c
@@ -365,7 +383,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     privacy["randomness"] = randomness_of(cfg, collected)
     return {
         "extractor_identity": prep.extractor.identity(),
-        "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
+        "config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users,
         "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
         "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                     "synthetic": prep.ds.name in SYNTHETIC_DATASETS,

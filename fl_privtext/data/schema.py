@@ -317,9 +317,15 @@ class TextDataset:
         """(N,) str user ids (read-only)."""
         return _read_only(np.asarray(_string_column(self._pa, "user_id"), dtype=str))
 
+    @cached_property
+    def user_index(self) -> np.ndarray:
+        """(N,) int64 position of each row's user among the sorted distinct user ids (read-only): the same as
+        ``np.unique(user_ids, return_inverse=True)[1]``, computed once (sorting millions of strings is slow)."""
+        return _read_only(np.unique(self.user_ids, return_inverse=True)[1].reshape(-1).astype(np.int64))
+
     @property
     def num_users(self) -> int:
-        return len(np.unique(self.user_ids))
+        return int(self.user_index.max()) + 1 if len(self) else 0
 
     @cached_property
     def source_split(self) -> np.ndarray:
