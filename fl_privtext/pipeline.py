@@ -379,7 +379,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg, c) for c in collected]
-    privacy = privacy_summary(report, cfg, prep.ds.user_ids, len(prep.ds.label_names), released, releases)
+    privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases)
     privacy["randomness"] = randomness_of(cfg, collected)
     return {
         "extractor_identity": prep.extractor.identity(),
@@ -411,18 +411,20 @@ def sent_rows(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> np.ndarray
 def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
     """Clients that did not deliver, per seed and round, and the users the server never heard from."""
     failed: list[dict[str, Any]] = []
-    missing_users: set[Any] = set()
+    user = prep.ds.user_index  # users by their position among the sorted ids: integer work, no string sets
+    missing_users = np.zeros(prep.ds.num_users, bool)
     missing_records = 0
     for c in collected:
-        heard = set(prep.ds.user_ids[c.received["rows"]].tolist())
+        heard = np.zeros(prep.ds.num_users, bool)
+        heard[user[c.received["rows"]]] = True
         for rnd, r in enumerate(c.rounds):
             failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
             missing = np.setdiff1d(_expected_rows(prep, cfg, rnd), r.uploads["rows"])
             missing_records += int(missing.size)
-            missing_users.update(set(prep.ds.user_ids[missing].tolist()) - heard)
+            missing_users[user[missing][~heard[user[missing]]]] = True
+    first = np.unique(prep.ds.user_ids[np.isin(user, np.flatnonzero(missing_users)[:1000])])  # sorted as str
     return {"failed_clients": failed, "records_not_received": missing_records,
-            "users_not_heard_from": sorted(missing_users, key=str)[:1000],
-            "num_users_not_heard_from": len(missing_users)}
+            "users_not_heard_from": first.tolist(), "num_users_not_heard_from": int(missing_users.sum())}
 
 
 def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:

@@ -335,30 +335,40 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
                                            np.float32).reshape(0, -1), metadata)
     parts_dir = cache.root / f"{key}.parts"
     parts_dir.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
+    paths = [parts_dir / f"{start:012d}.npy" for start in range(0, n, chunk_rows)]
+    todo = [(start, min(n, start + chunk_rows), path) for start, path in zip(range(0, n, chunk_rows), paths, strict=True)
+            if _load_part(path, min(n, start + chunk_rows) - start) is None]
     stats: dict[str, int] = {}  # the extractor's coverage counts (GloVe), summed over the chunks computed here
     t0 = time.perf_counter()
-    with tqdm(total=n, desc=f"extract ({extractor.name})", unit="text", disable=not progress) as bar:
-        for start in range(0, n, chunk_rows):
-            stop = min(n, start + chunk_rows)
-            path = parts_dir / f"{start:012d}.npy"
-            if _load_part(path, stop - start) is None:
-                part = np.ascontiguousarray(extractor.extract(
-                    texts[start:stop], None if pairs is None else pairs[start:stop], progress=False), np.float32)
-                if part.ndim != 2 or part.shape[0] != stop - start:
-                    raise ValueError(f"Extractor {extractor.name!r} returned shape {part.shape} for {stop - start} "
-                                     "rows; expected (rows, dim).")
-                _atomic_write_bytes(path, lambda f, a=part: np.save(f, a, allow_pickle=False))
-                last = getattr(extractor, "last_stats", None)
-                if last is not None and hasattr(last, "to_json"):
-                    for k, v in last.to_json().items():
-                        stats[k] = stats.get(k, 0) + int(v)
-            paths.append(path)
+    with tqdm(total=n, initial=n - sum(b - a for a, b, _ in todo), desc=f"extract ({extractor.name})", unit="text",
+              disable=not progress) as bar:
+        for (start, stop, path), (part, last) in zip(todo, _extract_chunks(extractor, texts, pairs, todo),
+                                                     strict=True):
+            if part.ndim != 2 or part.shape[0] != stop - start:
+                raise ValueError(f"Extractor {extractor.name!r} returned shape {part.shape} for {stop - start} "
+                                 "rows; expected (rows, dim).")
+            _atomic_write_bytes(path, lambda f, a=part: np.save(f, a, allow_pickle=False))
+            for k, v in (last or {}).items():
+                stats[k] = stats.get(k, 0) + int(v)
             bar.update(stop - start)
     metadata = {**metadata, "extract_seconds": round(time.perf_counter() - t0, 3)}
     if stats:
         metadata["extract_stats"] = stats
     return cache.store_parts(key, paths, metadata)
+
+
+def _extract_one(extractor: Extractor, texts: list[str], pairs: list[str] | None
+                 ) -> tuple[np.ndarray, dict[str, Any] | None]:
+    part = np.ascontiguousarray(extractor.extract(texts, pairs, progress=False), np.float32)
+    last = getattr(extractor, "last_stats", None)
+    return part, (last.to_json() if last is not None and hasattr(last, "to_json") else None)
+
+
+def _extract_chunks(extractor: Extractor, texts: Sequence[str], pairs: Sequence[str] | None,
+                    todo: Sequence[tuple[int, int, Path]]) -> Iterator[tuple[np.ndarray, dict[str, Any] | None]]:
+    """Each chunk's (features, coverage stats), in order, one chunk in memory at a time."""
+    for start, stop, _ in todo:
+        yield _extract_one(extractor, texts[start:stop], None if pairs is None else pairs[start:stop])
 
 
 def _load_part(path: Path, rows: int) -> np.ndarray | None:
