@@ -174,6 +174,9 @@ class MLPConfig:
     dropout: float = 0.5
     batch_size: int = 32
     standardize: bool = True  # z-score each input feature with the training uploads' mean/std (post-processing)
+    # Budget: training stops after this many SGD steps (0 = no cap), so its cost stops growing with the number of
+    # uploads; below epochs * ceil(N / batch-size) steps it never binds (small and medium runs are unchanged).
+    max_steps: int = 0
 
     def __post_init__(self) -> None:
         self._check("")
@@ -182,7 +185,7 @@ class MLPConfig:
         rules = [("hidden", self.hidden >= 0, ">= 0"), ("epochs", self.epochs >= 1, ">= 1"),
                  ("lr", self.lr > 0, "> 0"), ("momentum", 0 <= self.momentum < 1, "in [0, 1)"),
                  ("weight_decay", self.weight_decay >= 0, ">= 0"), ("dropout", 0 <= self.dropout < 1, "in [0, 1)"),
-                 ("batch_size", self.batch_size >= 1, ">= 1")]
+                 ("batch_size", self.batch_size >= 1, ">= 1"), ("max_steps", self.max_steps >= 0, ">= 0 (0 = no cap)")]
         for name, ok, rule in rules:
             if not ok:
                 key = f"{prefix}{name.replace('_', '-')}" if prefix else name
@@ -208,6 +211,8 @@ class ServerConfig(MLPConfig):
     vector of DPNR's released code, `laplace-dpnr-code`)."""
 
     hidden: int = 0  # 0 = by upload width: 128 for <= 300 dims, else 768 (set it explicitly to reproduce a paper)
+    # binds above 64,000 training uploads at 50 epochs of 32: never on a staged dataset (blog train+dev: 54,027)
+    max_steps: int = 100_000
     on_device: bool = True  # also send the model to the test clients, applied there to clean features (ondevice.py)
     center: bool = False  # subtract each upload's own mean (over its coordinates) before training and evaluation
 
@@ -222,6 +227,12 @@ class AttackConfig(MLPConfig):
     hidden: int = 512
     epochs: int = 30
     dropout: float = 0.0
+    # binds above 16,000 aux uploads per fit at 30 epochs of 32: never on a staged dataset (AG source split: 13,114)
+    max_steps: int = 15_000
+    # The attacker fits on the uploads of at most this many aux users (a seeded sample, by user; 0 = all); the
+    # other aux users' uploads are left out of the attack. Bounds every fit, the CV and the public-text work
+    # (the largest staged population, SNIPS, has 13,784 users: unbound).
+    max_aux_users: int = 20_000
     enabled: bool = True
     families: str = "mlp,logistic,likelihood"  # attacker families tried; the best out of fold on aux users is kept
     folds: int = 3  # cross-validation folds over aux USERS (model choice and the leak test)
@@ -238,6 +249,8 @@ class AttackConfig(MLPConfig):
                              f"got {self.families!r}.")
         if self.folds < 2:
             raise ValueError(f"attack.folds must be >= 2; got {self.folds}.")
+        if self.max_aux_users < 0:
+            raise ValueError(f"attack.max-aux-users must be >= 0 (0 = every aux user); got {self.max_aux_users}.")
         if self.reid_pool < 2 or self.reid_topk < 1 or self.inversion_vocab < 1:
             raise ValueError("attack.reid-pool must be >= 2, attack.reid-topk and attack.inversion-vocab >= 1; got "
                              f"{self.reid_pool}, {self.reid_topk}, {self.inversion_vocab}.")

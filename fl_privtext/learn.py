@@ -23,6 +23,7 @@ class MLPClassifier:
     """A fitted MLP; ``predict`` gives class indices (or 0/1 matrices for multi-label)."""
 
     losses: list[float]  # mean training loss per epoch (divergence shows as a rise or NaN)
+    steps: int  # SGD steps taken (at most the config's max_steps when it is > 0)
 
     def __init__(self, net: nn.Module, mean: np.ndarray, std: np.ndarray, multilabel: bool, device: torch.device):
         self.net, self.mean, self.std, self.multilabel, self.device = net, mean, std, multilabel, device
@@ -124,19 +125,29 @@ def train_mlp(
     n = len(xt)
     net.train()
     losses: list[float] = []
+    budget = config.max_steps or math.inf  # the budget: cost stops growing with N once it binds
+    taken = 0
     for _ in trange(config.epochs, desc=progress, disable=progress is None, leave=False, unit="epoch"):
+        if taken >= budget:
+            break
         order = torch.randperm(n, generator=generator).to(dev)
         total = torch.zeros((), device=dev)
+        seen = 0
         for i in range(0, n, config.batch_size):
+            if taken >= budget:
+                break
             idx = order[i : i + config.batch_size]
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(net(xt[idx]), yt[idx])
             loss.backward()
             opt.step()
             total += loss.detach() * len(idx)
-        losses.append(float(total) / max(n, 1))
+            seen += len(idx)
+            taken += 1
+        losses.append(float(total) / max(seen, 1))
     model = MLPClassifier(net, mean, std, multilabel, dev)
     model.losses = losses
+    model.steps = taken
     return model
 
 

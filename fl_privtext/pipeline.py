@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from fl_privtext import rng
 from fl_privtext.accounting import privacy_summary
 from fl_privtext.client import (
     UPLOAD_KEYS,
@@ -33,7 +34,7 @@ from fl_privtext.client import (
     upload_rows,
 )
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
+from fl_privtext.data import SYNTHETIC_DATASETS, TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
 
@@ -53,7 +54,7 @@ class Prepared:
     def client(self) -> ClientData:
         """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
         return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
-                          features=self.features, texts=self.ds.texts, text_pairs=self.ds.text_pairs,
+                          features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
                           extractor=self.extractor)
 
 
@@ -177,10 +178,23 @@ def _clean_features(prep: Prepared, cfg: ExperimentConfig) -> Callable[[np.ndarr
         return lambda rows: np.asarray(src[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
     if prep.extractor is None:
         return None
-    texts, pairs = prep.ds.texts, prep.ds.text_pairs
+    texts, pairs = prep.ds.text_column, prep.ds.text_pair_column
     return lambda rows: np.asarray(prep.extractor.extract([texts[i] for i in rows],
                                                           None if pairs is None else [pairs[i] for i in rows],
                                                           progress=False), np.float32)
+
+
+def attacked_uploads(prep: Prepared, rows: np.ndarray, seed: int, max_aux_users: int) -> np.ndarray | None:
+    """Positions of the observed uploads the attack uses: every non-aux upload, and those of at most
+    ``max_aux_users`` aux users (a seeded sample of users, ``(seed, "attack", "aux-users")``); None = all of them.
+    Bounds the attacker's fits and public-text work, whatever the population size."""
+    aux = prep.roles[rows] == "aux"
+    users = prep.ds.user_index[rows]
+    aux_users = np.unique(users[aux])
+    if max_aux_users == 0 or len(aux_users) <= max_aux_users:
+        return None
+    chosen = np.sort(rng.generator(seed, "attack", "aux-users").choice(aux_users, max_aux_users, replace=False))
+    return np.flatnonzero(~aux | np.isin(users, chosen))
 
 
 def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,
@@ -193,9 +207,13 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     from fl_privtext import attacks
 
     rows = np.asarray(rows)
+    keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
+    if keep is not None:
+        features, rows = features[keep], rows[keep]
+        labels = None if labels is None else labels[keep]
     mech = mechanism if mechanism is not None else mechanism_for(cfg, features.shape[1])
     rep = report if report is not None else mech.report()
-    _, user_index = np.unique(prep.ds.user_ids, return_inverse=True)  # the server's account pseudonyms
+    user_index = prep.ds.user_index  # the server's account pseudonyms
     node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)
     for c, shard in enumerate(prep.shards):
         node_of_row[shard] = c
@@ -204,7 +222,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     clean = _clean_features(prep, cfg) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
     view, truth = attacks.observe(
         uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
-        users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.texts, rows),
+        users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.text_column, rows),
         attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
@@ -365,13 +383,14 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg, c) for c in collected]
-    privacy = privacy_summary(report, cfg, prep.ds.user_ids, len(prep.ds.label_names), released, releases)
+    privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases)
     privacy["randomness"] = randomness_of(cfg, collected)
     return {
         "extractor_identity": prep.extractor.identity(),
-        "config": cfg, "per_seed": per_seed, "num_users": len(np.unique(prep.ds.user_ids)),
+        "config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users,
         "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
         "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
+                    "synthetic": prep.ds.name in SYNTHETIC_DATASETS,
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,
@@ -396,18 +415,20 @@ def sent_rows(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> np.ndarray
 def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
     """Clients that did not deliver, per seed and round, and the users the server never heard from."""
     failed: list[dict[str, Any]] = []
-    missing_users: set[Any] = set()
+    user = prep.ds.user_index  # users by their position among the sorted ids: integer work, no string sets
+    missing_users = np.zeros(prep.ds.num_users, bool)
     missing_records = 0
     for c in collected:
-        heard = set(prep.ds.user_ids[c.received["rows"]].tolist())
+        heard = np.zeros(prep.ds.num_users, bool)
+        heard[user[c.received["rows"]]] = True
         for rnd, r in enumerate(c.rounds):
             failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
             missing = np.setdiff1d(_expected_rows(prep, cfg, rnd), r.uploads["rows"])
             missing_records += int(missing.size)
-            missing_users.update(set(prep.ds.user_ids[missing].tolist()) - heard)
+            missing_users[user[missing][~heard[user[missing]]]] = True
+    first = np.unique(prep.ds.user_ids[np.isin(user, np.flatnonzero(missing_users)[:1000])])  # sorted as str
     return {"failed_clients": failed, "records_not_received": missing_records,
-            "users_not_heard_from": sorted(missing_users, key=str)[:1000],
-            "num_users_not_heard_from": len(missing_users)}
+            "users_not_heard_from": first.tolist(), "num_users_not_heard_from": int(missing_users.sum())}
 
 
 def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:

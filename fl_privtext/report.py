@@ -276,7 +276,8 @@ def table(results: dict[str, Any]) -> str:
     sampler = "" if p.get("float_safe", True) else " [float sampler: simulation-grade, low bits leak; " \
         "privacy.sampler=secure for deployment]"
     lines = [
-        (f"dataset {results['dataset']['name']} | {f['num_users']} users, {f['num_records']} records in "
+        (f"dataset {results['dataset']['name']}{' (SYNTHETIC users)' if results['dataset'].get('synthetic') else ''}"
+         f" | {f['num_users']} users, {f['num_records']} records in "
          f"{f['num_clients']} clients x {f['rounds']} round(s) | seeds {f['seeds']}"),
         (f"mechanism {p['mechanism']}: epsilon nominal {_fmt(p['epsilon_nominal'])}, "
          f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}{sampler}"),

@@ -73,6 +73,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "modal_prediction_share": constant.modal_share(pred),  # 1.0: the task model predicts one class only
         "num_train_uploads": int(tr.sum()),
         "num_test_uploads": int(te.sum()),
+        "train_steps": int(getattr(model, "steps", 0)),  # SGD steps taken (server.max-steps caps them)
         "diverged": [r for r in [diverged(getattr(model, "losses", []))] if r],  # warnings in the report
     }
     fairness: dict[str, Any] = {}

@@ -69,3 +69,14 @@ def test_client_seed_is_unset_by_default_and_round_trips_when_set(tmp_path):
     path.write_text(cfg.to_toml())
     assert ExperimentConfig.load(path) == cfg
     assert ExperimentConfig.from_flat({"run.client-seed": "none"}, cfg).run.client_seed is None
+
+
+def test_scale_budgets_are_checked_with_their_key_names():
+    import pytest
+
+    with pytest.raises(ValueError, match=r"server\.max-steps must be >= 0"):
+        ExperimentConfig.from_flat({"server.max-steps": -3})
+    with pytest.raises(ValueError, match=r"attack\.max-aux-users must be >= 0"):
+        ExperimentConfig.from_flat({"attack.max-aux-users": -1})
+    cfg = ExperimentConfig.from_flat({"server.max-steps": 0, "attack.max-aux-users": 0})
+    assert cfg.server.mlp().max_steps == 0 and cfg.attack.max_aux_users == 0

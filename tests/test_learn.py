@@ -42,3 +42,18 @@ def test_training_leaves_the_global_rng_alone():
     before = torch.random.get_rng_state().clone()
     train_mlp(x, y, config=MLPConfig(hidden=8, epochs=2), generator=rng.torch_generator(3))
     assert torch.equal(before, torch.random.get_rng_state())
+
+
+def test_max_steps_caps_the_sgd_steps_and_never_binds_below_the_epochs():
+    x, y = _blobs(n=1000)
+    full = train_mlp(x, y, config=MLPConfig(hidden=8, epochs=3, batch_size=32), generator=rng.torch_generator(0))
+    assert full.steps == 3 * 32 and len(full.losses) == 3  # ceil(1000 / 32) = 32 steps per epoch
+    roomy = train_mlp(x, y, config=MLPConfig(hidden=8, epochs=3, batch_size=32, max_steps=1000),
+                      generator=rng.torch_generator(0))
+    np.testing.assert_array_equal(roomy.logits(x), full.logits(x))  # a cap above the work changes nothing
+    capped = train_mlp(x, y, config=MLPConfig(hidden=8, epochs=3, batch_size=32, max_steps=40),
+                       generator=rng.torch_generator(0))
+    assert capped.steps == 40 and len(capped.losses) == 2  # one full epoch, then 8 steps of the second
+    assert not np.array_equal(capped.logits(x), full.logits(x))
+    with pytest.raises(ValueError, match=r"max_steps must be >= 0 \(0 = no cap\); got -1"):
+        MLPConfig(max_steps=-1)

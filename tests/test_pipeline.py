@@ -80,3 +80,22 @@ def test_centring_server_removes_a_shift_shared_by_all_coordinates():
 
     assert acc(noisy_c) > 0.9 and abs(acc(noisy_c) - acc(clean_c)) < 0.03
     assert acc(noisy) < 0.75  # without centring the shared draw swamps the signal
+
+
+def test_the_attacker_fits_on_a_seeded_sample_of_at_most_max_aux_users():
+    prep, x, _ = _prepared()
+    rows = np.arange(len(x))
+    aux = prep.roles == "aux"
+    n_aux = len(np.unique(prep.ds.user_ids[aux]))
+    assert pipeline.attacked_uploads(prep, rows, 0, 0) is None and pipeline.attacked_uploads(prep, rows, 0, n_aux) is None
+    keep = pipeline.attacked_uploads(prep, rows, 0, 50)
+    assert keep is not None
+    kept_aux = keep[aux[keep]]
+    assert len(np.unique(prep.ds.user_ids[kept_aux])) == 50
+    np.testing.assert_array_equal(keep[~aux[keep]], np.flatnonzero(~aux))  # every target upload stays
+    np.testing.assert_array_equal(keep, pipeline.attacked_uploads(prep, rows, 0, 50))  # seeded
+    assert not np.array_equal(keep, pipeline.attacked_uploads(prep, rows, 1, 50))
+    # the attack runs on that sample: it still beats the prior on features that carry gender
+    cfg = ExperimentConfig.from_flat({**CFG.to_flat(), "attack.max-aux-users": 50})
+    res, _ = pipeline.attack(prep, x, rows, seed=0, cfg=cfg, mechanism=make_mechanism("none"))
+    assert res["gender"]["accuracy"] > res["gender"]["majority_ci95"][1]

@@ -38,6 +38,7 @@ from fl_privtext.data.loaders import (
 from fl_privtext.data.partition import SCHEMES, partition_users
 from fl_privtext.data.schema import AttributeSpec, TextDataset, from_hf, make_text_dataset
 from fl_privtext.data.splits import ROLES, SPLITS, assign_roles, source_roles
+from fl_privtext.data.synthetic import load_synthetic
 
 __all__ = [
     "DATASETS",
@@ -45,6 +46,7 @@ __all__ = [
     "ROLES",
     "SCHEMES",
     "SPLITS",
+    "SYNTHETIC_DATASETS",
     "AttributeSpec",
     "DataNotFoundError",
     "TextDataset",
@@ -71,7 +73,11 @@ DATASETS: dict[str, Callable[..., TextDataset]] = {
     "snips": load_snips,
     "mrpc": load_mrpc,
     "csv": load_csv,
+    "synthetic": load_synthetic,
 }
+
+# Datasets of generated users (no real person behind any row); every output says so.
+SYNTHETIC_DATASETS = ("default", "synthetic")
 
 
 def dataset_options(name: str) -> tuple[str, ...]:

@@ -86,10 +86,10 @@ def partition_users(
     if scheme not in SCHEMES:
         raise ValueError(f"Unknown partition scheme {scheme!r}; valid schemes are {list(SCHEMES)}.")
     rows_ = _validate_rows(rows, len(ds))
-    users_of_rows = ds.user_ids[rows_]
-    uniq, user_of_row = np.unique(users_of_rows, return_inverse=True)
+    # users of these rows, renumbered 0.. in user-id order (from the dataset's cached index: integers, not strings)
+    present, user_of_row = np.unique(ds.user_index[rows_], return_inverse=True)
     user_of_row = user_of_row.reshape(-1)
-    num_users = len(uniq)
+    num_users = len(present)
     if num_users == 0:
         raise ValueError("Cannot partition an empty set of rows into clients.")
     if scheme == "natural" and (
@@ -111,6 +111,8 @@ def partition_users(
     rng = seed_generator(seed, "data", "partition_users", scheme)
     client_of_user = np.empty(num_users, dtype=np.int64)
     if scheme == "natural":
+        uniq = np.empty(num_users, dtype=ds.user_ids.dtype)  # the present users' ids, sorted
+        uniq[user_of_row] = ds.user_ids[rows_]
         part = NaturalIdPartitioner(partition_by="user_id")
         part.dataset = datasets.Dataset.from_dict({"user_id": uniq.tolist()})
         assert part.num_partitions == num_users

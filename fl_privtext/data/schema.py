@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import datasets
 import numpy as np
@@ -27,6 +27,7 @@ __all__ = [
     "ATTRIBUTE_PREFIX",
     "SCHEMA_VERSION",
     "AttributeSpec",
+    "StringColumn",
     "TextDataset",
     "encode_categorical",
     "from_hf",
@@ -91,11 +92,51 @@ def _string_column(table: pa.Table, name: str) -> list[str]:
     return table.column(name).to_pylist()
 
 
-def _hash_strings(h: Any, values: Sequence[str]) -> None:
-    # Length-prefixed UTF-8 so that ["ab", "c"] and ["a", "bc"] differ.
-    enc = [v.encode("utf-8") for v in values]
-    h.update(np.fromiter((len(b) for b in enc), dtype="<i8", count=len(enc)).tobytes())
-    h.update(b"".join(enc))
+def _hash_strings(h: Any, column: pa.ChunkedArray) -> None:
+    """Length-prefixed UTF-8 (all byte lengths as little-endian int64, then all bytes) so that ["ab", "c"] and
+    ["a", "bc"] differ. Read straight from the Arrow buffers (offsets and UTF-8 data): no Python string per row."""
+    parts = []
+    for chunk in column.chunks:
+        if len(chunk) == 0:
+            continue
+        kind = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=kind)[chunk.offset : chunk.offset + len(chunk) + 1]
+        h.update(np.diff(offsets).astype("<i8").tobytes())
+        parts.append((chunk.buffers()[2], int(offsets[0]), int(offsets[-1])))
+    for data, start, stop in parts:
+        if stop > start:
+            h.update(memoryview(data)[start:stop])
+
+
+class StringColumn(Sequence[str]):
+    """A read-only view of an Arrow string column as a sequence of str, decoded only where indexed or sliced
+    (`TextDataset.text_column`): a client or an attack that reads some rows never builds every row's Python
+    string, and an extraction reads the texts chunk by chunk."""
+
+    def __init__(self, column: pa.ChunkedArray) -> None:
+        self._column = column
+
+    def __len__(self) -> int:
+        return len(self._column)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[j] for j in range(start, stop, step)]
+            return self._column.slice(start, max(0, stop - start)).to_pylist()
+        j = int(i)
+        if j < 0:
+            j += len(self)
+        if not 0 <= j < len(self):
+            raise IndexError(f"row {i} out of range for {len(self)} rows")
+        return self._column[j].as_py()
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,6 +286,16 @@ class TextDataset:
         return None if self._text_pairs is None else list(self._text_pairs)
 
     @property
+    def text_column(self) -> StringColumn:
+        """The texts as a lazy sequence (strings decoded only for the rows read; see `StringColumn`)."""
+        return StringColumn(self._pa.column("text"))
+
+    @property
+    def text_pair_column(self) -> StringColumn | None:
+        """The second texts as a lazy sequence, None for single-text datasets."""
+        return StringColumn(self._pa.column("text_pair")) if self.has_pairs else None
+
+    @property
     def has_pairs(self) -> bool:
         return "text_pair" in self._pa.column_names
 
@@ -266,9 +317,15 @@ class TextDataset:
         """(N,) str user ids (read-only)."""
         return _read_only(np.asarray(_string_column(self._pa, "user_id"), dtype=str))
 
+    @cached_property
+    def user_index(self) -> np.ndarray:
+        """(N,) int64 position of each row's user among the sorted distinct user ids (read-only): the same as
+        ``np.unique(user_ids, return_inverse=True)[1]``, computed once (sorting millions of strings is slow)."""
+        return _read_only(np.unique(self.user_ids, return_inverse=True)[1].reshape(-1).astype(np.int64))
+
     @property
     def num_users(self) -> int:
-        return len(np.unique(self.user_ids))
+        return int(self.user_index.max()) + 1 if len(self) else 0
 
     @cached_property
     def source_split(self) -> np.ndarray:
@@ -367,7 +424,7 @@ class TextDataset:
         for col in ("user_id", "text", "text_pair", "split"):
             if col in self._pa.column_names:
                 h.update(b"\x00" + col.encode())
-                _hash_strings(h, _string_column(self._pa, col))
+                _hash_strings(h, self._pa.column(col))
         h.update(b"\x00label")
         h.update(self.labels.astype("<i8").tobytes())
         for spec in self.attributes:

@@ -30,7 +30,12 @@ def seed_generator(seed: int | np.random.Generator, *keys: object) -> np.random.
 
 def user_index(ds: TextDataset | Sequence[str] | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted unique user ids, per-row index into them) for a dataset or an array of per-row user ids."""
-    users = ds.user_ids if isinstance(ds, TextDataset) else np.asarray(ds, dtype=str)
+    if isinstance(ds, TextDataset):  # the dataset's cached index: no second sort of millions of strings
+        inv = ds.user_index
+        uniq = np.empty(ds.num_users, dtype=ds.user_ids.dtype)
+        uniq[inv] = ds.user_ids
+        return uniq, inv
+    users = np.asarray(ds, dtype=str)
     if users.ndim != 1:
         raise ValueError(f"user ids must be a 1-D array, got shape {users.shape}.")
     uniq, inv = np.unique(users, return_inverse=True)

@@ -188,19 +188,45 @@ class EmbeddingCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self._sweep_stale_temps()
         _atomic_write_bytes(self.path(key), lambda f: np.save(f, arr, allow_pickle=False))
+        self._write_meta(key, arr.shape, metadata)
+        out = self.load(key)
+        if out is None:  # pragma: no cover - only if another process wrote garbage under our key
+            raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
+        return out
+
+    def store_parts(self, key: str, parts: Sequence[Path], metadata: dict[str, Any] | None = None) -> np.ndarray:
+        """Concatenate the (rows, dim) float32 ``.npy`` files ``parts`` (in order) into ``key``, one part in memory
+        at a time (temp file + ``os.replace``, as `store`); return the memmap."""
+        shapes = [np.load(p, mmap_mode="r").shape for p in parts]
+        dims = {s[1] for s in shapes}
+        if len(dims) != 1 or any(len(s) != 2 for s in shapes):
+            raise ValueError(f"Extraction chunks disagree on their width: {sorted(dims)}.")
+        n, dim = sum(s[0] for s in shapes), dims.pop()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._sweep_stale_temps()
+
+        def write(f: Any) -> None:
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
+            for p in parts:
+                f.write(np.ascontiguousarray(np.load(p), "<f4").tobytes())
+
+        _atomic_write_bytes(self.path(key), write)
+        self._write_meta(key, (n, dim), metadata)
+        out = self.load(key)
+        if out is None:  # pragma: no cover - only if another process wrote garbage under our key
+            raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
+        return out
+
+    def _write_meta(self, key: str, shape: tuple[int, ...], metadata: dict[str, Any] | None) -> None:
         meta = {
             "key": key,
-            "shape": list(arr.shape),
+            "shape": list(shape),
             "dtype": "float32",
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **(metadata or {}),
         }
         blob = json.dumps(meta, indent=2, sort_keys=True, default=str).encode()
         _atomic_write_bytes(self.meta_path(key), lambda f: f.write(blob))
-        out = self.load(key)
-        if out is None:  # pragma: no cover - only if another process wrote garbage under our key
-            raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
-        return out
 
     def metadata(self, key: str) -> dict[str, Any] | None:
         """The JSON sidecar of ``key``, or None."""
@@ -274,58 +300,75 @@ def extract_cached(
         if hit is not None and hit.shape[0] == n:
             return hit
         t0 = time.perf_counter()
-        feats = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows)
+        meta: dict[str, Any] = {"fingerprint": ds.fingerprint, "identity": identity, "extractor": repr(extractor)}
+        out = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows, metadata=meta)
         seconds = time.perf_counter() - t0
-        if feats.ndim != 2 or feats.shape[0] != n:
+        if out.ndim != 2 or out.shape[0] != n:
             raise ValueError(
-                f"Extractor {extractor.name!r} returned shape {feats.shape} for a dataset of {n} rows; "
+                f"Extractor {extractor.name!r} returned shape {out.shape} for a dataset of {n} rows; "
                 f"expected ({n}, dim)."
             )
-        meta: dict[str, Any] = {
-            "fingerprint": ds.fingerprint,
-            "identity": identity,
-            "extractor": repr(extractor),
-            "extract_seconds": round(seconds, 3),
-        }
-        stats = getattr(extractor, "last_stats", None)
-        if stats is not None and hasattr(stats, "to_json"):
-            meta["extract_stats"] = stats.to_json()
         log.info("cached %s features of %d rows in %.1fs at %s", extractor.name, n, seconds, cache.path(key))
-        out = cache.store(key, feats, meta)
         _remove_parts(cache.root / f"{key}.parts")
         return out
 
 
 def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extractor, *,
-                       progress: bool, chunk_rows: int) -> np.ndarray:
-    """Extract in chunks of RESUME_CHUNK rows, each written atomically to ``<key>.parts/`` as soon as it is done;
+                       progress: bool, chunk_rows: int, metadata: dict[str, Any]) -> np.ndarray:
+    """Extract in chunks of ``chunk_rows`` rows, each written atomically to ``<key>.parts/`` as soon as it is done;
     chunks found there (from an interrupted run) are reused, so an extraction resumes where it stopped. Chunking
     is the same for every run with the same ``chunk_rows``, so a resumed extraction equals an uninterrupted one bit
     for bit. (``chunk_rows`` is not part of the cache key: it does not change what a row's features are, up to the
-    extractor's own batching.)"""
+    extractor's own batching.)
+
+    Memory stays bounded by one chunk: texts are read chunk by chunk (``ds.text_column`` when the dataset has it,
+    a lazy view of its Arrow column) and the finished parts are copied one at a time into the cache file."""
     from tqdm.auto import tqdm
 
-    texts, pairs, n = ds.texts, ds.text_pairs, len(ds)
+    n = len(ds)
+    texts = getattr(ds, "text_column", None)
+    pairs = getattr(ds, "text_pair_column", None) if texts is not None else None
+    if texts is None:
+        texts, pairs = ds.texts, ds.text_pairs
+    if n == 0:
+        return cache.store(key, np.asarray(extractor.extract([], None if pairs is None else [], progress=False),
+                                           np.float32).reshape(0, -1), metadata)
     parts_dir = cache.root / f"{key}.parts"
     parts_dir.mkdir(parents=True, exist_ok=True)
-    chunks: list[np.ndarray] = []
-    with tqdm(total=n, desc=f"extract ({extractor.name})", unit="text", disable=not progress) as bar:
-        for start in range(0, n, chunk_rows):
-            stop = min(n, start + chunk_rows)
-            path = parts_dir / f"{start:012d}.npy"
-            part = _load_part(path, stop - start)
-            if part is None:
-                part = np.ascontiguousarray(extractor.extract(
-                    texts[start:stop], None if pairs is None else pairs[start:stop], progress=False), np.float32)
-                if part.ndim != 2 or part.shape[0] != stop - start:
-                    raise ValueError(f"Extractor {extractor.name!r} returned shape {part.shape} for {stop - start} "
-                                     "rows; expected (rows, dim).")
-                _atomic_write_bytes(path, lambda f, a=part: np.save(f, a, allow_pickle=False))
-            chunks.append(part)
+    paths = [parts_dir / f"{start:012d}.npy" for start in range(0, n, chunk_rows)]
+    todo = [(start, min(n, start + chunk_rows), path) for start, path in zip(range(0, n, chunk_rows), paths, strict=True)
+            if _load_part(path, min(n, start + chunk_rows) - start) is None]
+    stats: dict[str, int] = {}  # the extractor's coverage counts (GloVe), summed over the chunks computed here
+    t0 = time.perf_counter()
+    with tqdm(total=n, initial=n - sum(b - a for a, b, _ in todo), desc=f"extract ({extractor.name})", unit="text",
+              disable=not progress) as bar:
+        for (start, stop, path), (part, last) in zip(todo, _extract_chunks(extractor, texts, pairs, todo),
+                                                     strict=True):
+            if part.ndim != 2 or part.shape[0] != stop - start:
+                raise ValueError(f"Extractor {extractor.name!r} returned shape {part.shape} for {stop - start} "
+                                 "rows; expected (rows, dim).")
+            _atomic_write_bytes(path, lambda f, a=part: np.save(f, a, allow_pickle=False))
+            for k, v in (last or {}).items():
+                stats[k] = stats.get(k, 0) + int(v)
             bar.update(stop - start)
-    if not chunks:
-        return extractor.extract(texts, pairs, progress=False)
-    return np.concatenate(chunks)
+    metadata = {**metadata, "extract_seconds": round(time.perf_counter() - t0, 3)}
+    if stats:
+        metadata["extract_stats"] = stats
+    return cache.store_parts(key, paths, metadata)
+
+
+def _extract_one(extractor: Extractor, texts: list[str], pairs: list[str] | None
+                 ) -> tuple[np.ndarray, dict[str, Any] | None]:
+    part = np.ascontiguousarray(extractor.extract(texts, pairs, progress=False), np.float32)
+    last = getattr(extractor, "last_stats", None)
+    return part, (last.to_json() if last is not None and hasattr(last, "to_json") else None)
+
+
+def _extract_chunks(extractor: Extractor, texts: Sequence[str], pairs: Sequence[str] | None,
+                    todo: Sequence[tuple[int, int, Path]]) -> Iterator[tuple[np.ndarray, dict[str, Any] | None]]:
+    """Each chunk's (features, coverage stats), in order, one chunk in memory at a time."""
+    for start, stop, _ in todo:
+        yield _extract_one(extractor, texts[start:stop], None if pairs is None else pairs[start:stop])
 
 
 def _load_part(path: Path, rows: int) -> np.ndarray | None:

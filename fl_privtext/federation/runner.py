@@ -50,7 +50,7 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
 
     check_resources(cfg)
     check_extractor(cfg)
-    n_users = len(np.unique(pipeline.load(cfg).user_ids))
+    n_users = pipeline.load(cfg).num_users
     if cfg.federation.num_clients > n_users:
         raise ValueError(
             f"federation.num-clients={cfg.federation.num_clients} exceeds the {n_users} users of dataset "

@@ -205,3 +205,18 @@ def test_from_hf_integer_labels_keep_unlabelled():
     hf = datasets.Dataset.from_dict({"text": ["a", "b", "c", "d"], "y": [3, -1, 7, 3]})
     ds = from_hf(hf, text="text", label="y")
     assert ds.label_names == ("3", "7") and ds.labels.tolist() == [0, -1, 1, 0]
+
+
+def test_lazy_text_column_and_user_index_match_the_eager_accessors():
+    from fl_privtext.data import load_dataset
+
+    ds = load_dataset("default")
+    col = ds.text_column
+    assert len(col) == len(ds) and col[0] == ds.texts[0] and col[-1] == ds.texts[-1]
+    assert col[10:20] == ds.texts[10:20] and col[::700] == ds.texts[::700] and col[5:2] == []
+    with pytest.raises(IndexError):
+        col[len(ds)]
+    assert ds.text_pair_column is None
+    uniq, inv = np.unique(ds.user_ids, return_inverse=True)
+    np.testing.assert_array_equal(ds.user_index, inv)
+    assert ds.num_users == len(uniq)

@@ -1,0 +1,220 @@
+"""A synthetic population end to end through Flower: wall time, peak memory, and both per stage.
+
+    python benchmarks/bench_scale.py --users 1000000                 # the issue's target: <= 10 min, <= 8 GB
+    python benchmarks/bench_scale.py --users 10000 --clients 100 --json scale_10k.json
+
+The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
+default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
+and the default attacks, through `fl_privtext.federation.runner.run_experiment` (results.json and summary.md are
+written to ``--output``). Only ``run.baseline`` is off unless ``--baseline``: the no-privacy baseline would serve
+every user a second time.
+
+Stages (in the order they run): generate (the synthetic users, written to the cache and mapped), extract (user
+roles and client shards, then GloVe features into the cache), startup (Ray, actors, the clients' warm-up), upload
+rounds, server training, attacks, and the rest (report, Flower/Ray shutdown). The first two run in a fresh cache
+directory (``--cache-dir``, default a new temporary one) so that they are measured, not read back.
+
+Memory: a sampler thread reads, every 0.2 s, the resident set size (VmRSS) of this process and of every process
+below it (Ray's GCS, raylet and worker actors) and sums them; "peak RSS" is the largest sum seen, overall and per
+stage. Pages shared between processes (the memory-mapped features and dataset, libraries) are counted once per
+process, so the sum over-states the machine's use; PSS (shared pages split between their users) is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Self
+
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _tree(root: int) -> list[int]:
+    tree, out, todo = _children(), [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(tree.get(pid, []))
+    return out
+
+
+def _kib(pid: int, path: str, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/{path}") as f:
+            for line in f:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class MemorySampler:
+    """Sums RSS and PSS over this process tree every ``interval`` s; ``samples`` holds (time, rss_kib, pss_kib)."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval, self.samples = interval, []  # type: ignore[var-annotated]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="memory-sampler")
+
+    def _run(self) -> None:
+        me = os.getpid()
+        while not self._stop.is_set():
+            pids = _tree(me)
+            rss = sum(_kib(p, "status", "VmRSS:") for p in pids)
+            pss = sum(_kib(p, "smaps_rollup", "Pss:") for p in pids)
+            self.samples.append((time.perf_counter(), rss, pss))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def peak(self, start: float = float("-inf"), stop: float = float("inf")) -> tuple[float, float]:
+        """(peak RSS, peak PSS) in GB over samples taken in [start, stop]."""
+        inside = [(r, p) for t, r, p in self.samples if start <= t <= stop] or [(0, 0)]
+        return max(r for r, _ in inside) / 1024**2, max(p for _, p in inside) / 1024**2
+
+
+class Timeline:
+    """Named intervals (stage -> [(start, stop), ...]) recorded by wrapping the functions that do each stage."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[tuple[float, float]]] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spans.setdefault(name, []).append((t0, time.perf_counter()))
+
+    def wrap(self, module: Any, attr: str, name: str) -> None:
+        fn: Callable[..., Any] = getattr(module, attr)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with self.stage(name):
+                return fn(*args, **kwargs)
+
+        setattr(module, attr, timed)
+
+
+def _config(args: argparse.Namespace, cache_dir: str, output: str) -> Any:
+    from fl_privtext.config import ExperimentConfig
+
+    return ExperimentConfig.from_flat({
+        "data.name": "synthetic", "data.options.users": args.users, "data.options.seed": args.seed,
+        "extractor.name": "glove", "extractor.cache-dir": cache_dir, "extractor.chunk-rows": args.chunk_rows,
+        "federation.num-clients": args.clients, "run.baseline": args.baseline, "run.progress": False,
+        "run.output": output,
+    })
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--users", type=int, default=1_000_000)
+    ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0, help="data.options.seed of the synthetic population")
+    ap.add_argument("--chunk-rows", type=int, default=65536, help="extractor.chunk-rows")
+    ap.add_argument("--baseline", action="store_true", help="also serve the no-privacy baseline (run.baseline)")
+    ap.add_argument("--cache-dir", default="", help="feature and synthetic-data cache (default: a fresh temp dir)")
+    ap.add_argument("--output", default="", help="run directory for results.json / summary.md (default: temp)")
+    ap.add_argument("--json", help="also write the figures to this file")
+    args = ap.parse_args()
+
+    tmp = tempfile.mkdtemp(prefix="bench_scale-")
+    cache_dir = args.cache_dir or os.path.join(tmp, "cache")
+    output = args.output or os.path.join(tmp, "run")
+    os.environ["FL_PRIVTEXT_CACHE"] = cache_dir  # the synthetic data file lives there too
+    load = os.getloadavg()
+    t_start = time.perf_counter()
+    timeline = Timeline()
+    with MemorySampler() as mem:
+        from fl_privtext import pipeline
+        from fl_privtext.federation import runner, server_app
+
+        cfg = _config(args, cache_dir, output)
+        with timeline.stage("generate"):
+            ds = pipeline.load(cfg)
+        with timeline.stage("extract"):
+            pipeline.prepare(cfg, features="extract")
+        timeline.wrap(server_app, "collect", "upload rounds")  # each round: queries out, replies merged
+        timeline.wrap(pipeline, "train_point", "server training")
+        timeline.wrap(pipeline, "attack", "attacks")
+        t_run = time.perf_counter()
+        results = runner.run_experiment(cfg, output=output, echo=False)
+        t_end = time.perf_counter()
+    spans = timeline.spans
+    first_round = min(a for a, _ in spans["upload rounds"])
+    spans["startup"] = [(t_run, first_round)]
+    busy = sorted(s for name, ss in spans.items() if name not in ("generate", "extract") for s in ss)
+    order = ["generate", "extract", "startup", "upload rounds", "server training", "attacks"]
+    rows = []
+    for name in order:
+        ss = spans.get(name, [])
+        seconds = sum(b - a for a, b in ss)
+        peak = max((mem.peak(a, b) for a, b in ss), default=(0.0, 0.0))
+        rows.append({"stage": name, "seconds": seconds, "peak_rss_gb": peak[0], "peak_pss_gb": peak[1]})
+    rest = (t_end - t_run) - sum(r["seconds"] for r in rows if r["stage"] not in ("generate", "extract"))
+    last = max(b for _, b in busy)
+    rows.append({"stage": "rest (report, shutdown)", "seconds": rest, "peak_rss_gb": mem.peak(last, t_end)[0],
+                 "peak_pss_gb": mem.peak(last, t_end)[1]})
+    wall = t_end - t_start
+    peak_rss, peak_pss = mem.peak()
+    seed = results["per_seed"][0] if "per_seed" in results else None
+    out = {
+        "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
+        "peak_pss_gb": peak_pss, "stages": rows, "loadavg_start": load, "loadavg_end": os.getloadavg(),
+        "dataset": results["dataset"]["name"], "synthetic": results["dataset"].get("synthetic"),
+        "accuracy": results["utility"].get("accuracy"),
+        "majority_baseline": results["utility"].get("majority_baseline"),
+        "attacks": {k: {"accuracy": v.get("accuracy"), "majority_baseline": v.get("majority_baseline")}
+                    for k, v in results["attacks"].items()},
+        "timing": results.get("timing"), "output": output, "python": sys.version.split()[0],
+    }
+    del seed
+    print(f"synthetic users {out['users']:,} ({out['records']:,} reviews), {args.clients} clients, GloVe, "
+          f"laplace-l1 eps 1; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, "
+          f"{out['loadavg_end'][0]:.2f} at the end")
+    print(f"{'stage':26s} {'seconds':>9s} {'peak RSS GB':>12s} {'peak PSS GB':>12s}")
+    for r in rows:
+        print(f"{r['stage']:26s} {r['seconds']:9.1f} {r['peak_rss_gb']:12.2f} {r['peak_pss_gb']:12.2f}")
+    print(f"{'TOTAL wall':26s} {wall:9.1f} {peak_rss:12.2f} {peak_pss:12.2f}")
+    print(f"task accuracy {out['accuracy']} (majority {out['majority_baseline']}); attacks "
+          + ", ".join(f"{k} {v['accuracy']:.3f} (majority {v['majority_baseline']:.3f})"
+                      for k, v in out["attacks"].items()))
+    print(f"results: {output}/results.json")
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
