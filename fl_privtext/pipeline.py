@@ -35,6 +35,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.server import server_mlp_config, train_and_evaluate  # noqa: F401 (re-exported)
+from fl_privtext.threads import driver_threads, limited
 
 
 @dataclass
@@ -277,29 +278,8 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     """The computation phase of one point: per seed, the server trains and evaluates on what it received and the
     eavesdropper attacks what it observed (checked to be the same uploads)."""
     t_start = time.perf_counter()
-    per_seed: list[dict[str, Any]] = []
-    for c in collected:
-        up = c.received
-        t1 = time.perf_counter()
-        utility = train_and_evaluate(prep, up["features"], up["labels"], up["rows"], c.seed, cfg)
-        t2 = time.perf_counter()
-        observed = merge_uploads([c.observed.uploads])
-        if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
-            raise RuntimeError("The eavesdropper's record differs from what the server received.")
-        attacks: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        if cfg.attack.enabled:
-            mech = mechanism_for(cfg, c.input_dim)
-            attacks, extra = attack(prep, observed["features"], observed["rows"], c.seed, cfg,
-                                    labels=observed["labels"], mechanism=mech, report=mech.report())
-        t3 = time.perf_counter()
-        per_seed.append({
-            "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
-            "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
-            "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
-            "output_dim": int(up["features"].shape[1]),
-            "timing": {"federation_s": c.federation_s, "train_s": t2 - t1, "attack_s": t3 - t2},
-        })
+    with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
+        per_seed = [_evaluate_seed(prep, cfg, c) for c in collected]
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg, c) for c in collected]
@@ -313,6 +293,31 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,
+    }
+
+
+def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> dict[str, Any]:
+    """One seed: the server trains and evaluates on what it received, the eavesdropper attacks what it observed."""
+    up = c.received
+    t1 = time.perf_counter()
+    utility = train_and_evaluate(prep, up["features"], up["labels"], up["rows"], c.seed, cfg)
+    t2 = time.perf_counter()
+    observed = merge_uploads([c.observed.uploads])
+    if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
+        raise RuntimeError("The eavesdropper's record differs from what the server received.")
+    attacks: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if cfg.attack.enabled:
+        mech = mechanism_for(cfg, c.input_dim)
+        attacks, extra = attack(prep, observed["features"], observed["rows"], c.seed, cfg,
+                                labels=observed["labels"], mechanism=mech, report=mech.report())
+    t3 = time.perf_counter()
+    return {
+        "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
+        "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
+        "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
+        "output_dim": int(up["features"].shape[1]),
+        "timing": {"federation_s": c.federation_s, "train_s": t2 - t1, "attack_s": t3 - t2},
     }
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from fl_privtext import pipeline
 from fl_privtext.client import CLIENT_SEED_ENV, mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.threads import client_threads, worker_env
 
 
 def _quiet_env() -> None:
@@ -104,10 +105,11 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     first = points[0].federation
     for p in points:
         f = p.federation
-        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address, p.run.client_seed) != (
-            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address, points[0].run.client_seed):
+        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address, f.client_threads, p.run.client_seed) != (
+            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address, first.client_threads,
+                points[0].run.client_seed):
             raise ValueError("All points of one simulation must share federation.num-clients, client-cpus, "
-                             "client-gpus, ray-address and run.client-seed.")
+                             "client-gpus, ray-address, client-threads and run.client-seed.")
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
     if first.ray_address:
         init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
@@ -122,7 +124,8 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     started = False
     try:
         prepared = driver.submit(_prepare_driver, points)
-        started = _init_ray(init_args, client_seed=points[0].run.client_seed)
+        started = _init_ray(init_args, client_seed=points[0].run.client_seed,
+                            threads=client_threads(points[0]))
         snapshots = prepared.result()
     except BaseException:
         if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
@@ -203,12 +206,13 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
 
 
-def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None) -> bool:
+def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1) -> bool:
     """Initialise Ray as Flower's Ray backend would (``init_args`` plus the driver's sys.path for the actors);
     the backend then reuses it, and shuts it down at the end. False when Ray was already initialised.
 
     ``client_seed`` (reproducible mode) goes to the workers' environment only, not to the driver's, where the
-    ServerApp runs."""
+    ServerApp runs. ``threads``: each worker's OpenMP / MKL / OpenBLAS threads (`fl_privtext.threads`), set in its
+    environment so that numpy and torch size their pools by it when they load."""
     import ray
 
     if ray.is_initialized():
@@ -217,7 +221,8 @@ def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None) -> b
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
     os.environ["PYTHONPATH"] = pythonpath
-    env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed)}
+    env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed),
+                **worker_env(threads)}
     ray.init(runtime_env={"env_vars": env_vars}, **init_args)
     return True
 
