@@ -101,6 +101,12 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     from fl_privtext.federation.client_app import app as client_app
     from fl_privtext.federation.server_app import Job, serve
 
+    t_start = time.perf_counter()
+    clock: dict[str, float] = {}  # seconds since t_start: the simulation's fixed costs (result["simulation"])
+
+    def mark(name: str) -> None:
+        clock.setdefault(name, time.perf_counter() - t_start)
+
     _quiet_env()
     first = points[0].federation
     for p in points:
@@ -123,10 +129,13 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
     started = False
     try:
+        mark("validated")
         prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args, client_seed=points[0].run.client_seed,
                             threads=client_threads(points[0]))
+        mark("ray_started")
         snapshots = prepared.result()
+        mark("driver_prepared")
     except BaseException:
         if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
             import ray
@@ -153,6 +162,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
 
     def restore(i: int, result: dict[str, Any]) -> None:
         result["config"] = points[i]  # the driver's own record (with run.client-seed) for results.json
+        result["simulation"] = clock  # filled in further until run_points returns
         ran, asked = result["privacy"]["randomness"], points[i].run.randomness
         if ran != asked:
             raise RuntimeError(f"run.client-seed asks for {asked!r} client randomness but the clients ran {ran!r}: "
@@ -161,10 +171,17 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         if on_result is not None:
             on_result(i, result)
 
+    def round_done(i: int, seed: int, rnd: int, r: pipeline.Round, dt: float) -> None:
+        mark("first_round_done")  # the first round includes the actors' start-up
+        if on_round is not None:
+            on_round(i, seed, rnd, r, dt)
+
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
+        mark("server_app_started")
         serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
-              submit=submit, on_round=on_round)
+              submit=submit, on_round=round_done)
+        mark("last_round_done")
 
     backend_config = {
         "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
@@ -175,14 +192,35 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     if not any(isinstance(f, _DropDeprecation) for f in flwr_logger.filters):
         flwr_logger.addFilter(_DropDeprecation())
     try:
+        mark("simulation_called")
         run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
                        backend_config=backend_config)
+        mark("simulation_shut_down")
         results = [f.result() for f in futures]
+        mark("results_ready")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
+    clock.update(fixed_costs(clock))
     return results
+
+
+def fixed_costs(clock: dict[str, float]) -> dict[str, float]:
+    """The simulation's fixed costs from ``run_points``' clock (seconds since it was called): Ray start (``ray.init``,
+    overlapping the driver's preparation), the wait for both, Flower's start until the ServerApp runs, the first
+    round less a steady round (actors' start-up), and the shutdown after the last round (Flower stops its workers,
+    Ray shuts down; overlapping the server's training). Keys ending in ``_s``."""
+    c = clock
+    return {
+        "ray_start_s": c["ray_started"] - c["validated"],
+        "until_driver_ready_s": c["driver_prepared"] - c["validated"],
+        "flower_start_s": c["server_app_started"] - c["simulation_called"],
+        "first_round_s": c["first_round_done"] - c["server_app_started"],
+        "until_first_round_s": c["first_round_done"],
+        "shutdown_s": c["simulation_shut_down"] - c["last_round_done"],
+        "results_after_shutdown_s": c["results_ready"] - c["simulation_shut_down"],
+    }
 
 
 def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
