@@ -3,6 +3,7 @@ classifier, attacker). Prints both wall times, their ratio, and seconds per 1,00
 
     python benchmarks/bench_federation.py --data-root ../shared/data --users 20000 --clients 100
     python benchmarks/bench_federation.py --data-root ../shared/data --users 20000 --clients 1000 --skip-plain
+    python benchmarks/bench_federation.py --users 20000 --clients 100 --repeats 1 --naive-users 10000 --json FILE
 
 The job is `fl-privtext run`'s default point (server MLP 50 epochs, attacker 30 epochs; ``--epochs`` overrides
 both) with ``--mechanism``. Users: the blog corpus's posts taken as users (one record each,
@@ -13,6 +14,18 @@ loaded the dataset and mapped the cached features (untimed, identical for both p
 whole job: for Flower, `run_points` (Ray start, actors, rounds, training, attacks, shutdown); for the plain loop,
 `pipeline.run_plain` (the same clients, training and attacks, called in-process). Paths alternate over
 ``--repeats`` runs; medians are reported, and the results of both paths must be identical.
+
+Fixed costs of the Flower path (from `run_points`' clock, `fl_privtext.federation.runner.fixed_costs`) are printed
+separately: Ray start (overlapping the driver's preparation), Flower's start, the first round (which includes the
+actors' start-up) and the shutdown (overlapping the server's training). ``startup_s`` is everything before the first
+round's replies: until the first round is done, less the plain loop's round. ``ratio_after_startup`` =
+(Flower - startup) / plain: what the Flower path costs once Ray and the actors are up (the plain loop still pays
+torch's first-optimizer import, ~1.4 s, inside its training; the Flower driver pays it while Ray starts).
+
+``--naive-users N`` adds the naive design (`naive_federation.py`: one SuperNode per user, each uploading one 384-d
+L1-Laplace vector) against ours doing the same uploads (``--clients`` SuperNodes holding shards, bounded in-flight
+queries), each in a fresh process, whole simulations timed (Ray start to shutdown): ``naive_s``, ``ours_s``,
+``naive_speedup`` = naive_s / ours_s, and the rounds alone.
 """
 
 from __future__ import annotations
@@ -39,6 +52,8 @@ def _config(args: argparse.Namespace) -> Any:
     }
     if args.ray_address:
         flat["federation.ray-address"] = args.ray_address
+    if args.max_in_flight:
+        flat["federation.max-in-flight"] = args.max_in_flight
     if args.epochs:
         flat.update({"server.epochs": args.epochs, "attack.epochs": args.epochs})
     return ExperimentConfig.from_flat(flat)
@@ -48,6 +63,13 @@ def _worker(args: argparse.Namespace) -> None:
     """One timing in this (fresh) process; prints a JSON line."""
     from fl_privtext import pipeline
 
+    if args.worker in ("naive", "ours"):
+        from naive_federation import run
+
+        users = args.naive_users
+        out = run(args.worker, users, users if args.worker == "naive" else args.clients, args.max_in_flight or 64)
+        print(json.dumps({"path": args.worker, "seconds": out.pop("total_s"), **out}))
+        return
     cfg = _config(args)
     prep = pipeline.prepare(cfg, features="extract")  # untimed and identical for both paths
     t = time.perf_counter()
@@ -59,7 +81,8 @@ def _worker(args: argparse.Namespace) -> None:
         res = pipeline.run_plain(cfg, prep)
     seconds = time.perf_counter() - t
     seed = res["per_seed"][0]
-    print(json.dumps({"path": args.worker, "seconds": seconds, "users": len(prep.ds),
+    fixed = {k: v for k, v in res.get("simulation", {}).items() if k.endswith("_s")}
+    print(json.dumps({"path": args.worker, "seconds": seconds, "users": len(prep.ds), "fixed": fixed,
                       "federation_s": seed["timing"]["federation_s"], "train_s": seed["timing"]["train_s"],
                       "attack_s": seed["timing"]["attack_s"],
                       "results": json.dumps([seed["utility"], seed["attacks"]], sort_keys=True, default=str)}))
@@ -68,13 +91,19 @@ def _worker(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace, path: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", path, "--data-root", args.data_root, "--users", str(args.users),
            "--clients", str(args.clients), "--mechanism", args.mechanism, "--epochs", str(args.epochs),
-           "--ray-address", args.ray_address]
+           "--ray-address", args.ray_address, "--max-in-flight", str(args.max_in_flight),
+           "--naive-users", str(args.naive_users)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{path} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    if path in ("naive", "ours"):
+        print(f"  {path:6s} {out['seconds']:7.2f} s  (round {out['round_s']:.2f} s, {out['uploads']} uploads, "
+              f"complete {out['complete']})", flush=True)
+        return out
+    fixed = "".join(f", {k} {v:.2f}" for k, v in out.get("fixed", {}).items())
     print(f"  {path:6s} {out['seconds']:7.2f} s  (rounds {out['federation_s']:.2f} s, train {out['train_s']:.2f} s, "
-          f"attack {out['attack_s']:.2f} s)", flush=True)
+          f"attack {out['attack_s']:.2f} s{fixed})", flush=True)
     return out
 
 
@@ -89,8 +118,12 @@ def main() -> None:
     ap.add_argument("--ray-address", default="", help="attach to this running Ray cluster (federation.ray-address)")
     ap.add_argument("--repeats", type=int, default=3, help="timings per path, alternating the order")
     ap.add_argument("--skip-plain", action="store_true")
+    ap.add_argument("--max-in-flight", type=int, default=0,
+                    help="federation.max-in-flight (queries pending at once); 0 = the platform default")
+    ap.add_argument("--naive-users", type=int, default=0,
+                    help="also time the naive design (one SuperNode per user) against ours at this many users")
     ap.add_argument("--json", help="also write the figures to this file")
-    ap.add_argument("--worker", choices=["flower", "plain"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["flower", "plain", "naive", "ours"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         _worker(args)
@@ -122,6 +155,26 @@ def main() -> None:
             "plain_rounds_s_per_1000_users": statistics.median(o["federation_s"] for o in runs["plain"]) / users * 1e3,
             "identical_results": len({o["results"] for o in runs["flower"] + runs["plain"]}) == 1,
         })
+        # fixed costs of the Flower path, medians over its runs
+        fixed = {k: statistics.median(o["fixed"][k] for o in runs["flower"]) for k in runs["flower"][0]["fixed"]}
+        startup = statistics.median(
+            o["fixed"]["until_first_round_s"] - statistics.median(p["federation_s"] for p in runs["plain"])
+            for o in runs["flower"])
+        out.update({"fixed_costs_s": fixed, "startup_s": startup, "ratio_after_startup": (fl - startup) / pl})
+    if args.naive_users:
+        naive = [_run(args, "naive")]
+        ours = [_run(args, "ours")]
+        out.update({
+            "naive_users": args.naive_users, "naive_s": naive[0]["seconds"], "naive_round_s": naive[0]["round_s"],
+            "ours_s": ours[0]["seconds"], "ours_round_s": ours[0]["round_s"], "ours_clients": args.clients,
+            "naive_speedup": naive[0]["seconds"] / ours[0]["seconds"],
+            "naive_round_speedup": naive[0]["round_s"] / ours[0]["round_s"],
+            "naive_complete": naive[0]["complete"] and ours[0]["complete"],
+        })
+        print(f"{args.naive_users} users, one 384-d laplace-l1 upload each: naive (one SuperNode per user) "
+              f"{out['naive_s']:.1f} s vs ours ({args.clients} SuperNodes) {out['ours_s']:.1f} s -> "
+              f"{out['naive_speedup']:.0f}x (rounds alone: {out['naive_round_s']:.1f} s vs "
+              f"{out['ours_round_s']:.2f} s, {out['naive_round_speedup']:.0f}x)", flush=True)
     print(json.dumps(out, indent=2))
     if args.json:
         with open(args.json, "w") as fh:

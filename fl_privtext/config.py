@@ -142,6 +142,12 @@ class FederationConfig:
     client_gpus: float = 0.0
     ray_address: str = ""  # "" = start a local Ray; "auto" or host:port = attach to an existing cluster
     round_timeout: float = 600.0  # seconds the server waits for a round's replies (0 = forever); late = failed
+    # queries in flight at once (0 = auto: fl_privtext.federation.inflight.AUTO_WINDOW): the server sends to a bounded
+    # window of nodes, so Flower's in-memory link state, which scans every stored message for every node on each
+    # sweep, holds few of them (docs/federation.md, "Bounded in-flight messages")
+    max_in_flight: int = 0
+    # torch / BLAS / OpenMP threads per virtual-client actor (0 = auto: the actor's CPU share, floor(client-cpus) >= 1)
+    client_threads: int = 0
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:
@@ -159,6 +165,11 @@ class FederationConfig:
                              f"{self.round_timeout}.")
         if not self.client_cpus > 0 or self.client_gpus < 0:
             raise ValueError("federation.client-cpus must be > 0 and federation.client-gpus >= 0.")
+        if self.max_in_flight < 0:
+            raise ValueError(f"federation.max-in-flight must be >= 0 (0 = auto); got {self.max_in_flight}.")
+        if self.client_threads < 0:
+            raise ValueError(f"federation.client-threads must be >= 0 (0 = auto: the actor's CPU share); got "
+                             f"{self.client_threads}.")
 
 
 @dataclass(frozen=True)
@@ -274,8 +285,13 @@ class RunConfig:
     # <output>/tensorboard (tensorboardX or torch's writer), an MLflow file store in <output>/mlruns.
     tensorboard: bool = False
     mlflow: bool = False
+    # torch threads of the driver's server training and attacks (0 = auto: the cores the local actors leave free,
+    # at least 1; fl_privtext.threads.driver_threads); the plain loop uses the same number
+    threads: int = 0
 
     def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ValueError(f"run.threads must be >= 0 (0 = auto); got {self.threads}.")
         if self.seed < 0:
             raise ValueError(f"run.seed must be an integer >= 0; got {self.seed}.")
         if self.seeds < 1:

@@ -34,9 +34,17 @@ from fl_privtext.client import (
     upload_rows,
 )
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.data import SYNTHETIC_DATASETS, TextDataset, assign_roles, load_dataset, partition_users, source_roles
+from fl_privtext.data import (
+    SYNTHETIC_DATASETS,
+    TextDataset,
+    assign_roles,
+    load_dataset,
+    partition_users,
+    source_roles,
+)
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
+from fl_privtext.threads import driver_threads, limited
 
 
 @dataclass
@@ -301,11 +309,13 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
 def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> list[Trained]:
     """The server's task model of every seed, trained on what it received (per-upload evaluation included)."""
     out = []
-    for c in collected:
-        t0 = time.perf_counter()
-        trained = train_server(prep, c.received["features"], c.received["labels"], c.received["rows"], c.seed, cfg)
-        trained.utility["train_s"] = time.perf_counter() - t0
-        out.append(trained)
+    with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
+        for c in collected:
+            t0 = time.perf_counter()
+            trained = train_server(prep, c.received["features"], c.received["labels"], c.received["rows"], c.seed,
+                                   cfg)
+            trained.utility["train_s"] = time.perf_counter() - t0
+            out.append(trained)
     return out
 
 
@@ -342,6 +352,40 @@ def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collect
     return out
 
 
+def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained: Trained,
+                   on_device_result: dict[str, Any] | None) -> dict[str, Any]:
+    """One seed: the server's evaluation (already trained), the on-device result if any, and the eavesdropper's
+    attack on what it observed."""
+    up = c.received
+    utility = dict(trained.utility)
+    train_s = utility.pop("train_s", 0.0)
+    on_device_s = 0.0
+    if utility.get("available", True):
+        utility["on_device"] = (dict(on_device_result) if on_device_result is not None else
+                                {"available": False, "reason": "server.on-device = false" if not
+                                 cfg.server.on_device else "not run on this path"})
+        on_device_s = utility["on_device"].pop("seconds", 0.0)
+    t2 = time.perf_counter()
+    observed = merge_uploads([c.observed.uploads])
+    if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
+        raise RuntimeError("The eavesdropper's record differs from what the server received.")
+    attacks: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    if cfg.attack.enabled:
+        mech = mechanism_for(cfg, c.input_dim)
+        attacks, extra = attack(prep, observed["features"], observed["rows"], c.seed, cfg,
+                                labels=observed["labels"], mechanism=mech, report=mech.report())
+    t3 = time.perf_counter()
+    return {
+        "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
+        "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
+        "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
+        "output_dim": int(up["features"].shape[1]),
+        "timing": {"federation_s": c.federation_s, "train_s": train_s, "on_device_s": on_device_s,
+                   "attack_s": t3 - t2},
+    }
+
+
 def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected],
                    trained: Sequence[Trained] | None = None,
                    on_device_results: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -349,37 +393,10 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     ``trained`` already holds it, with ``on_device_results`` of the on-device protocol) and the eavesdropper
     attacks what it observed (checked to be the same uploads)."""
     t_start = time.perf_counter()
-    per_seed: list[dict[str, Any]] = []
     trained = list(trained) if trained is not None else train_point(prep, cfg, collected)
-    for i, c in enumerate(collected):
-        up = c.received
-        utility = dict(trained[i].utility)
-        train_s = utility.pop("train_s", 0.0)
-        on_device_s = 0.0
-        if utility.get("available", True):
-            utility["on_device"] = (dict(on_device_results[i]) if on_device_results is not None else
-                                    {"available": False, "reason": "server.on-device = false" if not
-                                     cfg.server.on_device else "not run on this path"})
-            on_device_s = utility["on_device"].pop("seconds", 0.0)
-        t2 = time.perf_counter()
-        observed = merge_uploads([c.observed.uploads])
-        if not all(np.array_equal(observed[k], up[k]) for k in UPLOAD_KEYS):
-            raise RuntimeError("The eavesdropper's record differs from what the server received.")
-        attacks: dict[str, Any] = {}
-        extra: dict[str, Any] = {}
-        if cfg.attack.enabled:
-            mech = mechanism_for(cfg, c.input_dim)
-            attacks, extra = attack(prep, observed["features"], observed["rows"], c.seed, cfg,
-                                    labels=observed["labels"], mechanism=mech, report=mech.report())
-        t3 = time.perf_counter()
-        per_seed.append({
-            "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
-            "uploads_received": len(up["rows"]), "uploads_observed": len(observed["rows"]),
-            "messages_observed": c.observed.messages, "bytes_observed": c.observed.nbytes,
-            "output_dim": int(up["features"].shape[1]),
-            "timing": {"federation_s": c.federation_s, "train_s": train_s, "on_device_s": on_device_s,
-                       "attack_s": t3 - t2},
-        })
+    with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
+        per_seed = [_evaluate_seed(prep, cfg, c, t, None if on_device_results is None else on_device_results[i])
+                    for i, (c, t) in enumerate(zip(collected, trained, strict=True))]
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg, c) for c in collected]

@@ -45,7 +45,8 @@ from fl_privtext.config import ExperimentConfig, _flatten
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
 IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
-                "federation.ray-address", "run.tensorboard", "run.mlflow", "extractor.chunk-rows", "train.device")
+                "federation.ray-address", "run.tensorboard", "run.mlflow", "extractor.chunk-rows", "train.device",
+                "federation.max-in-flight")
 
 # Keys added to the config after points were saved: left out of the key while they hold the value every saved point
 # was computed with, so existing points keep their keys (and a run with another value gets a new key).
@@ -68,12 +69,14 @@ LATER_KEYS["train.adv-attributes"] = ""  # issue #13 (CAPE: one attribute's adve
 # Issue #14's training budgets: at these defaults they bind on no staged dataset (config.py says where each binds),
 # so every saved point was computed as if they were set.
 LATER_KEYS.update({"server.max-steps": 100_000, "attack.max-steps": 15_000, "attack.max-aux-users": 20_000})
+# Thread counts (issue #14): points saved before were computed with torch's default threads; "auto" is the new default.
+LATER_KEYS.update({"run.threads": 0, "federation.client-threads": 0})
 # The new attacker (issue #10: attack.families, folds, extra, ...) and the projection keys (issue #11) are NOT listed:
 # the points saved under docs/results were attacked by the old attacker, so they no longer match and rerun.
 
 # What the points of one Flower simulation must share (run_points' rule).
 SIMULATION_KEYS = ("federation.num-clients", "federation.client-cpus", "federation.client-gpus",
-                   "federation.ray-address", "run.client-seed")
+                   "federation.ray-address", "federation.client-threads", "run.client-seed")
 
 
 def point_key(cfg: ExperimentConfig) -> str:

@@ -23,11 +23,24 @@ import time
 import numpy as np
 from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 
 from fl_privtext.client import ClientData, client_on_device, client_seed_from, client_upload
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.threads import apply_torch_threads, share
 
-app = ClientApp()
+
+def thread_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Every message: torch (where an earlier handler loaded it) runs with this actor's thread share
+    (``federation.client-threads``, auto = floor(client-cpus)); BLAS got it from the worker's environment."""
+    flat = msg.content.config_records.get("config")
+    if flat is not None and "federation.client-threads" in flat:  # two keys read directly: parsing costs ~2 ms
+        apply_torch_threads(share(int(flat["federation.client-threads"]),  # type: ignore[arg-type]
+                                  float(flat.get("federation.client-cpus", 1.0))))  # type: ignore[arg-type]
+    return call_next(msg, context)
+
+
+app = ClientApp(mods=[thread_mod])
 
 
 @functools.lru_cache(maxsize=2)
@@ -50,14 +63,6 @@ def _prep_key(cfg: ExperimentConfig) -> tuple:
     flat = cfg.to_flat()
     keep = ("data.", "extractor.", "federation.num-clients", "federation.partition", "federation.alpha", "run.seed")
     return tuple(sorted((k, v) for k, v in flat.items() if k.startswith(keep)))
-
-
-@app.query("prepare")
-def warm_up(msg: Message, context: Context) -> Message:
-    """Load the dataset, shards and cached features into this actor before the first upload round."""
-    t0 = time.perf_counter()
-    _data_for(msg, _config(msg))
-    return Message(RecordDict({"stats": MetricRecord({"prepare_s": time.perf_counter() - t0})}), reply_to=msg)
 
 
 def _config(msg: Message) -> ExperimentConfig:
@@ -93,7 +98,9 @@ def upload(msg: Message, context: Context) -> Message:
             "upload": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in up.arrays().items()}),
             # "seeded": whether this client ran the reproducible mode (1) or secret OS entropy (0); public metadata
             "stats": MetricRecord({"num_uploads": len(up.rows), "input_dim": up.input_dim, "seeded": int(
-                client_seed is not None), "prepare_s": t1 - t0, "privatize_s": t2 - t1}),
+                client_seed is not None), "prepare_s": t1 - t0, "privatize_s": t2 - t1,
+                # the thread pools this actor's environment sized (fl_privtext.threads); 0 = not set
+                "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}),
         }
     )
     return Message(content, reply_to=msg)

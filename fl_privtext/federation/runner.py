@@ -24,6 +24,7 @@ import numpy as np
 from fl_privtext import pipeline
 from fl_privtext.client import CLIENT_SEED_ENV, mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.threads import client_threads, worker_env
 
 
 def _quiet_env() -> None:
@@ -101,14 +102,21 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     from fl_privtext.federation.client_app import app as client_app
     from fl_privtext.federation.server_app import Job, serve
 
+    t_start = time.perf_counter()
+    clock: dict[str, float] = {}  # seconds since t_start: the simulation's fixed costs (result["simulation"])
+
+    def mark(name: str) -> None:
+        clock.setdefault(name, time.perf_counter() - t_start)
+
     _quiet_env()
     first = points[0].federation
     for p in points:
         f = p.federation
-        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address, p.run.client_seed) != (
-            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address, points[0].run.client_seed):
+        if (f.num_clients, f.client_cpus, f.client_gpus, f.ray_address, f.client_threads, p.run.client_seed) != (
+            first.num_clients, first.client_cpus, first.client_gpus, first.ray_address, first.client_threads,
+                points[0].run.client_seed):
             raise ValueError("All points of one simulation must share federation.num-clients, client-cpus, "
-                             "client-gpus, ray-address and run.client-seed.")
+                             "client-gpus, ray-address, client-threads and run.client-seed.")
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
     if first.ray_address:
         init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
@@ -122,9 +130,13 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
     started = False
     try:
+        mark("validated")
         prepared = driver.submit(_prepare_driver, points)
-        started = _init_ray(init_args, client_seed=points[0].run.client_seed)
+        started = _init_ray(init_args, client_seed=points[0].run.client_seed,
+                            threads=client_threads(points[0]))
+        mark("ray_started")
         snapshots = prepared.result()
+        mark("driver_prepared")
     except BaseException:
         if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
             import ray
@@ -151,6 +163,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
 
     def restore(i: int, result: dict[str, Any]) -> None:
         result["config"] = points[i]  # the driver's own record (with run.client-seed) for results.json
+        result["simulation"] = clock  # filled in further until run_points returns
         ran, asked = result["privacy"]["randomness"], points[i].run.randomness
         if ran != asked:
             raise RuntimeError(f"run.client-seed asks for {asked!r} client randomness but the clients ran {ran!r}: "
@@ -159,10 +172,17 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         if on_result is not None:
             on_result(i, result)
 
+    def round_done(i: int, seed: int, rnd: int, r: pipeline.Round, dt: float) -> None:
+        mark("first_round_done")  # the first round includes the actors' start-up
+        if on_round is not None:
+            on_round(i, seed, rnd, r, dt)
+
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
+        mark("server_app_started")
         serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
-              submit=submit, on_round=on_round)
+              submit=submit, on_round=round_done)
+        mark("last_round_done")
 
     backend_config = {
         "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
@@ -173,14 +193,35 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     if not any(isinstance(f, _DropDeprecation) for f in flwr_logger.filters):
         flwr_logger.addFilter(_DropDeprecation())
     try:
+        mark("simulation_called")
         run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
                        backend_config=backend_config)
+        mark("simulation_shut_down")
         results = [f.result() for f in futures]
+        mark("results_ready")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
+    clock.update(fixed_costs(clock))
     return results
+
+
+def fixed_costs(clock: dict[str, float]) -> dict[str, float]:
+    """The simulation's fixed costs from ``run_points``' clock (seconds since it was called): Ray start (``ray.init``,
+    overlapping the driver's preparation), the wait for both, Flower's start until the ServerApp runs, the first
+    round less a steady round (actors' start-up), and the shutdown after the last round (Flower stops its workers,
+    Ray shuts down; overlapping the server's training). Keys ending in ``_s``."""
+    c = clock
+    return {
+        "ray_start_s": c["ray_started"] - c["validated"],
+        "until_driver_ready_s": c["driver_prepared"] - c["validated"],
+        "flower_start_s": c["server_app_started"] - c["simulation_called"],
+        "first_round_s": c["first_round_done"] - c["server_app_started"],
+        "until_first_round_s": c["first_round_done"],
+        "shutdown_s": c["simulation_shut_down"] - c["last_round_done"],
+        "results_after_shutdown_s": c["results_ready"] - c["simulation_shut_down"],
+    }
 
 
 def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
@@ -204,12 +245,13 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
 
 
-def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None) -> bool:
+def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1) -> bool:
     """Initialise Ray as Flower's Ray backend would (``init_args`` plus the driver's sys.path for the actors);
     the backend then reuses it, and shuts it down at the end. False when Ray was already initialised.
 
     ``client_seed`` (reproducible mode) goes to the workers' environment only, not to the driver's, where the
-    ServerApp runs."""
+    ServerApp runs. ``threads``: each worker's OpenMP / MKL / OpenBLAS threads (`fl_privtext.threads`), set in its
+    environment so that numpy and torch size their pools by it when they load."""
     import ray
 
     if ray.is_initialized():
@@ -218,7 +260,8 @@ def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None) -> b
     if os.environ.get("PYTHONPATH"):
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
     os.environ["PYTHONPATH"] = pythonpath
-    env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed)}
+    env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed),
+                **worker_env(threads)}
     ray.init(runtime_env={"env_vars": env_vars}, **init_args)
     return True
 

@@ -20,6 +20,7 @@ from fl_privtext import pipeline
 from fl_privtext.client import merge_uploads
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid
+from fl_privtext.federation.inflight import send_windowed, window_size
 
 app = ServerApp()
 log = logging.getLogger(__name__)
@@ -44,32 +45,21 @@ def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord | Array
     return RecordDict({**content, **records})
 
 
-def warm_up(grid: Grid, nodes: Sequence[int], cfg: ExperimentConfig, snapshot: str = "") -> None:
-    """Have the actors load data and features before round 0: a few cheap queries, one per likely worker.
-
-    Flower's simulation polls every node for pending messages; while cold actors load, a full round of pending
-    queries makes each poll sweep expensive (measured: the first of 3 rounds at 1,000 clients took ~6x longer)."""
-    n = min(len(nodes), max(2, os.cpu_count() or 2))
-    msgs = [Message(_query(cfg, snapshot), dst_node_id=node, message_type="query.prepare") for node in nodes[:n]]
-    errors = [r.error.reason for r in grid.send_and_receive(msgs) if r.has_error()]
-    if errors:
-        raise RuntimeError(f"{len(errors)} client(s) failed to prepare: {errors[:3]}")
-
-
 def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig, seed: int,
             rnd: int, snapshot: str = "") -> pipeline.Round:
     """One round: query every node for its users' uploads; return what arrived within
     ``federation.round-timeout`` s. A client that fails (an exception, a crashed actor) or does not answer in time
     is listed in ``Round.failures`` and the round goes on without it; a round with no upload at all is an error.
 
-    The query carries the point's configuration and (seed, round), never anything a client's noise derives from."""
-    msgs = [
+    The query carries the point's configuration and (seed, round), never anything a client's noise derives from.
+    At most ``federation.max-in-flight`` queries are pending at once (`fl_privtext.federation.inflight`)."""
+    msgs = (
         Message(_query(cfg, snapshot, task=ConfigRecord({"seed": seed, "round": rnd})), dst_node_id=node,
                 message_type="query.upload")
         for node in nodes
-    ]
+    )
     timeout = cfg.federation.round_timeout or None
-    replies = list(grid.send_and_receive(msgs, timeout=timeout))
+    replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout)
     failures: list[dict[str, Any]] = []
     good: list[Message] = []
     for r in replies:
@@ -104,7 +94,8 @@ def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trai
     msgs = [Message(_query(cfg, snapshot, model=model, rows=ArrayRecord({"rows": Array(np.asarray(rows, np.int64))})),
                     dst_node_id=node, message_type="query.evaluate")
             for node, rows in requests.items()]
-    replies = list(grid.send_and_receive(msgs, timeout=cfg.federation.round_timeout or None))
+    replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight),
+                            timeout=cfg.federation.round_timeout or None)
     errors = [str(r.error.reason) for r in replies if r.has_error()]
     if errors or len(replies) != len(msgs):
         raise RuntimeError(f"On-device evaluation: {len(msgs) - len(replies) + len(errors)} of {len(msgs)} test "
@@ -158,7 +149,6 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     train and evaluate on what the server received, attack what the eavesdropper observed."""
     prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
-    warm_up(eaves, nodes, cfg, snapshot)
     observations: list[Any] = []
     sent: list[Any] = []
     training, phase_b = _phase_a(eaves, cfg, keep_observations)

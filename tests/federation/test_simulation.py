@@ -19,7 +19,7 @@ from fl_privtext.report import aggregate
 
 CLIENT_SEED = 918_273_645  # not a small integer: those are within a brute-forcing server's reach
 FAST = {"server.epochs": 10, "attack.epochs": 15, "run.progress": False, "federation.num-clients": 4,
-        "run.client-seed": CLIENT_SEED}
+        "run.client-seed": CLIENT_SEED, "federation.client-threads": 2}
 
 
 def _cfg(cache_dir, **sets) -> ExperimentConfig:
@@ -32,8 +32,9 @@ def points(cache_dir, request):
     from tests.conftest import staged_data_root
 
     cfgs = {
+        # one query in flight at a time (federation.max-in-flight): the uploads must still equal the plain clients'
         "l1_two_rounds": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
-                                            "federation.rounds": 2}),
+                                            "federation.rounds": 2, "federation.max-in-flight": 1}),
         "none": _cfg(cache_dir, **{"privacy.mechanism": "none"}),
         "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
     }
@@ -120,6 +121,14 @@ def test_private_uploads_through_flower_equal_the_plain_clients(points):
     assert len(plain["rows"]) == 2 * len(prep.ds)
     for k in plain:
         np.testing.assert_array_equal(seen[k], plain[k])
+
+
+def test_actors_run_with_their_thread_share(points):
+    # federation.client-threads = 2 (not Ray's default of floor(client-cpus) = 1): each actor's OpenMP/MKL/OpenBLAS
+    # pools were sized by the environment fl_privtext.threads gave it
+    _, point = points["l1_two_rounds"]
+    threads = {o.metrics["stats"]["threads"] for o in point["observations"] if "stats" in o.metrics}
+    assert threads == {2}
 
 
 def _attack_both_ends(points, clear: str, private: str):

@@ -1,0 +1,98 @@
+"""The naive Flower design as a baseline for `bench_federation.py --naive-users N`: one SuperNode per user, each
+uploading one 384-d L1-Laplace vector, against our design doing the same work (SuperNodes holding shards of users,
+queries sent through a bounded window).
+
+Same work in both: user u's representation is the same fixed 384-d vector (a deterministic function of u), privatized
+by the platform's `laplace-l1` mechanism at epsilon 1 with the node's own OS-entropy generator, as the platform's
+clients do: one call per node (a node of the naive design holds one user; ours privatize a shard in one call). The
+server checks that it received every user exactly once, with 384 finite values each.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+
+from fl_privtext.privacy import make_mechanism
+
+DIM = 384
+EPSILON = 1.0
+
+client_app = ClientApp()
+
+
+def user_vectors(users: range) -> np.ndarray:
+    """(len(users), DIM) float32: user u's fixed representation (cheap, identical whichever node computes it)."""
+    u = np.arange(users.start, users.stop, dtype=np.float64)[:, None]
+    k = np.arange(1, DIM + 1, dtype=np.float64)[None, :]
+    return np.sin(u * 0.618 * k + k).astype(np.float32)
+
+
+def user_uploads(users: range) -> tuple[np.ndarray, np.ndarray]:
+    """The node's users privatized in one mechanism call, and their user ids."""
+    mech = make_mechanism("laplace-l1", epsilon=EPSILON, dim=DIM)
+    feats = mech.privatize(user_vectors(users), np.random.default_rng())  # OS entropy, as the platform's clients
+    return feats.astype(np.float32, copy=False), np.arange(users.start, users.stop, dtype=np.int64)
+
+
+@client_app.query("upload")
+def upload(msg: Message, context: Context) -> Message:
+    task = msg.content.config_records["task"]
+    users = int(task["users"])  # type: ignore[arg-type]
+    part, parts = int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])  # type: ignore[arg-type]
+    lo, hi = part * users // parts, (part + 1) * users // parts  # contiguous shards; one user each when parts=users
+    feats, rows = user_uploads(range(lo, hi))
+    return Message(RecordDict({"upload": ArrayRecord({"features": Array(feats), "rows": Array(rows)})}),
+                   reply_to=msg)
+
+
+def complete(parts: list[dict[str, np.ndarray]], users: int) -> bool:
+    """Every user's upload arrived exactly once, DIM finite values each."""
+    if not parts:
+        return False
+    rows = np.sort(np.concatenate([p["rows"] for p in parts]))
+    feats = np.concatenate([p["features"] for p in parts])
+    return bool(np.array_equal(rows, np.arange(users)) and feats.shape == (users, DIM) and np.isfinite(feats).all())
+
+
+def run(design: str, users: int, nodes: int, window: int) -> dict[str, Any]:
+    """One simulation of ``design`` ("naive": Flower's send_and_receive of one query per node, as a plain
+    ServerApp would; "ours": ``window`` queries in flight). Returns timings, the number of uploads, completeness."""
+    from flwr.simulation import run_simulation
+
+    from fl_privtext.federation.inflight import send_windowed
+    from fl_privtext.federation.runner import _init_ray, _quiet_env
+    from fl_privtext.federation.server_app import _wait_for_nodes
+
+    _quiet_env()
+    t0 = time.perf_counter()
+    out: dict[str, Any] = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def _main(grid: Grid, context: Context) -> None:
+        ids = _wait_for_nodes(grid, nodes)
+        t1 = time.perf_counter()
+        msgs = (Message(RecordDict({"task": ConfigRecord({"users": users})}), dst_node_id=n,
+                        message_type="query.upload") for n in ids)
+        replies = (list(grid.send_and_receive(list(msgs))) if design == "naive"
+                   else send_windowed(grid, msgs, window=window))
+        out["round_s"] = time.perf_counter() - t1
+        parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in replies
+                 if not r.has_error()]
+        out["uploads"] = int(sum(len(p["rows"]) for p in parts))
+        out["complete"] = complete(parts, users)
+
+    init_args = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False,
+                 "num_cpus": os.cpu_count() or 1}
+    _init_ray(init_args, threads=1)
+    run_simulation(server_app=server_app, client_app=client_app, num_supernodes=nodes,
+                   backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0}, "init_args": init_args})
+    out["total_s"] = time.perf_counter() - t0
+    return out

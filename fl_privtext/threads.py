@@ -1,0 +1,87 @@
+"""Thread counts: how many torch / BLAS / OpenMP threads each process of a run may use.
+
+On a machine with C cores, a federation starts min(clients, C / client-cpus) Ray actors, and the driver trains the
+server's model and the attackers. Left alone, every process sizes its thread pools to all C cores: 2 actors and the
+driver on 2 cores run 6 compute threads, and OpenMP's spinning threads then slow small torch models by 10-40x
+(measured on this project's loaded 2-core machines). Here each process gets its share instead:
+
+- an actor: ``federation.client-threads``, or (0 = auto) its CPU share floor(client-cpus), at least 1. It reaches
+  the Ray workers as OMP_NUM_THREADS / MKL_NUM_THREADS / OPENBLAS_NUM_THREADS in their environment, so numpy's BLAS
+  and torch read it when they load; `apply_torch_threads` sets torch too where it is already loaded.
+- the driver: ``run.threads``, or (0 = auto) the cores the local actors leave free, at least 1. It applies around the
+  server's training and the attacks (`limited`), in the Flower path and the plain loop alike, so both compute the
+  same numbers (torch's reductions may depend on the thread count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+from collections.abc import Iterator
+
+from fl_privtext.config import ExperimentConfig
+
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity where the OS reports it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def local_actors(cfg: ExperimentConfig, cores: int | None = None) -> int:
+    """Actors Flower starts on this machine: as many as the cores hold (Ray gets every core), at most one per
+    client; none here when the federation attaches to a Ray cluster (``federation.ray-address``)."""
+    if cfg.federation.ray_address:
+        return 0
+    cores = usable_cores() if cores is None else cores
+    return max(1, min(cfg.federation.num_clients, math.floor(cores / cfg.federation.client_cpus)))
+
+
+def client_threads(cfg: ExperimentConfig) -> int:
+    """Threads of one virtual-client actor: ``federation.client-threads`` or its CPU share (at least 1)."""
+    return share(cfg.federation.client_threads, cfg.federation.client_cpus)
+
+
+def share(threads: int, cpus: float) -> int:
+    """``threads`` if set (> 0), else the CPU share floor(cpus), at least 1."""
+    return threads or max(1, math.floor(cpus))
+
+
+def driver_threads(cfg: ExperimentConfig, cores: int | None = None) -> int:
+    """Threads of the driver's training and attacks: ``run.threads`` or the cores the local actors leave free."""
+    if cfg.run.threads:
+        return cfg.run.threads
+    cores = usable_cores() if cores is None else cores
+    return max(1, cores - local_actors(cfg, cores) * client_threads(cfg))
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """Environment variables that size a fresh process's thread pools (read when numpy / torch load)."""
+    return {name: str(threads) for name in THREAD_ENV}
+
+
+def apply_torch_threads(threads: int) -> None:
+    """Set torch's intra-op threads in this process if torch is loaded (never imports it: the ClientApp stays light)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def limited(threads: int) -> Iterator[None]:
+    """torch runs with ``threads`` intra-op threads inside the block (set in the calling thread, which is where
+    OpenMP reads it); the previous count is restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

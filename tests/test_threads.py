@@ -1,0 +1,51 @@
+"""Thread shares (`fl_privtext.threads`): actors get their CPU share, the driver the cores the actors leave free."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.threads import client_threads, driver_threads, limited, local_actors, worker_env
+
+
+def _cfg(**sets) -> ExperimentConfig:
+    return ExperimentConfig.from_flat(sets)
+
+
+@pytest.mark.parametrize(
+    "sets,cores,actors,client,driver",
+    [
+        ({"federation.num-clients": 100}, 2, 2, 1, 1),  # this project's machine: 2 actors fill it; driver keeps 1
+        ({"federation.num-clients": 100}, 16, 16, 1, 1),
+        ({"federation.num-clients": 4}, 16, 4, 1, 12),  # fewer clients than cores: the rest is the driver's
+        ({"federation.num-clients": 100, "federation.client-cpus": 4.0}, 16, 4, 4, 1),
+        ({"federation.num-clients": 100, "federation.client-cpus": 0.5}, 2, 4, 1, 1),  # fractions: 1 thread
+        ({"federation.num-clients": 3, "federation.client-cpus": 2.5}, 16, 3, 2, 10),
+        ({"federation.num-clients": 100, "federation.ray-address": "auto"}, 8, 0, 1, 8),  # actors elsewhere
+        ({"federation.num-clients": 100, "federation.client-threads": 3, "run.threads": 5}, 2, 2, 3, 5),  # given
+    ],
+)
+def test_shares(sets, cores, actors, client, driver):
+    cfg = _cfg(**sets)
+    assert local_actors(cfg, cores) == actors
+    assert client_threads(cfg) == client
+    assert driver_threads(cfg, cores) == driver
+
+
+def test_worker_env_sizes_every_pool():
+    assert worker_env(3) == {"OMP_NUM_THREADS": "3", "MKL_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3"}
+
+
+def test_limited_sets_and_restores_torch_threads():
+    before = torch.get_num_threads()
+    other = 2 if before != 2 else 1
+    with limited(other):
+        assert torch.get_num_threads() == other
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("key", ["run.threads", "federation.client-threads", "federation.max-in-flight"])
+def test_negative_counts_are_refused(key):
+    with pytest.raises(ValueError, match=f"{key} must be >= 0"):
+        _cfg(**{key: -1})
