@@ -87,8 +87,11 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                     len(failures), len(nodes), failures[0]["reason"][:300])
     parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in good]
     stats = [r.content.metric_records["stats"] for r in good]
+    where = [r.content.config_records.get("placement") or {} for r in good]
+    placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
+                  "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
     return pipeline.Round(merge_uploads(parts), max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
-                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats])
+                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], placement=placement)
 
 
 Job = Callable[[], dict[str, Any]]
