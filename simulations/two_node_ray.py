@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,28 +30,9 @@ from pathlib import Path
 from typing import Any, Self
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (a process started with ``start_new_session`` and its descendants)."""
-    out = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # fields after the name: state, ppid, pgrp, session
-            out.append(int(proc.name))
-    return out
+from processes import free_port, session_pids, stop_sessions  # noqa: E402
 
 
 @dataclass
@@ -161,23 +140,8 @@ class LocalRayCluster:
     def stop(self, grace_s: float = 30.0) -> list[int]:
         """SIGTERM the nodes, worker first; SIGKILL what is left of their sessions after ``grace_s``; remove the
         temp dirs. Returns the pids that needed SIGKILL."""
-        for node in reversed(self.started):
-            if node.process.poll() is None:
-                node.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while self.pids() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        killed = self.pids()
-        for pid in killed:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        killed = stop_sessions([n.process for n in reversed(self.started)], grace_s)
         for node in self.started:
-            try:
-                node.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             shutil.rmtree(node.temp_dir, ignore_errors=True)
         return killed
 
