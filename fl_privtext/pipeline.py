@@ -256,13 +256,17 @@ class Round:
 
     ``failures``: one dict per client without a usable reply: ``{"node": id, "kind": "error" | "timeout",
     "reason": str}``. ``seeded``: per reply, whether the client ran the reproducible mode (its own statement).
-    ``senders``: node id -> the record ids its reply carried (where the on-device evaluation is sent)."""
+    ``senders``: node id -> the record ids its reply carried (where the on-device evaluation is sent).
+
+    ``placement``: per reply, where it was computed: ``{"node": id, "host": str, "ray_node": str}`` ("" = not Ray;
+    empty in the plain loop)."""
 
     uploads: dict[str, np.ndarray]
     input_dim: int
     failures: list[dict[str, Any]] = field(default_factory=list)
     seeded: list[bool] = field(default_factory=list)
     senders: dict[int, np.ndarray] = field(default_factory=dict)
+    placement: list[dict[str, Any]] = field(default_factory=list)
 
 
 CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
@@ -403,6 +407,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases)
     privacy["randomness"] = randomness_of(cfg, collected)
     return {
+        "placement": placement_of(collected),
         "extractor_identity": prep.extractor.identity(),
         "config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users,
         "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
@@ -446,6 +451,25 @@ def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]
     first = np.unique(prep.ds.user_ids[np.isin(user, np.flatnonzero(missing_users)[:1000])])  # sorted as str
     return {"failed_clients": failed, "records_not_received": missing_records,
             "users_not_heard_from": first.tolist(), "num_users_not_heard_from": int(missing_users.sum())}
+
+
+def placement_of(collected: Sequence[Collected]) -> dict[str, Any]:
+    """Where the replies were computed, over every seed and round: replies per Ray node and per host, and the
+    client nodes each Ray node served (empty maps in the plain loop, which has no replies)."""
+    by_ray: dict[str, int] = {}
+    by_host: dict[str, int] = {}
+    clients: dict[str, set[int]] = {}
+    replies = 0
+    for c in collected:
+        for r in c.rounds:
+            for p in r.placement:
+                replies += 1
+                by_host[p["host"]] = by_host.get(p["host"], 0) + 1
+                if p["ray_node"]:
+                    by_ray[p["ray_node"]] = by_ray.get(p["ray_node"], 0) + 1
+                    clients.setdefault(p["ray_node"], set()).add(int(p["node"]))
+    return {"replies": replies, "replies_by_ray_node": by_ray, "replies_by_host": by_host,
+            "clients_by_ray_node": {k: sorted(v) for k, v in clients.items()}}
 
 
 def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:

@@ -175,6 +175,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             "uploads_received": seeds[0]["uploads_received"], "uploads_observed": seeds[0]["uploads_observed"],
             "messages_observed": seeds[0]["messages_observed"], "bytes_observed": seeds[0]["bytes_observed"],
             "upload_dim": seeds[0]["output_dim"],
+            "placement": point.get("placement", {}),
         },
         "dataset": point["dataset"],
         "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
+import sys
 import time
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 
@@ -71,6 +73,15 @@ def _config(msg: Message) -> ExperimentConfig:
     return ExperimentConfig.from_flat(flat)
 
 
+def placement() -> ConfigRecord:
+    """Where this reply was computed: the host name and, under Ray, the Ray node id ("" elsewhere, e.g. on a
+    Deployment Engine SuperNode). Public metadata like the sender's node id; it shows which machine of a
+    multi-node cluster served each virtual client."""
+    ray = sys.modules.get("ray")  # never imported here: an actor has it, a SuperNode does not need it
+    ray_node = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else ""
+    return ConfigRecord({"host": socket.gethostname(), "ray-node": ray_node})
+
+
 @app.query("upload")
 def upload(msg: Message, context: Context) -> Message:
     cfg = _config(msg)
@@ -101,6 +112,7 @@ def upload(msg: Message, context: Context) -> Message:
                 client_seed is not None), "prepare_s": t1 - t0, "privatize_s": t2 - t1,
                 # the thread pools this actor's environment sized (fl_privtext.threads); 0 = not set
                 "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}),
+            "placement": placement(),
         }
     )
     return Message(content, reply_to=msg)

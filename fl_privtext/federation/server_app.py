@@ -78,9 +78,13 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                     len(failures), len(nodes), failures[0]["reason"][:300])
     parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in good]
     stats = [r.content.metric_records["stats"] for r in good]
+    where = [r.content.config_records.get("placement") or {} for r in good]
+    placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
+                  "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
     senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
     return pipeline.Round(merge_uploads(parts), max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
-                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], senders=senders)
+                          failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], senders=senders,
+                          placement=placement)
 
 
 def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trained,

@@ -1,0 +1,66 @@
+"""Process hygiene for scripts and tests that start long-lived servers (Ray nodes, Flower SuperLink/SuperNodes).
+
+Each server is started in its own session (``start_new_session=True``); its helpers (raylets, Ray workers,
+SuperExec, ClientApp/ServerApp processes) inherit that session, so stopping by session id ends exactly what was
+started, never another user's processes (no `ray stop`, no `pkill -f`).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def session_pids(sid: int) -> list[int]:
+    """Live (non-zombie) processes of session ``sid``."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":  # after the name: state, ppid, pgrp, session
+            out.append(int(proc.name))
+    return out
+
+
+def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> list[int]:
+    """SIGTERM each process (in the order given), SIGKILL whatever is left of their sessions after ``grace_s``,
+    reap them. Returns the pids that needed SIGKILL."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+
+    def alive() -> list[int]:
+        return [pid for p in procs for pid in session_pids(p.pid)]
+
+    deadline = time.monotonic() + grace_s
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    killed = alive()
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+    return killed
