@@ -32,7 +32,7 @@ from typing import Any, Self
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from processes import free_port, session_pids, stop_sessions  # noqa: E402
+from processes import free_port, session_pids, stop_sessions
 
 
 @dataclass
