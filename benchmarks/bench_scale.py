@@ -2,6 +2,7 @@
 
     python benchmarks/bench_scale.py --users 1000000                 # the issue's target: <= 10 min, <= 8 GB
     python benchmarks/bench_scale.py --users 10000 --clients 100 --json scale_10k.json
+    python benchmarks/bench_scale.py --users 1000000 --plain          # also the plain loop: Flower/plain ratio
 
 The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
 default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
@@ -13,6 +14,11 @@ Stages (in the order they run): generate (the synthetic users, written to the ca
 roles and client shards, then GloVe features into the cache), startup (Ray, actors, the clients' warm-up), upload
 rounds, server training, attacks, and the rest (report, Flower/Ray shutdown). The first two run in a fresh cache
 directory (``--cache-dir``, default a new temporary one) so that they are measured, not read back.
+
+``--plain`` then runs the same point as the plain in-process loop (`fl_privtext.pipeline.run_plain`: same clients,
+server and attacks, no Flower, no Ray) on the same cached features, and prints the Flower/plain ratio of the two
+timed jobs (Flower: ``run_experiment``, Ray start to shutdown; plain: ``run_plain``) and whether their results are
+identical (both use the reproducible client seed, so they must be).
 
 Memory: a sampler thread reads, every 0.2 s, the resident set size (VmRSS) of this process and of every process
 below it (Ray's GCS, raylet and worker actors) and sums them; "peak RSS" is the largest sum seen, overall and per
@@ -127,6 +133,15 @@ class Timeline:
         setattr(module, attr, timed)
 
 
+def _same(results: dict[str, Any], plain_point: dict[str, Any]) -> bool:
+    """Whether both paths computed the same utility and attacks (results.json's aggregates)."""
+    from fl_privtext.report import aggregate
+
+    plain = aggregate(plain_point, 0.0)
+    return all(json.dumps(results[k], sort_keys=True, default=str) == json.dumps(plain[k], sort_keys=True, default=str)
+               for k in ("utility", "attacks"))
+
+
 def _config(args: argparse.Namespace, cache_dir: str, output: str) -> Any:
     from fl_privtext.config import ExperimentConfig
 
@@ -134,7 +149,7 @@ def _config(args: argparse.Namespace, cache_dir: str, output: str) -> Any:
         "data.name": "synthetic", "data.options.users": args.users, "data.options.seed": args.seed,
         "extractor.name": "glove", "extractor.cache-dir": cache_dir, "extractor.chunk-rows": args.chunk_rows,
         "federation.num-clients": args.clients, "run.baseline": args.baseline, "run.progress": False,
-        "run.output": output,
+        "run.output": output, "run.client-seed": 2_718_281_828,  # reproducible: Flower and plain must agree
     })
 
 
@@ -147,6 +162,7 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="also serve the no-privacy baseline (run.baseline)")
     ap.add_argument("--cache-dir", default="", help="feature and synthetic-data cache (default: a fresh temp dir)")
     ap.add_argument("--output", default="", help="run directory for results.json / summary.md (default: temp)")
+    ap.add_argument("--plain", action="store_true", help="also time the plain loop on the same point (ratio)")
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
 
@@ -172,6 +188,10 @@ def main() -> None:
         t_run = time.perf_counter()
         results = runner.run_experiment(cfg, output=output, echo=False)
         t_end = time.perf_counter()
+        plain = None
+        if args.plain:
+            plain = pipeline.run_plain(cfg)
+            t_plain = time.perf_counter() - t_end
     spans = timeline.spans
     first_round = min(a for a, _ in spans["upload rounds"])
     spans["startup"] = [(t_run, first_round)]
@@ -201,6 +221,10 @@ def main() -> None:
         "timing": results.get("timing"), "output": output, "python": sys.version.split()[0],
     }
     del seed
+    if plain is not None:
+        flower_s = t_end - t_run
+        same = _same(results, plain)
+        out.update({"flower_s": flower_s, "plain_s": t_plain, "ratio": flower_s / t_plain, "identical_results": same})
     print(f"synthetic users {out['users']:,} ({out['records']:,} reviews), {args.clients} clients, GloVe, "
           f"laplace-l1 eps 1; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, "
           f"{out['loadavg_end'][0]:.2f} at the end")
@@ -211,6 +235,9 @@ def main() -> None:
     print(f"task accuracy {out['accuracy']} (majority {out['majority_baseline']}); attacks "
           + ", ".join(f"{k} {v['accuracy']:.3f} (majority {v['majority_baseline']:.3f})"
                       for k, v in out["attacks"].items()))
+    if plain is not None:
+        print(f"Flower {out['flower_s']:.1f} s, plain loop {out['plain_s']:.1f} s: ratio {out['ratio']:.3f}; "
+              f"identical results: {out['identical_results']}")
     print(f"results: {output}/results.json")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))

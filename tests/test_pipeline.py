@@ -72,7 +72,7 @@ def test_centring_server_removes_a_shift_shared_by_all_coordinates():
     from fl_privtext.learn import MLPConfig, train_mlp
 
     tr, te = slice(0, 3000), slice(3000, None)
-    conf = MLPConfig(hidden=32, epochs=15, standardize=False)
+    conf = MLPConfig(hidden=32, epochs=6, batch_size=64, standardize=False)
 
     def acc(feats: np.ndarray) -> float:
         m = train_mlp(feats[tr], y[tr], num_classes=2, config=conf, generator=torch.Generator().manual_seed(0))

@@ -83,7 +83,10 @@ def test_no_raw_text_or_raw_representation_leaves_a_client(points):
     assert len(observations) == cfg.federation.num_clients * cfg.federation.rounds
     for obs in observations:
         assert obs.message_type == "query.upload"
-        assert set(obs.arrays) == {"upload"} and not obs.configs
+        assert set(obs.arrays) == {"upload"}
+        # the only config record: where the reply was computed (public metadata, like the sender's node id)
+        assert set(obs.configs) == {"placement"} and set(obs.configs["placement"]) == {"host", "ray-node"}
+        assert all(isinstance(v, str) for v in obs.configs["placement"].values())
         assert set(obs.arrays["upload"]) == set(pipeline.UPLOAD_KEYS)
         assert set(obs.metrics) == {"stats"}
         up = obs.arrays["upload"]
