@@ -188,11 +188,11 @@ def main() -> None:
         t_run = time.perf_counter()
         results = runner.run_experiment(cfg, output=output, echo=False)
         t_end = time.perf_counter()
+        spans = {name: list(ss) for name, ss in timeline.spans.items()}  # the Flower run's stages only
         plain = None
         if args.plain:
             plain = pipeline.run_plain(cfg)
             t_plain = time.perf_counter() - t_end
-    spans = timeline.spans
     first_round = min(a for a, _ in spans["upload rounds"])
     spans["startup"] = [(t_run, first_round)]
     busy = sorted(s for name, ss in spans.items() if name not in ("generate", "extract") for s in ss)
