@@ -23,6 +23,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        return s.connect_ex((host, port)) == 0
+
+
 def session_pids(sid: int) -> list[int]:
     """Live (non-zombie) processes of session ``sid``."""
     out = []

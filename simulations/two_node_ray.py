@@ -42,6 +42,7 @@ class RayNode:
     temp_dir: Path
     log: Path
     resources: dict[str, float]
+    ports: list[int]  # every port this node was told to listen on (GCS, raylet, agents...)
 
 
 @dataclass
@@ -78,24 +79,21 @@ class LocalRayCluster:
         # A short temp dir: Ray's unix socket paths must stay under 108 characters.
         temp_dir = Path(tempfile.mkdtemp(prefix=f"ray-{name}-", dir="/tmp"))
         resources = {f"fl_node_{name}": 1.0}
+        flags = ["node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc",
+                 "runtime-env-agent", "metrics-export"] + (["", "dashboard", "ray-client-server"] if head else [])
+        ports = {f"--{flag}-port" if flag else "--port": free_port() for flag in flags}  # flag -> port
+        if head:
+            self.address = f"127.0.0.1:{ports['--port']}"
         cmd = ["ray", "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={self.node_cpus}",
                "--num-gpus=0", f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}",
-               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats",
-               f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-               f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-               f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
-        if head:
-            port = free_port()
-            self.address = f"127.0.0.1:{port}"
-            cmd += ["--head", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                    f"--ray-client-server-port={free_port()}"]
-        else:
-            cmd += [f"--address={self.address}"]
+               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats"]
+        cmd += [f"{flag}={port}" for flag, port in ports.items()]
+        cmd += ["--head", "--include-dashboard=false"] if head else [f"--address={self.address}"]
         log = temp_dir / "ray-start.log"
         with log.open("wb") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=self._env(),
                                     start_new_session=True)
-        node = RayNode(name, proc, temp_dir, log, resources)
+        node = RayNode(name, proc, temp_dir, log, resources, sorted(ports.values()))
         self.started.append(node)
         return node
 
