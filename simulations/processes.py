@@ -46,28 +46,39 @@ def session_pids(sid: int) -> list[int]:
 
 
 def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> list[int]:
-    """SIGTERM each process (in the order given), SIGKILL whatever is left of their sessions after ``grace_s``,
-    reap them. Returns the pids that needed SIGKILL."""
+    """SIGTERM each process (in the order given); SIGTERM what is left of a session once its leader has exited, or
+    after half of ``grace_s`` (helpers a server leaves behind, e.g. a SuperNode's SuperExec retrying a link that is
+    gone); SIGKILL whatever is still alive after ``grace_s``; reap. Returns the pids that needed SIGKILL."""
     procs = list(procs)
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    termed: set[int] = {p.pid for p in procs}
 
     def alive() -> list[int]:
         return [pid for p in procs for pid in session_pids(p.pid)]
 
-    deadline = time.monotonic() + grace_s
-    while alive() and time.monotonic() < deadline:
+    while alive() and time.monotonic() < t0 + grace_s:
+        for p in procs:
+            if p.poll() is not None or time.monotonic() > t0 + grace_s / 2:
+                for pid in set(session_pids(p.pid)) - termed:
+                    _signal(pid, signal.SIGTERM)
+                    termed.add(pid)
         time.sleep(0.5)
     killed = alive()
     for pid in killed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _signal(pid, signal.SIGKILL)
     for p in procs:
         try:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
     return killed
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
