@@ -45,10 +45,19 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> list[int]:
+def command_of(pid: int) -> str:
+    """The command line of process ``pid`` ("" once it is gone)."""
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> list[str]:
     """SIGTERM each process (in the order given); SIGTERM what is left of a session once its leader has exited, or
     after half of ``grace_s`` (helpers a server leaves behind, e.g. a SuperNode's SuperExec retrying a link that is
-    gone); SIGKILL whatever is still alive after ``grace_s``; reap. Returns the pids that needed SIGKILL."""
+    gone); SIGKILL whatever is still alive after ``grace_s``; reap. Returns what needed SIGKILL, as "pid command"
+    lines (empty after a clean stop)."""
     procs = list(procs)
     for p in procs:
         if p.poll() is None:
@@ -66,8 +75,8 @@ def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.
                     _signal(pid, signal.SIGTERM)
                     termed.add(pid)
         time.sleep(0.5)
-    killed = alive()
-    for pid in killed:
+    killed = [f"{pid} {command_of(pid)}" for pid in alive()]
+    for pid in alive():
         _signal(pid, signal.SIGKILL)
     for p in procs:
         try:

@@ -50,7 +50,7 @@ class LocalRayCluster:
     """A head and one worker node on 127.0.0.1, each with ``node_cpus`` CPUs and its own custom resource.
 
     Use as a context manager; ``address`` is what ``federation.ray-address`` takes; ``nodes()`` lists the alive
-    nodes (id -> resources); ``stop()`` returns the pids it had to SIGKILL after the grace period."""
+    nodes (id -> resources); ``stop()`` returns what it had to SIGKILL after the grace period ("pid command")."""
 
     node_cpus: int = 1
     object_store_bytes: int = 80_000_000
@@ -135,9 +135,9 @@ class LocalRayCluster:
         """Every live process this cluster started (the sessions of its `ray start` commands)."""
         return [pid for node in self.started for pid in session_pids(node.process.pid)]
 
-    def stop(self, grace_s: float = 30.0) -> list[int]:
+    def stop(self, grace_s: float = 30.0) -> list[str]:
         """SIGTERM the nodes, worker first; SIGKILL what is left of their sessions after ``grace_s``; remove the
-        temp dirs. Returns the pids that needed SIGKILL."""
+        temp dirs. Returns what needed SIGKILL ("pid command" lines; empty after a clean stop)."""
         killed = stop_sessions([n.process for n in reversed(self.started)], grace_s)
         for node in self.started:
             shutil.rmtree(node.temp_dir, ignore_errors=True)
@@ -162,7 +162,9 @@ def main() -> None:
     args = ap.parse_args()
     sets = dict(s.split("=", 1) for s in args.set)
     t0 = time.perf_counter()
-    with LocalRayCluster(node_cpus=args.node_cpus) as cluster:
+    cluster = LocalRayCluster(node_cpus=args.node_cpus)
+    try:
+        cluster.start()
         nodes = cluster.nodes()
         t1 = time.perf_counter()
         results = run_on_cluster(cluster.address, Path(args.output), sets)
@@ -172,6 +174,10 @@ def main() -> None:
             custom = [k for k in res if k.startswith("fl_node_")]
             print(f"Ray node {node_id[:12]} {custom}: {placement['replies_by_ray_node'].get(node_id, 0)} replies, "
                   f"clients {placement['clients_by_ray_node'].get(node_id, [])}")
+    finally:
+        killed = cluster.stop()
+    for line in killed:
+        print(f"needed SIGKILL: {line[:160]}")
     left = cluster.pids()  # after stop(): live processes of the nodes' sessions (none expected)
     print(f"cluster start {t1 - t0:.1f} s, run {t2 - t1:.1f} s, shutdown {time.perf_counter() - t2:.1f} s; "
           f"accuracy {results['utility']['accuracy']:.3f}; processes left: {len(left)}; results in {args.output}")
