@@ -23,6 +23,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port`` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        return s.connect_ex((host, port)) == 0
+
+
 def session_pids(sid: int) -> list[int]:
     """Live (non-zombie) processes of session ``sid``."""
     out = []
@@ -38,29 +45,49 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> list[int]:
-    """SIGTERM each process (in the order given), SIGKILL whatever is left of their sessions after ``grace_s``,
-    reap them. Returns the pids that needed SIGKILL."""
+def command_of(pid: int) -> str:
+    """The command line of process ``pid`` ("" once it is gone)."""
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def stop_sessions(procs: Iterable[subprocess.Popen[bytes]], grace_s: float = 30.0) -> list[str]:
+    """SIGTERM each process (in the order given); SIGTERM what is left of a session once its leader has exited, or
+    after half of ``grace_s`` (helpers a server leaves behind, e.g. a SuperNode's SuperExec retrying a link that is
+    gone); SIGKILL whatever is still alive after ``grace_s``; reap. Returns what needed SIGKILL, as "pid command"
+    lines (empty after a clean stop)."""
     procs = list(procs)
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    termed: set[int] = {p.pid for p in procs}
 
     def alive() -> list[int]:
         return [pid for p in procs for pid in session_pids(p.pid)]
 
-    deadline = time.monotonic() + grace_s
-    while alive() and time.monotonic() < deadline:
+    while alive() and time.monotonic() < t0 + grace_s:
+        for p in procs:
+            if p.poll() is not None or time.monotonic() > t0 + grace_s / 2:
+                for pid in set(session_pids(p.pid)) - termed:
+                    _signal(pid, signal.SIGTERM)
+                    termed.add(pid)
         time.sleep(0.5)
-    killed = alive()
-    for pid in killed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    killed = [f"{pid} {command_of(pid)}" for pid in alive()]
+    for pid in alive():
+        _signal(pid, signal.SIGKILL)
     for p in procs:
         try:
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
     return killed
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass

@@ -42,6 +42,7 @@ class RayNode:
     temp_dir: Path
     log: Path
     resources: dict[str, float]
+    ports: list[int]  # every port this node was told to listen on (GCS, raylet, agents...)
 
 
 @dataclass
@@ -49,7 +50,7 @@ class LocalRayCluster:
     """A head and one worker node on 127.0.0.1, each with ``node_cpus`` CPUs and its own custom resource.
 
     Use as a context manager; ``address`` is what ``federation.ray-address`` takes; ``nodes()`` lists the alive
-    nodes (id -> resources); ``stop()`` returns the pids it had to SIGKILL after the grace period."""
+    nodes (id -> resources); ``stop()`` returns what it had to SIGKILL after the grace period ("pid command")."""
 
     node_cpus: int = 1
     object_store_bytes: int = 80_000_000
@@ -78,24 +79,21 @@ class LocalRayCluster:
         # A short temp dir: Ray's unix socket paths must stay under 108 characters.
         temp_dir = Path(tempfile.mkdtemp(prefix=f"ray-{name}-", dir="/tmp"))
         resources = {f"fl_node_{name}": 1.0}
+        flags = ["node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc",
+                 "runtime-env-agent", "metrics-export"] + (["", "dashboard", "ray-client-server"] if head else [])
+        ports = {f"--{flag}-port" if flag else "--port": free_port() for flag in flags}  # flag -> port
+        if head:
+            self.address = f"127.0.0.1:{ports['--port']}"
         cmd = ["ray", "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={self.node_cpus}",
                "--num-gpus=0", f"--resources={json.dumps(resources)}", f"--temp-dir={temp_dir}",
-               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats",
-               f"--node-manager-port={free_port()}", f"--object-manager-port={free_port()}",
-               f"--dashboard-agent-listen-port={free_port()}", f"--dashboard-agent-grpc-port={free_port()}",
-               f"--runtime-env-agent-port={free_port()}", f"--metrics-export-port={free_port()}"]
-        if head:
-            port = free_port()
-            self.address = f"127.0.0.1:{port}"
-            cmd += ["--head", f"--port={port}", "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                    f"--ray-client-server-port={free_port()}"]
-        else:
-            cmd += [f"--address={self.address}"]
+               f"--object-store-memory={self.object_store_bytes}", "--disable-usage-stats"]
+        cmd += [f"{flag}={port}" for flag, port in ports.items()]
+        cmd += ["--head", "--include-dashboard=false"] if head else [f"--address={self.address}"]
         log = temp_dir / "ray-start.log"
         with log.open("wb") as fh:
             proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=self._env(),
                                     start_new_session=True)
-        node = RayNode(name, proc, temp_dir, log, resources)
+        node = RayNode(name, proc, temp_dir, log, resources, sorted(ports.values()))
         self.started.append(node)
         return node
 
@@ -137,9 +135,9 @@ class LocalRayCluster:
         """Every live process this cluster started (the sessions of its `ray start` commands)."""
         return [pid for node in self.started for pid in session_pids(node.process.pid)]
 
-    def stop(self, grace_s: float = 30.0) -> list[int]:
+    def stop(self, grace_s: float = 30.0) -> list[str]:
         """SIGTERM the nodes, worker first; SIGKILL what is left of their sessions after ``grace_s``; remove the
-        temp dirs. Returns the pids that needed SIGKILL."""
+        temp dirs. Returns what needed SIGKILL ("pid command" lines; empty after a clean stop)."""
         killed = stop_sessions([n.process for n in reversed(self.started)], grace_s)
         for node in self.started:
             shutil.rmtree(node.temp_dir, ignore_errors=True)
@@ -164,7 +162,9 @@ def main() -> None:
     args = ap.parse_args()
     sets = dict(s.split("=", 1) for s in args.set)
     t0 = time.perf_counter()
-    with LocalRayCluster(node_cpus=args.node_cpus) as cluster:
+    cluster = LocalRayCluster(node_cpus=args.node_cpus)
+    try:
+        cluster.start()
         nodes = cluster.nodes()
         t1 = time.perf_counter()
         results = run_on_cluster(cluster.address, Path(args.output), sets)
@@ -174,6 +174,10 @@ def main() -> None:
             custom = [k for k in res if k.startswith("fl_node_")]
             print(f"Ray node {node_id[:12]} {custom}: {placement['replies_by_ray_node'].get(node_id, 0)} replies, "
                   f"clients {placement['clients_by_ray_node'].get(node_id, [])}")
+    finally:
+        killed = cluster.stop()
+    for line in killed:
+        print(f"needed SIGKILL: {line[:160]}")
     left = cluster.pids()  # after stop(): live processes of the nodes' sessions (none expected)
     print(f"cluster start {t1 - t0:.1f} s, run {t2 - t1:.1f} s, shutdown {time.perf_counter() - t2:.1f} s; "
           f"accuracy {results['utility']['accuracy']:.3f}; processes left: {len(left)}; results in {args.output}")
