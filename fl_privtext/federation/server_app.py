@@ -78,7 +78,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                     len(failures), len(nodes), failures[0]["reason"][:300])
     parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in good]
     stats = [r.content.metric_records["stats"] for r in good]
-    where = [r.content.config_records.get("placement") or {} for r in good]
+    where: list[Any] = [r.content.config_records.get("placement") or {} for r in good]
     placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
                   "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
     senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
