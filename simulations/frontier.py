@@ -209,6 +209,13 @@ def summarize(data_root: str) -> str:
                     continue
                 adv = advantage(r)
                 arows.append([label, eps_str(eps)] + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
+        for label, (_, _, nominal) in PUBLISHED.items():
+            for eps in nominal:
+                r = done.get((label, eps))
+                if r is not None:
+                    adv = advantage(r)
+                    arows.append([f"{label}, nominal ε {eps_str(eps)}", eps_str(r["privacy"]["epsilon_worst_case"])]
+                                 + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
         lines += [md_table(["mechanism", "true ε", *attrs], arows), ""]
         if done:
             lines.append(f"![{ds} frontier](frontier_{ds}.png)\n")
