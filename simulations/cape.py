@@ -53,6 +53,7 @@ COMMON: dict[str, Any] = {
     "train.rounds": 10, "train.encoder": "trunk", "train.hidden": 256,  # CAPE Table 2: 256 hidden units
     "server.epochs": 20, "attack.epochs": 15, "attack.extra": False,  # fewer than the defaults: 2 shared cores
     "run.baseline": False, "run.progress": False, "run.client-seed": CLIENT_SEED, "privacy.epsilon": EPS_MAIN,
+    "server.on-device": False,  # the paper evaluates on the server only
 }
 
 # Published TP-UK numbers (CAPE Tables 3 and 4, Laplace L1 + Lap(2/eps); Appendix Table 5 = the original min-max
