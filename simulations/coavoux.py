@@ -2,9 +2,13 @@
 news and our blog subset, Standard / M-Detask. / A-Gener. / Decl. alpha = 0.1 with the LSTM encoder, and Table 2's
 baselines and best adversary for blogs.
 
-    nice -n 10 python simulations/coavoux.py --data-root ../shared/data                  # every row, docs/results/coavoux.md
-    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 3
-    python simulations/coavoux.py --summary-only                                         # rewrite coavoux.md only
+    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets ag_news --seeds 1  # Table 5, AG news
+    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 1     # Tables 5 and 2, blogs
+    python simulations/coavoux.py --summary-only                                                    # rewrite coavoux.md only
+
+Each command writes docs/results/coavoux.md; wall times are on that page (AG news ~6-9 min per point, blogs ~2-3 min
+per point on 2 shared cores). `--seeds N` adds runs (run.seed 1..N); without --datasets/--seeds it would run 5 runs
+of all 8 rows (~3 h here). `--defences Standard,M-Detask.` restricts the rows.
 
 One Flower simulation for all points (`simulations/sweep.py`), resumable (points under docs/results/coavoux/points/).
 Reproducible simulation mode: `run.client-seed` = CLIENT_SEED (simulation only; docs/privacy.md), so the tables
@@ -101,6 +105,15 @@ def _paper(ds: str, defence: str) -> str:
     return f"{s_main + main:.1f} / {s_priv + priv:.1f} ({main:+.1f} / {priv:+.1f})"
 
 
+def _constant(res: list[dict[str, Any]]) -> str:
+    """**const** when every run's task predictions are one class (modal-prediction share 1) and its accuracy is the
+    majority's to +-0.001; the range of the modal share over runs in brackets."""
+    shares = [r["utility"]["modal_prediction_share"] for r in res]
+    const = all(s >= 1.0 and abs(r["utility"]["accuracy"] - r["utility"]["majority_baseline"]) <= 1e-3
+                for s, r in zip(shares, res))
+    return f"{'**const**' if const else 'no'} ({min(shares):.2f}-{max(shares):.2f})"
+
+
 def has_source_split() -> bool:
     """data.split (issue #13 item 2) is on this branch: AG news needs its own train/dev/test split."""
     return "data.split" in ExperimentConfig().to_flat()
@@ -114,7 +127,7 @@ def table5(ds: str, data_root: str, seeds: tuple[int, ...]) -> str:
     for defence in DEFENCES:
         res = [r for r in (STORE.get(point(ds, data_root, s, defence)) for s in seeds) if r]
         if not res:
-            lines.append([defence, _paper(ds, defence), "not run", "-", "-", "-", "-", "0"])
+            lines.append([defence, _paper(ds, defence), "not run", "-", "-", "-", "-", "-", "0"])
             continue
         acc = [r["utility"]["accuracy"] for r in res]
         val = [r["training"]["selected_val_accuracy"] for r in res if r["training"]["selected_val_accuracy"] >= 0]
@@ -126,12 +139,14 @@ def table5(ds: str, data_root: str, seeds: tuple[int, ...]) -> str:
                 diff = (f"{_ci([r['utility']['accuracy'] - s['utility']['accuracy'] for r, s in pairs])} / "
                         f"{_ci([privacy(r)[0] - privacy(s)[0] for r, s in pairs])}")
         lines.append([defence, _paper(ds, defence), f"{_ci(acc)} / {_ci(priv)}", diff,
-                      _ci(val) if val else "none (no validation users: last round)",
+                      _ci(val) if val else "none (val-frac 0: last round kept)",
                       f"{100 * res[0]['utility']['majority_baseline']:.2f} / {100 * privacy(res[0])[1]:.2f}",
+                      _constant(res),
                       f"{sum(r['timing']['total_s'] for r in res) / len(res):.0f}", str(len(res))])
     return sweep.md_table(["defence", "paper main / priv (diff to Standard)", "ours main / priv",
                            "ours diff to Standard (paired by run)", "Phase A validation acc (selection)",
-                           "majority main / priv (run 1)", "s per run", "runs"], lines)
+                           "majority main / priv (run 1)", "task constant? (modal share)", "s per run", "runs"],
+                          lines)
 
 
 def table2(data_root: str, seeds: tuple[int, ...]) -> str:
