@@ -228,7 +228,9 @@ def write_summary(root: str) -> Path:
         "(`docs/results/ome/legacy/points/`, marked *legacy*): MiniLM-L6 (384 dims) instead of BERT-base, the "
         "platform's default server (768 hidden, standardised inputs), 10 epochs, 3 seeds, ONE random split, mean ± "
         "std over the seeds (ddof=1). Their keys no longer match the current config (the attacker and projection "
-        "keys were added since), so `ome_table1.py --datasets snips,mrpc` would rerun them.")
+        "keys were added since), so `ome_table1.py --datasets snips,mrpc` would rerun them - with the paper's "
+        "classifier (128 hidden, raw uploads) and the source's own test files (`data.split = source`: SNIPS 700, "
+        "MRPC 1,725 test users), which configs/ome_intent.toml and configs/ome_mrpc.toml now set.")
     add("- No private attributes exist in any of these five datasets, so the eavesdropper has nothing to infer "
         "(`attack.enabled = false`).")
     add("- Our extra columns: the **true worst-case ε** from each point's privacy report (replacement adjacency, "
