@@ -338,13 +338,11 @@ def write_summary(root: str) -> Path:
     add("![OME privacy-utility](ome_privacy_utility.png)\n")
     add("![OME lambda](ome_lambda.png)\n")
 
-    t1 = [r for r in (STORE.get(c) for c in table1_points(root, SENTIMENT)) if r]
     lines += sweep.closing_sections(OUT, (
-        "The wall times above are of the commands as run for this page, on 2 CPU cores shared with five other "
-        "engineers' jobs: they measure the contention as much as the work. Table 1's sentiment points "
-        f"({len(t1)} saved) were run before this page's wall times were recorded; the sum of their per-point times "
-        f"(`timing.total_s`, each inside one shared simulation) is {sum(r['timing']['total_s'] for r in t1) / 60:.1f} "
-        "min. Figure 3: seconds. Intent / MRPC (legacy) took 26.7 min for their 28 points on the earlier platform.\n"))
+        "The wall times above are of the commands as run for this page, on 2 CPU cores shared with other engineers' "
+        "jobs (load average 6-13 during these runs): they measure the contention as much as the work. Table 1 was "
+        "run from a clean clone of the branch (every point recomputed). Figure 3: seconds. Intent / MRPC (legacy) "
+        "took 26.7 min for their 28 points on the earlier platform.\n"))
     SUMMARY.write_text("\n".join(lines) + "\n")
     make_plots(root)
     return SUMMARY
