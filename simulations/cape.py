@@ -8,7 +8,7 @@ Lap(2/eps): `laplace-l1`), on the blog subset (stand-in for TP-UK, not available
     python simulations/cape.py --summary-only                                                          # rewrite cape.md
 
 Each writes docs/results/cape.md (every saved run 1..5 of every row); wall times are on that page (TP-DK 5 runs:
-~19 min, blog 1 run: ~16 min on 2 shared cores). `--tables t3` or `t4` restricts the rows; without --datasets and
+~11 min, blog 1 run: ~16 min on 2 shared cores). `--tables t3` or `t4` restricts the rows; without --datasets and
 --seeds the command would run 5 runs of both sets (the blog's 4 more runs: ~1 h here).
 
 One Flower simulation for all points (`simulations/sweep.py`), resumable (points under docs/results/cape/points/).
