@@ -3,12 +3,12 @@ news and our blog subset, Standard / M-Detask. / A-Gener. / Decl. alpha = 0.1 wi
 baselines and best adversary for blogs.
 
     nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets ag_news --seeds 1  # Table 5, AG news
-    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 1     # Tables 5 and 2, blogs
+    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 5     # Tables 5 and 2, blogs
     python simulations/coavoux.py --summary-only                                                    # rewrite coavoux.md only
 
-Each command writes docs/results/coavoux.md; wall times are on that page (AG news ~6-9 min per point, blogs ~2-3 min
-per point on 2 shared cores). `--seeds N` adds runs (run.seed 1..N); without --datasets/--seeds it would run 5 runs
-of all 8 rows (~3 h here). `--defences Standard,M-Detask.` restricts the rows.
+Each command writes docs/results/coavoux.md; wall times are on that page (AG news ~6-9 min per point, blogs ~0.5 min
+per point at low load on 2 shared cores). `--seeds N` sets the runs (run.seed 1..N); without --datasets/--seeds it
+would run 5 runs of all 8 rows (AG: ~2.5 h here). `--defences Standard,M-Detask.` restricts the rows.
 
 One Flower simulation for all points (`simulations/sweep.py`), resumable (points under docs/results/coavoux/points/).
 Reproducible simulation mode: `run.client-seed` = CLIENT_SEED (simulation only; docs/privacy.md), so the tables
