@@ -4,12 +4,12 @@ epsilon 0.1), each with the published noise (min-max + Lap(1/eps): `laplace-dpnr
 Lap(2/eps): `laplace-l1`), on the blog subset (stand-in for TP-UK, not available) and Trustpilot Denmark-English.
 
     nice -n 10 python simulations/cape.py --data-root ../shared/data --datasets trustpilot_dk --seeds 5  # Tables 3-4, TP-DK
-    nice -n 10 python simulations/cape.py --data-root ../shared/data --datasets blog --seeds 1           # Tables 3-4, blog
+    nice -n 10 python simulations/cape.py --data-root ../shared/data --datasets blog --seeds 5           # Tables 3-4, blog
     python simulations/cape.py --summary-only                                                          # rewrite cape.md
 
 Each writes docs/results/cape.md (every saved run 1..5 of every row); wall times are on that page (TP-DK 5 runs:
-~11 min, blog 1 run: ~16 min on 2 shared cores). `--tables t3` or `t4` restricts the rows; without --datasets and
---seeds the command would run 5 runs of both sets (the blog's 4 more runs: ~1 h here).
+~11 min, blog 5 runs: ~23 min on 2 shared cores). `--tables t3` or `t4` restricts the rows; without --datasets the
+command runs both sets.
 
 One Flower simulation for all points (`simulations/sweep.py`), resumable (points under docs/results/cape/points/).
 Reproducible simulation mode: `run.client-seed` = CLIENT_SEED (a large seed handed to the clients outside the
