@@ -2,9 +2,13 @@
 news and our blog subset, Standard / M-Detask. / A-Gener. / Decl. alpha = 0.1 with the LSTM encoder, and Table 2's
 baselines and best adversary for blogs.
 
-    nice -n 10 python simulations/coavoux.py --data-root ../shared/data                  # every row, docs/results/coavoux.md
-    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 3
-    python simulations/coavoux.py --summary-only                                         # rewrite coavoux.md only
+    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets ag_news --seeds 1  # Table 5, AG news
+    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 5     # Tables 5 and 2, blogs
+    python simulations/coavoux.py --summary-only                                                    # rewrite coavoux.md only
+
+Each command writes docs/results/coavoux.md; wall times are on that page (AG news ~6-9 min per point, blogs ~0.5 min
+per point at low load on 2 shared cores). `--seeds N` sets the runs (run.seed 1..N); without --datasets/--seeds it
+would run 5 runs of all 8 rows (AG: ~2.5 h here). `--defences Standard,M-Detask.` restricts the rows.
 
 One Flower simulation for all points (`simulations/sweep.py`), resumable (points under docs/results/coavoux/points/).
 Reproducible simulation mode: `run.client-seed` = CLIENT_SEED (simulation only; docs/privacy.md), so the tables
@@ -58,6 +62,7 @@ COMMON: dict[str, Any] = {
     "train.encoder": "lstm", "train.hidden": 64, "train.rounds": 8, "train.max-tokens": 48, "train.gen-chars": 32,
     "attack.hidden": 64, "attack.epochs": 16, "attack.extra": False, "server.epochs": 20,
     "run.baseline": False, "run.progress": False, "run.client-seed": CLIENT_SEED,
+    "server.on-device": False,  # the paper evaluates on the server only
 }
 PAPER_T5 = {  # (main acc, privacy) in %: Standard absolute, defences as differences to Standard (the paper's form)
     "ag_news": {"Standard": (76.5, 33.7), "M-Detask.": (-14.5, 14.5), "A-Gener.": (0.2, -7.8),
@@ -74,13 +79,24 @@ def point(dataset: str, data_root: str, seed: int, defence: str) -> ExperimentCo
 
 
 def privacy(res: dict[str, Any]) -> tuple[float, float]:
-    """(privacy = 1 - X or 1 - F, the same for the majority / knowledge-only answer)."""
+    """(privacy = 1 - X or 1 - F of the fresh attacker, the same for the majority / knowledge-only answer)."""
     a = res["attacks"]
     if "entities" in a:
-        return 1 - a["entities"]["f1"], 1 - a["entities"]["f1_majority_baseline"]
+        e = a["entities"]
+        if e["attacker"] != e["learned_attacker"]:  # F1 is then the fallback's, not the fresh attacker's
+            raise ValueError(f"point {res.get('point_key')}: the entity F1 is the {e['attacker']!r} fallback's")
+        return 1 - e["f1"], 1 - e["f1_majority_baseline"]
     x = [a[n]["learned_accuracy"] for n in ("gender", "age_group")]
     m = [a[n]["majority_baseline"] for n in ("gender", "age_group")]
     return 1 - sum(x) / 2, 1 - sum(m) / 2
+
+
+def privacy_given_label(res: dict[str, Any]) -> str:
+    """1 - X of the majority given the task label (labels travel in the clear; blogs only), in %."""
+    a = res["attacks"]
+    if "entities" in a:
+        return "-"
+    return f"{100 * (1 - sum(a[n]['majority_given_label_baseline'] for n in ('gender', 'age_group')) / 2):.2f}"
 
 
 def _ci(values: list[float], scale: float = 100) -> str:
@@ -100,6 +116,15 @@ def _paper(ds: str, defence: str) -> str:
     return f"{s_main + main:.1f} / {s_priv + priv:.1f} ({main:+.1f} / {priv:+.1f})"
 
 
+def _constant(res: list[dict[str, Any]]) -> str:
+    """**const** when every run's task predictions are one class (modal-prediction share 1) and its accuracy is the
+    majority's to +-0.001; the range of the modal share over runs in brackets."""
+    shares = [r["utility"]["modal_prediction_share"] for r in res]
+    const = all(s >= 1.0 and abs(r["utility"]["accuracy"] - r["utility"]["majority_baseline"]) <= 1e-3
+                for s, r in zip(shares, res))
+    return f"{'**const**' if const else 'no'} ({min(shares):.2f}-{max(shares):.2f})"
+
+
 def has_source_split() -> bool:
     """data.split (issue #13 item 2) is on this branch: AG news needs its own train/dev/test split."""
     return "data.split" in ExperimentConfig().to_flat()
@@ -113,7 +138,7 @@ def table5(ds: str, data_root: str, seeds: tuple[int, ...]) -> str:
     for defence in DEFENCES:
         res = [r for r in (STORE.get(point(ds, data_root, s, defence)) for s in seeds) if r]
         if not res:
-            lines.append([defence, _paper(ds, defence), "not run", "-", "-", "-", "-", "0"])
+            lines.append([defence, _paper(ds, defence), "not run", "-", "-", "-", "-", "-", "-", "0"])
             continue
         acc = [r["utility"]["accuracy"] for r in res]
         val = [r["training"]["selected_val_accuracy"] for r in res if r["training"]["selected_val_accuracy"] >= 0]
@@ -125,12 +150,15 @@ def table5(ds: str, data_root: str, seeds: tuple[int, ...]) -> str:
                 diff = (f"{_ci([r['utility']['accuracy'] - s['utility']['accuracy'] for r, s in pairs])} / "
                         f"{_ci([privacy(r)[0] - privacy(s)[0] for r, s in pairs])}")
         lines.append([defence, _paper(ds, defence), f"{_ci(acc)} / {_ci(priv)}", diff,
-                      _ci(val) if val else "none (no validation users: last round)",
+                      _ci(val) if val else "none (val-frac 0: last round kept)",
                       f"{100 * res[0]['utility']['majority_baseline']:.2f} / {100 * privacy(res[0])[1]:.2f}",
+                      privacy_given_label(res[0]), _constant(res),
                       f"{sum(r['timing']['total_s'] for r in res) / len(res):.0f}", str(len(res))])
     return sweep.md_table(["defence", "paper main / priv (diff to Standard)", "ours main / priv",
                            "ours diff to Standard (paired by run)", "Phase A validation acc (selection)",
-                           "majority main / priv (run 1)", "s per run", "runs"], lines)
+                           "majority main / priv (run 1)", "priv of majority given label (run 1)",
+                           "task constant? (modal share)", "s per run", "runs"],
+                          lines)
 
 
 def table2(data_root: str, seeds: tuple[int, ...]) -> str:

@@ -20,6 +20,9 @@ import sweep
 
 def main() -> None:
     args = sweep.common_args(__doc__).parse_args()
+    if args.list:  # no simulation points: --list must not rewrite the page
+        print("ome_figure3.py has no simulation points (Figure 3 is computed from the mechanism's probabilities)")
+        return
     ome.OUT.mkdir(parents=True, exist_ok=True)
     (ome.OUT / "figure3.md").write_text("# OME randomization probabilities (r = 50, l = 10)\n\n"
                                         + ome.probabilities_table() + "\n")

@@ -86,8 +86,10 @@ def default_data_root() -> str:
 
 def common_args(doc: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-root", default=default_data_root(),
-                    help="staged data folder (default: $FL_PRIVTEXT_DATA or ../shared/data)")
+    # absolute: the clients' noise-stream key (reproducible mode) hashes the whole config, data.root included, so
+    # `../shared/data` and `/work/shared/data` must be the same string for a table to regenerate exactly
+    ap.add_argument("--data-root", default=default_data_root(), type=lambda p: str(Path(p).resolve()) if p else p,
+                    help="staged data folder (default: $FL_PRIVTEXT_DATA or ../shared/data; made absolute)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads of the driver (server + attacker training); 1 is fastest on a shared 2-core box")
     ap.add_argument("--summary-only", action="store_true", help="do not run anything; rewrite the summary and plots")

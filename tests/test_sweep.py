@@ -153,3 +153,20 @@ def test_compare_tabulates_finished_runs_side_by_side(resumed, tmp_path, cache_d
     _, err = bad.communicate(timeout=120)
     assert bad.returncode == 2 and err.strip() == ("fl-privtext compare: error: nope has no results.json "
                                                    "(not a finished run directory).")
+
+
+def test_committed_points_keep_their_keys():
+    """Every result saved under docs/results/<paper>/points/ is found again by its scripts: its key, recomputed from
+    its saved config with the keys added since at their LATER_KEYS values, is its file name. A config key added
+    without a LATER_KEYS entry (its default then enters every key) orphans every saved point and fails here."""
+    import json
+
+    files = sorted((ROOT / "docs" / "results").glob("*/points/*.json"))
+    assert files, "no saved points under docs/results/*/points/"
+    moved = []
+    for f in files:
+        saved = json.loads(f.read_text())["config"]
+        cfg = ExperimentConfig.from_flat({**sweep.LATER_KEYS, **saved})
+        if sweep.point_key(cfg) != f.stem:
+            moved.append(f.relative_to(ROOT).as_posix())
+    assert not moved, f"{len(moved)} of {len(files)} saved points no longer match their keys, e.g. {moved[:3]}"
