@@ -12,8 +12,7 @@ observed uploads (Accountant). A violation is an attack whose 95% lower confiden
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +26,7 @@ from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import AttributeSpec
+from fl_privtext.threads import limited
 
 
 @dataclass(frozen=True)
@@ -256,23 +256,11 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
             "ceiling": "none: no closed-form LDP bound for a set-valued secret (see the re-identification ceiling)"}
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    """The attackers' models are tiny (batch 32, <= 512 hidden): one torch thread is fastest, by ~18x measured on
-    a loaded 2-core box (thread hand-offs dominate such small ops). The previous setting is restored."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[str, Any]]:
     """(attacks per attribute, attacks_extra) for one seed."""
-    with _torch_threads(1):
+    # The attackers' models are tiny (batch 32, <= 512 hidden): one torch thread is fastest, by ~18x measured on a
+    # loaded 2-core box (thread hand-offs dominate such small ops).
+    with limited(1):
         return _run_attacks(view, truth)
 
 
