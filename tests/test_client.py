@@ -136,3 +136,17 @@ def test_a_non_finite_representation_is_refused_naming_the_client_and_the_record
     with pytest.raises(ValueError, match=rf"client 1: record\(s\) \[{bad_row}\] have non-finite"):
         client_upload(broken, 1, 0, 0, CFG)
     assert len(client_upload(broken, 0, 0, 0, CFG).rows) == len(data.shards[0])  # other clients unaffected
+
+
+def test_the_reproducible_stream_key_survives_added_config_keys():
+    # The saved tables under docs/results were drawn under these keys: a config key added later must not move them
+    # (they were computed before extractor.precision and the auto batch size existed).
+    from fl_privtext.client import point_key
+
+    sets = {"data.name": "blog", "privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0,
+            "data.root": "../shared/data"}
+    assert point_key(ExperimentConfig.load(None, sets)) == "9df99939629e366b"
+    assert point_key(ExperimentConfig.load("configs/dpnr_ag.toml")) == "ddce7700a6e485f9"
+    assert point_key(ExperimentConfig.load(None, {**sets, "extractor.batch-size": 64})) == "9df99939629e366b"
+    assert point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm", "extractor.precision": "bf16"})) \
+        != point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm"}))

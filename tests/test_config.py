@@ -50,6 +50,9 @@ def test_pyproject_flower_config_mirrors_the_defaults():
         ("privacy.epsilonn", "1", "valid keys of [privacy]"),
         ("nosuch.key", "1", "sections are"),
         ("extractor.name", "word2vec", "glove, minilm, hf"),
+        ("extractor.precision", "int8", "extractor.precision must be one of float32, bf16, fp16; got 'int8'"),
+        ("extractor.precision", "bf16", "applies to minilm and hf; glove runs in float32"),  # default name: glove
+        ("extractor.batch-size", "-1", "extractor.batch-size must be >= 0 (0 = auto"),
         ("server.epochs", "0", "server.epochs must be >= 1"),
         ("attack.dropout", "1", "attack.dropout must be in [0, 1)"),
     ],
@@ -80,3 +83,14 @@ def test_scale_budgets_are_checked_with_their_key_names():
         ExperimentConfig.from_flat({"attack.max-aux-users": -1})
     cfg = ExperimentConfig.from_flat({"server.max-steps": 0, "attack.max-aux-users": 0})
     assert cfg.server.mlp().max_steps == 0 and cfg.attack.max_aux_users == 0
+
+
+def test_extractor_precision_and_auto_batch_size_reach_the_extractor():
+    from fl_privtext.pipeline import make_extractor_from
+
+    cfg = ExperimentConfig.from_flat({"extractor.name": "minilm", "extractor.precision": "bf16", "extractor.device": "cpu"})
+    assert cfg.extractor.batch_size == 0  # auto
+    ext = make_extractor_from(cfg)
+    assert ext.precision == "bf16" and ext.batch_size == 64 and ext.compute_dtype() == "bfloat16-autocast"
+    explicit = make_extractor_from(ExperimentConfig.from_flat({"extractor.name": "minilm", "extractor.batch-size": 8}))
+    assert explicit.precision == "float32" and explicit.batch_size == 8

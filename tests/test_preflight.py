@@ -38,11 +38,13 @@ def _cases(tmp_path):
         "header_only": (_csv_args(header_only), "has no rows"),
         "negative_seed": (["--set", "run.seed=-1"], "run.seed must be an integer >= 0"),
         "bad_sampler": (["--set", "privacy.sampler=exact"], "privacy.sampler must be one of float, secure"),
+        "fp16_cpu": (["--set", "extractor.name=minilm", "--set", "extractor.device=cpu", "--set",
+                      "extractor.precision=fp16"], "extractor.precision=fp16 needs a CUDA GPU"),
     }
 
 
 @pytest.mark.parametrize("case", ["cpus", "gpus", "output", "corrupt_gz", "model_folder", "header_only",
-                                  "negative_seed", "bad_sampler"])
+                                  "negative_seed", "bad_sampler", "fp16_cpu"])
 def test_bad_input_is_a_one_line_error_before_any_work(case, tmp_path):
     if case == "gpus":
         import torch

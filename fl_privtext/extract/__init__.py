@@ -2,7 +2,8 @@
 
 Contract: docs/design.md (fl_privtext.extract) and docs/extractors.md.
 
-ext = make_extractor("glove" | "minilm" | "hf", model=None, pooling="mean", max_length=128, batch_size=64)
+ext = make_extractor("glove" | "minilm" | "hf", model=None, pooling="mean", max_length=128, batch_size=None,
+                     precision="float32")
 X = ext.extract(texts, text_pairs=None, progress=True)      # (N, ext.dim) float32
 feats = extract_cached(ds, ext, cache_dir)                  # read-only memmap (N, dim), dataset row order
 """

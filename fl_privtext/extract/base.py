@@ -41,15 +41,18 @@ class MiniLMExtractor(HFExtractor):
         model: None = None,
         pooling: str = "mean",
         max_length: int | None = 128,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         device: str | None = None,
+        precision: str = "float32",
     ) -> None:
         if model is not None:
             raise ValueError(
                 "The minilm extractor always uses the packaged all-MiniLM-L6-v2; "
                 f"use 'hf' for model={model!r}."
             )
-        super().__init__(pooling=pooling, max_length=max_length, batch_size=batch_size, device=device)
+        super().__init__(
+            pooling=pooling, max_length=max_length, batch_size=batch_size, device=device, precision=precision
+        )
 
 
 EXTRACTORS: dict[str, type] = {
@@ -62,7 +65,7 @@ EXTRACTORS: dict[str, type] = {
 def make_extractor(name: str, **opts: Any) -> Extractor:
     """Build the extractor registered as ``name`` with keyword options.
 
-    Options: model, pooling, max_length, batch_size, device (see each class). Unknown names or options raise
+    Options: model, pooling, max_length, batch_size, device, precision (see each class; GloVe takes no precision). Unknown names or options raise
     ValueError listing the valid ones.
     """
     if name not in EXTRACTORS:

@@ -4,8 +4,24 @@ Pooling over the last hidden states: ``mean`` (attention-mask-weighted mean, the
 no L2 normalisation) or ``cls`` (the first token's state). Texts are tokenised once, processed in batches
 sorted by token length (little padding) and returned in input order. Pairs go through the tokenizer as pairs
 (``[CLS] a [SEP] b [SEP]``, ``truncation="longest_first"``). ``transformers`` is imported lazily, so
-GloVe-only users (and Ray actors) never pay for it; loaded models are cached per (model, device) for the
-process.
+GloVe-only users (and Ray actors) never pay for it; loaded models are cached per (model, device, weight dtype)
+for the process.
+
+Precision (``precision=``, config ``extractor.precision``): ``float32`` (default), ``bf16`` or ``fp16``.
+- On CUDA the model's weights are cast once to bf16/fp16 and the whole forward runs in that dtype. This is chosen
+  over ``torch.autocast`` for throughput: autocast keeps float32 master weights and re-casts them to half precision
+  inside every autocast region, and runs layer norms and softmax in float32, so each batch moves more bytes; a cast
+  model reads half the weight bytes, keeps activations in 16 bits end to end and lets ``scaled_dot_product_attention``
+  pick its fused half-precision kernels. This is the usual recipe for inference-only encoders
+  (sentence-transformers' ``model.half()``); its throughput has not been measured in this project yet (no GPU).
+- On CPU ``bf16`` runs the float32 model under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (matmuls in bf16,
+  norms in float32: the supported CPU path); ``fp16`` is refused (CPU float16 matmuls are slow or unsupported).
+- Pooling is computed in float32 from the last hidden states and outputs are always float32 numpy.
+- The compute recipe is part of ``identity()`` (``dtype``: ``float32``, ``bfloat16``/``float16`` for a cast model,
+  ``bfloat16-autocast`` on CPU), so the feature cache never mixes float32 and reduced-precision features.
+
+Batch size: ``batch_size=None`` (config ``extractor.batch-size = 0``) picks ``CPU_BATCH_SIZE`` (64) on CPU and
+``CUDA_BATCH_SIZE`` (256) on CUDA, where large length-sorted batches keep the GPU busy; any explicit value wins.
 """
 
 from __future__ import annotations
@@ -13,6 +29,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +44,10 @@ from fl_privtext.extract.inputs import text_lists
 CODE_VERSION = "hf-pool-1"  # bump whenever tokenisation/pooling code changes its output
 POOLINGS = ("mean", "cls")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+PRECISIONS = ("float32", "bf16", "fp16")
+_TORCH_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+CPU_BATCH_SIZE = 64
+CUDA_BATCH_SIZE = 256
 
 # Files whose content changes outputs: weights, config, tokenizer. Hashed (sha256, memoised) into identity().
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -65,17 +86,38 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
     return torch.device(device)
 
 
-_MODELS: dict[tuple[str, str], tuple[Any, Any, Path]] = {}
+def default_batch_size(device: torch.device) -> int:
+    """Inputs per forward pass when none is given: 256 on CUDA (large sorted batches), 64 elsewhere."""
+    return CUDA_BATCH_SIZE if device.type == "cuda" else CPU_BATCH_SIZE
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """ValueError unless ``precision`` is one of PRECISIONS and runs on ``device`` (fp16: CUDA only)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}.")
+    if precision == "fp16" and device.type != "cuda":
+        raise ValueError(
+            f"precision 'fp16' needs a CUDA device (float16 matmuls on {device.type} are slow or unsupported); "
+            "use 'bf16' or 'float32' there."
+        )
+    if precision == "bf16" and device.type not in ("cuda", "cpu"):
+        raise ValueError(f"precision 'bf16' runs on cuda or cpu, not {device.type}; use 'float32' there.")
+
+
+_MODELS: dict[tuple[str, str, str], tuple[Any, Any, Path]] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def load_model(model: str, device: torch.device) -> tuple[Any, Any, Path]:
-    """(tokenizer, eval-mode model on ``device``, local folder of its files), cached per (model, device).
+def load_model(
+    model: str, device: torch.device, dtype: torch.dtype = torch.float32
+) -> tuple[Any, Any, Path]:
+    """(tokenizer, eval-mode model on ``device`` with ``dtype`` weights, local folder of its files), cached per
+    (model, device, dtype).
 
     ``model`` is a local folder (loaded with HF_HUB_OFFLINE=1 set by default) or a hub id (downloaded by
     transformers when online, else read from the local hub cache).
     """
-    key = (model, str(device))
+    key = (model, str(device), str(dtype))
     with _MODELS_LOCK:
         if key not in _MODELS:
             local = Path(model).is_dir()
@@ -84,7 +126,7 @@ def load_model(model: str, device: torch.device) -> tuple[Any, Any, Path]:
             from transformers import AutoModel, AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=local)
-            net = AutoModel.from_pretrained(model, local_files_only=local).to(device).eval()
+            net = AutoModel.from_pretrained(model, local_files_only=local).to(device=device, dtype=dtype).eval()
             _MODELS[key] = (tokenizer, net, _local_dir(model))
         return _MODELS[key]
 
@@ -107,7 +149,8 @@ class HFExtractor:
       model: local folder or hub id (None: the packaged all-MiniLM-L6-v2).
       pooling: "mean" (mask-weighted mean) or "cls".
       max_length: tokens per input after truncation (None: the tokenizer's model_max_length).
-      batch_size: inputs per forward pass.  device: None = CUDA when available.
+      batch_size: inputs per forward pass (None: 256 on CUDA, 64 elsewhere).  device: None = CUDA when available.
+      precision: "float32", "bf16" or "fp16" (CUDA only); see the module docstring.
     """
 
     def __init__(
@@ -116,15 +159,19 @@ class HFExtractor:
         model: str | os.PathLike[str] | None = None,
         pooling: str = "mean",
         max_length: int | None = 128,
-        batch_size: int = 64,
+        batch_size: int | None = None,
         device: str | torch.device | None = None,
+        precision: str = "float32",
     ) -> None:
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}; got {pooling!r}.")
         if max_length is not None and (not isinstance(max_length, int) or max_length < 2):
             raise ValueError(f"max_length must be an integer >= 2 or None, got {max_length!r}.")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be a positive integer or None, got {batch_size!r}.")
+        self.device = resolve_device(device)
+        check_precision(precision, self.device)
+        self.precision = precision
         self.is_default_model = model is None
         path = default_model_dir() if model is None else Path(model).expanduser()
         # A local folder is keyed by its absolute path; anything else is a hub id passed through to
@@ -134,8 +181,7 @@ class HFExtractor:
         self.name = "minilm" if model is None else "hf"
         self.pooling = pooling
         self.max_length = max_length
-        self.batch_size = batch_size
-        self.device = resolve_device(device)
+        self.batch_size = default_batch_size(self.device) if batch_size is None else batch_size
         self.forward_passes = 0  # batches run through the model by this instance (cache tests count these)
         self._identity: dict[str, Any] | None = None
         self.dim = self._hidden_size()
@@ -143,7 +189,8 @@ class HFExtractor:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(model={self.model_name!r}, pooling={self.pooling!r}, "
-            f"max_length={self.max_length}, batch_size={self.batch_size}, device={str(self.device)!r})"
+            f"max_length={self.max_length}, batch_size={self.batch_size}, device={str(self.device)!r}, "
+            f"precision={self.precision!r})"
         )
 
     def _hidden_size(self) -> int:
@@ -166,10 +213,31 @@ class HFExtractor:
     def output_dim(self, paired: bool = False) -> int:
         return self.dim  # a pair is one encoder input
 
+    @property
+    def _weight_dtype(self) -> torch.dtype:
+        """The dtype the weights are cast to: the precision's on CUDA; float32 on CPU (bf16 runs by autocast)."""
+        return _TORCH_DTYPES[self.precision] if self.device.type == "cuda" else torch.float32
+
+    @property
+    def _autocast(self) -> bool:
+        return self.precision != "float32" and self._weight_dtype == torch.float32
+
+    def compute_dtype(self) -> str:
+        """The forward's compute recipe as recorded in identity(): float32, bfloat16, float16, bfloat16-autocast."""
+        name = str(_TORCH_DTYPES[self.precision]).removeprefix("torch.")
+        return f"{name}-autocast" if self._autocast else name
+
+    def _forward_context(self) -> AbstractContextManager[Any]:
+        if self._autocast:
+            return torch.autocast(device_type=self.device.type, dtype=_TORCH_DTYPES[self.precision])
+        return nullcontext()
+
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
             local = Path(self.model).is_dir()
-            folder = Path(self.model).resolve() if local else load_model(self.model, self.device)[2]
+            folder = (
+                Path(self.model).resolve() if local else load_model(self.model, self.device, self._weight_dtype)[2]
+            )
             files = sorted(
                 p
                 for p in folder.iterdir()
@@ -187,7 +255,7 @@ class HFExtractor:
                 "files_sha256": {p.name: file_sha256(p) for p in files},
                 "pooling": self.pooling,
                 "max_length": self.max_length,
-                "dtype": "float32",
+                "dtype": self.compute_dtype(),  # "float32" for the default: float32 cache keys are unchanged
                 "code": CODE_VERSION,
                 "package": fl_privtext.__version__,
             }
@@ -202,7 +270,7 @@ class HFExtractor:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        tokenizer, net, _ = load_model(self.model, self.device)
+        tokenizer, net, _ = load_model(self.model, self.device, self._weight_dtype)
         enc = tokenizer(
             texts,
             pairs,
@@ -234,13 +302,15 @@ class HFExtractor:
                 }
                 if types is not None:
                     inputs["token_type_ids"] = torch.from_numpy(token_types).to(self.device)
-                hidden = net(**inputs).last_hidden_state  # (B, T, dim)
+                with self._forward_context():
+                    hidden = net(**inputs).last_hidden_state  # (B, T, dim)
+                hidden = hidden.float()  # pooling in float32 whatever the precision
                 self.forward_passes += 1
                 if self.pooling == "cls":
                     pooled = hidden[:, 0]
                 else:
                     m = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
                     pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
-                out[idx] = pooled.float().cpu().numpy()
+                out[idx] = pooled.cpu().numpy()
                 bar.update(len(idx))
         return out

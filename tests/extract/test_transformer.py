@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fl_privtext.extract import HFExtractor, make_extractor, transformer
+from fl_privtext.extract import EmbeddingCache, HFExtractor, extract_cached, make_extractor, transformer
 from fl_privtext.extract.transformer import default_model_dir
+
+from .conftest import TinyDataset
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -141,3 +143,75 @@ def test_options_are_validated() -> None:
 def test_hf_without_model_is_the_packaged_minilm(minilm: HFExtractor) -> None:
     ext = HFExtractor()
     assert ext.name == "minilm" and ext.model == minilm.model and ext.identity() == minilm.identity()
+
+
+# Precision (issue #14): bf16 / fp16 forwards, float32 outputs, refused where unsupported, part of the identity.
+
+
+@pytest.fixture(scope="module")
+def default_texts() -> list[str]:
+    from fl_privtext.data import load_dataset
+
+    return load_dataset("default").texts[:32]
+
+
+def _assert_close_not_identical(low: np.ndarray, full: np.ndarray) -> None:
+    assert low.dtype == np.float32 and low.shape == full.shape and np.isfinite(low).all()
+    assert not np.array_equal(low, full)  # the setting was applied
+    low_n = low / np.linalg.norm(low, axis=1, keepdims=True)
+    full_n = full / np.linalg.norm(full, axis=1, keepdims=True)
+    sim = low_n @ full_n.T  # (N, N): row i of one precision against every row of the other
+    assert np.diag(sim).min() >= 0.99, np.diag(sim).min()
+    assert (sim.argmax(axis=1) == np.arange(len(sim))).all()  # each row is still nearest to its own text
+
+
+def test_bf16_on_cpu_is_close_to_float32_but_not_identical(minilm: HFExtractor, default_texts: list[str]) -> None:
+    bf16 = make_extractor("minilm", precision="bf16", device="cpu")
+    assert isinstance(bf16, HFExtractor) and bf16.precision == "bf16"
+    _assert_close_not_identical(bf16.extract(default_texts, progress=False), minilm.extract(default_texts, progress=False))
+
+
+def test_fp16_on_cpu_and_unknown_precisions_are_refused() -> None:
+    with pytest.raises(ValueError, match="precision 'fp16' needs a CUDA device"):
+        make_extractor("minilm", precision="fp16", device="cpu")
+    with pytest.raises(ValueError, match="precision must be one of float32, bf16, fp16; got 'int8'"):
+        make_extractor("hf", precision="int8")
+    with pytest.raises(ValueError, match=r"accepted: model, pooling, max_length, batch_size, device\.$"):
+        make_extractor("glove", precision="bf16")  # GloVe is float32 numpy
+
+
+def test_precision_is_part_of_the_cache_identity(minilm: HFExtractor, tmp_path: Path) -> None:
+    bf16 = HFExtractor(precision="bf16", device="cpu")
+    assert minilm.identity()["dtype"] == "float32" and bf16.identity()["dtype"] == "bfloat16-autocast"
+    ds = TinyDataset(["The weather is nice today.", "Stocks fell sharply.", "A cat sleeps."])
+    assert EmbeddingCache.key(ds.fingerprint, minilm.identity()) != EmbeddingCache.key(ds.fingerprint, bf16.identity())
+    full = np.asarray(extract_cached(ds, minilm, tmp_path, progress=False))
+    low = np.asarray(extract_cached(ds, bf16, tmp_path, progress=False))
+    assert bf16.forward_passes == 1  # not served the float32 entry
+    assert not np.array_equal(low, full)
+    assert len(list(tmp_path.glob("*.npy"))) == 2
+
+
+def test_default_batch_size_is_large_on_cuda_and_an_explicit_one_wins() -> None:
+    # Building the extractor reads only the config, so the CUDA default is checkable on a machine without CUDA.
+    assert HFExtractor(device="cpu").batch_size == transformer.CPU_BATCH_SIZE == 64
+    assert HFExtractor(device="cuda").batch_size == transformer.CUDA_BATCH_SIZE == 256
+    assert HFExtractor(device="cuda", batch_size=32).batch_size == 32
+    with pytest.raises(ValueError, match="batch_size must be a positive integer or None"):
+        HFExtractor(batch_size=0)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_half_precision_on_cuda_is_close_to_float32(precision: str, default_texts: list[str]) -> None:
+    import torch
+
+    full = make_extractor("minilm", device="cuda")
+    low = make_extractor("minilm", device="cuda", precision=precision)
+    assert isinstance(low, HFExtractor) and low.batch_size == 256
+    x = low.extract(default_texts, progress=False)
+    _assert_close_not_identical(x, full.extract(default_texts, progress=False))
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    net = transformer.load_model(low.model, low.device, dtype)[1]
+    assert next(net.parameters()).dtype == dtype  # the weights were cast, not autocast
+    assert low.identity()["dtype"] == str(dtype).removeprefix("torch.")
