@@ -244,10 +244,69 @@ def write_summary(data_root: str, datasets: tuple[str, ...] = tuple(DATASETS),
                     attrs = (label.split("[")[1].split("]")[0],)
                 lines += summarize_row(label, results, attrs)
             parts += [f"## {ds}: {title}\n", sweep.md_table(HEADER, lines), ""]
+            if name == "t4" and (png := make_plot(ds, tables["t4"])) is not None:
+                parts += [f"![{ds}: CAPE against gender, epsilon and lambda sweeps]({png.name})\n",
+                          (f"*{png.name}: mean and 95% CI over runs; x = the TRUE epsilon of the upload (the published "
+                          "noise sits k = 256 times further right than its nominal epsilon); dotted = majority.*\n")]
     parts += sweep.closing_sections(OUT, "Wall times: the whole command (all points in one Flower simulation).")
     text = "\n".join(parts) + "\n"
     PAGE.write_text(text)
     return text
+
+
+def _mean_ci(values: list[float]) -> tuple[float, float]:
+    m, h = metrics.mean_ci95(values)
+    return m, 0.0 if math.isnan(h) else h
+
+
+def make_plot(ds: str, t4: list[tuple[str, list[ExperimentConfig]]]) -> Path | None:
+    """docs/results/cape_<ds>.png: Table 4 as curves. Left: task and fresh-attacker (gender) accuracy against the
+    TRUE epsilon, both noises; right: the same against lambda at nominal epsilon 0.1."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    found = {label: [r for r in (STORE.get(c) for c in cfgs) if r is not None] for label, cfgs in t4}
+    if not any(found.values()):
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    majorities: dict[str, list[float]] = {"task": [], "gender": []}
+    for color, noise in zip(("C3", "C0"), NOISES):
+        for ax, kind, values in ((axes[0], "eps", EPSILONS), (axes[1], "lambda", LAMBDAS)):
+            xs, task, att = [], [], []
+            for v in values:
+                res = found.get(f"{kind} {v:g} ({noise})", [])
+                if not res:
+                    continue
+                xs.append(sweep.as_float(res[0]["privacy"]["epsilon_worst_case"]) if kind == "eps" else v)
+                task.append(_mean_ci([r["utility"]["accuracy"] for r in res]))
+                att.append(_mean_ci([r["attacks"]["gender"]["learned_accuracy"] for r in res]))
+                majorities["task"] += [r["utility"]["majority_baseline"] for r in res]
+                majorities["gender"] += [r["attacks"]["gender"]["majority_baseline"] for r in res]
+            if xs:
+                ax.errorbar(xs, [m for m, _ in task], yerr=[h for _, h in task], fmt="-o", color=color, capsize=2,
+                            label=f"task, {noise} ({NOISES[noise]})")
+                ax.errorbar(xs, [m for m, _ in att], yerr=[h for _, h in att], fmt="--s", color=color, capsize=2,
+                            label=f"fresh attacker (gender), {noise}")
+    for ax in axes:
+        for (what, vals), ls in zip(majorities.items(), (":", "-.")):
+            if vals:
+                ax.axhline(sum(vals) / len(vals), color="0.5", ls=ls, lw=0.9, label=f"majority ({what})")
+        ax.set_ylabel("accuracy")
+        ax.grid(alpha=0.3)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("true epsilon per upload (lambda 1)")
+    axes[1].set_xlabel("lambda (nominal epsilon 0.1)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"CAPE on {ds} (Phase A + Phase B, gender adversary)")
+    fig.tight_layout()
+    path = sweep.RESULTS / f"cape_{ds}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:

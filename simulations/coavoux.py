@@ -181,12 +181,61 @@ def write_summary(data_root: str, seeds: tuple[int, ...] = tuple(range(1, 6))) -
     parts = [(OUT / "header.md").read_text() if (OUT / "header.md").is_file() else "# Coavoux et al. 2018\n"]
     for ds, title in (("ag_news", "AG news"), ("blog", "Blogs (our subset)")):
         parts += [f"## Table 5, {title}: main accuracy / privacy (%)\n", table5(ds, data_root, seeds), ""]
+    if (png := make_plot(data_root, seeds)) is not None:
+        parts += [f"![Table 5 as a privacy-utility plane]({png.name})\n",
+                  (f"*{png.name}: ours = filled, mean and 95% CI over runs; the paper = hollow (its AG and blog rows; "
+                  "the paper's blog data differ from our subset); grey cross = the majority answers.*\n")]
     parts += ["## Table 2, blogs: baselines and the best adversary (accuracy %, Standard model)\n",
               table2(data_root, seeds), ""]
     parts += sweep.closing_sections(OUT, "Wall times: the whole command (all points in one Flower simulation).")
     text = "\n".join(parts) + "\n"
     PAGE.write_text(text)
     return text
+
+
+def make_plot(data_root: str, seeds: tuple[int, ...]) -> Path | None:
+    """docs/results/coavoux.png: Table 5 as main accuracy against privacy (1 - attacker), one panel per dataset."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    drawn = False
+    for ax, (ds, title) in zip(axes, (("ag_news", "AG news"), ("blog", "Blogs (our subset)"))):
+        for i, defence in enumerate(DEFENCES):
+            res = [r for r in (STORE.get(point(ds, data_root, s, defence)) for s in seeds) if r]
+            color = f"C{i}"
+            main_p, priv_p = PAPER_T5[ds][defence]
+            if defence != "Standard":
+                main_p, priv_p = PAPER_T5[ds]["Standard"][0] + main_p, PAPER_T5[ds]["Standard"][1] + priv_p
+            ax.plot([priv_p], [main_p], "o", mfc="none", color=color, ms=9)
+            if not res:
+                continue
+            drawn = True
+            m, hm = metrics.mean_ci95([100 * r["utility"]["accuracy"] for r in res])
+            p, hp = metrics.mean_ci95([100 * privacy(r)[0] for r in res])
+            ax.errorbar([p], [m], xerr=[0 if math.isnan(hp) else hp], yerr=[0 if math.isnan(hm) else hm], fmt="o",
+                        color=color, capsize=3, label=f"{defence} ({len(res)} run{'s' * (len(res) > 1)})")
+            if defence == "Standard":
+                ax.plot([100 * privacy(res[0])[1]], [100 * res[0]["utility"]["majority_baseline"]], "x", color="0.4",
+                        ms=9, label="majority main / priv")
+        ax.set_title(title)
+        ax.set_xlabel("privacy = 100 - attacker (%), higher is more private")
+        ax.set_ylabel("main accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if not drawn:
+        plt.close(fig)
+        return None
+    fig.suptitle("Coavoux et al. Table 5 through Phase A (filled: ours; hollow: the paper)")
+    fig.tight_layout()
+    path = sweep.RESULTS / "coavoux.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main() -> None:
