@@ -78,7 +78,7 @@ BLOG_COLUMNS = (
 )  # fmt: skip
 BLOG_AGE_GROUPS = ("10s", "20s", "30s")
 BLOG_SPLITS = ("train", "dev", "test")
-BLOG_LABELS = ("lda_topic", "industry")
+BLOG_LABELS = ("lda_topic", "industry", "gender", "age_group")
 
 
 def _parse_blog(path: Path) -> dict[str, Any]:
@@ -123,6 +123,8 @@ def load_blog(
     Coavoux et al.). `min_topic_prob` keeps posts whose LDA topic probability EXCEEDS it (strictly, as the papers'
     "> 0.8" filter: 0.8 keeps 7,568 of 60,000 posts; the default 0 keeps all).
     `max_rows` draws a seeded uniform subsample of posts after the filters (file order kept).
+    `label = "gender"` or `"age_group"` makes a private attribute the TASK (it stays an attribute too): Coavoux et
+    al.'s "trained upper bound", a model trained end to end to predict the attribute from the text.
     """
     (path,) = find_files("blog", data_root, [BLOG_FILE])
     raw = cached([path], ("blog",), lambda: _parse_blog(path))
@@ -150,6 +152,12 @@ def load_blog(
     if label == "lda_topic":
         label_names: tuple[str, ...] = tuple(f"topic_{k}" for k in range(10))
         labels = raw["lda_topic"][idx]
+    elif label == "gender":
+        label_names = GENDER.classes
+        labels = np.asarray([label_names.index(v) for v in pick("gender")], dtype=np.int64)
+    elif label == "age_group":
+        label_names = groups
+        labels = np.asarray([groups.index(v) for v in age[idx]], dtype=np.int64)
     else:
         industries = sorted(set(raw["industry"]))
         label_names = tuple(industries)

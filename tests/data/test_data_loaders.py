@@ -71,6 +71,10 @@ def test_blog_options(blog, data_root):
     assert np.bincount(two.attribute("age_group")).tolist() == [20_000, 20_000]
     ind = load_dataset("blog", data_root=data_root, label="industry")
     assert ind.num_classes == 40 and Counter(np.asarray(ind.label_names)[ind.labels])["Student"] == 12_655
+    for name in ("gender", "age_group"):  # a private attribute as the task (Coavoux's trained upper bound)
+        task = load_dataset("blog", data_root=data_root, label=name, age_groups="10s,30s")
+        assert task.label_names == task.attribute_spec(name).classes
+        assert np.array_equal(task.labels, task.attribute(name))
     a = load_dataset("blog", data_root=data_root, max_rows=1000, seed=1)
     b = load_dataset("blog", data_root=data_root, max_rows=1000, seed=1)
     c = load_dataset("blog", data_root=data_root, max_rows=1000, seed=2)
