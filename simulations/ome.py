@@ -157,7 +157,7 @@ def _cell(cfgs: list[ExperimentConfig], ds: str) -> str:
     vals = runs(cfgs)
     if not vals:
         return "not run"
-    if ds in SENTIMENT:
+    if ds in SENTIMENT or all(STORE.get(c) for c in cfgs):  # current points: mean and 95% CI over the runs
         return sweep.ci_str(vals)
     st = sweep.mean_ci(vals)
     return f"{100 * st[0]:.1f} ± {100 * st[1]:.1f} (legacy, n={st[3]})" if st else f"{100 * vals[0]:.1f} (legacy)"
@@ -223,8 +223,10 @@ def write_summary(root: str) -> Path:
     add("- IMDb / Amazon / Yelp: the Kotzias et al. sentences (1,000 each), GloVe-6B-50d mean (as in the paper), "
         "8:2 split drawn at random by user (each sentence is its own user). CPU budget: 1 seed per split (the "
         "paper: 20 runs; see *Granularity*), and the correct mechanisms (`bitrr`, `laplace-l1`) only at ε = 1.")
-    add("- **Intent (SNIPS) and MRPC were NOT rerun** (CPU budget: one OME point on the 3,840-bit MiniLM code costs "
-        "~4 min per seed on our shared cores). Their columns are the earlier platform's saved points "
+    add("- **Intent (SNIPS) and MRPC are only partly rerun** (CPU budget: one OME point on the 3,840-bit MiniLM code "
+        "costs ~2.5 min for its 3 seeds on our shared cores, and a sweep of them in one process ran out of memory "
+        "after 4 points, see issue #13's note). Cells with a 95% CI `[lo, hi] (n=3)` are current points (the paper's "
+        "classifier, the source's own split, 3 seeds); cells marked *legacy* are the earlier platform's saved points "
         "(`docs/results/ome/legacy/points/`, marked *legacy*): MiniLM-L6 (384 dims) instead of BERT-base, the "
         "platform's default server (768 hidden, standardised inputs), 10 epochs, 3 seeds, ONE random split, mean ± "
         "std over the seeds (ddof=1). Their keys no longer match the current config (the attacker and projection "
