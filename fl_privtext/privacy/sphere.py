@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import optimize, special
+from scipy import special
 
 from fl_privtext.privacy.mechanisms import (
     COMPOSITION,
@@ -188,6 +188,8 @@ def _optimise(epsilon: float, mse_of: Any) -> float:
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
     if lo == hi:
         return float(grid[i])
+    from scipy import optimize  # here, not at import: the torch-free ClientApp loads this module (~0.1 s)
+
     res = optimize.minimize_scalar(mse_of, bounds=(float(lo), float(hi)), method="bounded",
                                    options={"xatol": 1e-10 * max(1.0, epsilon)})
     return float(res.x) if res.fun <= vals[i] else float(grid[i])
