@@ -23,9 +23,11 @@ round's replies: until the first round is done, less the plain loop's round. ``r
 torch's first-optimizer import, ~1.4 s, inside its training; the Flower driver pays it while Ray starts).
 
 ``--naive-users N`` adds the naive design (`naive_federation.py`: one SuperNode per user, each uploading one 384-d
-L1-Laplace vector) against ours doing the same uploads (``--clients`` SuperNodes holding shards, bounded in-flight
-queries), each in a fresh process, whole simulations timed (Ray start to shutdown): ``naive_s``, ``ours_s``,
-``naive_speedup`` = naive_s / ours_s, and the rounds alone.
+L1-Laplace vector) against ours doing the same uploads (SuperNodes holding shards of users, bounded in-flight
+queries; ``--ours-clients`` of them, default ``--clients``), each in a fresh process, whole simulations timed
+(Ray start to shutdown): ``naive_s``, ``ours_s``, ``naive_speedup`` = naive_s / ours_s, the rounds alone
+(``naive_round_speedup``) and each side's phases (``naive_phases_s`` / ``ours_phases_s``: Ray start, Flower start,
+round, shutdown).
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def _worker(args: argparse.Namespace) -> None:
         from naive_federation import run
 
         users = args.naive_users
-        out = run(args.worker, users, users if args.worker == "naive" else args.clients, args.max_in_flight or 64)
+        nodes = users if args.worker == "naive" else (args.ours_clients or args.clients)
+        out = run(args.worker, users, nodes, args.max_in_flight or 64)
         print(json.dumps({"path": args.worker, "seconds": out.pop("total_s"), **out}))
         return
     cfg = _config(args)
@@ -92,14 +95,15 @@ def _run(args: argparse.Namespace, path: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", path, "--data-root", args.data_root, "--users", str(args.users),
            "--clients", str(args.clients), "--mechanism", args.mechanism, "--epochs", str(args.epochs),
            "--ray-address", args.ray_address, "--max-in-flight", str(args.max_in_flight),
-           "--naive-users", str(args.naive_users)]
+           "--naive-users", str(args.naive_users), "--ours-clients", str(args.ours_clients)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{path} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     if path in ("naive", "ours"):
-        print(f"  {path:6s} {out['seconds']:7.2f} s  (round {out['round_s']:.2f} s, {out['uploads']} uploads, "
-              f"complete {out['complete']})", flush=True)
+        print(f"  {path:6s} {out['seconds']:7.2f} s  (Ray start {out['ray_start_s']:.2f} s, Flower start "
+              f"{out['flower_start_s']:.2f} s, round {out['round_s']:.2f} s, shutdown {out['shutdown_s']:.2f} s; "
+              f"{out['uploads']} uploads, complete {out['complete']})", flush=True)
         return out
     fixed = "".join(f", {k} {v:.2f}" for k, v in out.get("fixed", {}).items())
     print(f"  {path:6s} {out['seconds']:7.2f} s  (rounds {out['federation_s']:.2f} s, train {out['train_s']:.2f} s, "
@@ -122,6 +126,8 @@ def main() -> None:
                     help="federation.max-in-flight (queries pending at once); 0 = the platform default")
     ap.add_argument("--naive-users", type=int, default=0,
                     help="also time the naive design (one SuperNode per user) against ours at this many users")
+    ap.add_argument("--ours-clients", type=int, default=0,
+                    help="SuperNodes of our design in the naive comparison (each holds a shard); 0 = --clients")
     ap.add_argument("--json", help="also write the figures to this file")
     ap.add_argument("--worker", choices=["flower", "plain", "naive", "ours"], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -166,13 +172,16 @@ def main() -> None:
         ours = [_run(args, "ours")]
         out.update({
             "naive_users": args.naive_users, "naive_s": naive[0]["seconds"], "naive_round_s": naive[0]["round_s"],
-            "ours_s": ours[0]["seconds"], "ours_round_s": ours[0]["round_s"], "ours_clients": args.clients,
+            "ours_s": ours[0]["seconds"], "ours_round_s": ours[0]["round_s"],
+            "ours_clients": args.ours_clients or args.clients,
+            "naive_phases_s": {k: v for k, v in naive[0].items() if k.endswith("_s")},
+            "ours_phases_s": {k: v for k, v in ours[0].items() if k.endswith("_s")},
             "naive_speedup": naive[0]["seconds"] / ours[0]["seconds"],
             "naive_round_speedup": naive[0]["round_s"] / ours[0]["round_s"],
             "naive_complete": naive[0]["complete"] and ours[0]["complete"],
         })
         print(f"{args.naive_users} users, one 384-d laplace-l1 upload each: naive (one SuperNode per user) "
-              f"{out['naive_s']:.1f} s vs ours ({args.clients} SuperNodes) {out['ours_s']:.1f} s -> "
+              f"{out['naive_s']:.1f} s vs ours ({out['ours_clients']} SuperNodes) {out['ours_s']:.1f} s -> "
               f"{out['naive_speedup']:.0f}x (rounds alone: {out['naive_round_s']:.1f} s vs "
               f"{out['ours_round_s']:.2f} s, {out['naive_round_speedup']:.0f}x)", flush=True)
     print(json.dumps(out, indent=2))

@@ -61,12 +61,14 @@ def main() -> None:
                 raise SystemExit(f"{s} run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
             out = json.loads(proc.stdout.strip().splitlines()[-1])
             runs[s].append(out)
-            print(f"  {s:14s} {out['seconds']:7.2f} s  (phase A {out['phase_a_s']:.2f} s, "
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in out["timing"].items())
+            print(f"  {s:14s} {out['seconds']:7.2f} s  (phase A {out['phase_a_s']:.2f} s; {stages}; "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
-    summary = {s: {"seconds": [o["seconds"] for o in v], "median_s": statistics.median(o["seconds"] for o in v),
+    summary: dict[str, Any] = {s: {"seconds": [o["seconds"] for o in v], "median_s": statistics.median(o["seconds"] for o in v),
                    "phase_a_median_s": statistics.median(o["phase_a_s"] for o in v)} for s, v in runs.items()}
-    summary["speedup"] = summary["oversubscribed"]["median_s"] / summary["auto"]["median_s"]  # type: ignore[index]
+    summary["speedup"] = summary["oversubscribed"]["median_s"] / summary["auto"]["median_s"]
     summary["load_average_start_end"] = [load_start[0], os.getloadavg()[0]]
+    summary["runs"] = runs  # every timing with its stages (results.json timing: federation, training, attacks)
     print(json.dumps(summary, indent=2))
     if args.json:
         with open(args.json, "w") as fh:

@@ -63,7 +63,10 @@ def complete(parts: list[dict[str, np.ndarray]], users: int) -> bool:
 
 def run(design: str, users: int, nodes: int, window: int) -> dict[str, Any]:
     """One simulation of ``design`` ("naive": Flower's send_and_receive of one query per node, as a plain
-    ServerApp would; "ours": ``window`` queries in flight). Returns timings, the number of uploads, completeness."""
+    ServerApp would; "ours": ``window`` queries in flight). Returns the number of uploads, completeness and the
+    timings in seconds: ``total_s`` (Ray start to shutdown) = ``ray_start_s`` + ``flower_start_s`` (until the
+    ServerApp runs: state, node registration) + ``round_s`` (the first query sent to the last reply: includes the
+    actors' start-up) + ``shutdown_s`` (Flower stops its threads, Ray shuts down) + the ServerApp's own checks."""
     from flwr.simulation import run_simulation
 
     from fl_privtext.federation.inflight import send_windowed
@@ -77,6 +80,7 @@ def run(design: str, users: int, nodes: int, window: int) -> dict[str, Any]:
 
     @server_app.main()
     def _main(grid: Grid, context: Context) -> None:
+        out["flower_start_s"] = time.perf_counter() - t_sim
         ids = _wait_for_nodes(grid, nodes)
         t1 = time.perf_counter()
         msgs = (Message(RecordDict({"task": ConfigRecord({"users": users})}), dst_node_id=n,
@@ -88,11 +92,16 @@ def run(design: str, users: int, nodes: int, window: int) -> dict[str, Any]:
                  if not r.has_error()]
         out["uploads"] = int(sum(len(p["rows"]) for p in parts))
         out["complete"] = complete(parts, users)
+        out["main_done"] = time.perf_counter()
 
     init_args = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False,
                  "num_cpus": os.cpu_count() or 1}
     _init_ray(init_args, threads=1)
+    t_sim = time.perf_counter()
+    out["ray_start_s"] = t_sim - t0
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=nodes,
                    backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0}, "init_args": init_args})
-    out["total_s"] = time.perf_counter() - t0
+    t_end = time.perf_counter()
+    out["shutdown_s"] = t_end - out.pop("main_done")
+    out["total_s"] = t_end - t0
     return out

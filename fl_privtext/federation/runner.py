@@ -9,12 +9,13 @@ as the ``FL_PRIVTEXT_CLIENT_SEED`` environment variable, and the ServerApp gets 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -251,7 +252,13 @@ def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, thre
 
     ``client_seed`` (reproducible mode) goes to the workers' environment only, not to the driver's, where the
     ServerApp runs. ``threads``: each worker's OpenMP / MKL / OpenBLAS threads (`fl_privtext.threads`), set in its
-    environment so that numpy and torch size their pools by it when they load."""
+    environment so that numpy and torch size their pools by it when they load.
+
+    A fresh local Ray gets these variables through the environment its processes inherit (set in this process for
+    the duration of ``ray.init`` only, then restored), not through a job ``runtime_env``: with one, Ray cannot give
+    the actors the workers it prestarts at ``ray.init`` and starts new ones (the actors came up ~2 s later on 2
+    cores; docs/federation.md). An existing cluster (``address``) has its processes already: there the job's
+    ``runtime_env`` carries them."""
     import ray
 
     if ray.is_initialized():
@@ -262,8 +269,27 @@ def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, thre
     os.environ["PYTHONPATH"] = pythonpath
     env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed),
                 **worker_env(threads)}
-    ray.init(runtime_env={"env_vars": env_vars}, **init_args)
+    if init_args.get("address"):
+        ray.init(runtime_env={"env_vars": env_vars}, **init_args)
+        return True
+    with _environ(env_vars):
+        ray.init(**init_args)
     return True
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    """``env`` in this process's environment inside the block; every variable restored (or removed) after it."""
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _num_gpus() -> int:

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import special
 
 from fl_privtext.privacy.mechanisms import (
     BitMechanism,
@@ -61,6 +60,8 @@ SECURE_DEFAULT_SAMPLES = 200_000
 # ------------------------------------------------------------------------------------------ Clopper-Pearson
 def cp_lower(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
     """One-sided (1 - alpha) Clopper-Pearson lower bound of a binomial proportion (0 when k = 0)."""
+    from scipy import special
+
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(all="ignore"):
         lo = special.betaincinv(k, n - k + 1.0, alpha)
@@ -69,6 +70,8 @@ def cp_lower(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
 
 def cp_upper(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
     """One-sided (1 - alpha) Clopper-Pearson upper bound of a binomial proportion (1 when k = n)."""
+    from scipy import special
+
     k = np.asarray(k, dtype=np.float64)
     with np.errstate(all="ignore"):
         hi = special.betaincinv(k + 1.0, n - k, 1.0 - alpha)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import special
 
 
 def per_bit_epsilon_terms(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -43,6 +42,8 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float) -> float:
 
     Balle & Wang (ICML 2018), Theorem 8: delta = Phi(D/(2s) - e*s/D) - e^e * Phi(-D/(2s) - e*s/D).
     """
+    from scipy import special
+
     a = sensitivity / (2.0 * sigma)
     b = epsilon * sigma / sensitivity
     first = special.ndtr(a - b)

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy import optimize, special
 
 from fl_privtext.privacy.mechanisms import (
     COMPOSITION,
@@ -113,6 +112,8 @@ def truncated_normal(t: float, upper: np.ndarray, rng: np.random.Generator) -> n
     apple/ml-projunit sampler falls back to plain Gaussian noise with probability ~2^-25, which breaks pure DP:
     its output can then land on the wrong side of the threshold). The side is enforced exactly.
     """
+    from scipy import special
+
     up = np.asarray(upper, dtype=bool)
     log_u = np.log1p(-rng.random(up.shape))  # ln U, U = 1 - uniform[0, 1) in (0, 1]
     w = np.empty(up.shape, dtype=np.float64)
@@ -130,6 +131,8 @@ def cap_inner_products(dim: int, q: float, upper: np.ndarray, rng: np.random.Gen
     gamma = 1 - 2 I^-1_q(a, a). Exact inverse CDF: cap W = 1 - 2 I^-1(U q), complement W = 2 I^-1(U (1-q)) - 1
     (Beta(a, a) is symmetric), U uniform on (0, 1]; (n,) float64.
     """
+    from scipy import special
+
     a = (dim - 1) / 2.0
     up = np.asarray(upper, dtype=bool)
     u = 1.0 - rng.random(up.shape)
@@ -144,6 +147,8 @@ def cap_inner_products(dim: int, q: float, upper: np.ndarray, rng: np.random.Gen
 
 def cap_threshold(dim: int, q: float) -> float:
     """gamma with Pr[<V, u> >= gamma] = q for V uniform on S^(dim-1)."""
+    from scipy import special
+
     a = (dim - 1) / 2.0
     return float(1.0 - 2.0 * special.betaincinv(a, a, q))
 
@@ -177,6 +182,8 @@ class CapCalibration:
 
 def _split_q(epsilon: float, eps0: float) -> tuple[float, float]:
     # p = e^eps0/(1+e^eps0) and q with p(1-q)/(q(1-p)) = e^eps exactly: (1-q)/q = e^(eps-eps0).
+    from scipy import special
+
     return float(special.expit(eps0)), float(special.expit(-(epsilon - eps0)))
 
 
@@ -188,6 +195,8 @@ def _optimise(epsilon: float, mse_of: Any) -> float:
     lo, hi = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
     if lo == hi:
         return float(grid[i])
+    from scipy import optimize  # here, not at import: the torch-free ClientApp loads this module (~0.1 s)
+
     res = optimize.minimize_scalar(mse_of, bounds=(float(lo), float(hi)), method="bounded",
                                    options={"xatol": 1e-10 * max(1.0, epsilon)})
     return float(res.x) if res.fun <= vals[i] else float(grid[i])
@@ -199,6 +208,8 @@ def privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibrati
     q = Phi(-t) with (1-q)/q = e^(eps-eps0); m = E[W] = phi(t) (p/q - (1-p)/(1-q)) for W the truncated N(0,1)
     mixture; E[W^2] = p (1 + t phi(t)/q) + (1-p) (1 - t phi(t)/(1-q)); MSE = (dim - 1 + E[W^2]) / m^2 - 1.
     """
+    from scipy import special
+
     p, q = _split_q(epsilon, eps0)
     t = float(-special.ndtri(q))
     phi = math.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi)
@@ -214,6 +225,8 @@ def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibratio
     (1-gamma^2)^a / ((dim-1) B(1/2, a)) and E[W] = 0, so m = (p/q - (1-p)/(1-q)) E[W; W >= gamma];
     MSE = 1/m^2 - 1 (||V|| = 1). Computed in log space (d = 768 underflows otherwise).
     """
+    from scipy import special
+
     p, q = _split_q(epsilon, eps0)
     a = (dim - 1) / 2.0
     b = float(special.betaincinv(a, a, q))  # (1 - gamma)/2
@@ -226,6 +239,8 @@ def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibratio
 def duchi_calibration(epsilon: float, dim: int) -> CapCalibration:
     """Duchi et al. (2018): hemisphere cap (gamma = 0, q = 1/2), p = e^eps/(1+e^eps); 1/m = B =
     (e^eps+1)/(e^eps-1) * sqrt(pi) Gamma((d+1)/2) / Gamma(d/2)."""
+    from scipy import special
+
     p = float(special.expit(epsilon))
     log_b = (math.log(math.sqrt(math.pi)) + float(special.gammaln((dim + 1) / 2.0) - special.gammaln(dim / 2.0))
              - math.log(math.tanh(epsilon / 2.0)))  # (e^eps+1)/(e^eps-1) = 1/tanh(eps/2)

@@ -7,11 +7,13 @@ the client seed could recompute the noise (the control of tests/federation/test_
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
 from fl_privtext import pipeline
-from fl_privtext.client import client_upload, merge_uploads
+from fl_privtext.client import CLIENT_SEED_ENV, client_upload, merge_uploads
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.runner import run_points
 from fl_privtext.metrics import binomial_interval
@@ -44,8 +46,10 @@ def points(cache_dir, request):
         cfgs["blog_none"] = _cfg(cache_dir, **blog, **{"privacy.mechanism": "none"})
         cfgs["blog_tiny_eps"] = _cfg(cache_dir, **blog, **{"privacy.mechanism": "laplace-l1",
                                                            "privacy.epsilon": 0.1})
-    results = run_points(list(cfgs.values()), keep_observations=True)
-    return {name: (cfg, res) for (name, cfg), res in zip(cfgs.items(), results)}
+    server_env: list[str | None] = []  # the driver's environment as the ServerApp's rounds saw it
+    results = run_points(list(cfgs.values()), keep_observations=True,
+                         on_round=lambda *_: server_env.append(os.environ.get(CLIENT_SEED_ENV)))
+    return {name: (cfg, res) for (name, cfg), res in zip(cfgs.items(), results)} | {"server_env": server_env}
 
 
 def test_results_follow_the_public_contract(points):
@@ -132,6 +136,14 @@ def test_actors_run_with_their_thread_share(points):
     _, point = points["l1_two_rounds"]
     threads = {o.metrics["stats"]["threads"] for o in point["observations"] if "stats" in o.metrics}
     assert threads == {2}
+
+
+def test_the_client_seed_reaches_the_actors_but_not_the_servers_environment(points):
+    # run_points hands the seed to the Ray workers through the environment Ray's processes inherit at ray.init and
+    # restores the driver's right after: the ServerApp's rounds ran without it, the clients ran seeded
+    assert points["server_env"] and all(v in (None, "") for v in points["server_env"])
+    _, point = points["l1_two_rounds"]
+    assert point["privacy"]["randomness"] == "reproducible"
 
 
 def _attack_both_ends(points, clear: str, private: str):
