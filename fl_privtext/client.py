@@ -158,6 +158,9 @@ def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     if not parts:
         return {"features": np.zeros((0, 0), np.float32), "labels": np.zeros(0, np.int64),
                 "rows": np.zeros(0, np.int64)}
+    if len(parts) == 1 and bool(np.all(parts[0]["rows"][1:] >= parts[0]["rows"][:-1])):
+        # already in canonical order (a one-round seed, one reply): the same arrays, not a copy of a seed's uploads
+        return {k: parts[0][k] for k in UPLOAD_KEYS}
     merged = {k: np.concatenate([p[k] for p in parts]) for k in UPLOAD_KEYS}
     order = np.argsort(merged["rows"], kind="stable")
     return {k: v[order] for k, v in merged.items()}

@@ -40,6 +40,22 @@ def test_snapshot_round_trip_gives_identical_uploads(tmp_path):
     np.testing.assert_array_equal(merged["rows"], np.arange(40))
 
 
+def test_merge_sorts_by_record_and_keeps_an_ordered_single_part_without_copying_it():
+    g = np.random.default_rng(3)
+    parts = [{"features": g.normal(size=(n, 4)).astype(np.float32), "labels": g.integers(0, 3, n),
+              "rows": np.sort(g.choice(100, n, replace=False))} for n in (5, 7)]
+    merged = merge_uploads(parts)
+    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
+    for k in ("features", "labels", "rows"):
+        np.testing.assert_array_equal(merged[k], np.concatenate([p[k] for p in parts])[order])
+    one = merge_uploads(parts[:1])  # a one-round seed from one reply: already canonical, held once (not twice)
+    assert all(one[k] is parts[0][k] for k in ("features", "labels", "rows"))
+    shuffled = {k: v[::-1] for k, v in parts[0].items()}
+    again = merge_uploads([shuffled])
+    np.testing.assert_array_equal(again["rows"], parts[0]["rows"])
+    np.testing.assert_array_equal(again["features"], parts[0]["features"])
+
+
 def test_snapshot_is_named_by_its_content(tmp_path):
     data = _data(tmp_path)
     same = ClientData(shards=[s.copy() for s in data.shards], labels=data.labels.copy(), num_classes=3,

@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -117,7 +118,8 @@ def _now(job: Job) -> dict[str, Any]:
 def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence[str] | None = None,
           keep_observations: bool = False, on_result: Callable[[int, dict[str, Any]], None] | None = None,
           submit: Callable[[Job], Any] = _now,
-          on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None) -> list[Any]:
+          on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None,
+          max_pending: int = 1) -> list[Any]:
     """Run every experiment point (config x seeds) through the same federation; one result per point.
 
     A sweep passes many points, paying Flower/Ray start-up once. Every point is a full federated pass: clients
@@ -128,10 +130,20 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
     ``snapshots[i]`` names the client-data snapshot of point i (see `fl_privtext.client.ClientData.save`).
     ``keep_observations`` adds the eavesdropper's raw observations to each result (for inspection in tests).
     ``on_round(point, seed, round, Round, seconds)`` hears about every round as soon as it is in.
+
+    Memory: a point's uploads (every seed's, as received and as observed) live until its computation is done. When
+    ``submit`` returns Futures and the computation is slower than the traffic (OME's 3,840-bit uploads and 10 server
+    epochs per seed), a sweep would otherwise collect point after point ahead of the server and keep all their
+    uploads queued (GBs per point on SNIPS). So the traffic of point i waits until at most ``max_pending`` earlier
+    points are still computing or queued: the next point's traffic still overlaps the server's work.
     """
+    if max_pending < 0:
+        raise ValueError(f"max_pending must be >= 0 points whose computation may be pending; got {max_pending}.")
     eaves = EavesdroppingGrid(grid, record_sent=keep_observations)
     out: list[Any] = []
     for i, cfg in enumerate(points):
+        if i > max_pending and isinstance(out[i - 1 - max_pending], Future):
+            out[i - 1 - max_pending].result()  # jobs run in order: every earlier point is computed (and released)
         hook = None if on_round is None else (
             lambda seed, rnd, r, dt, i=i: on_round(i, seed, rnd, r, dt))  # type: ignore[misc]
         evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
@@ -165,8 +177,10 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
             observations.extend(eaves.observations)
             sent.extend(eaves.sent)
             eaves.sent.clear()
-        return pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
-                                 nbytes=eaves.bytes_observed)
+        observed = pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
+                                     nbytes=eaves.bytes_observed)
+        eaves.reset()  # `observed` holds the seed's uploads (concatenated): do not keep the per-message copies
+        return observed
 
     collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset,
                                        on_round=on_round)
