@@ -465,7 +465,7 @@ def write_summary(root: str) -> Path:
     lines += sweep.closing_sections(OUT, (
         "Each command ran once, to completion, from an empty points folder, with the MiniLM and GloVe features "
         "already in the extraction cache (a cold MiniLM pass adds ~3 min for AG and ~2 min for BLOG). The 2 cores "
-        "were shared with other jobs throughout (load average 1-5), so the times are upper bounds.\n"))
+        "were shared with other jobs throughout (load average 1-12), so the times are upper bounds.\n"))
     SUMMARY.write_text("\n".join(lines) + "\n")
     make_plots(root)
     return SUMMARY
