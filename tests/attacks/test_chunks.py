@@ -1,9 +1,12 @@
 """Row chunks for scoring targets: they cover every row in order, none is short, and scores match all-at-once."""
 
+import inspect
+
 import numpy as np
 import pytest
 
 from fl_privtext.attacks.chunks import ROW_CHUNK, row_chunks
+from fl_privtext.learn import MLPClassifier
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 4, 7, 8, 9, 11, 12, 13, 40])
@@ -26,4 +29,5 @@ def test_chunked_blas_scores_equal_all_at_once() -> None:
     whole = ((x - mean) / std) @ w + b
     chunked = np.concatenate([((x[c] - mean) / std) @ w + b for c in row_chunks(len(x))])
     np.testing.assert_array_equal(chunked, whole)
-    assert ROW_CHUNK % 8192 == 0  # MLPClassifier.logits' batches line up with the chunks
+    batch = inspect.signature(MLPClassifier.logits).parameters["batch_size"].default
+    assert ROW_CHUNK % batch == 0  # MLPClassifier.logits' batches line up with the chunks
