@@ -43,6 +43,7 @@ from fl_privtext.data import (
     partition_users,
     source_roles,
 )
+from fl_privtext.memory import return_freed_arrays
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
 from fl_privtext.threads import driver_threads, limited
@@ -134,6 +135,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     """
     from fl_privtext.extract import EmbeddingCache, extract_cached
 
+    return_freed_arrays()  # large temporaries go back to the OS when freed (fl_privtext.memory)
     t0 = time.perf_counter()
     ds = load(cfg)
     t1 = time.perf_counter()
