@@ -153,17 +153,42 @@ class Upload:
 
 def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """One round's uploads from all clients, in canonical row order (replies arrive in any order; sorting makes
-    the server's training independent of network timing)."""
+    the server's training independent of network timing): as ``np.concatenate`` then a stable sort by row, but
+    each part is written straight to its sorted positions (one output array per key, no concatenated copy), and
+    a single part already in row order is returned as it is (its arrays, not copies)."""
     parts = [p for p in parts if len(p["rows"])]
     if not parts:
         return {"features": np.zeros((0, 0), np.float32), "labels": np.zeros(0, np.int64),
                 "rows": np.zeros(0, np.int64)}
-    if len(parts) == 1 and bool(np.all(parts[0]["rows"][1:] >= parts[0]["rows"][:-1])):
-        # already in canonical order (a one-round seed, one reply): the same arrays, not a copy of a seed's uploads
+    if len(parts) == 1 and bool(np.all(np.diff(parts[0]["rows"]) >= 0)):
         return {k: parts[0][k] for k in UPLOAD_KEYS}
-    merged = {k: np.concatenate([p[k] for p in parts]) for k in UPLOAD_KEYS}
-    order = np.argsort(merged["rows"], kind="stable")
-    return {k: v[order] for k, v in merged.items()}
+    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
+    dest = np.empty_like(order)
+    dest[order] = np.arange(len(order))  # where each concatenated entry goes
+    merged: dict[str, np.ndarray] = {}
+    for k in UPLOAD_KEYS:
+        dtype = np.result_type(*(p[k].dtype for p in parts))
+        out = np.empty((len(order), *parts[0][k].shape[1:]), dtype)
+        start = 0
+        for p in parts:
+            out[dest[start : start + len(p[k])]] = p[k]
+            start += len(p[k])
+        merged[k] = out
+    return merged
+
+
+def same_uploads(a: dict[str, np.ndarray], b: dict[str, np.ndarray], chunk: int = 1 << 16) -> bool:
+    """Whether two merged uploads (`merge_uploads`) hold the same arrays, compared ``chunk`` rows at a time (no
+    full-size temporaries)."""
+    for k in UPLOAD_KEYS:
+        x, y = a[k], b[k]
+        if x is y:
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not all(np.array_equal(x[i : i + chunk], y[i : i + chunk]) for i in range(0, len(x), chunk)):
+            return False
+    return True
 
 
 def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:

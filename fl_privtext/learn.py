@@ -114,7 +114,9 @@ def train_mlp(
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     mean = x.mean(axis=0) if config.standardize else np.zeros(x.shape[1], np.float32)
     std = x.std(axis=0) + 1e-6 if config.standardize else np.ones(x.shape[1], np.float32)
-    xt = torch.from_numpy((x - mean) / std).to(dev)
+    z = x - mean  # (N, D) a new float32 array, standardised in place: one copy of x instead of two
+    z /= std
+    xt = torch.from_numpy(z).to(dev)
     yt = torch.from_numpy(y.astype(np.float32) if multilabel else y.astype(np.int64)).to(dev)
 
     masks = torch.Generator(device=dev)

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from fl_privtext.client import ClientData, client_seed_from, client_upload, merge_uploads
+from fl_privtext.client import ClientData, client_seed_from, client_upload, merge_uploads, same_uploads
 from fl_privtext.config import ExperimentConfig
 
 CFG = ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
@@ -167,3 +167,39 @@ def test_the_reproducible_stream_key_survives_added_config_keys():
     assert point_key(ExperimentConfig.load(None, {**sets, "extractor.batch-size": 64})) == "9df99939629e366b"
     assert point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm", "extractor.precision": "bf16"})) \
         != point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm"}))
+
+
+def _parts(g: np.random.Generator, sizes: list[int], rows: int) -> list[dict[str, np.ndarray]]:
+    return [{"features": g.normal(size=(n, 4)).astype(np.float32), "labels": g.integers(0, 3, n),
+             "rows": g.integers(0, rows, n)} for n in sizes]  # rows repeat within and across parts
+
+
+def test_merge_uploads_is_a_stable_sort_of_the_concatenation():
+    g = np.random.default_rng(3)
+    for sizes in ([5], [7, 0, 3, 9], [1, 1, 1], [40, 2]):
+        parts = _parts(g, sizes, rows=12)
+        cat = {k: np.concatenate([p[k] for p in parts]) for k in ("features", "labels", "rows")}
+        order = np.argsort(cat["rows"], kind="stable")
+        merged = merge_uploads(parts)
+        for k, v in cat.items():
+            np.testing.assert_array_equal(merged[k], v[order])
+            assert merged[k].dtype == v.dtype
+        assert same_uploads(merged, {k: v[order] for k, v in cat.items()})
+    # a single part already in row order is passed through (no copy); any other input gives new arrays
+    (part,) = _parts(g, [6], rows=100)
+    part = {k: v[np.argsort(part["rows"], kind="stable")] for k, v in part.items()}
+    assert all(merge_uploads([part])[k] is part[k] for k in part)
+    assert merge_uploads([part, _parts(g, [0], 1)[0]])["features"] is part["features"]
+    assert merge_uploads(_parts(g, [0, 0], 1))["rows"].shape == (0,)
+
+
+def test_same_uploads_sees_any_difference():
+    g = np.random.default_rng(4)
+    a = merge_uploads(_parts(g, [300, 200], rows=50))
+    assert same_uploads(a, {k: v.copy() for k, v in a.items()}, chunk=64)
+    for k in ("features", "labels", "rows"):
+        b = {key: v.copy() for key, v in a.items()}
+        b[k][-1] += 1  # the last chunk too
+        assert not same_uploads(a, b, chunk=64)
+    assert not same_uploads(a, {**a, "labels": a["labels"].astype(np.int32)})
+    assert not same_uploads(a, {k: v[:-1] for k, v in a.items()})

@@ -26,6 +26,7 @@ with the learned out-of-fold accuracy and the smallest advantage the aux users c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,7 @@ from scipy import stats
 
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
+from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
 
@@ -138,14 +140,23 @@ class _Problem:
         self.view, self.known = view, known
         self.multilabel = known.spec.kind == "multilabel"
         self.k = len(known.spec.classes)
-        x = np.asarray(view.uploads, np.float32)
-        if view.num_labels > 0:  # the label travels with the upload: a feature like any other
-            x = np.concatenate([x, np.eye(view.num_labels, dtype=np.float32)[view.labels]], axis=1)
-        self.x = x  # (N, D + L)
         self.idx = np.asarray(known.index)  # aux uploads
         self.z = np.asarray(known.values)
         self.users = view.user[self.idx]
         self._codes: np.ndarray | None = None
+
+    def inputs(self, rows: np.ndarray) -> np.ndarray:
+        """(len(rows), D + L) float32: the uploads ``rows`` and, when labels are observed, their one-hot label (the
+        label travels with the upload: a feature like any other). Built for the rows asked for, never for all."""
+        x = np.asarray(self.view.uploads[rows], np.float32)
+        if self.view.num_labels > 0:
+            x = np.concatenate([x, np.eye(self.view.num_labels, dtype=np.float32)[self.view.labels[rows]]], axis=1)
+        return x
+
+    def score(self, rows: np.ndarray, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """``fn`` (inputs (n, D + L) -> scores (n, k)) on the uploads ``rows``, `row_chunks` at a time (the same
+        numbers as all at once; no (rows x width) intermediates)."""
+        return np.concatenate([fn(self.inputs(rows[c])) for c in row_chunks(len(rows))])
 
     def log_prior(self, z: np.ndarray) -> np.ndarray:
         if self.multilabel:
@@ -176,7 +187,7 @@ class _Problem:
     # -- learned families ---------------------------------------------------------------------------------------
     def fit_predict(self, family: str, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
         """Fit ``family`` on aux uploads ``train`` (positions into idx); log posteriors for uploads ``rows``."""
-        xs, z = self.x[self.idx[train]], self.z[train]
+        xs, z = self.inputs(self.idx[train]), self.z[train]
         cfg = self.view.config
         if family == "likelihood":
             return self._likelihood(train, rows)
@@ -184,11 +195,11 @@ class _Problem:
         out_dim = self.k
         if family == "logistic":
             w, b = fit_logistic((xs - mean) / std, z, out_dim, multilabel=self.multilabel)
-            s = ((self.x[rows] - mean) / std) @ w + b
+            s = self.score(rows, lambda x: ((x - mean) / std) @ w + b)
         elif family == "mlp":
             model = train_mlp(xs, z, num_classes=None if self.multilabel else self.k, config=cfg.mlp(),
                               generator=rng.torch_generator(self.view.seed, "attack", self.known.spec.name, key))
-            s = model.logits(self.x[rows]).astype(np.float64)
+            s = self.score(rows, lambda x: model.logits(x).astype(np.float64))
         else:
             raise ValueError(f"Unknown attacker family {family!r}; valid: {', '.join(FAMILIES)}.")
         return _log_sigmoid(s) if self.multilabel else _log_softmax(s)
@@ -211,7 +222,8 @@ class _Problem:
             raise _Unavailable("the training fold's public texts cover fewer than two classes")
         centroids = np.stack([codes[sel][z_pub == c].mean(axis=0) if (z_pub == c).any()
                               else codes[sel].mean(axis=0) for c in range(self.k)])
-        s = likelihood.log_likelihood(self.view.mechanism, self.view.uploads[rows], centroids)
+        s = np.concatenate([likelihood.log_likelihood(self.view.mechanism, self.view.uploads[rows[c]], centroids)
+                            for c in row_chunks(len(rows))])
         z = self.z[train]
         s = s + self.log_prior(z)[None, :]
         table = self.label_loglik(z, self.view.labels[self.idx[train]])

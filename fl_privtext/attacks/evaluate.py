@@ -21,6 +21,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import _user_truth, infer_attribute
+from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
@@ -239,17 +240,26 @@ def score_linkage(view: AttackView, truth: Truth) -> dict[str, Any]:
 
 def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
     guess = inversion.invert(view)
-    y = inversion.presence([truth.texts[i] for i in guess.target_index], guess.vocab)
-    p, r, f1 = inversion.set_prf(y, guess.pred)
-    pb, rb, fb = inversion.set_prf(y, guess.baseline_pred)
     ent = np.isin(np.array(guess.vocab, dtype=object), np.array(guess.entities, dtype=object))
-
-    def recall(pred: np.ndarray) -> float | None:
+    # scored row_chunks of targets at a time: the targets' word presence is never held for all of them at once
+    counts = np.zeros((2, 3), np.int64)  # (attack, baseline) x (true positives, predicted, true)
+    entity_hits = np.zeros(2, np.int64)  # (attack, baseline): entity words of a text predicted present
+    entity_true = 0
+    for c in row_chunks(len(guess.target_index)):
+        y = inversion.presence([truth.texts[i] for i in guess.target_index[c]], guess.vocab)
         t = y[:, ent].astype(bool)
-        return float((t & pred[:, ent].astype(bool)).sum() / t.sum()) if ent.any() and t.any() else None
+        entity_true += int(t.sum())
+        for j, pred in enumerate((guess.pred[c], guess.baseline_pred[c])):
+            counts[j] += inversion.set_counts(y, pred)
+            entity_hits[j] += int((t & pred[:, ent].astype(bool)).sum())
+    p, r, f1 = inversion.prf(*(int(v) for v in counts[0]))
+    pb, rb, fb = inversion.prf(*(int(v) for v in counts[1]))
+
+    def recall(j: int) -> float | None:
+        return float(entity_hits[j] / entity_true) if ent.any() and entity_true else None
 
     return {"f1": f1, "precision": p, "recall": r, "f1_baseline": fb, "precision_baseline": pb,
-            "recall_baseline": rb, "entity_recall": recall(guess.pred), "entity_recall_baseline": recall(guess.baseline_pred),
+            "recall_baseline": rb, "entity_recall": recall(0), "entity_recall_baseline": recall(1),
             "vocab_size": len(guess.vocab), "entity_words": list(guess.entities)[:20],
             "num_entity_words": int(ent.sum()), "threshold": guess.threshold, "baseline_words": guess.baseline_words,
             "num_targets": len(guess.target_index),

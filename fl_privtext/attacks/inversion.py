@@ -20,6 +20,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.attacks.attribute import fit_logistic
+from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.view import AttackView
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z']+")
@@ -28,6 +29,12 @@ STOPWORDS = frozenset(["a", "about", "above", "after", "again", "against", "all"
 
 def tokens(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
+
+
+def _lower_tokens(text: str) -> list[str]:
+    """``tokens(text)``. For an ASCII text, lower-casing first finds the same words (the pattern's classes are
+    closed under ASCII case and ``str.lower`` maps only A-Z there), in one call instead of one per word."""
+    return _WORD.findall(text.lower()) if text.isascii() else tokens(text)
 
 
 def vocabulary(texts: Sequence[str], size: int) -> tuple[str, ...]:
@@ -41,12 +48,15 @@ def vocabulary(texts: Sequence[str], size: int) -> tuple[str, ...]:
 def presence(texts: Sequence[str], vocab: Sequence[str]) -> np.ndarray:
     """(n, K) 0/1: does text i contain vocabulary word j."""
     pos = {w: j for j, w in enumerate(vocab)}
-    out = np.zeros((len(texts), len(vocab)), np.int8)
+    words = frozenset(pos)
+    hit_rows: list[int] = []
+    hit_cols: list[int] = []
     for i, t in enumerate(texts):
-        for w in set(tokens(t)):
-            j = pos.get(w)
-            if j is not None:
-                out[i, j] = 1
+        for w in words.intersection(_lower_tokens(t)):
+            hit_rows.append(i)
+            hit_cols.append(pos[w])
+    out = np.zeros((len(texts), len(vocab)), np.int8)
+    out[hit_rows, hit_cols] = 1
     return out
 
 
@@ -65,12 +75,21 @@ def entity_words(texts: Sequence[str], vocab: Sequence[str]) -> tuple[str, ...]:
     return tuple(w for w in vocab if total[w] >= 3 and cap[w] > total[w] / 2)
 
 
+def set_counts(truth: np.ndarray, pred: np.ndarray) -> tuple[int, int, int]:
+    """(true positives, predicted, true) over (text, word) pairs: what `prf` needs; sums over chunks of texts."""
+    return int((truth.astype(bool) & pred.astype(bool)).sum()), int(pred.sum()), int(truth.sum())
+
+
+def prf(tp: int, predicted: int, true: int) -> tuple[float, float, float]:
+    """Micro precision, recall, F1 from `set_counts`."""
+    p = float(tp) / max(float(predicted), 1.0)
+    r = float(tp) / max(float(true), 1.0)
+    return p, r, (2 * p * r / (p + r) if p + r > 0 else 0.0)
+
+
 def set_prf(truth: np.ndarray, pred: np.ndarray) -> tuple[float, float, float]:
     """Micro precision, recall, F1 over (text, word) pairs."""
-    tp = float((truth.astype(bool) & pred.astype(bool)).sum())
-    p = tp / max(float(pred.sum()), 1.0)
-    r = tp / max(float(truth.sum()), 1.0)
-    return p, r, (2 * p * r / (p + r) if p + r > 0 else 0.0)
+    return prf(*set_counts(truth, pred))
 
 
 @dataclass(frozen=True)
@@ -79,7 +98,7 @@ class InversionGuess:
     entities: tuple[str, ...]
     target_index: np.ndarray  # (T,) uploads attacked
     pred: np.ndarray  # (T, K) 0/1 predicted word presence
-    baseline_pred: np.ndarray  # (T, K) the word-frequency baseline
+    baseline_pred: np.ndarray  # (T, K) the word-frequency baseline (one row broadcast: read-only)
     threshold: float
     baseline_words: int
 
@@ -119,10 +138,12 @@ def invert(view: AttackView) -> InversionGuess:
     thr = _best_threshold(probs(w, b, held), y[held])
     w, b = fit_logistic((x - mean) / std, y, len(vocab), multilabel=True)
     targets = np.flatnonzero(view.target_mask())
-    pred = (probs(w, b, xs=np.asarray(view.uploads[targets], np.float64)) > thr).astype(np.int8)
+    pred = np.concatenate([(probs(w, b, xs=np.asarray(view.uploads[targets[c]], np.float64)) > thr).astype(np.int8)
+                           for c in row_chunks(len(targets))])  # (T, K), scored in chunks (same numbers)
     freq_order = np.argsort(-y.mean(axis=0), kind="stable")
     j = _best_topj(freq_order, y)
-    base = np.zeros((len(targets), len(vocab)), np.int8)
-    base[:, freq_order[:j]] = 1
+    row = np.zeros(len(vocab), np.int8)
+    row[freq_order[:j]] = 1
+    base = np.broadcast_to(row, (len(targets), len(vocab)))  # the same j words for every text: one row in memory
     return InversionGuess(vocab=vocab, entities=entity_words(texts, vocab), target_index=targets, pred=pred,
                           baseline_pred=base, threshold=thr, baseline_words=j)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import itertools
 import logging
 import re
 import threading
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 TOKENIZER_VERSION = "glove-tok-1"  # bump whenever normalize_text / tokenize change their output
 CODE_VERSION = "glove-mean-1"  # bump whenever the pooling code changes its output
 GLOVE_DIM = 50
+_MEMO_WORDS = 1 << 18  # distinct words an extractor memoises (tokens and ids; bounded: cleared when full)
 
 # ------------------------------------------------------------------------------------------------------------
 # Tokenisation
@@ -90,16 +92,21 @@ def normalize_text(text: str) -> str:
         text = _BARE_NAMED_ENTITY.sub(lambda m: _NAMED[m.group(1)], text)
     if "<" in text:
         text = _HTML_TAG.sub(" ", text)
-    return text.translate(_CHAR_MAP).lower()
+    return (text if text.isascii() else text.translate(_CHAR_MAP)).lower()  # the map's keys are all non-ASCII
 
 
-def tokenize(text: str) -> list[str]:
-    """GloVe-6B-style tokens of ``text`` (see docs/extractors.md for the rules)."""
+def _split_clitics(text: str) -> str:
+    """``normalize_text``'s output with clitics split off their words (the step before token matching)."""
     text = normalize_text(text)
     if "'" in text:
         text = _NT.sub(" n't", text)
         text = _CLITIC.sub(r" '\1", text)
-    return _TOKEN.findall(text)
+    return text
+
+
+def tokenize(text: str) -> list[str]:
+    """GloVe-6B-style tokens of ``text`` (see docs/extractors.md for the rules)."""
+    return _TOKEN.findall(_split_clitics(text))
 
 
 def _backoff(token: str, vocab: dict[str, int]) -> list[int]:
@@ -112,6 +119,24 @@ def _backoff(token: str, vocab: dict[str, int]) -> list[int]:
         else:
             ids.extend(vocab[q] for q in _SUBPARTS.findall(part) if q in vocab)
     return ids
+
+
+
+def _lookup(tokens: Sequence[str], vocab: dict[str, int]) -> tuple[tuple[int, ...], int]:
+    """(vocabulary ids of the known tokens, with compounds backed off to their parts; #OOV tokens)."""
+    ids: list[int] = []
+    oov = 0
+    for tok in tokens:
+        i = vocab.get(tok)
+        if i is not None:
+            ids.append(i)
+            continue
+        parts = _backoff(tok, vocab) if len(tok) > 1 else []
+        if parts:
+            ids.extend(parts)
+        else:
+            oov += 1
+    return tuple(ids), oov
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -161,6 +186,62 @@ def glove_table() -> _GloveTable:
                     )
                 _TABLE = _GloveTable(dict(zip(words, range(len(words)))), vectors, emb_path, index_path)
     return _TABLE
+
+
+class _WordTable:
+    """The whitespace-separated words seen so far and their tokens' vocabulary ids (the fast path of `_mean`).
+
+    No token holds whitespace and the token pattern's only context checks (``\\b``) see whitespace as they see
+    the start or end of a string, so the tokens of a normalised text are the tokens of its whitespace-separated
+    words in order (``str.split`` and the pattern's ``\\s`` share Python's definition of whitespace): each
+    distinct word is tokenised and looked up once, and a text's ids are its words' ids, gathered with numpy.
+    Holds at most ``_MEMO_WORDS`` words (cleared before a batch when full)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.index: dict[str, int] = {}
+        self._new_ids: list[int] = []  # ids of the words added since the last `_arrays` call, concatenated
+        self._new_rows: list[tuple[int, int, int, int]] = []  # per such word: (offset, #ids, #tokens, #OOV)
+        self._ids = np.zeros(0, dtype=np.int64)  # every word's ids, concatenated
+        self._rows = np.zeros((0, 4), dtype=np.int64)  # per word: (offset in _ids, #ids, #tokens, #OOV)
+
+    def _add(self, word: str) -> int:
+        toks = _TOKEN.findall(word)
+        found, oov = _lookup(toks, glove_table().vocab)
+        self._new_rows.append((len(self._ids) + len(self._new_ids), len(found), len(toks), oov))
+        self._new_ids.extend(found)
+        self.index[word] = len(self.index)
+        return self.index[word]
+
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._new_rows:  # append the new words (a copy of the arrays, not a rebuild from Python lists)
+            self._ids = np.concatenate([self._ids, np.asarray(self._new_ids, dtype=np.int64)])
+            self._rows = np.concatenate([self._rows, np.asarray(self._new_rows, dtype=np.int64)])
+            self._new_ids, self._new_rows = [], []
+        return self._ids, self._rows
+
+    def ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """(ids of every known token in order (T,), known tokens per text (n,), #tokens, #OOV)."""
+        if len(self.index) >= _MEMO_WORDS:
+            self._reset()
+        splits = [_split_clitics(text).split() for text in texts]
+        per_text = np.fromiter(map(len, splits), dtype=np.int64, count=len(splits))  # words per text
+        words = list(itertools.chain.from_iterable(splits))
+        found = np.fromiter(map(self.index.get, words, itertools.repeat(-1)), dtype=np.int64, count=len(words))
+        for p in np.flatnonzero(found < 0).tolist():  # words not seen before (or earlier in this batch)
+            i = self.index.get(words[p])
+            found[p] = self._add(words[p]) if i is None else i
+        all_ids, rows = self._arrays()
+        w = rows[found]  # (W, 4) per word of the texts
+        n_ids = w[:, 1]
+        ends = np.cumsum(n_ids)
+        # ids of word i are all_ids[offset_i : offset_i + n_i]: one gather for all words
+        pos = np.repeat(w[:, 0] - (ends - n_ids), n_ids) + np.arange(int(ends[-1]) if len(ends) else 0)
+        bounds = np.concatenate(([0], np.cumsum(per_text)))
+        cum = np.concatenate(([0], ends))
+        return all_ids[pos], cum[bounds[1:]] - cum[bounds[:-1]], int(w[:, 2].sum()), int(w[:, 3].sum())
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -217,6 +298,7 @@ class GloveExtractor:
         self.device = device  # accepted for a uniform config; GloVe runs in numpy
         self.last_stats: GloveStats | None = None
         self._identity: dict[str, Any] | None = None
+        self._words = _WordTable()  # memo of the words seen (their tokens' ids), for the path without max_length
 
     def __repr__(self) -> str:
         return f"GloveExtractor(max_length={self.max_length})"
@@ -248,47 +330,41 @@ class GloveExtractor:
         its parts: split at ``-`` and ``/``, and a still unknown part at ``' & .``; the known parts are used.
         A token with no known part is skipped and counted as OOV.
         """
-        vocab = glove_table().vocab
         toks = tokenize(text)
         if self.max_length is not None:
             toks = toks[: self.max_length]
-        ids: list[int] = []
-        oov = 0
-        for tok in toks:
-            i = vocab.get(tok)
-            if i is not None:
-                ids.append(i)
-                continue
-            parts = _backoff(tok, vocab) if len(tok) > 1 else []
-            if parts:
-                ids.extend(parts)
-            else:
-                oov += 1
-        return ids, len(toks), oov
+        ids, oov = _lookup(toks, glove_table().vocab)
+        return list(ids), len(toks), oov
 
-    def _mean(self, texts: Sequence[str], bar: tqdm) -> tuple[np.ndarray, GloveStats]:
-        table = glove_table()
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        n_tok = n_oov = n_empty = 0
-        for start in range(0, len(texts), self.batch_size):
-            chunk = texts[start : start + self.batch_size]
-            counts = np.zeros(len(chunk), dtype=np.int64)
+    def _chunk_ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, int, int]:
+        """(ids of every known token of ``texts`` in order (T,), known tokens per text (n,), #tokens, #OOV)."""
+        if self.max_length is not None:  # truncation counts tokens: the reference path, token by token
+            counts = np.zeros(len(texts), dtype=np.int64)
             flat: list[int] = []
-            for j, text in enumerate(chunk):
+            n_tok = n_oov = 0
+            for j, text in enumerate(texts):
                 ids, nt, no = self.token_ids(text)
                 flat.extend(ids)
                 counts[j] = len(ids)
                 n_tok += nt
                 n_oov += no
+            return np.asarray(flat, dtype=np.int64), counts, n_tok, n_oov
+        return self._words.ids(texts)
+
+    def _mean(self, texts: Sequence[str], bar: tqdm) -> tuple[np.ndarray, GloveStats]:
+        vectors = np.asarray(glove_table().vectors)  # (V, 50) float32, the memory map's pages
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        n_tok = n_oov = n_empty = 0
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start : start + self.batch_size]
+            ids, counts, nt, no = self._chunk_ids(chunk)
+            n_tok += nt
+            n_oov += no
             n_empty += int(np.count_nonzero(counts == 0))
-            if flat:
-                ids_arr = np.asarray(flat, dtype=np.int64)
-                uniq, inv = np.unique(ids_arr, return_inverse=True)
-                # (T, 50): each needed row is read from the memmap once
-                rows = np.asarray(table.vectors[uniq], dtype=np.float32)[inv]
+            if len(ids):
                 nonempty = counts > 0
                 starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonempty]
-                sums = np.add.reduceat(rows, starts, axis=0)  # (#nonempty, 50); empty texts own no token
+                sums = np.add.reduceat(vectors[ids], starts, axis=0)  # (#nonempty, 50); empty texts own no token
                 out[start : start + len(chunk)][nonempty] = sums / counts[nonempty, None].astype(np.float32)
             bar.update(len(chunk))
         return out, GloveStats(len(texts), n_empty, n_tok, n_oov)

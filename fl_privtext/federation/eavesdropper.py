@@ -1,23 +1,48 @@
 """A Grid that records every client->server reply: the eavesdropper's (and the curious server's) view.
 
 Flower has no server-side mod; every message the ServerApp receives passes through its Grid, so delegating to the
-real Grid and keeping a copy of each reply sees exactly the client->server traffic, in simulation and deployment.
+real Grid and recording each reply sees exactly the client->server traffic, in simulation and deployment.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
+
+from fl_privtext.client import merge_uploads
+
+
+def numpy_view(array: Array) -> np.ndarray:
+    """A read-only numpy array over a Flower ``Array``'s serialized ``.npy`` bytes, without copying them
+    (``Array.numpy()`` decodes a fresh copy); falls back to ``Array.numpy()`` where a view cannot be had
+    (another serialization, Fortran order, object or empty arrays)."""
+    data = array.data
+    try:
+        buf = io.BytesIO(data)
+        version = np.lib.format.read_magic(buf)
+        read_header = {(1, 0): np.lib.format.read_array_header_1_0,
+                       (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+        if read_header is None:
+            return array.numpy()
+        shape, fortran_order, dtype = read_header(buf)
+        count = int(np.prod(shape, dtype=np.int64))
+        if fortran_order or dtype.hasobject or count == 0:
+            return array.numpy()
+        return np.frombuffer(data, dtype=dtype, count=count, offset=buf.tell()).reshape(shape)
+    except ValueError:
+        return array.numpy()  # raises Flower's own error for a non-numpy serialization
 
 
 @dataclass
 class Observation:
-    """One observed reply: who sent it, its type, and a copy of every record in it."""
+    """One observed reply: who sent it, its type, and every record in it (arrays as read-only views of the reply's
+    immutable bytes, `numpy_view`)."""
 
     src_node_id: int
     message_type: str
@@ -28,7 +53,8 @@ class Observation:
 
 
 class EavesdroppingGrid(Grid):
-    """Delegates to ``inner`` and records a copy of every reply it returns."""
+    """Delegates to ``inner`` and records every reply it returns (its arrays as read-only views of the reply's
+    bytes: the record costs no copy)."""
 
     def __init__(self, inner: Grid, *, record_sent: bool = False) -> None:
         self._inner = inner
@@ -81,7 +107,7 @@ class EavesdroppingGrid(Grid):
             if msg.has_content():
                 for name, record in msg.content.items():
                     if isinstance(record, ArrayRecord):
-                        arrs = {k: np.array(a.numpy(), copy=True) for k, a in record.items()}
+                        arrs = {k: numpy_view(a) for k, a in record.items()}
                         obs.arrays[name] = arrs
                         obs.nbytes += sum(len(a.data) for a in record.values())
                     elif isinstance(record, ConfigRecord):
@@ -93,11 +119,18 @@ class EavesdroppingGrid(Grid):
 
     # -- what the attacker works with -------------------------------------------------------------------------
     def uploads(self, record: str = "upload") -> dict[str, np.ndarray]:
-        """All observed uploads concatenated: features (M, D), labels (M,), rows (M,)."""
+        """All observed uploads merged in canonical row order (`fl_privtext.client.merge_uploads`): features (M, D),
+        labels (M,), rows (M,)."""
         parts = [o.arrays[record] for o in self.observations if record in o.arrays and len(o.arrays[record]["rows"])]
         if not parts:
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
-        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}  # in observation order
+        return merge_uploads(parts)
+
+    def forget(self, record: str = "upload") -> None:
+        """Drop ``record``'s arrays from every observation (message counts and byte sizes stay): once what they
+        hold is kept elsewhere (`uploads`, checked against what the server received), the bytes are released."""
+        for o in self.observations:
+            o.arrays.pop(record, None)
 
     @property
     def bytes_observed(self) -> int:

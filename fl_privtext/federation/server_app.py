@@ -20,7 +20,7 @@ from flwr.serverapp import Grid, ServerApp
 from fl_privtext import pipeline
 from fl_privtext.client import merge_uploads
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.eavesdropper import EavesdroppingGrid
+from fl_privtext.federation.eavesdropper import EavesdroppingGrid, numpy_view
 from fl_privtext.federation.inflight import send_windowed, window_size
 
 app = ServerApp()
@@ -77,7 +77,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     if failures:
         log.warning("round %d: %d of %d client(s) failed (%s); going on with the replies that arrived", rnd,
                     len(failures), len(nodes), failures[0]["reason"][:300])
-    parts = [{k: a.numpy() for k, a in r.content.array_records["upload"].items()} for r in good]
+    parts = [{k: numpy_view(a) for k, a in r.content.array_records["upload"].items()} for r in good]
     stats = [r.content.metric_records["stats"] for r in good]
     where: list[Any] = [r.content.config_records.get("placement") or {} for r in good]
     placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
@@ -179,7 +179,8 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
             eaves.sent.clear()
         observed = pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
                                      nbytes=eaves.bytes_observed)
-        eaves.reset()  # `observed` holds the seed's uploads (concatenated): do not keep the per-message copies
+        eaves.reset()  # `observed` holds the seed's uploads (compared with what the server received): drop the
+        # per-message copies (with keep_observations, `observations` above still references them)
         return observed
 
     collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset,

@@ -180,3 +180,26 @@ def test_make_extractor_validates_names_and_options() -> None:
         make_extractor("glove", model="/tmp/other")
     with pytest.raises(ValueError, match="single string"):
         GloveExtractor().extract("the cat", progress=False)
+
+
+def test_word_memo_path_equals_the_token_by_token_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without max_length the extractor tokenises each distinct whitespace-separated word once (a memo); its output
+    # must equal the reference path (every text tokenised whole, token by token: taken whenever max_length is set)
+    # bit for bit, also across memo resets and on whitespace of every kind.
+    from fl_privtext.data import load_dataset
+    from fl_privtext.extract import glove as glove_module
+
+    tricky = [
+        "Don't  stop\tbelieving\nit's", "a\u2028b\x1cc\u3000d\u00a0e\x0bf", "MYSTERY <b>...</b>  GEORGE <p>Bush</p>",
+        "<a href='x y'>link</a> text", "It\u2019s  #39;s  quot;q quot; &amp; AT&T's", "", "   ", "qzxqzxvvq zzqq",
+        "www.google.com/news. OK e.g. U.S. mr. Smith p.m.", "an 8,000-word end.the 65-year-old --- ... ``x''",
+        "Café naïve ÉCOLE", "the " * 300, "n't 's 'twas o'neill's rock'n'roll",
+    ]
+    texts = tricky + load_dataset("default").texts
+    reference = GloveExtractor(max_length=10**9)  # longer than any text: truncates nothing
+    expected = reference.extract(texts, progress=False)
+    monkeypatch.setattr(glove_module, "_MEMO_WORDS", 50)  # the memo fills and is reset many times
+    fast = GloveExtractor(batch_size=64)
+    np.testing.assert_array_equal(fast.extract(texts, progress=False), expected)
+    assert fast.last_stats == reference.last_stats
+    assert fast.last_stats is not None and fast.last_stats.oov_tokens > 0 and fast.last_stats.empty_texts > 0
