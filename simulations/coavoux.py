@@ -2,7 +2,7 @@
 news and our blog subset, Standard / M-Detask. / A-Gener. / Decl. alpha = 0.1 with the LSTM encoder, and Table 2's
 baselines and best adversary for blogs.
 
-    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets ag_news --seeds 1  # Table 5, AG news
+    nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets ag_news --seeds 3  # Table 5, AG news
     nice -n 10 python simulations/coavoux.py --data-root ../shared/data --datasets blog --seeds 5     # Tables 5 and 2, blogs
                                                                # (Table 2's trained upper bound: Standard, task = gender / age)
     python simulations/coavoux.py --summary-only                                                    # rewrite coavoux.md only
