@@ -223,16 +223,10 @@ def write_summary(root: str) -> Path:
     add("- IMDb / Amazon / Yelp: the Kotzias et al. sentences (1,000 each), GloVe-6B-50d mean (as in the paper), "
         "8:2 split drawn at random by user (each sentence is its own user). CPU budget: 1 seed per split (the "
         "paper: 20 runs; see *Granularity*), and the correct mechanisms (`bitrr`, `laplace-l1`) only at ε = 1.")
-    add("- **Intent (SNIPS) and MRPC are only partly rerun** (CPU budget: one OME point on the 3,840-bit MiniLM code "
-        "costs ~2.5 min for its 3 seeds on our shared cores, and a sweep of them in one process ran out of memory "
-        "after 4 points, see issue #13's note). Cells with a 95% CI `[lo, hi] (n=3)` are current points (the paper's "
-        "classifier, the source's own split, 3 seeds); cells marked *legacy* are the earlier platform's saved points "
-        "(`docs/results/ome/legacy/points/`, marked *legacy*): MiniLM-L6 (384 dims) instead of BERT-base, the "
-        "platform's default server (768 hidden, standardised inputs), 10 epochs, 3 seeds, ONE random split, mean ± "
-        "std over the seeds (ddof=1). Their keys no longer match the current config (the attacker and projection "
-        "keys were added since), so `ome_table1.py --datasets snips,mrpc` would rerun them - with the paper's "
-        "classifier (128 hidden, raw uploads) and the source's own test files (`data.split = source`: SNIPS 700, "
-        "MRPC 1,725 test users), which configs/ome_intent.toml and configs/ome_mrpc.toml now set.")
+    add("- Intent (SNIPS) and MRPC: MiniLM-L6 (384 dims; the paper: BERT-base, 768), OME code 3,840 bits, the paper's "
+        "classifier (128 hidden, raw uploads), 10 server epochs (the paper: 50; the `none, 50 epochs` row shows what "
+        "that costs), 3 seeds per cell, on the source's own test files (`data.split = source`: SNIPS 700, MRPC 1,725 "
+        "test users); configs/ome_intent.toml and configs/ome_mrpc.toml.")
     add("- No private attributes exist in any of these five datasets, so the eavesdropper has nothing to infer "
         "(`attack.enabled = false`).")
     add("- Our extra columns: the **true worst-case ε** from each point's privacy report (replacement adjacency, "
@@ -343,8 +337,9 @@ def write_summary(root: str) -> Path:
     lines += sweep.closing_sections(OUT, (
         "The wall times above are of the commands as run for this page, on 2 CPU cores shared with other engineers' "
         "jobs (load average 6-13 during these runs): they measure the contention as much as the work. Table 1 was "
-        "run from a clean clone of the branch (every point recomputed). Figure 3: seconds. Intent / MRPC (legacy) "
-        "took 26.7 min for their 28 points on the earlier platform.\n"))
+        "run from a clean clone of the branch (every point recomputed). Figure 3: seconds. Intent / MRPC: 4 points in a "
+        "first run that stopped on an out-of-memory (fixed since: a sweep keeps at most two points' uploads), the "
+        "other 24 in 14.0 min on a quieter machine (load ~1.3).\n"))
     SUMMARY.write_text("\n".join(lines) + "\n")
     make_plots(root)
     return SUMMARY
