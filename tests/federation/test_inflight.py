@@ -8,12 +8,12 @@ from collections.abc import Iterable
 
 import pytest
 from flwr.app import ConfigRecord, Message, RecordDict
-from flwr.serverapp import Grid
 
 from fl_privtext.federation.inflight import AUTO_WINDOW, send_windowed, window_size
+from tests.federation.grids import PushPullGrid
 
 
-class _SlowGrid(Grid):
+class _SlowGrid(PushPullGrid):
     """Each pushed query is answered on the ``delay``-th pull after its push; queries to ``silent`` never are."""
 
     def __init__(self, delay: int = 2, silent: frozenset[int] = frozenset()) -> None:
@@ -44,25 +44,9 @@ class _SlowGrid(Grid):
                 self.pending[mid] = (msg, pulls + 1)
         return out
 
-    # unused by send_windowed
-    def set_run(self, run):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    @property
-    def run(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def create_message(self, *a, **k):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def get_node_ids(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def get_nodes(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
     def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
         raise AssertionError("send_windowed must not push a whole round at once")
+
 
 
 @pytest.fixture(autouse=True)

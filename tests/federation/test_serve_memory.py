@@ -21,19 +21,19 @@ from typing import Any
 
 import pytest
 from flwr.app import Context, Message, RecordDict
-from flwr.serverapp import Grid
 
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_app import app as client_app
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid
 from fl_privtext.federation.server_app import Job, serve, serve_point
+from tests.federation.grids import PushPullGrid
 
 CLIENT_SEED = 604_918_273
 NUM_CLIENTS = 2
 
 
-class _InProcessGrid(Grid):
+class _InProcessGrid(PushPullGrid):
     """Answers each pushed query at once with the real ClientApp of its node (partition = node id - 1)."""
 
     def __init__(self, num_nodes: int) -> None:
@@ -59,22 +59,7 @@ class _InProcessGrid(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self.replies.pop(mid) for mid in list(message_ids) if mid in self.replies]
 
-    # unused by serve
-    def set_run(self, run):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
 
-    @property
-    def run(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def create_message(self, *a, **k):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def get_nodes(self):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
-
-    def send_and_receive(self, messages, *, timeout=None):  # type: ignore[no-untyped-def]
-        raise NotImplementedError
 
 
 class _OnDemand(Future):  # type: ignore[type-arg]
