@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import rng
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ExperimentConfig, keyed_flat
 from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
@@ -59,9 +59,7 @@ def client_seed_from(node_config: dict[str, Any] | None = None) -> int | None:
 
 def point_key(cfg: ExperimentConfig) -> str:
     """A short hash of everything in the point's configuration that changes what a client computes."""
-    flat = {k: _AUTO_POINT[k][1] if k in _AUTO_POINT and v == _AUTO_POINT[k][0] else v
-            for k, v in cfg.to_flat().items()
-            if k not in _NOT_POINT and not (k in _LATER_POINT and v == _LATER_POINT[k])}
+    flat = keyed_flat(cfg, drop=_NOT_POINT, later=_LATER_POINT, auto=_AUTO_POINT)
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -404,6 +404,15 @@ class ExperimentConfig:
 OPTIONAL_INTS = ("client_seed",)  # fields whose unset value is None ("", "none" on the command line)
 
 
+def keyed_flat(cfg: ExperimentConfig, *, drop: tuple[str, ...], later: dict[str, Any],
+               auto: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """The flat config a result key hashes: ``drop``'s keys left out, a key added later (``later``: key -> the value
+    every older result was computed with) left out while it holds that value, and an "auto" value keyed as what it
+    resolves to (``auto``: key -> (auto value, resolved value)), so older keys stay valid as the config grows."""
+    return {k: auto[k][1] if k in auto and v == auto[k][0] else v for k, v in cfg.to_flat().items()
+            if k not in drop and not (k in later and v == later[k])}
+
+
 def _optional_int(key: str, value: Any) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None

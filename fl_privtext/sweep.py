@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fl_privtext.config import ExperimentConfig, _flatten
+from fl_privtext.config import ExperimentConfig, _flatten, keyed_flat
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
 IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
@@ -91,8 +91,7 @@ SIMULATION_KEYS = ("federation.num-clients", "federation.client-cpus", "federati
 
 def point_key(cfg: ExperimentConfig) -> str:
     """A stable 16-hex-digit key of everything in the config that can change the result."""
-    flat = {k: AUTO_KEYS[k][1] if k in AUTO_KEYS and v == AUTO_KEYS[k][0] else v for k, v in cfg.to_flat().items()
-            if k not in IGNORED_KEYS and not (k in LATER_KEYS and v == LATER_KEYS[k])}
+    flat = keyed_flat(cfg, drop=IGNORED_KEYS, later=LATER_KEYS, auto=AUTO_KEYS)
     blob = json.dumps(sorted((k, repr(v)) for k, v in flat.items()), separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
