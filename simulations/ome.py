@@ -127,40 +127,17 @@ def table2_points(root: str) -> list[ExperimentConfig]:
 
 # ---- summary --------------------------------------------------------------------------------------------------------
 
-LEGACY = OUT / "legacy" / "points"  # the Intent / MRPC points of the earlier platform (not rerun: CPU budget)
-LEGACY_KEYS = ("data.name", "privacy.mechanism", "privacy.epsilon", "privacy.lam", "privacy.calibration",
-               "server.epochs", "run.seed")
 BAND = 5.0  # points: the paper's single-run granularity (see the granularity section)
 
 
-def _legacy(cfg: ExperimentConfig) -> dict | None:
-    """An Intent / MRPC point saved by the earlier platform (its key no longer matches), matched on the keys that
-    set its numbers with the attack off: dataset, mechanism, epsilon, lambda, calibration, epochs, split."""
-    if not LEGACY.is_dir():
-        return None
-    want = {k: v for k, v in cfg.to_flat().items() if k in LEGACY_KEYS}
-    for f in sorted(LEGACY.glob("*.json")):
-        res = json.loads(f.read_text())
-        flat = res.get("config", {})
-        if all(flat.get(k, ExperimentConfig().to_flat().get(k)) == v for k, v in want.items()):
-            return res
-    return None
-
-
 def runs(cfgs: list[ExperimentConfig]) -> list[float]:
-    """Every run's accuracy of a cell (user splits x seeds); legacy points for the MiniLM sets."""
-    return sweep.per_run_accuracies(STORE.get(c) or (_legacy(c) if c.data.name in BERT_SETS else None)
-                                    for c in cfgs)
+    """Every run's accuracy of a cell (user splits x seeds)."""
+    return sweep.per_run_accuracies(STORE.get(c) for c in cfgs)
 
 
-def _cell(cfgs: list[ExperimentConfig], ds: str) -> str:
+def _cell(cfgs: list[ExperimentConfig]) -> str:
     vals = runs(cfgs)
-    if not vals:
-        return "not run"
-    if ds in SENTIMENT or all(STORE.get(c) for c in cfgs):  # current points: mean and 95% CI over the runs
-        return sweep.ci_str(vals)
-    st = sweep.mean_ci(vals)
-    return f"{100 * st[0]:.1f} ± {100 * st[1]:.1f} (legacy, n={st[3]})" if st else f"{100 * vals[0]:.1f} (legacy)"
+    return sweep.ci_str(vals) if vals else "not run"
 
 
 def _mean(cfgs: list[ExperimentConfig]) -> float | None:
@@ -170,7 +147,7 @@ def _mean(cfgs: list[ExperimentConfig]) -> float | None:
 
 def _first(cfgs: list[ExperimentConfig]) -> dict | None:
     for c in cfgs:
-        res = STORE.get(c) or (_legacy(c) if c.data.name in BERT_SETS else None)
+        res = STORE.get(c)
         if res:
             return res
     return None
@@ -249,12 +226,12 @@ def write_summary(root: str) -> Path:
 
     row = ["NPNN (none)", ""]
     for ds in DATASETS:
-        row += [f"{PAPER_T1[ds]['npnn']:.2f}", _cell(cells[ds]["npnn"], ds)]
+        row += [f"{PAPER_T1[ds]['npnn']:.2f}", _cell(cells[ds]["npnn"])]
     rows.append(row + ["∞", "∞"])
     for key in [("eps", e) for e in EPSILONS] + [("lam", lam) for lam in LAMBDAS]:
         row = ["ε (λ = 100)" if key[0] == "eps" else "λ (ε = 1)", f"{key[1]:g}"]
         for ds in DATASETS:
-            row += [f"{PAPER_T1[ds][key]:.2f}", _cell(cells[ds][key], ds)]
+            row += [f"{PAPER_T1[ds][key]:.2f}", _cell(cells[ds][key])]
         rows.append(row + true_cols(key))
     add(sweep.md_table(header, rows))
     add("")
@@ -267,11 +244,11 @@ def write_summary(root: str) -> Path:
             if all((mech, e) not in cells[ds] for ds in DATASETS):
                 continue
             row = [mech, f"{e:g}"]
-            row += [_cell(cells[ds][(mech, e)], ds) if (mech, e) in cells[ds] else "not run" for ds in DATASETS]
+            row += [_cell(cells[ds][(mech, e)]) if (mech, e) in cells[ds] else "not run" for ds in DATASETS]
             first = next((cells[ds][(mech, e)] for ds in DATASETS if (mech, e) in cells[ds]), [])
             rows.append(row + [sweep.eps_str(sweep.true_eps(_first(first)))])
     row = ["none, 50 epochs (paper's)", "-", "", "", ""]
-    row += [_cell(cells[ds]["npnn50"], ds) for ds in BERT_SETS]
+    row += [_cell(cells[ds]["npnn50"]) for ds in BERT_SETS]
     rows.append(row + ["∞"])
     add(sweep.md_table(header, rows))
     add("")
@@ -313,7 +290,7 @@ def write_summary(root: str) -> Path:
         row = [label]
         for ds in SENTIMENT:
             paper = PAPER_T2.get(mech, {}).get(ds) if cal in (None, "paper") else None
-            row += [f"{paper:.2f}" if paper is not None else "-", _cell(t2[ds][key], ds)]
+            row += [f"{paper:.2f}" if paper is not None else "-", _cell(t2[ds][key])]
         res0 = _first(t2["imdb"][key])
         row += [sweep.eps_str(sweep.nominal_eps(res0)) if mech != "none" else "∞",
                 sweep.eps_str(sweep.true_eps(res0))]
