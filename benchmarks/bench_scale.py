@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Self
 
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _children() -> dict[int, list[int]]:
@@ -78,11 +79,25 @@ def _kib(pid: int, path: str, key: str) -> int:
     return 0
 
 
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime of ``pid`` in clock ticks (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
 class MemorySampler:
-    """Sums RSS and PSS over this process tree every ``interval`` s; ``samples`` holds (time, rss_kib, pss_kib)."""
+    """Sums RSS and PSS over this process tree every ``interval`` s, and the CPU time the tree has used so far
+    (each process's last seen utime + stime, kept after it exits); ``samples`` holds (time, rss_kib, pss_kib,
+    cpu_s)."""
 
     def __init__(self, interval: float = 0.2) -> None:
         self.interval, self.samples = interval, []  # type: ignore[var-annotated]
+        self._ticks: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="memory-sampler")
 
@@ -92,7 +107,9 @@ class MemorySampler:
             pids = _tree(me)
             rss = sum(_kib(p, "status", "VmRSS:") for p in pids)
             pss = sum(_kib(p, "smaps_rollup", "Pss:") for p in pids)
-            self.samples.append((time.perf_counter(), rss, pss))
+            for p in pids:
+                self._ticks[p] = max(self._ticks.get(p, 0), _cpu_ticks(p))
+            self.samples.append((time.perf_counter(), rss, pss, sum(self._ticks.values()) / TICKS))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> Self:
@@ -105,8 +122,15 @@ class MemorySampler:
 
     def peak(self, start: float = float("-inf"), stop: float = float("inf")) -> tuple[float, float]:
         """(peak RSS, peak PSS) in GB over samples taken in [start, stop]."""
-        inside = [(r, p) for t, r, p in self.samples if start <= t <= stop] or [(0, 0)]
+        inside = [(r, p) for t, r, p, _ in self.samples if start <= t <= stop] or [(0, 0)]
         return max(r for r, _ in inside) / 1024**2, max(p for _, p in inside) / 1024**2
+
+    def cpu(self, start: float, stop: float) -> float:
+        """CPU seconds the process tree used in [start, stop] (to the sampling interval)."""
+        before = [c for t, _, _, c in self.samples if t <= start]
+        after = [c for t, _, _, c in self.samples if t >= stop]
+        last = self.samples[-1][3] if self.samples else 0.0
+        return (after[0] if after else last) - (before[-1] if before else 0.0)
 
 
 class Timeline:
@@ -202,17 +226,29 @@ def main() -> None:
         ss = spans.get(name, [])
         seconds = sum(b - a for a, b in ss)
         peak = max((mem.peak(a, b) for a, b in ss), default=(0.0, 0.0))
-        rows.append({"stage": name, "seconds": seconds, "peak_rss_gb": peak[0], "peak_pss_gb": peak[1]})
+        rows.append({"stage": name, "seconds": seconds, "cpu_s": sum(mem.cpu(a, b) for a, b in ss),
+                     "peak_rss_gb": peak[0], "peak_pss_gb": peak[1]})
     rest = (t_end - t_run) - sum(r["seconds"] for r in rows if r["stage"] not in ("generate", "extract"))
     last = max(b for _, b in busy)
-    rows.append({"stage": "rest (report, shutdown)", "seconds": rest, "peak_rss_gb": mem.peak(last, t_end)[0],
-                 "peak_pss_gb": mem.peak(last, t_end)[1]})
+    rest_cpu = mem.cpu(t_run, t_end) - sum(r["cpu_s"] for r in rows if r["stage"] not in ("generate", "extract"))
+    rows.append({"stage": "rest (report, shutdown)", "seconds": rest, "cpu_s": rest_cpu,
+                 "peak_rss_gb": mem.peak(last, t_end)[0], "peak_pss_gb": mem.peak(last, t_end)[1]})
+    plain_rows = []
+    if plain is not None:  # the plain loop's own stages (the same wrapped functions, called after t_end)
+        t_train = min(a for a, _ in timeline.spans["server training"] if a >= t_end)
+        plain_rows.append({"stage": "upload rounds", "seconds": plain["per_seed"][0]["timing"]["federation_s"],
+                           "cpu_s": None})  # the clients' loop, timed by run_plain itself
+        for name in ("server training", "attacks"):
+            ss = [(a, b) for a, b in timeline.spans.get(name, []) if a >= t_end]
+            plain_rows.append({"stage": name, "seconds": sum(b - a for a, b in ss),
+                               "cpu_s": sum(mem.cpu(a, b) for a, b in ss)})
+        plain_rows.append({"stage": "until training", "seconds": t_train - t_end, "cpu_s": mem.cpu(t_end, t_train)})
     wall = t_end - t_start
     peak_rss, peak_pss = mem.peak()
     seed = results["per_seed"][0] if "per_seed" in results else None
     out = {
         "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
-        "peak_pss_gb": peak_pss, "stages": rows, "loadavg_start": load, "loadavg_end": os.getloadavg(),
+        "peak_pss_gb": peak_pss, "cpu_s": mem.cpu(t_start, t_end), "stages": rows, "plain_stages": plain_rows, "loadavg_start": load, "loadavg_end": os.getloadavg(),
         "dataset": results["dataset"]["name"], "synthetic": results["dataset"].get("synthetic"),
         "accuracy": results["utility"].get("accuracy"),
         "majority_baseline": results["utility"].get("majority_baseline"),
@@ -228,14 +264,18 @@ def main() -> None:
     print(f"synthetic users {out['users']:,} ({out['records']:,} reviews), {args.clients} clients, GloVe, "
           f"laplace-l1 eps 1; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, "
           f"{out['loadavg_end'][0]:.2f} at the end")
-    print(f"{'stage':26s} {'seconds':>9s} {'peak RSS GB':>12s} {'peak PSS GB':>12s}")
+    print(f"{'stage':26s} {'seconds':>9s} {'CPU s':>9s} {'peak RSS GB':>12s} {'peak PSS GB':>12s}")
     for r in rows:
-        print(f"{r['stage']:26s} {r['seconds']:9.1f} {r['peak_rss_gb']:12.2f} {r['peak_pss_gb']:12.2f}")
-    print(f"{'TOTAL wall':26s} {wall:9.1f} {peak_rss:12.2f} {peak_pss:12.2f}")
+        print(f"{r['stage']:26s} {r['seconds']:9.1f} {r['cpu_s']:9.1f} {r['peak_rss_gb']:12.2f} "
+              f"{r['peak_pss_gb']:12.2f}")
+    print(f"{'TOTAL wall':26s} {wall:9.1f} {out['cpu_s']:9.1f} {peak_rss:12.2f} {peak_pss:12.2f}")
     print(f"task accuracy {out['accuracy']} (majority {out['majority_baseline']}); attacks "
           + ", ".join(f"{k} {v['accuracy']:.3f} (majority {v['majority_baseline']:.3f})"
                       for k, v in out["attacks"].items()))
     if plain is not None:
+        print("plain loop: " + ", ".join(
+            f"{r['stage']} {r['seconds']:.1f} s" + ("" if r["cpu_s"] is None else f" ({r['cpu_s']:.1f} CPU s)")
+            for r in plain_rows))
         print(f"Flower {out['flower_s']:.1f} s, plain loop {out['plain_s']:.1f} s: ratio {out['ratio']:.3f}; "
               f"identical results: {out['identical_results']}")
     print(f"results: {output}/results.json")
