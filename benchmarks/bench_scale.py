@@ -122,7 +122,9 @@ class MemorySampler:
 
     def peak(self, start: float = float("-inf"), stop: float = float("inf")) -> tuple[float, float]:
         """(peak RSS, peak PSS) in GB over samples taken in [start, stop]."""
-        inside = [(r, p) for t, r, p, _ in self.samples if start <= t <= stop] or [(0, 0)]
+        inside = [(r, p) for t, r, p, _ in self.samples if start <= t <= stop]
+        if not inside:  # a stage shorter than the interval: the first sample after it started
+            inside = [next(((r, p) for t, r, p, _ in self.samples if t >= start), (0, 0))]
         return max(r for r, _ in inside) / 1024**2, max(p for _, p in inside) / 1024**2
 
     def cpu(self, start: float, stop: float) -> float:
@@ -130,7 +132,7 @@ class MemorySampler:
         before = [c for t, _, _, c in self.samples if t <= start]
         after = [c for t, _, _, c in self.samples if t >= stop]
         last = self.samples[-1][3] if self.samples else 0.0
-        return (after[0] if after else last) - (before[-1] if before else 0.0)
+        return max(0.0, (after[0] if after else last) - (before[-1] if before else 0.0))
 
 
 class Timeline:
@@ -230,7 +232,9 @@ def main() -> None:
                      "peak_rss_gb": peak[0], "peak_pss_gb": peak[1]})
     rest = (t_end - t_run) - sum(r["seconds"] for r in rows if r["stage"] not in ("generate", "extract"))
     last = max(b for _, b in busy)
-    rest_cpu = mem.cpu(t_run, t_end) - sum(r["cpu_s"] for r in rows if r["stage"] not in ("generate", "extract"))
+    # stages' CPU is read at the samples around their ends, so adjacent stages can share up to one interval
+    rest_cpu = max(0.0, mem.cpu(t_run, t_end) - sum(r["cpu_s"] for r in rows if r["stage"] not in ("generate",
+                                                                                                   "extract")))
     rows.append({"stage": "rest (report, shutdown)", "seconds": rest, "cpu_s": rest_cpu,
                  "peak_rss_gb": mem.peak(last, t_end)[0], "peak_pss_gb": mem.peak(last, t_end)[1]})
     plain_rows = []
