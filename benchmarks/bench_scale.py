@@ -223,7 +223,7 @@ def main() -> None:
     spans["startup"] = [(t_run, first_round)]
     busy = sorted(s for name, ss in spans.items() if name not in ("generate", "extract") for s in ss)
     order = ["generate", "extract", "startup", "upload rounds", "server training", "attacks"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in order:
         ss = spans.get(name, [])
         seconds = sum(b - a for a, b in ss)
@@ -237,7 +237,7 @@ def main() -> None:
                                                                                                    "extract")))
     rows.append({"stage": "rest (report, shutdown)", "seconds": rest, "cpu_s": rest_cpu,
                  "peak_rss_gb": mem.peak(last, t_end)[0], "peak_pss_gb": mem.peak(last, t_end)[1]})
-    plain_rows = []
+    plain_rows: list[dict[str, Any]] = []
     if plain is not None:  # the plain loop's own stages (the same wrapped functions, called after t_end)
         t_train = min(a for a, _ in timeline.spans["server training"] if a >= t_end)
         plain_rows.append({"stage": "upload rounds", "seconds": plain["per_seed"][0]["timing"]["federation_s"],

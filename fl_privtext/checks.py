@@ -6,6 +6,7 @@ line and exits with 2.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -45,7 +46,7 @@ def available_resources(ray_address: str) -> tuple[float, float]:
         started = not ray.is_initialized()
         if started:
             try:
-                ray.init(address=ray_address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+                ray.init(address=ray_address, include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
             except Exception as exc:  # noqa: BLE001 - any failure to connect is a configuration error here
                 raise ValueError(f"federation.ray-address={ray_address!r}: no Ray cluster could be reached ({exc}); "
                                  "start one with `ray start --head` or leave the key empty.") from None

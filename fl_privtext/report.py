@@ -154,7 +154,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             fairness[name] = {**seeds[0]["utility"]["fairness"][name], "gap": gap_mean, "gap_std": gap_std,
                               "note": "per-group values are from the first seed; gap is the mean over seeds"}
 
-    timing = {k: float(np.sum([s["timing"][k] for s in seeds])) for k in seeds[0]["timing"]}
+    timing: dict[str, Any] = {k: float(np.sum([s["timing"][k] for s in seeds])) for k in seeds[0]["timing"]}
     timing["server_s"] = point["server_s"]
     if "simulation" in point:  # the Flower simulation's fixed costs (fl_privtext.federation.runner.fixed_costs)
         timing["simulation"] = {k: v for k, v in point["simulation"].items() if k.endswith("_s")}

@@ -357,7 +357,7 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
     return cache.store_parts(key, paths, metadata)
 
 
-def _extract_one(extractor: Extractor, texts: list[str], pairs: list[str] | None
+def _extract_one(extractor: Extractor, texts: Sequence[str], pairs: Sequence[str] | None
                  ) -> tuple[np.ndarray, dict[str, Any] | None]:
     part = np.ascontiguousarray(extractor.extract(texts, pairs, progress=False), np.float32)
     last = getattr(extractor, "last_stats", None)
