@@ -40,12 +40,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Self
 
-PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[int, int]]:
+    """Every process: pid -> (parent pid, utime + stime in clock ticks), from one read of its /proc stat."""
+    procs: dict[int, tuple[int, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -54,13 +54,16 @@ def _children() -> dict[int, list[int]]:
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        tree.setdefault(ppid, []).append(int(entry))
-    return tree
+        fields = stat[stat.rindex(")") + 2 :].split()
+        procs[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    return procs
 
 
-def _tree(root: int) -> list[int]:
-    tree, out, todo = _children(), [], [root]
+def _tree(root: int, procs: dict[int, tuple[int, int]]) -> list[int]:
+    tree: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        tree.setdefault(ppid, []).append(pid)
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
         out.append(pid)
@@ -79,17 +82,6 @@ def _kib(pid: int, path: str, key: str) -> int:
     return 0
 
 
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime of ``pid`` in clock ticks (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return 0
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
-
-
 class MemorySampler:
     """Sums RSS and PSS over this process tree every ``interval`` s, and the CPU time the tree has used so far
     (each process's last seen utime + stime, kept after it exits); ``samples`` holds (time, rss_kib, pss_kib,
@@ -104,11 +96,12 @@ class MemorySampler:
     def _run(self) -> None:
         me = os.getpid()
         while not self._stop.is_set():
-            pids = _tree(me)
+            procs = _processes()
+            pids = _tree(me, procs)
             rss = sum(_kib(p, "status", "VmRSS:") for p in pids)
             pss = sum(_kib(p, "smaps_rollup", "Pss:") for p in pids)
             for p in pids:
-                self._ticks[p] = max(self._ticks.get(p, 0), _cpu_ticks(p))
+                self._ticks[p] = max(self._ticks.get(p, 0), procs.get(p, (0, 0))[1])
             self.samples.append((time.perf_counter(), rss, pss, sum(self._ticks.values()) / TICKS))
             self._stop.wait(self.interval)
 
@@ -249,10 +242,10 @@ def main() -> None:
         plain_rows.append({"stage": "until training", "seconds": t_train - t_end, "cpu_s": mem.cpu(t_end, t_train)})
     wall = t_end - t_start
     peak_rss, peak_pss = mem.peak()
-    seed = results["per_seed"][0] if "per_seed" in results else None
     out = {
         "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
-        "peak_pss_gb": peak_pss, "cpu_s": mem.cpu(t_start, t_end), "stages": rows, "plain_stages": plain_rows, "loadavg_start": load, "loadavg_end": os.getloadavg(),
+        "peak_pss_gb": peak_pss, "cpu_s": mem.cpu(t_start, t_end), "stages": rows, "plain_stages": plain_rows,
+        "loadavg_start": load, "loadavg_end": os.getloadavg(),
         "dataset": results["dataset"]["name"], "synthetic": results["dataset"].get("synthetic"),
         "accuracy": results["utility"].get("accuracy"),
         "majority_baseline": results["utility"].get("majority_baseline"),
@@ -260,7 +253,6 @@ def main() -> None:
                     for k, v in results["attacks"].items()},
         "timing": results.get("timing"), "output": output, "python": sys.version.split()[0],
     }
-    del seed
     if plain is not None:
         flower_s = t_end - t_run
         same = _same(results, plain)

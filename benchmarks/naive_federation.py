@@ -110,7 +110,8 @@ def run(design: str, users: int, nodes: int, window: int) -> dict[str, Any]:
         out["main_done"] = time.perf_counter()
 
     actors = os.cpu_count() or 1  # one CPU per virtual client: as many actors as cores
-    init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False, "num_cpus": actors}
+    init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False,
+                                 "num_cpus": actors}
     _init_ray(init_args, threads=1)
     t_sim = time.perf_counter()
     out["ray_start_s"] = t_sim - t0
