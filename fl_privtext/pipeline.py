@@ -65,7 +65,7 @@ class Prepared:
         """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
         return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
                           features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
-                          extractor=self.extractor)
+                          extractor=self.extractor, users=self.ds.user_index, test=self.roles == "test")
 
 
 def data_key(cfg: ExperimentConfig) -> tuple:

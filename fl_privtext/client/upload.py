@@ -7,9 +7,12 @@ so saves it as a *snapshot* (`ClientData.save`) that every virtual client maps i
 Randomness (docs/privacy.md, "Threat model"): the server must never be able to recompute a client's noise, so
 nothing it sends or holds seeds it. By default (``client_seed=None``, "secret") every batch draws a fresh
 generator from OS entropy. With ``run.client-seed`` set ("reproducible", simulation only) a batch's stream is
-``(client_seed, "privatize", point key, seed, round, client, batch)``; the client seed reaches the clients outside
-the ServerApp's messages (`CLIENT_SEED_ENV` or the SuperNode's ``--node-config client-seed=N``), and the point key
-(a hash of the point's configuration) keeps streams of different points of a sweep apart.
+``(client_seed, "privatize", point key, seed, round, client, batch, data digest)``; the client seed reaches the
+clients outside the ServerApp's messages (`CLIENT_SEED_ENV` or the SuperNode's ``--node-config client-seed=N``), the
+point key (a hash of the point's configuration) keeps streams of different points of a sweep apart, and the data
+digest (a hash of the batch's record ids and of the exact data privatized) keeps two different inputs from ever
+sharing noise: a server choosing what is privatized (a Phase A encoder, a snapshot) with the same (seed, round)
+cannot difference two releases to cancel the noise (issue #22).
 """
 
 from __future__ import annotations
@@ -86,6 +89,13 @@ class ClientData:
     texts: Sequence[str] | None = None
     text_pairs: Sequence[str] | None = None
     extractor: Any = None
+    users: np.ndarray | None = None  # (N,) int64 user of each record (the ledger charges users); None: one per record
+    test: np.ndarray | None = None  # (N,) bool: the record's user is a test user (on-device answers cover those)
+
+    def user_of(self, rows: np.ndarray) -> np.ndarray:
+        """The users of ``rows`` (record ids when no user column is known)."""
+        rows = np.asarray(rows, np.int64)
+        return rows.copy() if self.users is None else np.asarray(self.users, np.int64)[rows]
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write a snapshot (shards, labels, the path of the cached features) named by its content; return it.
@@ -99,7 +109,10 @@ class ClientData:
         labels = np.asarray(self.labels, np.int64)
         feature_path = str(Path(self.features.filename).resolve())
         h = hashlib.sha256()
-        for part in (rows, offsets, labels, np.int64(self.num_classes)):
+        users = (np.arange(len(labels), dtype=np.int64) if self.users is None else
+                 np.asarray(self.users, np.int64))
+        test = np.zeros(len(labels), bool) if self.test is None else np.asarray(self.test, bool)
+        for part in (rows, offsets, labels, np.int64(self.num_classes), users, test):
             h.update(np.ascontiguousarray(part).tobytes())
         h.update(f"{feature_path}:{self.features.shape}:{self.features.dtype}".encode())
         path = Path(directory) / "clients" / f"{h.hexdigest()[:32]}.npz"
@@ -109,7 +122,7 @@ class ClientData:
             try:
                 with os.fdopen(fd, "wb") as fh:
                     np.savez(fh, rows=rows, offsets=offsets, labels=labels, num_classes=np.int64(self.num_classes),
-                             features=np.array(feature_path))
+                             features=np.array(feature_path), users=users, test=test)
                 os.replace(tmp, path)  # atomic: concurrent drivers write identical content
             finally:
                 if os.path.exists(tmp):
@@ -123,6 +136,8 @@ class ClientData:
             with np.load(path) as z:
                 rows, offsets, labels = z["rows"], z["offsets"], z["labels"]
                 num_classes, feature_path = int(z["num_classes"]), str(z["features"])
+                users = z["users"] if "users" in z.files else None
+                test = z["test"] if "test" in z.files else None
         except (OSError, KeyError, ValueError) as exc:
             raise ValueError(f"{path}: not a client-data snapshot ({exc}).") from exc
         try:
@@ -133,7 +148,7 @@ class ClientData:
         shards = [rows[a:b] for a, b in itertools.pairwise(offsets)]
         for arr in (labels, *shards):
             arr.setflags(write=False)
-        return cls(shards=shards, labels=labels, num_classes=num_classes, features=features)
+        return cls(shards=shards, labels=labels, num_classes=num_classes, features=features, users=users, test=test)
 
 
 @dataclass(frozen=True)
@@ -232,8 +247,9 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
     key = point_key(cfg) if client_seed is not None else ""
     for b, start in enumerate(range(0, len(rows), bs)):
         batch = rows[start : start + bs]
-        g = client_generator(client_seed, "privatize", key, seed, rnd, client, b)
-        x = _client_features(data, batch, cfg, g)
+        x, g = _client_features(data, batch, cfg, lambda digest, b=b: client_generator(  # type: ignore[misc]
+            client_seed, "privatize", key, seed, rnd, client, b, digest) if client_seed is not None else
+            client_generator(None))
         bad = ~np.isfinite(x).all(axis=1)
         if bad.any():
             raise ValueError(f"client {client}: record(s) {batch[bad][:10].tolist()} have non-finite "
@@ -252,21 +268,37 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
                   rows.astype(np.int64), in_dim)
 
 
+def data_digest(rows: np.ndarray, data: np.ndarray | Sequence[str]) -> str:
+    """sha256 (32 hex digits) of record ids and the exact data privatized: part of the reproducible stream's key."""
+    h = hashlib.sha256(np.ascontiguousarray(np.asarray(rows, np.int64)).tobytes())
+    if isinstance(data, np.ndarray):
+        h.update(f"{data.dtype}{data.shape}".encode())
+        h.update(np.ascontiguousarray(data).tobytes())
+    else:
+        for t in data:
+            h.update(str(t).encode())
+            h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
 def _client_features(data: ClientData, rows: np.ndarray, cfg: ExperimentConfig,
-                     g: np.random.Generator) -> np.ndarray:
-    """Representations of ``rows`` on the client: cached, or extracted here (always when word dropout is on)."""
+                     stream: Any) -> tuple[np.ndarray, np.random.Generator]:
+    """Representations of ``rows`` on the client (cached, or extracted here: always when word dropout is on) and
+    the batch's generator, ``stream(data digest)``, keyed by the records and the data that is privatized."""
     if cfg.privacy.mu == 0 and data.features is not None:
-        return np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+        x = np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+        return x, stream(data_digest(rows, x))
     if data.texts is None or data.extractor is None:
         raise ValueError("This client has no texts to extract from (a snapshot holds cached features only); "
                          "word dropout (privacy.mu > 0) needs the dataset and the extractor on the client.")
     texts = [data.texts[i] for i in rows]
     pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
+    g = stream(data_digest(rows, texts + (pairs or [])))
     if cfg.privacy.mu > 0:
         texts = word_dropout(texts, cfg.privacy.mu, g)
         if pairs is not None:
             pairs = word_dropout(pairs, cfg.privacy.mu, g)
-    return np.asarray(data.extractor.extract(texts, pairs, progress=False), np.float32)
+    return np.asarray(data.extractor.extract(texts, pairs, progress=False), np.float32), g
 
 
 def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dict[str, np.ndarray],
