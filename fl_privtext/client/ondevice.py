@@ -85,8 +85,8 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: 
     p = keep_probability(count_epsilon)
     flip = g.random(len(correct)) >= p
     noisy = np.where(flip, ~correct, correct)
-    return {"noisy-correct": np.array(int(noisy.sum()), np.int64), "n": np.array(len(rows), np.int64),
-            "count-epsilon": np.array(float(count_epsilon), np.float64)}
+    return {"noisy-correct": np.array([int(noisy.sum())], np.int64), "n": np.array([len(rows)], np.int64),
+            "count-epsilon": np.array([float(count_epsilon)], np.float64)}
 
 
 def debiased_accuracy(noisy_correct: int, n: int, count_epsilon: float) -> tuple[float, float]:
