@@ -110,10 +110,20 @@ def release_phase_a(kind: str, users: np.ndarray, request: ExperimentConfig, nod
     charged inf per user (the server sees updates and metrics in the clear, also under DP-FedAvg, whose noise the
     SERVER adds), so refused under any finite ``client.max-epsilon``. ``digest`` names the request (global model,
     round): a repeat replays the stored answer. ``compute()`` returns a dict of arrays."""
-    entry = policy.entry_for(request)
+    entry = phase_a_allowed(policy, request, len(users))
     ledger = Ledger(state_dir, node, entry.scope)
     key = _key("phase-a", kind, server_round, digest)
     answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon,
                                                     lambda: (compute(), users, math.inf))
     return answer, _stats(entry.scope, charged, top, replayed)
 
+
+
+def phase_a_allowed(policy: ClientPolicy, request: ExperimentConfig, num_users: int = 1) -> PolicyEntry:
+    """The policy entry of a Phase A request; `Refused` at once (before any training) when the client's cap is
+    finite: a Phase A update or metric about its users costs inf."""
+    entry = policy.entry_for(request)
+    if num_users and math.isfinite(entry.client.max_epsilon):
+        raise Refused(f"a Phase A update costs inf per user (the server sees it in the clear) past this client's "
+                      f"client.max-epsilon = {entry.client.max_epsilon:g}")
+    return entry

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fl_privtext.client import Refused, client_seed_from, policy_from, release_phase_a, state_dir_from
+from fl_privtext.client import Refused, client_seed_from, phase_a_allowed, policy_from, release_phase_a, state_dir_from
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_app import _prep_key, array_digest, ledger_record, refusal
 
@@ -110,7 +110,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
     clip = config.get("clipping_norm")
     if defend:  # Phase A's DP settings are the client's own: the clipping is its policy's, never the server's
         try:
-            own = policy_from(dict(context.node_config)).entry_for(cfg).config(cfg).train.dp_clip
+            own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
         except Refused as exc:
             return refusal(msg, exc)
         if clip is not None and float(clip) != own:  # type: ignore[arg-type]
@@ -174,6 +174,10 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     if not defend:
         metrics = {k.removeprefix("metric:"): float(v) for k, v in compute().items()}
         return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+    try:
+        phase_a_allowed(policy_from(dict(context.node_config)), cfg)
+    except Refused as exc:
+        return refusal(msg, exc)
     prep, _ = _prepared(_prep_key(cfg))
     _, rows = _phase_a_rows(prep, cfg, client)
     return _guarded("evaluate", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
