@@ -11,9 +11,22 @@ server's modules or `fl_privtext.pipeline`. The Flower ClientApp (`fl_privtext.f
 adapter over it.
 """
 
-from fl_privtext.client.guard import phase_a_allowed, release_on_device, release_phase_a, release_upload, upload_epsilon
+from fl_privtext.client.guard import (
+    phase_a_allowed,
+    release_on_device,
+    release_phase_a,
+    release_upload,
+    upload_epsilon,
+)
 from fl_privtext.client.ledger import Ledger
-from fl_privtext.client.policy import POLICY_ENV, STATE_ENV, ClientPolicy, Refused, policy_from, state_dir_from
+from fl_privtext.client.policy import (
+    POLICY_ENV,
+    STATE_ENV,
+    ClientPolicy,
+    Refused,
+    policy_from,
+    state_dir_from,
+)
 from fl_privtext.client.upload import (
     _AUTO_POINT,
     _LATER_POINT,
@@ -35,9 +48,33 @@ from fl_privtext.client.upload import (
 )
 
 __all__ = [
-    "CLIENT_SEED_ENV", "POLICY_ENV", "STATE_ENV", "UPLOAD_KEYS", "ClientData", "ClientPolicy", "Ledger", "Refused",
-    "Upload", "_AUTO_POINT", "_LATER_POINT", "_NOT_POINT", "client_generator", "client_on_device",
-    "client_seed_from", "client_upload", "data_digest", "mechanism_for", "merge_uploads", "phase_a_allowed", "point_key", "policy_from",
-    "release_on_device", "release_phase_a", "release_upload", "same_uploads", "state_dir_from", "upload_epsilon",
+    "CLIENT_SEED_ENV",
+    "POLICY_ENV",
+    "STATE_ENV",
+    "UPLOAD_KEYS",
+    "_AUTO_POINT",
+    "_LATER_POINT",
+    "_NOT_POINT",
+    "ClientData",
+    "ClientPolicy",
+    "Ledger",
+    "Refused",
+    "Upload",
+    "client_generator",
+    "client_on_device",
+    "client_seed_from",
+    "client_upload",
+    "data_digest",
+    "mechanism_for",
+    "merge_uploads",
+    "phase_a_allowed",
+    "point_key",
+    "policy_from",
+    "release_on_device",
+    "release_phase_a",
+    "release_upload",
+    "same_uploads",
+    "state_dir_from",
+    "upload_epsilon",
     "upload_rows",
 ]

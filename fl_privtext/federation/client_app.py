@@ -23,15 +23,14 @@ Start-up is kept light (numpy, flwr and the privacy package; torch and HF datase
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import socket
 import sys
 import time
-
-import numpy as np
-import hashlib
 from typing import Any
 
+import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fl_privtext.client import Refused, client_seed_from, phase_a_allowed, policy_from, release_phase_a, state_dir_from
+from fl_privtext.client import (
+    Refused,
+    client_seed_from,
+    phase_a_allowed,
+    policy_from,
+    release_phase_a,
+    state_dir_from,
+)
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_app import _prep_key, array_digest, ledger_record, refusal
 
