@@ -160,10 +160,10 @@ def _clipped(cfg: ExperimentConfig, x: np.ndarray) -> np.ndarray:
 
 
 def test_the_honest_request_is_answered_and_charged(attacks):
-    cfg, d, _, data = attacks
+    _, d, _, data = attacks
     up = d["honest"]
     assert isinstance(up, dict) and len(up["rows"])
-    users, counts = np.unique(data.user_of(up["rows"]), return_counts=True)
+    _, counts = np.unique(data.user_of(up["rows"]), return_counts=True)
     assert float(d["honest_ledger"]["charged"]) == pytest.approx(counts.max() * 2.0)  # (1 + 1) per record
     assert float(d["honest_ledger"]["ledger-max"]) <= CAP
 
