@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
 
 SCHEMA_VERSION = 2  # results.json layout; bumped when keys change meaning
@@ -184,7 +185,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,
                                            "encoder": cfg.train.encoder, "guarantee": "none"}),
         "timing": timing,
-        "config": cfg.to_flat(),
+        "config": published(cfg.to_flat()),  # the client seed never: its fingerprint (issue #22)
         "schema_version": SCHEMA_VERSION,
         "provenance": provenance(point, cfg),
     })
@@ -427,6 +428,18 @@ def baseline_summary(point: dict[str, Any]) -> dict[str, Any]:
                         for k, v in agg["attacks"].items()}}
 
 
+def published_toml(cfg: ExperimentConfig) -> str:
+    """config.toml without the client seed (issue #22): a comment with its fingerprint instead; to rerun the same
+    reproducible noise, pass --set run.client-seed=N again."""
+    import dataclasses
+
+    if cfg.run.client_seed is None:
+        return cfg.to_toml()
+    text = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, client_seed=None)).to_toml()
+    return (f"# run.client-seed withheld (fingerprint {seed_fingerprint(cfg.run.client_seed)}); pass "
+            "--set run.client-seed=N to reproduce the clients' noise\n" + text)
+
+
 def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, output: str | Path | None,
              echo: bool = True, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """Aggregate one point, write results.json, config.toml and summary.md to ``output``, print the table.
@@ -437,7 +450,7 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
     results["warnings"] = warnings_for(results)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "config.toml", cfg.to_toml())
+    _write_atomic(out / "config.toml", published_toml(cfg))
     text = table(results)
     note = results["privacy"].get("published_claim_note")
     summary = f"# fl_privtext run\n\n```\n{text}\n```\n"

@@ -43,7 +43,9 @@ from fl_privtext.client.upload import (
     mechanism_for,
     merge_uploads,
     point_key,
+    published,
     same_uploads,
+    seed_fingerprint,
     upload_rows,
 )
 
@@ -70,10 +72,12 @@ __all__ = [
     "phase_a_allowed",
     "point_key",
     "policy_from",
+    "published",
     "release_on_device",
     "release_phase_a",
     "release_upload",
     "same_uploads",
+    "seed_fingerprint",
     "state_dir_from",
     "upload_epsilon",
     "upload_rows",

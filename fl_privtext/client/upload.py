@@ -61,6 +61,28 @@ def client_seed_from(node_config: dict[str, Any] | None = None) -> int | None:
     return value
 
 
+SEED_KEY = "run.client-seed"
+SEED_FINGERPRINT_KEY = "run.client-seed-fingerprint"
+
+
+def seed_fingerprint(client_seed: int) -> str:
+    """A fingerprint of a client seed for outputs (results.json, config.toml, published points), never the seed:
+    PBKDF2-HMAC-SHA256, 200,000 iterations, 16 hex digits. Whoever holds the seed can check it; a seed from a small
+    space (0, 1, 42, ...) can still be found by trying them all, so a seed meant to stay secret must be drawn from
+    a large space (e.g. 64 random bits)."""
+    return hashlib.pbkdf2_hmac("sha256", str(int(client_seed)).encode(), b"fl-privtext client seed",
+                               200_000).hex()[:16]
+
+
+def published(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flat config as outputs may hold it: ``run.client-seed`` replaced by its fingerprint (issue #22)."""
+    out = {k: v for k, v in flat.items() if k != SEED_KEY}
+    seed = flat.get(SEED_KEY)
+    if seed is not None and str(seed).strip() not in ("", "none"):
+        out[SEED_FINGERPRINT_KEY] = seed_fingerprint(int(seed))
+    return out
+
+
 def point_key(cfg: ExperimentConfig) -> str:
     """A short hash of everything in the point's configuration that changes what a client computes."""
     flat = keyed_flat(cfg, drop=_NOT_POINT, later=_LATER_POINT, auto=_AUTO_POINT)
