@@ -37,7 +37,8 @@ def points(cache_dir, request):
         # one query in flight at a time (federation.max-in-flight): the uploads must still equal the plain clients'
         "l1_two_rounds": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
                                             "federation.rounds": 2, "federation.max-in-flight": 1}),
-        "none": _cfg(cache_dir, **{"privacy.mechanism": "none"}),
+        # count-epsilon 40: the on-device answers' randomized response flips a bit with probability e^-40
+        "none": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0}),
         "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
     }
     root = staged_data_root()
