@@ -22,6 +22,7 @@ Light by design (numpy only): it runs inside the ClientApp, which imports no tor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,8 +128,9 @@ def summarize_private(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
     est_sd = [debiased_accuracy(_scalar(a["answer"]["noisy-correct"]), _scalar(a["answer"]["n"]),
                                 float(_scalar(a["answer"]["count-epsilon"]))) for a in answers]
     total = float(n.sum())
-    acc = float(sum(ni * e for ni, (e, _) in zip(n, est_sd, strict=True)) / total)
-    noise_sd = float(np.sqrt(sum((ni * sd) ** 2 for ni, (_, sd) in zip(n, est_sd, strict=True))) / total)
+    # exact sums (math.fsum): the result does not depend on the order in which the replies arrived
+    acc = math.fsum(float(ni) * e for ni, (e, _) in zip(n, est_sd, strict=True)) / total
+    noise_sd = math.sqrt(math.fsum((float(ni) * sd) ** 2 for ni, (_, sd) in zip(n, est_sd, strict=True))) / total
     sampling_sd = float(np.sqrt(max(min(acc, 1.0), 0.0) * (1 - max(min(acc, 1.0), 0.0)) / total))
     half = 1.96 * float(np.hypot(noise_sd, sampling_sd))
     return {

@@ -325,8 +325,7 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
             if on_round is not None:
                 on_round(seed, rnd, rounds[-1], time.perf_counter() - t_round)
             bar.update()
-        if not rounds:
-            eavesdrop()  # nothing arrived in this repetition: drop it (the refusal is kept with the last one)
+        if not rounds:  # nothing arrived in this repetition: drop it (the refusal is kept with the last one)
             if out:
                 out[-1] = replace(out[-1], refused=out[-1].refused + tuple(refused_rounds))
             break

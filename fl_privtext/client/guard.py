@@ -67,6 +67,9 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
     entry, cfg = _entry(policy, request, seed)
     if not 0 <= rnd < cfg.federation.rounds:
         raise Refused(f"round {rnd} is outside this client's 0..federation.rounds-1 = 0..{cfg.federation.rounds - 1}")
+    if math.isfinite(entry.client.max_epsilon) and cfg.privacy.label_epsilon == 0 and data.num_classes > 1:
+        raise Refused(f"labels in the clear (privacy.label-epsilon = 0) cost inf per record, past this client's "
+                      f"client.max-epsilon = {entry.client.max_epsilon:g}; set privacy.label-epsilon > 0")
     ledger = Ledger(state_dir, client, entry.scope)
     key = _key("upload", seed, rnd, point_key(cfg), data_key)
 
