@@ -447,7 +447,8 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg, c) for c in collected]
     od_rows = [(rows, eps) for r in (on_device_results or []) for rows, eps in r.get("_charged", [])]
-    phase_a = np.flatnonzero(np.isin(prep.roles, ("train", "test"))) if cfg.train.rounds > 0 else None
+    # Phase A's updates and validation metrics concern the train and aux users (never test users)
+    phase_a = np.flatnonzero(prep.roles != "test") if cfg.train.rounds > 0 else None
     privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases,
                               on_device_rows=od_rows, phase_a_rows=phase_a)
     privacy["randomness"] = randomness_of(cfg, collected)
