@@ -69,6 +69,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
         mechanism_for(cfg, int(prep.extractor.dim) if cfg.privacy.projection != "none" else 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
+    if cfg.train.rounds > 0 and cfg.client.max_epsilon != float("inf"):
+        raise ValueError(f"train.rounds = {cfg.train.rounds} (Phase A) with client.max-epsilon = "
+                         f"{cfg.client.max_epsilon:g}: a Phase A update costs inf per user (the server sees it in the "
+                         "clear), so the clients would refuse it; leave client.max-epsilon = inf or train.rounds = 0.")
     if cfg.train.rounds > 0:
         from fl_privtext.federation.training import check_training
 
