@@ -214,6 +214,9 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         mark("results_ready")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        import shutil
+
+        shutil.rmtree(state_dir, ignore_errors=True)  # this run's ledgers and stored answers (kept for the run only)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
     clock.update(fixed_costs(clock))
