@@ -97,7 +97,8 @@ def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, u
                                           compute, policy=policy_from(nc), state_dir=state_dir_from(nc))
     except Refused as exc:
         return refusal(msg, exc)
-    metrics = {k.removeprefix("metric:"): float(v) for k, v in answer.items() if k.startswith("metric:")}
+    metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
+                               if k.startswith("metric:")}
     records: dict[str, Any] = {"metrics": MetricRecord(metrics), "ledger": ledger_record(charged)}
     arrays = {k.removeprefix("array:"): v for k, v in answer.items() if k.startswith("array:")}
     if arrays:
@@ -121,7 +122,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         except Refused as exc:
             return refusal(msg, exc)
         if clip is not None and float(clip) != own:  # type: ignore[arg-type]
-            return refusal(msg, Refused(f"clipping_norm = {clip} requested, this client's policy clips to "
+            return refusal(msg, Refused(f"clipping_norm = {clip!r} requested, this client's policy clips to "
                                         f"train.dp-clip = {own}"))
         clip = own if own > 0 else None
 
@@ -148,7 +149,8 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         answer = compute()
         out = ArrayRecord({k.removeprefix("array:"): Array(np.ascontiguousarray(v)) for k, v in answer.items()
                            if k.startswith("array:")})
-        metrics = {k.removeprefix("metric:"): float(v) for k, v in answer.items() if k.startswith("metric:")}
+        metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
+                                   if k.startswith("metric:")}
         return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
     prep, _ = _prepared(_prep_key(cfg))
     rows, _ = _phase_a_rows(prep, cfg, client)
@@ -179,8 +181,8 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
         return {f"metric:{k}": np.array(float(v)) for k, v in {**stats, "weight": float(len(rows))}.items()}
 
     if not defend:
-        metrics = {k.removeprefix("metric:"): float(v) for k, v in compute().items()}
-        return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+        metrics_only: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in compute().items()}
+        return Message(RecordDict({"metrics": MetricRecord(metrics_only)}), reply_to=msg)
     try:
         phase_a_allowed(policy_from(dict(context.node_config)), cfg)
     except Refused as exc:
