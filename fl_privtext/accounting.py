@@ -70,6 +70,16 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
     from dp_accounting.pld.common import DifferentialPrivacyParameters
 
     parts: list[tuple[Any, int]] = []
+    rep_eps = float(rep.epsilon_worst_case)
+    label_eps = float(label.epsilon_worst_case) if label is not None else math.inf
+    if counts.get("phase_a", 0) or (counts.get("label", 0) and label is None) or (
+            counts.get("rep", 0) and not math.isfinite(rep_eps)):
+        return math.inf
+    basic = (counts.get("rep", 0) * rep_eps + (counts.get("label", 0) * label_eps if counts.get("label", 0) else 0.0)
+             + counts.get("on_device", 0) * on_device_eps)
+    if max(rep_eps if counts.get("rep", 0) else 0.0, label_eps if counts.get("label", 0) else 0.0,
+           on_device_eps if counts.get("on_device", 0) else 0.0) > 30:
+        return basic  # e^eps overflows the PLD's grid; at such epsilons composition is basic to within e^-30
 
     def pure(eps: float, d: float = 0.0) -> Any:
         return pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(eps, d))
@@ -95,10 +105,13 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
     if not parts:
         return 0.0
     total = None
-    for dist, n in parts:
-        d = dist.self_compose(n) if n > 1 else dist
-        total = d if total is None else total.compose(d)
-    return float(total.get_epsilon_for_delta(delta))  # type: ignore[union-attr]
+    try:
+        for dist, n in parts:
+            d = dist.self_compose(n) if n > 1 else dist
+            total = d if total is None else total.compose(d)
+        return min(float(total.get_epsilon_for_delta(delta)), basic)  # type: ignore[union-attr]
+    except (OverflowError, ValueError):
+        return basic
 
 
 def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndarray, num_classes: int,
