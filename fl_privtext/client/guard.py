@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import secrets
 from typing import Any
 
 import numpy as np
@@ -72,15 +73,20 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
                       f"client.max-epsilon = {entry.client.max_epsilon:g}; set privacy.label-epsilon > 0")
     ledger = Ledger(state_dir, client, entry.scope)
     key = _key("upload", seed, rnd, point_key(cfg), data_key)
+    made: list[Upload] = []
 
     def compute() -> tuple[dict[str, np.ndarray], np.ndarray, float]:
-        up = client_upload(data, client, rnd, seed, cfg, client_seed=client_seed)
-        answer = {**up.arrays(), "input_dim": np.array(up.input_dim, np.int64)}
+        # The stored answer is the root of this release's noise, not the upload (an upload's size on disk per
+        # round, at a million users GBs): a 128-bit secret from the OS, kept only in the client's own state (or the
+        # reproducible client seed); a replay recomputes the identical upload from it.
+        root = client_seed if client_seed is not None else secrets.randbits(128)
+        up = client_upload(data, client, rnd, seed, cfg, client_seed=root)
+        made.append(up)
         eps = upload_epsilon(cfg, data.num_classes, up.input_dim) if len(up.rows) else 0.0
-        return answer, data.user_of(up.rows), eps
+        return {"root": np.array(str(root))}, data.user_of(up.rows), eps
 
-    answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
-    up = Upload(answer["features"], answer["labels"], answer["rows"], int(answer["input_dim"]))
+    stored, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
+    up = made[0] if made else client_upload(data, client, rnd, seed, cfg, client_seed=int(str(stored["root"])))
     return up, _stats(entry.scope, charged, top, replayed)
 
 
