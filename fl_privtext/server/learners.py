@@ -165,8 +165,9 @@ class Centroid(_Moments):
 
 class LDA(_Moments):
     """Linear discriminant analysis from the moments: class means of the uploads; the within-class covariance of
-    the uploads (noisy head) or that minus diag(noise law) (clean head, method of moments), each shrunk by the
-    Ledoit-Wolf oracle weight."""
+    the means = the uploads' minus diag(noise law) (method of moments), shrunk by the Ledoit-Wolf oracle weight
+    (clean head); plus diag(noise law) for a noisy upload (noisy head). A wrong noise law therefore shows in the
+    per-upload cross-validation too."""
 
     name = "lda"
 
@@ -174,9 +175,10 @@ class LDA(_Moments):
         st = self.stats
         m, lp = st.means, np.log(st.priors)
         sw = st.within()
-        scale = float(np.trace(sw))
-        for head, cov in (("noisy", sw), ("clean", sw - np.diag(st.noise))):
-            prec_m = np.linalg.solve(_shrunk(cov, st.n, scale), m.T).T  # (K, D) Sigma^-1 mu_k
+        clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))  # the means' within-class covariance
+        # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
+        for head, cov in (("noisy", clean + np.diag(st.noise)), ("clean", clean)):
+            prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
             setattr(self, f"w_{head}", prec_m)
             setattr(self, f"b_{head}", -0.5 * (prec_m * m).sum(1) + lp)
 
