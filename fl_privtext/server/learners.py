@@ -25,8 +25,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["LEARNERS", "ClassStats", "Constant", "Centroid", "LDA", "Linear", "Learner", "MLP", "make_learner",
-           "label_rr_matrix"]
+__all__ = [
+    "LDA",
+    "LEARNERS",
+    "MLP",
+    "Centroid",
+    "ClassStats",
+    "Constant",
+    "Learner",
+    "Linear",
+    "label_rr_matrix",
+    "make_learner",
+]
 
 LEARNERS = ("mlp", "linear", "lda", "centroid")  # config names; "auto" picks among them and the constant
 CHUNK = 65_536
