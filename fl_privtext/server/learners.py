@@ -20,6 +20,7 @@ multiplied by R^-T (unbiased; the total second moment does not depend on labels)
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -239,8 +240,10 @@ class Linear:
             self.w, self.b = np.zeros((self.k, x.shape[1])), np.where(np.arange(self.k) == present[0], 0.0, -1.0)
             return self
         folds = int(min(3, np.bincount(y)[present].min()))
-        clf = LogisticRegressionCV(Cs=6, cv=max(folds, 2) if folds >= 2 else 2, max_iter=200)
-        clf.fit((x - self.mean) / self.std, y)
+        clf = LogisticRegressionCV(Cs=6, cv=max(folds, 2), max_iter=200, scoring="accuracy")
+        with warnings.catch_warnings():  # scikit-learn 1.8's notices of future defaults (we set scoring)
+            warnings.simplefilter("ignore", FutureWarning)
+            clf.fit((x - self.mean) / self.std, y)
         coef, icpt = clf.coef_, clf.intercept_
         if len(present) == 2 and coef.shape[0] == 1:
             coef, icpt = np.vstack([-coef / 2, coef / 2]), np.array([-icpt[0] / 2, icpt[0] / 2])
