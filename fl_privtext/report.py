@@ -126,12 +126,13 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
                                 "macro_f1": s["utility"]["macro_f1"], "learner": s["utility"].get("learner"),
                                 "candidates": s["utility"].get("candidates", {})} for s in seeds]
         # the server's learner (server.learner, or what auto chose: the most frequent over seeds) and, per
-        # candidate, its cross-validated accuracy on the server's uploads (mean over seeds)
+        # candidate, its out-of-fold accuracy and log-loss on the server's uploads (mean over seeds)
         chosen = [s["utility"].get("learner", "mlp") for s in seeds]
         utility["learner"] = max(set(chosen), key=chosen.count)
         names = {n for s in seeds for n in s["utility"].get("candidates", {})}
-        utility["candidates"] = {n: float(np.mean([s["utility"]["candidates"][n] for s in seeds
-                                                   if n in s["utility"].get("candidates", {})])) for n in sorted(names)}
+        utility["candidates"] = {n: {m: float(np.mean([s["utility"]["candidates"][n][m] for s in seeds
+                                                       if n in s["utility"].get("candidates", {})]))
+                                     for m in ("accuracy", "log_loss", "beats_constant")} for n in sorted(names)}
         utility["protocol"] = "per-upload: the server classifies the noisy uploads of test users"
         utility["on_device"] = _on_device(seeds)
     else:

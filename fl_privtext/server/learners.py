@@ -100,6 +100,18 @@ class ClassStats:
     def means(self) -> np.ndarray:
         return self.sums / np.maximum(self.counts, 1e-9)[:, None]
 
+    def shrunk_means(self) -> np.ndarray:
+        """(K, D) class means with each deviation from the grand mean shrunk by the positive-part James-Stein
+        factor 1 - (tr S_w / n_k) / ||mean_k - grand||^2 (tr S_w / n_k: the squared error of a class mean of n_k
+        uploads). At low signal-to-noise the raw means are mostly noise, and a discriminant built on them fits it;
+        shrinking keeps the posterior calibrated (prior-dominated where the means are not resolved)."""
+        m = self.means
+        grand = (self.counts @ m) / max(self.n, 1e-9)
+        dev = m - grand
+        err = float(np.trace(self.within())) / np.maximum(self.counts, 1.0)
+        factor = np.clip(1.0 - err / np.maximum((dev * dev).sum(1), 1e-300), 0.0, 1.0)
+        return grand + factor[:, None] * dev
+
     @property
     def priors(self) -> np.ndarray:
         c = np.clip(self.counts, 0.0, None) + 0.5
@@ -166,7 +178,7 @@ class Centroid(_Moments):
 
     def _heads(self) -> None:
         st = self.stats
-        m, lp = st.means, np.log(st.priors)
+        m, lp = st.shrunk_means(), np.log(st.priors)
         d = m.shape[1]
         var_up = max(float(np.trace(st.within())) / d, 1e-12)
         var_clean = max(var_up - float(st.noise.mean()), 1e-3 * var_up)
@@ -184,7 +196,7 @@ class LDA(_Moments):
 
     def _heads(self) -> None:
         st = self.stats
-        m, lp = st.means, np.log(st.priors)
+        m, lp = st.shrunk_means(), np.log(st.priors)
         sw = st.within()
         clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))  # the means' within-class covariance
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
@@ -207,8 +219,8 @@ class Constant:
         if self.label_rr is not None:
             counts = np.linalg.inv(self.label_rr.T) @ counts
         self.d = x.shape[1]
-        self.b = np.full(self.k, -1.0)
-        self.b[int(counts.argmax())] = 0.0
+        c = np.clip(counts, 0.0, None) + 0.5
+        self.b = np.log(c / c.sum())  # the log prior: argmax = the majority, and a calibrated log-loss
         return self
 
     def logits(self, x: np.ndarray) -> np.ndarray:

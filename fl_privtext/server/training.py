@@ -58,10 +58,10 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, num_classes: int,
                 mechanism: Any, input_dim: int, seed: int, label_epsilon: float = 0.0,
                 mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",)
-                ) -> tuple[Learner, str, dict[str, float]]:
+                ) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
     """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
     grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
-    cross-validated accuracy per candidate; empty for an explicit name)."""
+    out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
     noise = noise_variance(mechanism, input_dim, np.asarray(x, np.float64).mean(axis=0),
@@ -71,7 +71,7 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     def maker(learner: str) -> Any:
         return lambda: make_learner(learner, num_classes=num_classes, noise=noise, label_rr=rr, seed=seed, mlp=mlp)
 
-    scores: dict[str, float] = {}
+    scores: dict[str, dict[str, Any]] = {}
     chosen = name
     if name == "auto":
         names = ("constant", "centroid", "lda", "linear") + (("mlp",) if mlp is not None else ())
@@ -107,7 +107,8 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     out: dict[str, Any] = {
         "available": True,
         "learner": chosen,  # server.learner, or what auto chose
-        "candidates": candidates,  # auto: out-of-fold accuracy per candidate on the server's uploads, by user
+        # auto: out-of-fold accuracy and log-loss per candidate on the server's uploads, folds by user (selection.py)
+        "candidates": candidates,
         "accuracy": metrics.accuracy(truth, pred),
         "macro_f1": metrics.macro_f1(truth, pred, k),
         "majority_baseline": metrics.majority_baseline(labels[tr], truth),
