@@ -137,7 +137,9 @@ def _shrunk(cov: np.ndarray, n: float, scale: float) -> np.ndarray:
     estimate minus the noise law can be indefinite)."""
     d = cov.shape[0]
     vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
-    mu = max(float(vals.clip(0).mean()), 1e-12)
+    # the target's scale from the trace (unbiased; the mean of the clipped eigenvalues is inflated by the
+    # negative ones a noisy moment estimate has), floored at a small share of the positive part
+    mu = max(float(vals.mean()), 1e-3 * float(vals.clip(0).mean()), 1e-12)
     vals = np.maximum(vals, 1e-3 * mu)
     s = (vecs * vals) @ vecs.T
     err = (scale ** 2 + float((s * s).sum())) / max(n, 1.0)
@@ -178,11 +180,11 @@ class Centroid(_Moments):
 
     def _heads(self) -> None:
         st = self.stats
-        m, lp = st.shrunk_means(), np.log(st.priors)
+        ms, m, lp = st.shrunk_means(), st.means, np.log(st.priors)
         d = m.shape[1]
         var_up = max(float(np.trace(st.within())) / d, 1e-12)
         var_clean = max(var_up - float(st.noise.mean()), 1e-3 * var_up)
-        self.w_noisy, self.b_noisy = m / var_up, -(m * m).sum(1) / (2 * var_up) + lp
+        self.w_noisy, self.b_noisy = ms / var_up, -(ms * ms).sum(1) / (2 * var_up) + lp
         self.w_clean, self.b_clean = m / var_clean, -(m * m).sum(1) / (2 * var_clean) + lp
 
 
@@ -196,11 +198,11 @@ class LDA(_Moments):
 
     def _heads(self) -> None:
         st = self.stats
-        m, lp = st.shrunk_means(), np.log(st.priors)
+        lp = np.log(st.priors)
         sw = st.within()
         clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))  # the means' within-class covariance
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
-        for head, cov in (("noisy", clean + np.diag(st.noise)), ("clean", clean)):
+        for head, cov, m in (("noisy", clean + np.diag(st.noise), st.shrunk_means()), ("clean", clean, st.means)):
             prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
             setattr(self, f"w_{head}", prec_m)
             setattr(self, f"b_{head}", -0.5 * (prec_m * m).sum(1) + lp)
@@ -232,12 +234,13 @@ class Constant:
 
 class Linear:
     """Multinomial logistic regression on standardised uploads, L2 strength chosen by sklearn's
-    LogisticRegressionCV (3 folds, 6 values); at most ``MAX_LINEAR_ROWS`` uploads (a seeded subsample)."""
+    LogisticRegressionCV (3 folds, 6 values); at most ``MAX_LINEAR_ROWS`` uploads (a seeded subsample). The
+    exported (clean) weights are corrected for the noise law (see ``fit``)."""
 
     name = "linear"
 
-    def __init__(self, *, num_classes: int, seed: int = 0, **_: Any):
-        self.k, self.seed = num_classes, seed
+    def __init__(self, *, num_classes: int, seed: int = 0, noise: np.ndarray | None = None, **_: Any):
+        self.k, self.seed, self.noise = num_classes, seed, noise
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Linear:
         from sklearn.linear_model import LogisticRegressionCV
@@ -262,13 +265,23 @@ class Linear:
         self.w = np.zeros((self.k, x.shape[1]))
         self.b = np.full(self.k, -1e3)
         self.w[present], self.b[present] = coef, icpt
+        self.w_clean = self.w
+        if self.noise is not None and np.any(self.noise > 0):
+            # errors-in-variables for the exported model: a linear discriminant fitted on noisy inputs is
+            # W_noisy = S_w^-1 dmu; the clean rule is Sigma^-1 dmu = Sigma^-1 S_w W_noisy (exact for the Gaussian
+            # model, regression calibration for the logistic fit), in the standardised space the fit used
+            z = (x - self.mean) / self.std
+            st = ClassStats.of(z, y, self.k, self.noise / self.std ** 2)
+            sw = st.within()
+            clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
+            self.w_clean = np.linalg.solve(clean, sw @ self.w.T).T
         return self
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return ((np.asarray(x, np.float64) - self.mean) / self.std) @ self.w.T + self.b
 
     def export(self) -> dict[str, np.ndarray]:
-        out = _linear_export(self.w, self.b)
+        out = _linear_export(self.w_clean, self.b)
         out["mean"], out["std"] = self.mean.astype(np.float32), self.std.astype(np.float32)
         return out
 
@@ -307,7 +320,7 @@ def make_learner(name: str, *, num_classes: int, noise: np.ndarray | None = None
         cls = Centroid if name == "centroid" else LDA
         return cls(num_classes=num_classes, noise=noise, label_rr=label_rr)
     if name == "linear":
-        return Linear(num_classes=num_classes, seed=seed)
+        return Linear(num_classes=num_classes, seed=seed, noise=noise)
     if name == "mlp":
         if mlp is None:
             raise ValueError("Learner 'mlp' needs its config and generator (mlp={...}).")
