@@ -206,7 +206,7 @@ class _Problem:
             from fl_privtext.server import make_learner
 
             learner = make_learner(family, num_classes=self.k, noise=self.noise(xs.shape[1]),
-                                   seed=rng.generator(self.view.seed, "attack", family).integers(2**31))
+                                   seed=int(rng.generator(self.view.seed, "attack", family).integers(2**31)))
             learner.fit(xs, z)
             return _log_softmax(self.score(rows, lambda x: learner.logits(x)))
         mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6

@@ -152,6 +152,10 @@ class _Moments:
     """Shared part of the moment learners: fit = sufficient statistics, heads from them."""
 
     name = "moments"
+    w_noisy: np.ndarray  # (K, D) and (K,): the rule for a noisy upload
+    b_noisy: np.ndarray
+    w_clean: np.ndarray  # the rule for E[upload | x] (exported)
+    b_clean: np.ndarray
 
     def __init__(self, *, num_classes: int, noise: np.ndarray, label_rr: np.ndarray | None = None):
         self.k, self.noise, self.label_rr = num_classes, noise, label_rr
@@ -204,8 +208,11 @@ class LDA(_Moments):
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
         for head, cov, m in (("noisy", clean + np.diag(st.noise), st.shrunk_means()), ("clean", clean, st.means)):
             prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
-            setattr(self, f"w_{head}", prec_m)
-            setattr(self, f"b_{head}", -0.5 * (prec_m * m).sum(1) + lp)
+            bias = -0.5 * (prec_m * m).sum(1) + lp
+            if head == "noisy":
+                self.w_noisy, self.b_noisy = prec_m, bias
+            else:
+                self.w_clean, self.b_clean = prec_m, bias
 
 
 class Constant:
