@@ -77,7 +77,7 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
     scores: dict[str, Any] = {}
     for name, (hits, loss) in runs.items():
         scores[name] = {"accuracy": float(hits.mean()), "log_loss": float(loss.mean()),
-                        "beats_constant": name != "constant" and _beats(loss, null, groups, tried)}
+                        "beats_constant": bool(name != "constant" and _beats(loss, null, groups, tried))}
     best = "constant"
     for name in order or makers:
         if scores[name]["beats_constant"] and (best == "constant"
