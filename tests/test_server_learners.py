@@ -112,3 +112,18 @@ def test_bit_noise_law_is_exact():
     m = q + (p - q) * b
     var = noise_variance(mech, 2, u.mean(0), np.random.default_rng(2))
     np.testing.assert_allclose(var, (m * (1 - m)).mean(0), atol=0.01)
+
+
+@pytest.mark.parametrize("name", ["constant", "centroid", "lda", "linear"])
+def test_every_learner_exports_a_model_the_clients_can_apply(gen, name):
+    """The exported format is the MLP's dict of arrays (a linear learner: one layer); the client's code applies it."""
+    from fl_privtext.ondevice import check_model, mlp_logits
+
+    x, y, _, _ = _data(3_000, gen, sep=2.0)
+    model = make_learner(name, num_classes=K, noise=np.full(D, 0.1)).fit(x, y).export()
+    assert check_model(model) == 1
+    pred = mlp_logits(model, x.astype(np.float32)).argmax(1)
+    if name == "constant":
+        assert (pred == np.bincount(y).argmax()).all()
+    else:
+        assert (pred == y).mean() > 0.8
