@@ -227,9 +227,9 @@ class _Problem:
         if self._noise is None:
             from fl_privtext.server import noise_variance
 
-            up = np.asarray(self.view.uploads[self.idx], np.float64)
+            up = self.view.uploads[self.idx]
             dim = int(getattr(self.view.mechanism, "dim", None) or up.shape[1])
-            self._noise = noise_variance(self.view.mechanism, dim, up.mean(axis=0),
+            self._noise = noise_variance(self.view.mechanism, dim, up.mean(axis=0, dtype=np.float64),
                                          rng.generator(self.view.seed, "attack", "noise"))
         return np.concatenate([self._noise, np.zeros(width - len(self._noise))])
 

@@ -82,9 +82,10 @@ class ClassStats:
         counts = np.bincount(y, minlength=num_classes).astype(np.float64)
         sums = np.zeros((num_classes, d))
         second = np.zeros((d, d))
+        eye = np.eye(num_classes)
         for s in range(0, n, CHUNK):
-            c = np.asarray(x[s:s + CHUNK], np.float64)
-            np.add.at(sums, y[s:s + CHUNK], c)
+            c = np.asarray(x[s:s + CHUNK], np.float64)  # (chunk, D)
+            sums += eye[y[s:s + CHUNK]].T @ c  # one-hot (chunk, K) -> per-class sums, a BLAS product
             second += c.T @ c
         if label_rr is not None and not np.allclose(label_rr, np.eye(num_classes)):
             inv_t = np.linalg.inv(label_rr.T)

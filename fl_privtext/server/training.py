@@ -21,6 +21,8 @@ from fl_privtext.server.learners import LEARNERS, Learner, label_rr_matrix, make
 from fl_privtext.server.noise import noise_variance
 from fl_privtext.server.selection import select
 
+CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
+
 if TYPE_CHECKING:
     from fl_privtext.pipeline import Prepared
 
@@ -64,7 +66,7 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
-    noise = noise_variance(mechanism, input_dim, np.asarray(x, np.float64).mean(axis=0),
+    noise = noise_variance(mechanism, input_dim, x.mean(axis=0, dtype=np.float64),
                            rng.generator(seed, *stream, "noise"))
     rr = label_rr_matrix(num_classes, label_epsilon) if label_epsilon > 0 else None
 
@@ -75,7 +77,14 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     chosen = name
     if name == "auto":
         names = ("constant", "centroid", "lda", "linear") + (("mlp",) if mlp is not None else ())
-        chosen, scores = select({n: maker(n) for n in names}, x, y, groups)
+        cv = np.arange(len(y))
+        if len(y) > CV_MAX_UPLOADS:  # select on a seeded sample of users: the CV's cost is bounded at any N
+            users = np.unique(groups)
+            share = CV_MAX_UPLOADS / len(y)
+            keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
+                                                                   replace=False)
+            cv = np.flatnonzero(np.isin(groups, keep))
+        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv])
     return maker(chosen)().fit(x, y), chosen, scores
 
 
