@@ -40,6 +40,18 @@ def test_without_privacy_every_attack_beats_its_baseline_and_per_user_beats_per_
     assert inv["f1"] > inv["f1_baseline"] + 0.2, inv
 
 
+@pytest.mark.parametrize("learner", ["lda", "centroid", "linear"])
+def test_the_server_learners_as_attackers_without_privacy(world, learner):
+    """attack.learner = one of the server's learners: that learner alone answers, and without privacy it beats
+    the majority per upload and, summing over a user's uploads, per user."""
+    attacks, _ = _run(world, make_mechanism("none"), **{"attack.learner": learner, "attack.extra": False})
+    g = attacks["gender"]
+    assert g["learner"] == learner and set(g["families"]) == {learner}
+    _, hi = binomial_interval(g["majority_baseline"], g["num_targets"])
+    assert g["accuracy"] > hi + 0.05, g
+    assert g["per_user"]["accuracy"] >= g["accuracy"]
+
+
 @pytest.mark.parametrize("name,params", [("laplace-l1", {"epsilon": 0.1}),
                                          ("gaussian", {"epsilon": 0.1, "delta": 1e-5})])
 def test_at_tiny_epsilon_every_attack_stays_at_its_baseline_and_under_its_ceiling(world, name, params):
