@@ -302,7 +302,7 @@ class RunConfig:
     # that held it could remove the noise (docs/privacy.md, "Threat model").
     client_seed: int | None = None
     # Experiment tracking, each off by default, local files only (fl_privtext.tracking): TensorBoard event files in
-    # <output>/tensorboard (tensorboardX or torch's writer), an MLflow file store in <output>/mlruns.
+    # <output>/tensorboard (tensorboardX or torch's writer), an MLflow SQLite store <output>/mlflow.db.
     tensorboard: bool = False
     mlflow: bool = False
     # torch threads of the driver's server training and attacks (0 = auto: the cores the local actors leave free,
