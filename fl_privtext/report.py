@@ -258,9 +258,9 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
     for name, a in results.get("attacks", {}).items():
         test = a.get("leak_test") or {}
         if test and not test.get("leak_detected", True):
-            out.append(f"Attack on {name}: the eavesdropper answered with the prior ({a.get('attacker')}); "
-                       f"{test.get('verdict', 'no leak detected at this power')}. That is 'no leak detected at this "
-                       "power', not 'no leak'.")
+            out.append(f"Attack on {name}: the eavesdropper's best model ({a.get('attacker')}) does not beat the "
+                       f"prior significantly; {test.get('verdict', 'no leak detected at this power')}. That is 'no "
+                       "leak detected at this power', not 'no leak'.")
         if a.get("violation"):
             out.append(f"PRIVACY VIOLATION on {name}: an attack's lower confidence bound exceeds the LDP ceiling of "
                        "the true epsilon; the mechanism does not deliver what its report says.")
