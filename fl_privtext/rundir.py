@@ -23,8 +23,10 @@ def claim(out: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[P
     """Hold ``out`` for one run (created if missing). ValueError (one line) when another run holds it, or when it
     holds a finished run's results and ``overwrite`` is false."""
     path = Path(out)
+    created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
     fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    finished = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -38,5 +40,10 @@ def claim(out: str | os.PathLike[str], *, overwrite: bool = False) -> Iterator[P
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield path
+        finished = True
     finally:
+        if created and not finished and [p.name for p in path.iterdir()] == [LOCK_FILE]:
+            with contextlib.suppress(OSError):  # a run that failed before writing anything leaves no directory
+                (path / LOCK_FILE).unlink()
+                path.rmdir()
         os.close(fd)  # releases the lock

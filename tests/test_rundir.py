@@ -38,3 +38,10 @@ def test_two_runs_never_share_a_directory(tmp_path):
         assert "in use by another run" in holder
     with claim(out):  # released when the first run ends (also when its process dies: flock)
         pass
+
+
+def test_a_run_that_fails_before_writing_leaves_no_directory(tmp_path):
+    out = tmp_path / "never"
+    with pytest.raises(RuntimeError), claim(out):
+        raise RuntimeError("a check failed")
+    assert not out.exists()
