@@ -80,17 +80,18 @@ def _uploads(observations: list[Any]) -> dict[str, np.ndarray] | None:
 
 
 def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *, output: str | Path | None = None,
-        uploads: bool = False, echo: bool = False, sets: dict[str, Any] | None = None) -> Result:
+        uploads: bool = False, echo: bool = False, sets: dict[str, Any] | None = None,
+        overwrite: bool = False) -> Result:
     """Run one federated experiment (as ``fl-privtext run``) and return its `Result`.
 
     ``config``: see `resolve`; ``output``: the run directory (default: ``run.output``, else runs/<timestamp>);
-    ``uploads``: keep what the eavesdropper observed (``Result.uploads``); ``echo``: print the summary table.
-    Bad configuration raises ValueError before anything starts."""
+    ``uploads``: keep what the eavesdropper observed (``Result.uploads``); ``echo``: print the summary table;
+    ``overwrite``: replace a finished run's results in ``output`` (refused otherwise). Bad configuration raises ValueError before anything starts."""
     from fl_privtext.federation.runner import run_experiment
     from fl_privtext.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
 
     cfg = resolve(config, sets)
-    results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads)
+    results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads, overwrite=overwrite)
     observations = results.pop("observations", [])
     out = Path(results.pop("output_dir"))
     plots = tuple(p for p in (out / n for n in (RUN_PLOT, FRONTIER_TASK, FRONTIER_ATTACK)) if p.is_file())

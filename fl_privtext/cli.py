@@ -30,6 +30,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one config key")
     run.add_argument("--output", help="output directory (default runs/<timestamp>)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results of a finished run in --output (refused otherwise)")
 
     rep = sub.add_parser("privacy-report", help="JSON privacy report of a mechanism (nominal and worst-case epsilon)")
     rep.add_argument("mechanism")
@@ -83,7 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # progress bars redraw with carriage returns: in a log file (stderr not a terminal) they are garbage
             quiet = args.quiet or not sys.stderr.isatty()
-            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=quiet)
+            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=quiet,
+                         overwrite=args.overwrite)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
+LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
 DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
@@ -237,9 +238,13 @@ class ServerConfig(MLPConfig):
     max_steps: int = 100_000
     on_device: bool = True  # also send the model to the test clients, applied there to clean features (ondevice.py)
     center: bool = False  # subtract each upload's own mean (over its coordinates) before training and evaluation
+    # the task learner (fl_privtext.server.learners); auto: the best by cross-validation over users, constant included
+    learner: str = "auto"
 
     def __post_init__(self) -> None:
         self._check("server.")
+        if self.learner not in LEARNER_CHOICES:
+            raise ValueError(f"server.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
 
 
 @dataclass(frozen=True)
@@ -262,9 +267,13 @@ class AttackConfig(MLPConfig):
     reid_pool: int = 100  # M: candidates in the re-identification / membership game
     reid_topk: int = 5  # k of the top-k re-identification accuracy
     inversion_vocab: int = 100  # K: top-K non-stopword words the inversion attack predicts
+    # the server's learners the attacker also tries (fl_privtext.server.learners): auto = centroid, lda, linear
+    learner: str = "auto"
 
     def __post_init__(self) -> None:
         self._check("attack.")
+        if self.learner not in LEARNER_CHOICES:
+            raise ValueError(f"attack.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
         unknown = [f for f in self.family_list() if f not in ATTACK_FAMILIES]
         if unknown or not self.family_list():
             raise ValueError(f"attack.families must be a comma-separated subset of {', '.join(ATTACK_FAMILIES)}; "
@@ -293,7 +302,7 @@ class RunConfig:
     # that held it could remove the noise (docs/privacy.md, "Threat model").
     client_seed: int | None = None
     # Experiment tracking, each off by default, local files only (fl_privtext.tracking): TensorBoard event files in
-    # <output>/tensorboard (tensorboardX or torch's writer), an MLflow file store in <output>/mlruns.
+    # <output>/tensorboard (tensorboardX or torch's writer), an MLflow SQLite store <output>/mlflow.db.
     tensorboard: bool = False
     mlflow: bool = False
     # torch threads of the driver's server training and attacks (0 = auto: the cores the local actors leave free,

@@ -11,7 +11,8 @@ Protocol (`fl_privtext.federation` sends it through Flower; `fl_privtext.pipelin
    projected x for the unbiased mechanisms (PrivUnitG, PrivUnit, Duchi, Gaussian, Laplace, multivariate Laplace),
    C E[cos theta] x/||x|| for Purkayastha, q + (p - q) * bits for the bit mechanisms. The model was trained on
    noisy samples around this point, so this is the input it was fitted for ("unbiased decoding" on the client);
-   the server does no noise-aware training beyond its usual standardisation.
+   the moment learners (`fl_privtext.server.learners`: centroid, lda) export their clean head, fitted with the
+   errors-in-variables correction from the mechanism's noise law.
 3. The client returns only its confusion counts (k x k, true label x prediction) over those records.
 
 What the counts reveal: they are computed from clean labels and features and are not protected by the mechanism
@@ -32,7 +33,7 @@ __all__ = ["MODEL_KEYS", "check_model", "confusion", "mlp_logits", "on_device_co
 
 MODEL_KEYS = ("mean", "std")  # plus weight_i / bias_i for i = 0 .. layers-1; optional "center" (server.center)
 APPLIED_TO = ("E[upload | x] on the client (the mechanism's noise-free mean: the clipped / normalised input for "
-              "unbiased mechanisms), no noise-aware training on the server")
+              "unbiased mechanisms); the server's learner is named in utility.learner")
 
 
 def check_model(params: dict[str, np.ndarray]) -> int:

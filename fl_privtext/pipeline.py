@@ -353,7 +353,7 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
         for c in collected:
             t0 = time.perf_counter()
             trained = train_server(prep, c.received["features"], c.received["labels"], c.received["rows"], c.seed,
-                                   cfg)
+                                   cfg, input_dim=c.input_dim)
             trained.utility["train_s"] = time.perf_counter() - t0
             out.append(trained)
     return out

@@ -127,7 +127,16 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["num_test_uploads"] = seeds[0]["utility"]["num_test_uploads"]
         utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})
         utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
-                                "macro_f1": s["utility"]["macro_f1"]} for s in seeds]
+                                "macro_f1": s["utility"]["macro_f1"], "learner": s["utility"].get("learner"),
+                                "candidates": s["utility"].get("candidates", {})} for s in seeds]
+        # the server's learner (server.learner, or what auto chose: the most frequent over seeds) and, per
+        # candidate, its out-of-fold accuracy and log-loss on the server's uploads (mean over seeds)
+        chosen = [s["utility"].get("learner", "mlp") for s in seeds]
+        utility["learner"] = max(set(chosen), key=chosen.count)
+        names = {n for s in seeds for n in s["utility"].get("candidates", {})}
+        utility["candidates"] = {n: {m: float(np.mean([s["utility"]["candidates"][n][m] for s in seeds
+                                                       if n in s["utility"].get("candidates", {})]))
+                                     for m in ("accuracy", "log_loss", "beats_constant")} for n in sorted(names)}
         utility["protocol"] = "per-upload: the server classifies the noisy uploads of test users"
         utility["on_device"] = _on_device(seeds)
     else:
@@ -253,9 +262,9 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
     for name, a in results.get("attacks", {}).items():
         test = a.get("leak_test") or {}
         if test and not test.get("leak_detected", True):
-            out.append(f"Attack on {name}: the eavesdropper answered with the prior ({a.get('attacker')}); "
-                       f"{test.get('verdict', 'no leak detected at this power')}. That is 'no leak detected at this "
-                       "power', not 'no leak'.")
+            out.append(f"Attack on {name}: the eavesdropper's best model ({a.get('attacker')}) does not beat the "
+                       f"prior significantly; {test.get('verdict', 'no leak detected at this power')}. That is 'no "
+                       "leak detected at this power', not 'no leak'.")
         if a.get("violation"):
             out.append(f"PRIVACY VIOLATION on {name}: an attack's lower confidence bound exceeds the LDP ceiling of "
                        "the true epsilon; the mechanism does not deliver what its report says.")
@@ -330,7 +339,8 @@ def table(results: dict[str, Any]) -> str:
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
         lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
                      f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
-                     f"{clear}) [per-upload: the server classifies noisy test uploads]")
+                     f"{clear}) [per-upload: the server classifies noisy test uploads; learner "
+                     f"{u.get('learner', 'mlp')}]")
         od = u.get("on_device", {})
         if od.get("available"):
             bod = (base or {}).get("utility", {}).get("on_device", {})

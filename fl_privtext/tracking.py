@@ -9,15 +9,17 @@
 
 Tracking, each off by default and enabled by one key: ``run.tensorboard = true`` writes TensorBoard event files
 to ``<run>/tensorboard`` (tensorboardX, else torch.utils.tensorboard); ``run.mlflow = true`` logs params,
-metrics and the run's files to an MLflow file store in ``<run>/mlruns`` (``mlflow ui --backend-store-uri
-<run>/mlruns``). Nothing touches the network. A missing package is a one-line error before any work starts.
+metrics and the run's files to an MLflow SQLite store ``<run>/mlflow.db`` with the artifacts in
+``<run>/mlartifacts`` (view with ``mlflow ui --backend-store-uri sqlite:///<run>/mlflow.db``; MLflow 3's own
+default store is SQLite, its file store is in maintenance mode and refused without an environment variable).
+Nothing touches the network. A missing package is a one-line error before any work starts. Both packages come
+with the ``tracking`` extra, which ``dev`` includes.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 import time
 from pathlib import Path
@@ -26,6 +28,13 @@ from typing import Any, Self
 from fl_privtext.config import ExperimentConfig
 
 METRICS_FILE = "metrics.jsonl"
+MLFLOW_DB = "mlflow.db"
+MLFLOW_ARTIFACTS = "mlartifacts"
+
+
+def mlflow_uri(run_dir: str | Path) -> str:
+    """The MLflow tracking URI of a run directory: its SQLite store (``sqlite:///<run>/mlflow.db``)."""
+    return f"sqlite:///{(Path(run_dir) / MLFLOW_DB).resolve()}"
 
 
 def _tensorboard_writer_class() -> Any:
@@ -96,11 +105,10 @@ class Tracker:
             self._tb = _tensorboard_writer_class()(str(self.out / "tensorboard"))
             self._tb.add_text("config", "\n".join(f"    {k} = {v}" for k, v in cfg.to_flat().items()))
         if cfg.run.mlflow:
-            # MLflow >= 3.x refuses its file store unless asked: a local folder is the point here (no server)
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            client = _mlflow_client_class()(tracking_uri=(self.out / "mlruns").resolve().as_uri())
+            client = _mlflow_client_class()(tracking_uri=mlflow_uri(self.out))
             exp = client.get_experiment_by_name("fl_privtext")
-            exp_id = exp.experiment_id if exp is not None else client.create_experiment("fl_privtext")
+            exp_id = exp.experiment_id if exp is not None else client.create_experiment(
+                "fl_privtext", artifact_location=(self.out / MLFLOW_ARTIFACTS).resolve().as_uri())
             run = client.create_run(exp_id, run_name=self.out.name, tags={"randomness": cfg.run.randomness})
             self._ml, self._ml_run = client, run.info.run_id
             for key, value in cfg.to_flat().items():

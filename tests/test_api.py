@@ -71,3 +71,15 @@ def test_docs_api_example_runs(tmp_path, monkeypatch, cache_dir, capsys):
     assert sorted(up) == ["features", "labels", "node", "rows"] and len(set(up["node"].tolist())) == 2
     printed = capsys.readouterr().out
     assert "rounds;" in printed and "true worst-case epsilon: 2.0" in printed
+
+    # the same output again: refused before any work, through the API and the CLI, the results untouched
+    from fl_privtext.cli import main
+
+    before = (out / "results.json").read_bytes()
+    with pytest.raises(ValueError, match="--overwrite"):
+        fl_privtext.run({"federation.rounds": 1}, output=out)
+    capsys.readouterr()
+    assert main(["run", "--output", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fl-privtext run: error:") and "--overwrite" in err[0]
+    assert (out / "results.json").read_bytes() == before

@@ -1,11 +1,10 @@
-"""Experiment tracking: the keys write local files (TensorBoard event files, an MLflow file store), and a missing
-package is a one-line error before any work. The TensorBoard and MLflow tests skip (with the reason) when their
-package is not installed; neither is a dependency of the package."""
+"""Experiment tracking: the keys write local files (TensorBoard event files, an MLflow SQLite store), read back
+with the real packages (the `tracking` extra, part of `dev`), and a missing package is a one-line error before any
+work."""
 
 from __future__ import annotations
 
 import builtins
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,8 +18,6 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.pipeline import Round
 
 ROOT = Path(__file__).resolve().parents[1]
-HAS_TB = importlib.util.find_spec("tensorboardX") is not None or importlib.util.find_spec("tensorboard") is not None
-HAS_MLFLOW = importlib.util.find_spec("mlflow") is not None
 
 RESULTS = {
     "utility": {"accuracy": 0.7, "accuracy_std": 0.01, "macro_f1": 0.6, "majority_baseline": 0.6,
@@ -56,7 +53,7 @@ def test_metrics_jsonl_has_one_line_per_round_and_seed_then_the_final_lines(tmp_
     assert [m["failed_nodes"] for m in lines if m["event"] == "round"][2] == [7, 7]
     assert [m["event"] for m in lines[7:]] == ["utility", "utility", "attack", "attack", "final"]
     assert lines[-1]["epsilon_worst_case"] == 1.0 and lines[-1]["attacks"]["gender"]["accuracy"] == 0.52
-    assert not (tmp_path / "tensorboard").exists() and not (tmp_path / "mlruns").exists()  # off by default
+    assert not (tmp_path / "tensorboard").exists() and not (tmp_path / "mlflow.db").exists()  # off by default
 
 
 def test_missing_tracker_package_is_a_one_line_error(monkeypatch):
@@ -74,9 +71,21 @@ def test_missing_tracker_package_is_a_one_line_error(monkeypatch):
         assert needle in str(exc.value) and key in str(exc.value) and "\n" not in str(exc.value)
 
 
-@pytest.mark.skipif(HAS_TB, reason="tensorboardX/tensorboard is installed: the missing-package path cannot be shown")
+NO_TRACKERS = """
+import builtins, sys
+real = builtins.__import__
+def blocked(name, *args, **kwargs):  # this process has neither tracker installed
+    if name.split(".")[0] in ("tensorboardX", "tensorboard") or name == "torch.utils.tensorboard":
+        raise ImportError(name)
+    return real(name, *args, **kwargs)
+builtins.__import__ = blocked
+from fl_privtext.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_cli_run_with_tensorboard_but_no_package_exits_2_before_any_work(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "fl_privtext.cli", "run", "--set", "run.tensorboard=true",
+    proc = subprocess.run([sys.executable, "-c", NO_TRACKERS, "run", "--set", "run.tensorboard=true",
                            "--output", str(tmp_path / "r")], capture_output=True, text=True, timeout=120, cwd=ROOT,
                           check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
@@ -84,20 +93,27 @@ def test_cli_run_with_tensorboard_but_no_package_exits_2_before_any_work(tmp_pat
     assert not (tmp_path / "r" / "results.json").exists()
 
 
-@pytest.mark.skipif(not HAS_TB, reason="neither tensorboardX nor tensorboard is installed here (optional)")
-def test_tensorboard_key_writes_event_files(tmp_path):
+def test_tensorboard_key_writes_event_files_read_back_by_tensorboard(tmp_path):
     _drive(ExperimentConfig.from_flat({"run.tensorboard": "true", "federation.rounds": 2}), tmp_path)
-    events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
-    assert events and events[0].stat().st_size > 100
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tmp_path / "tensorboard"))
+    acc.Reload()
+    assert [e.value for e in acc.Scalars("main/round/uploads")] == [10.0] * 4
+    assert [e.value for e in acc.Scalars("utility/accuracy")] == pytest.approx([0.69, 0.71])
 
 
-@pytest.mark.skipif(not HAS_MLFLOW, reason="mlflow is not installed here (optional)")
-def test_mlflow_key_writes_a_local_file_store(tmp_path):
-    (tmp_path / "results.json").write_text(json.dumps(RESULTS))
-    _drive(ExperimentConfig.from_flat({"run.mlflow": "true", "federation.rounds": 2}), tmp_path)
+def test_mlflow_key_writes_a_sqlite_store_read_back_without_any_environment(tmp_path, monkeypatch):
+    for var in ("MLFLOW_ALLOW_FILE_STORE", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)  # nothing may land in the working directory (MLflow's default ./mlruns)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(RESULTS))
+    _drive(ExperimentConfig.from_flat({"run.mlflow": "true", "federation.rounds": 2}), tmp_path / "run")
+    assert (tmp_path / "run" / "mlflow.db").is_file() and not (tmp_path / "mlruns").exists()
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").resolve().as_uri())
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'run' / 'mlflow.db'}")  # as docs/api.md says
     (run,) = client.search_runs([client.get_experiment_by_name("fl_privtext").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["privacy.epsilon"] == "1.0"
     assert [m.value for m in client.get_metric_history(run.info.run_id, "main/round/uploads")] == [10.0] * 4

@@ -167,6 +167,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         per_user["majority_given_label_baseline"] = metrics.accuracy(z_user, guess.baselines["majority_given_label"][1])
     common: dict[str, Any] = {
         "attacker": guess.diagnostics["attacker"], "learned_attacker": guess.diagnostics["learned_attacker"],
+        "learner": guess.diagnostics["attacker"],  # the family that answered (attack.learner; best out of fold)
         "num_known": len(view.known[name].index),
         "num_targets": len(idx), "ceiling": ceil_up, "accuracy_ci95": v_up["ci95"],
         "ceiling_vacuous": v_up["ceiling_vacuous"], "per_user": per_user,

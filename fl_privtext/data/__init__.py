@@ -23,7 +23,7 @@ from typing import Any
 
 from fl_privtext.data._io import ENV_DATA_ROOT, DataNotFoundError, resolve_data_root
 from fl_privtext.data.default import load_default
-from fl_privtext.data.generic import load_csv
+from fl_privtext.data.generic import load_csv, load_hf
 from fl_privtext.data.loaders import (
     load_ag_news,
     load_amazon,
@@ -73,6 +73,7 @@ DATASETS: dict[str, Callable[..., TextDataset]] = {
     "snips": load_snips,
     "mrpc": load_mrpc,
     "csv": load_csv,
+    "hf": load_hf,
     "synthetic": load_synthetic,
 }
 

@@ -30,9 +30,10 @@ from fl_privtext.data._io import (
 )
 from fl_privtext.data.schema import AttributeSpec, TextDataset, _sort_key, make_text_dataset
 
-__all__ = ["FORMATS", "LABEL_TYPES", "load_csv"]
+__all__ = ["FORMATS", "LABEL_TYPES", "load_csv", "load_hf"]
 
 FORMATS = ("csv", "tsv", "jsonl")
+HF_SPLIT_KEY = "__hf_split__"  # the split a row of a DatasetDict came from (data.split = source)
 LABEL_TYPES = ("auto", "int", "str")
 QUOTING: dict[str, Quoting] = {"minimal": csv.QUOTE_MINIMAL, "none": csv.QUOTE_NONE}
 
@@ -56,20 +57,22 @@ def _mapping(value: str | Sequence[str] | Mapping[str, str] | None, what: str) -
     return out
 
 
-def _resolve_path(path: str | os.PathLike[str], data_root: str | os.PathLike[str] | None) -> Path:
+def _resolve_path(path: str | os.PathLike[str], data_root: str | os.PathLike[str] | None,
+                  *, folder: bool = False, what: str = "csv") -> Path:
     p = Path(path).expanduser()
     tried = [p if p.is_absolute() else Path.cwd() / p]
-    if p.is_file():
+    if p.is_file() or (folder and p.is_dir()):
         return p
     if not p.is_absolute():
         root = data_root if data_root not in (None, "") else os.environ.get(ENV_DATA_ROOT) or None
         if root is not None:
             q = Path(root).expanduser() / p
             tried.append(q)
-            if q.is_file():
+            if q.is_file() or (folder and q.is_dir()):
                 return q
     raise DataNotFoundError(
-        f"Dataset 'csv': the file {str(path)!r} was not found; looked for: {', '.join(str(t) for t in tried)}. "
+        f"Dataset {what!r}: the {'file or folder' if folder else 'file'} {str(path)!r} was not found; looked for: "
+        f"{', '.join(str(t) for t in tried)}. "
         f"A relative path is tried against the working directory, then against the data root (data_root argument "
         f"or the environment variable {ENV_DATA_ROOT})."
     )
@@ -111,6 +114,16 @@ def _records(
     needed: list[str],
 ) -> Iterator[tuple[int, Callable[[str], Any]]]:
     """(line number, getter column -> raw value) for every record of the file."""
+    if fmt == "hf":
+        table, splits = _hf_table(path)
+        missing = [c for c in needed if c not in table.column_names and c != HF_SPLIT_KEY]
+        if missing:
+            raise ValueError(f"{path}: expected the column(s) {missing}; the dataset has columns "
+                             f"{table.column_names}.")
+        for i, row in enumerate(table, start=1):
+            row[HF_SPLIT_KEY] = splits[i - 1]
+            yield i, row.get
+        return
     if fmt == "jsonl":
         lines, numbers = read_lines(path, encoding=encoding)
         while lines and not lines[-1].strip():  # trailing blank lines only
@@ -155,6 +168,31 @@ def _records(
             )
     for r, ln in zip(rows, lines_):
         yield ln, _getter(r, index, head is not None)
+
+
+def _hf_table(path: Path) -> tuple[Any, list[str]]:
+    """A Hugging Face dataset as one `datasets.Dataset` and each row's split name: a `save_to_disk` folder (a
+    Dataset or a DatasetDict, whose splits are concatenated in order), a Parquet or Arrow file, or a folder of
+    them."""
+    import datasets
+
+    def split_names(parts: dict[str, Any]) -> tuple[Any, list[str]]:
+        names = [name for name, part in parts.items() for _ in range(len(part))]
+        return datasets.concatenate_datasets(list(parts.values())), names
+
+    if path.is_dir() and ((path / "dataset_dict.json").is_file() or (path / "dataset_info.json").is_file()
+                          or (path / "state.json").is_file()):
+        loaded = datasets.load_from_disk(str(path))
+        return split_names(dict(loaded)) if isinstance(loaded, datasets.DatasetDict) else (loaded, ["all"] * len(
+            loaded))
+    files = sorted(path.glob("*.parquet")) + sorted(path.glob("*.arrow")) if path.is_dir() else [path]
+    kinds = {f.suffix.lower() for f in files}
+    if not files or not kinds <= {".parquet", ".arrow"} or len(kinds) != 1:
+        raise ValueError(f"Dataset 'hf': {path} is neither a save_to_disk folder nor Parquet or Arrow file(s) (a "
+                         "folder of .parquet or .arrow files, or one such file).")
+    builder = "parquet" if kinds == {".parquet"} else "arrow"
+    loaded = datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train")
+    return loaded, ["all"] * len(loaded)
 
 
 def _getter(row: list[str], index: dict[str | int, int], header: bool) -> Callable[[str], Any]:
@@ -233,9 +271,10 @@ def load_csv(
     """
     if path is None or str(path) == "":
         raise ValueError("Dataset 'csv' needs the option path=FILE (a CSV, TSV or JSONL file).")
-    file = _resolve_path(path, data_root)
-    fmt = (format or _infer_format(file)).lower()
-    if fmt not in FORMATS:
+    hf = format == "hf"  # load_hf: a Hugging Face dataset through the same column options
+    file = path if hf and isinstance(path, Path) else _resolve_path(path, data_root)
+    fmt = "hf" if hf else (format or _infer_format(file)).lower()
+    if fmt not in FORMATS and not hf:
         raise ValueError(f"Dataset 'csv': format must be one of {list(FORMATS)}, got {format!r}.")
     if label_type not in LABEL_TYPES:
         raise ValueError(f"Dataset 'csv': label_type must be one of {list(LABEL_TYPES)}, got {label_type!r}.")
@@ -394,7 +433,10 @@ def load_csv(
                     )
                 mat[i, pos_m[x]] = 1
         attrs.append((AttributeSpec(a, "multilabel", classes), mat))
-    ds_name = name or f"csv:{file.name}"
+    if hf and not split and any(x != "all" for x in _hf_split_names(file)):
+        splits = [str(x) for x in _hf_split_names(file)]  # a DatasetDict's own splits (data.split = source)
+        split = HF_SPLIT_KEY
+    ds_name = name or (f"hf:{file.name}" if hf else f"csv:{file.name}")
     return make_text_dataset(
         ds_name,
         texts=texts,
@@ -405,6 +447,56 @@ def load_csv(
         user_ids=users if user else None,
         splits=splits if split else "all",
     )
+
+
+def _hf_split_names(path: Path) -> list[str]:
+    return _hf_table(path)[1]
+
+
+def load_hf(
+    *,
+    path: str | os.PathLike[str] | None = None,
+    data_root: str | os.PathLike[str] | None = None,
+    text: str = "text",
+    text_pair: str | None = None,
+    label: str | None = None,
+    label_type: str = "auto",
+    label_names: str | Sequence[str] | None = None,
+    attributes: str | Sequence[str] | Mapping[str, str] | None = None,
+    multilabel_attributes: str | Sequence[str] | Mapping[str, str] | None = None,
+    attribute_classes: Mapping[str, Sequence[str] | str] | None = None,
+    multilabel_sep: str = "|",
+    user: str | None = None,
+    split: str | None = None,
+    name: str | None = None,
+) -> TextDataset:
+    """Load a Hugging Face dataset with the column options of `load_csv`: ``path`` is a `save_to_disk` folder
+    (Dataset or DatasetDict; a DatasetDict's split names become the records' source splits unless ``split``
+    names a column), a Parquet or Arrow file, or a folder of them; a hub id ("owner/name") is tried only when no
+    such local path exists (online users; datasets' own cache and HF_HUB_OFFLINE apply)."""
+    if path is None or str(path) == "":
+        raise ValueError("Dataset 'hf' needs the option path=FOLDER_OR_FILE (a save_to_disk folder, or Parquet or "
+                         "Arrow file(s)).")
+    try:
+        local = _resolve_path(path, data_root, folder=True, what="hf")
+    except DataNotFoundError:
+        if "/" not in str(path) or Path(str(path)).expanduser().is_absolute() or os.environ.get("HF_HUB_OFFLINE"):
+            raise
+        local = _hub_snapshot(str(path))
+    return load_csv(path=local, text=text, text_pair=text_pair, label=label, label_type=label_type,
+                    label_names=label_names, attributes=attributes, multilabel_attributes=multilabel_attributes,
+                    attribute_classes=attribute_classes, multilabel_sep=multilabel_sep, user=user, split=split,
+                    format="hf", name=name or f"hf:{path}")
+
+
+def _hub_snapshot(repo_id: str) -> Path:  # pragma: no cover - needs the network
+    """Download a hub dataset once and save it to disk in the datasets cache; return that folder."""
+    import datasets
+
+    target = Path(datasets.config.HF_DATASETS_CACHE) / "fl_privtext" / repo_id.replace("/", "__")
+    if not target.is_dir():
+        datasets.load_dataset(repo_id).save_to_disk(str(target))
+    return target
 
 
 def _sort_key_str(v: str) -> tuple[Any, ...]:

@@ -3,7 +3,8 @@
 Layout of a cache directory (argument > env ``FL_PRIVTEXT_CACHE`` > ``~/.cache/fl_privtext``)::
 
     <cache_dir>/<key>.npy        # (N, dim) float32, dataset row order; read with np.load(mmap_mode="r")
-    <cache_dir>/<key>.json       # sidecar: dataset fingerprint, extractor identity, shape, dtype, created
+    <cache_dir>/<key>.json       # sidecar: dataset fingerprint, extractor identity, shape, dtype, created,
+                                 # chunk_rows and chunk_sha256 (a checksum per block of chunk_rows rows)
     <cache_dir>/<key>.lock       # flock target so that concurrent processes compute a key once
     <cache_dir>/<key>.parts/     # finished chunks of an extraction in progress (resumable; removed when done)
     <cache_dir>/file_hashes/     # memoised sha256 of model files (only in the resolved default dir)
@@ -13,6 +14,11 @@ anything that changes the extractor's outputs (model file hashes, pooling, max_l
 version) gives a new key, i.e. invalidates the entry. Writes go to a temp file in the same directory and are
 renamed with ``os.replace`` (atomic on POSIX), so readers never see a partial file and concurrent writers of
 one key are safe.
+
+Integrity: every entry records a sha256 per block of rows. `extract_cached` verifies them (and that every value is
+finite) each time it maps an entry; a damaged block is reported in one line and re-extracted in place, so a bit
+flipped on disk or a NaN written into the file never reaches a client. Entries written before checksums existed
+are checked for finiteness and then given their checksums.
 """
 
 from __future__ import annotations
@@ -188,7 +194,7 @@ class EmbeddingCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self._sweep_stale_temps()
         _atomic_write_bytes(self.path(key), lambda f: np.save(f, arr, allow_pickle=False))
-        self._write_meta(key, arr.shape, metadata)
+        self._write_meta(key, arr.shape, {**(metadata or {}), **_checksums(arr, RESUME_CHUNK)})
         out = self.load(key)
         if out is None:  # pragma: no cover - only if another process wrote garbage under our key
             raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
@@ -204,14 +210,18 @@ class EmbeddingCache:
         n, dim = sum(s[0] for s in shapes), dims.pop()
         self.root.mkdir(parents=True, exist_ok=True)
         self._sweep_stale_temps()
+        sums: list[str] = []
 
         def write(f: Any) -> None:
             np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
             for p in parts:
-                f.write(np.ascontiguousarray(np.load(p), "<f4").tobytes())
+                block = np.ascontiguousarray(np.load(p), "<f4").tobytes()
+                sums.append(hashlib.sha256(block).hexdigest())  # parts are blocks of chunk_rows rows, in order
+                f.write(block)
 
         _atomic_write_bytes(self.path(key), write)
-        self._write_meta(key, (n, dim), metadata)
+        self._write_meta(key, (n, dim), {**(metadata or {}), "chunk_rows": shapes[0][0] if shapes else RESUME_CHUNK,
+                                         "chunk_sha256": sums})
         out = self.load(key)
         if out is None:  # pragma: no cover - only if another process wrote garbage under our key
             raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
@@ -293,12 +303,13 @@ def extract_cached(
     key = cache.key(ds.fingerprint, identity)
     n = len(ds)
     hit = cache.load(key)
-    if hit is not None and hit.shape[0] == n:
+    if hit is not None and hit.shape[0] == n and not _damaged(cache, key, hit):
         return hit
     with cache.lock(key):
-        hit = cache.load(key)  # another process may have finished it while we waited
+        hit = cache.load(key)  # another process may have finished (or repaired) it while we waited
         if hit is not None and hit.shape[0] == n:
-            return hit
+            bad = _damaged(cache, key, hit)
+            return _repair(cache, key, ds, extractor, bad) if bad else hit
         t0 = time.perf_counter()
         meta: dict[str, Any] = {"fingerprint": ds.fingerprint, "identity": identity, "extractor": repr(extractor)}
         out = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows, metadata=meta)
@@ -311,6 +322,60 @@ def extract_cached(
         log.info("cached %s features of %d rows in %.1fs at %s", extractor.name, n, seconds, cache.path(key))
         _remove_parts(cache.root / f"{key}.parts")
         return out
+
+
+def _checksums(arr: np.ndarray, rows: int) -> dict[str, Any]:
+    """A sha256 per block of ``rows`` rows of ``arr`` (the sidecar's chunk_rows / chunk_sha256)."""
+    sums = [hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4").tobytes()).hexdigest()
+            for a in range(0, len(arr), rows)]
+    return {"chunk_rows": rows, "chunk_sha256": sums}
+
+
+def _damaged(cache: EmbeddingCache, key: str, arr: np.ndarray) -> list[tuple[int, int]]:
+    """Row ranges of ``arr`` whose checksum differs from the sidecar's or that hold a NaN or infinite value; an
+    entry without checksums (older layout) is checked for finiteness only and gets checksums written now."""
+    meta = cache.metadata(key) or {}
+    rows = int(meta.get("chunk_rows") or RESUME_CHUNK)
+    sums = meta.get("chunk_sha256")
+    if not isinstance(sums, list) or len(sums) != -(-len(arr) // rows):
+        sums = None
+    bad = []
+    for i, a in enumerate(range(0, len(arr), rows)):
+        block = np.asarray(arr[a : a + rows])
+        if (sums is not None and hashlib.sha256(np.ascontiguousarray(block, "<f4").tobytes()).hexdigest()
+                != sums[i]) or not np.isfinite(block).all():
+            bad.append((a, min(len(arr), a + rows)))
+    if sums is None and not bad:
+        with contextlib.suppress(OSError):
+            cache._write_meta(key, arr.shape, {**meta, **_checksums(arr, rows)})
+    return bad
+
+
+def _repair(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extractor,
+            bad: list[tuple[int, int]]) -> np.ndarray:
+    """Re-extract the damaged row ranges into the cache file in place, then rewrite its checksums."""
+    path = cache.path(key)
+    log.warning("feature cache %s: rows %s failed their checksum or hold non-finite values; re-extracting them",
+                path.name, ", ".join(f"{a}-{b - 1}" for a, b in bad[:5]) + (" ..." if len(bad) > 5 else ""))
+    texts = getattr(ds, "text_column", None)
+    pairs = getattr(ds, "text_pair_column", None) if texts is not None else None
+    if texts is None:
+        texts, pairs = ds.texts, ds.text_pairs
+    arr = np.load(path, mmap_mode="r+", allow_pickle=False)
+    for a, b in bad:
+        part, _ = _extract_one(extractor, texts[a:b], None if pairs is None else pairs[a:b])
+        if part.shape != (b - a, arr.shape[1]) or not np.isfinite(part).all():
+            raise ValueError(f"extractor {extractor.name!r} gives non-finite or misshaped features for rows {a}-"
+                             f"{b - 1} of the dataset; the cache cannot be repaired from it.")
+        arr[a:b] = part
+    arr.flush()
+    meta = cache.metadata(key) or {}
+    cache._write_meta(key, arr.shape, {**meta, **_checksums(arr, int(meta.get("chunk_rows") or RESUME_CHUNK))})
+    del arr
+    out = cache.load(key)
+    if out is None:  # pragma: no cover
+        raise OSError(f"The cache file {path} could not be read back after repairing it.")
+    return out
 
 
 def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extractor, *,

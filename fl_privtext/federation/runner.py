@@ -322,12 +322,15 @@ def _num_gpus() -> int:
 
 
 def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True,
-                   keep_observations: bool = False) -> dict[str, Any]:
+                   keep_observations: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """One federated experiment: returns the results dict (also written to ``output``, with the per-round
     ``metrics.jsonl`` and the trackers ``run.tensorboard`` / ``run.mlflow`` enable). ``keep_observations`` adds
-    the eavesdropper's raw observations of the main point under ``observations`` (not written to disk)."""
+    the eavesdropper's raw observations of the main point under ``observations`` (not written to disk).
+    The output directory is claimed for the run (`fl_privtext.rundir.claim`): a directory another run is using,
+    or one holding a finished run's results.json (unless ``overwrite``), is refused before any work."""
     from fl_privtext.checks import check_output
     from fl_privtext.report import finalize
+    from fl_privtext.rundir import claim
     from fl_privtext.tracking import Tracker
 
     t0 = time.perf_counter()
@@ -342,7 +345,7 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
         points.append(dataclasses.replace(cfg, privacy=clear,
                                           client=dataclasses.replace(cfg.client, max_epsilon=float("inf"))))
     out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    with Tracker(cfg, out, points=("main", "baseline")) as tracker:
+    with claim(out, overwrite=overwrite), Tracker(cfg, out, points=("main", "baseline")) as tracker:
         served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations)
         results = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=out, echo=echo,
                            baseline=served[1] if len(served) > 1 else None)
@@ -352,8 +355,9 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     return results
 
 
-def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool) -> None:
+def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool,
+                 overwrite: bool = False) -> None:
     if quiet:
         sets = {**sets, "run.progress": "false"}
     cfg = ExperimentConfig.load(config_path, sets)
-    run_experiment(cfg, output=output)
+    run_experiment(cfg, output=output, overwrite=overwrite)

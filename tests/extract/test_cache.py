@@ -217,3 +217,46 @@ def test_file_hash_follows_content_and_is_memoised(tmp_path: Path) -> None:
     f.write_bytes(b"b" * 1000)  # same size, new content, new mtime
     os.utime(f, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
     assert file_sha256(f) != h1
+
+
+@pytest.mark.parametrize("damage", ["nan", "bitflip"])
+def test_damaged_chunk_detected_reported_and_reextracted(glove: GloveExtractor, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture, damage: str) -> None:
+    texts = [*TEXTS, "Rain is expected tomorrow.", "The match ended in a draw."]
+    ds = TinyDataset(texts)
+    counting = CountingExtractor(glove)
+    clean = np.array(extract_cached(ds, counting, tmp_path, progress=False, chunk_rows=2))
+    cache = EmbeddingCache(tmp_path)
+    key = cache.key(ds.fingerprint, glove.identity())
+    assert len(cache.metadata(key)["chunk_sha256"]) == 3  # one checksum per block of 2 rows
+    disk = np.load(cache.path(key), mmap_mode="r+")
+    disk[3, 7] = np.nan if damage == "nan" else np.nextafter(disk[3, 7], np.float32(np.inf))  # rows 2-3's block
+    disk.flush()
+    del disk
+    calls = counting.calls
+    with caplog.at_level("WARNING", logger="fl_privtext.extract.cache"):
+        repaired = extract_cached(ds, counting, tmp_path, progress=False, chunk_rows=2)
+    assert counting.calls == calls + 1  # only the damaged block was extracted again
+    np.testing.assert_array_equal(repaired, clean)
+    lines = [r.getMessage() for r in caplog.records if r.name == "fl_privtext.extract.cache"]
+    assert len(lines) == 1 and "rows 2-3" in lines[0] and "re-extracting" in lines[0]
+    extract_cached(ds, counting, tmp_path, progress=False, chunk_rows=2)
+    assert counting.calls == calls + 1  # repaired for good: a plain hit again
+
+
+def test_entry_without_checksums_gets_them_and_nan_is_caught(glove: GloveExtractor, tmp_path: Path) -> None:
+    ds = TinyDataset(TEXTS)
+    clean = np.array(extract_cached(ds, glove, tmp_path, progress=False))
+    cache = EmbeddingCache(tmp_path)
+    key = cache.key(ds.fingerprint, glove.identity())
+    meta = cache.metadata(key)
+    for k in ("chunk_rows", "chunk_sha256"):
+        meta.pop(k)
+    cache.meta_path(key).write_text(json.dumps(meta))  # an entry of the older layout
+    np.testing.assert_array_equal(extract_cached(ds, glove, tmp_path, progress=False), clean)
+    assert "chunk_sha256" in cache.metadata(key)
+    disk = np.load(cache.path(key), mmap_mode="r+")
+    disk[0, 0] = np.inf
+    disk.flush()
+    del disk
+    assert np.isfinite(extract_cached(ds, glove, tmp_path, progress=False)).all()

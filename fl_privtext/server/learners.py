@@ -1,0 +1,336 @@
+"""The server's (and the eavesdropper's) learners on noisy uploads: constant, centroid, lda, linear, mlp.
+
+Every learner has two heads:
+- ``logits(u)``: the rule for a NOISY upload u (per-upload evaluation, cross-validation, the attacks);
+- ``export()``: the model shipped to clients for on-device inference (`fl_privtext.ondevice`), applied there to
+  E[upload | x], the noise-free mean. For the moment-based learners the two differ: a noisy upload's Bayes rule
+  uses the uploads' covariance, a clean point's uses the covariance of the means (uploads' minus the noise law's).
+
+Exported format (stable; `fl_privtext.ondevice.check_model` reads it): a dict of float32 arrays, ``mean`` (D,),
+``std`` (D,), ``weight_i`` (out_i, in_i) and ``bias_i`` (out_i,) for layers i = 0..L-1 with ReLU between them; the
+client computes ((x - mean) / std) @ weight_0.T + bias_0 -> ... A linear learner is a 0-hidden-layer MLP (L = 1).
+
+The moment learners (centroid, lda) read only sufficient statistics (`ClassStats`: per-class counts and sums, the
+total second moment), accumulated in chunks: O(K D + D^2) memory whatever the number of uploads. Labels that were
+randomised on the clients (k-ary RR, ``privacy.label-epsilon``) are debiased in the statistics: with
+R[j, k] = Pr[uploaded k | true j], E[counts_uploaded] = R^T counts and E[sums_uploaded] = R^T sums, so both are
+multiplied by R^-T (unbiased; the total second moment does not depend on labels).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "LDA",
+    "LEARNERS",
+    "MLP",
+    "Centroid",
+    "ClassStats",
+    "Constant",
+    "Learner",
+    "Linear",
+    "label_rr_matrix",
+    "make_learner",
+]
+
+LEARNERS = ("mlp", "linear", "lda", "centroid")  # config names; "auto" picks among them and the constant
+CHUNK = 65_536
+MAX_LINEAR_ROWS = 20_000  # the logistic regression fits on at most this many uploads (a seeded subsample)
+
+
+class Learner(Protocol):
+    name: str
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> Learner: ...
+
+    def logits(self, x: np.ndarray) -> np.ndarray: ...
+
+    def export(self) -> dict[str, np.ndarray]: ...
+
+
+def label_rr_matrix(num_classes: int, epsilon: float) -> np.ndarray:
+    """(K, K) R[j, k] = Pr[uploaded label k | true label j] of k-ary randomized response (identity at eps = 0,
+    which means labels are sent as they are)."""
+    if epsilon <= 0:
+        return np.eye(num_classes)
+    p = 1.0 / (1.0 + (num_classes - 1) * math.exp(-epsilon))
+    r = np.full((num_classes, num_classes), (1.0 - p) / (num_classes - 1))
+    np.fill_diagonal(r, p)
+    return r
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    """Sufficient statistics of labelled uploads: counts (K,), sums (K, D), second moment sum u u^T (D, D) and the
+    per-coordinate noise variance (D,) of the mechanism (`fl_privtext.server.noise`)."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+    second: np.ndarray
+    noise: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray, y: np.ndarray, num_classes: int, noise: np.ndarray,
+           label_rr: np.ndarray | None = None) -> ClassStats:
+        n, d = x.shape
+        counts = np.bincount(y, minlength=num_classes).astype(np.float64)
+        sums = np.zeros((num_classes, d))
+        second = np.zeros((d, d))
+        eye = np.eye(num_classes)
+        for s in range(0, n, CHUNK):
+            c = np.asarray(x[s:s + CHUNK], np.float64)  # (chunk, D)
+            sums += eye[y[s:s + CHUNK]].T @ c  # one-hot (chunk, K) -> per-class sums, a BLAS product
+            second += c.T @ c
+        if label_rr is not None and not np.allclose(label_rr, np.eye(num_classes)):
+            inv_t = np.linalg.inv(label_rr.T)
+            counts, sums = inv_t @ counts, inv_t @ sums
+            counts = np.clip(counts, 1e-9, None)
+        return cls(counts, sums, second, np.asarray(noise, np.float64))
+
+    @property
+    def n(self) -> float:
+        return float(self.counts.sum())
+
+    @property
+    def means(self) -> np.ndarray:
+        return self.sums / np.maximum(self.counts, 1e-9)[:, None]
+
+    def shrunk_means(self) -> np.ndarray:
+        """(K, D) class means with each deviation from the grand mean shrunk by the positive-part James-Stein
+        factor 1 - (tr S_w / n_k) / ||mean_k - grand||^2 (tr S_w / n_k: the squared error of a class mean of n_k
+        uploads). At low signal-to-noise the raw means are mostly noise, and a discriminant built on them fits it;
+        shrinking keeps the posterior calibrated (prior-dominated where the means are not resolved)."""
+        m = self.means
+        grand = (self.counts @ m) / max(self.n, 1e-9)
+        dev = m - grand
+        err = float(np.trace(self.within())) / np.maximum(self.counts, 1.0)
+        factor = np.clip(1.0 - err / np.maximum((dev * dev).sum(1), 1e-300), 0.0, 1.0)
+        return grand + factor[:, None] * dev
+
+    @property
+    def priors(self) -> np.ndarray:
+        c = np.clip(self.counts, 0.0, None) + 0.5
+        return c / c.sum()
+
+    def within(self) -> np.ndarray:
+        """(D, D) pooled within-class covariance of the uploads."""
+        m = self.means
+        k = len(self.counts)
+        return (self.second - (m.T * self.counts) @ m) / max(self.n - k, 1.0)
+
+
+def _linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    d = w.shape[1]
+    return {"mean": np.zeros(d, np.float32), "std": np.ones(d, np.float32),
+            "weight_0": np.asarray(w, np.float32), "bias_0": np.asarray(b, np.float32)}
+
+
+def _shrunk(cov: np.ndarray, n: float, scale: float) -> np.ndarray:
+    """Shrink ``cov`` towards (tr/D) I with the Ledoit-Wolf oracle weight a = err / (err + dist): err ~ the
+    Frobenius error of a covariance estimated from n vectors of total variance ``scale`` ((scale^2 + tr S^2) / n),
+    dist = ||S - (tr S / D) I||_F^2. The eigenvalues are first floored at a small positive value (a moment
+    estimate minus the noise law can be indefinite)."""
+    d = cov.shape[0]
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+    # the target's scale from the trace (unbiased; the mean of the clipped eigenvalues is inflated by the
+    # negative ones a noisy moment estimate has), floored at a small share of the positive part
+    mu = max(float(vals.mean()), 1e-3 * float(vals.clip(0).mean()), 1e-12)
+    vals = np.maximum(vals, 1e-3 * mu)
+    s = (vecs * vals) @ vecs.T
+    err = (scale ** 2 + float((s * s).sum())) / max(n, 1.0)
+    dist = float(((s - mu * np.eye(d)) ** 2).sum())
+    a = min(1.0, err / max(err + dist, 1e-300))
+    return (1 - a) * s + a * mu * np.eye(d)
+
+
+class _Moments:
+    """Shared part of the moment learners: fit = sufficient statistics, heads from them."""
+
+    name = "moments"
+    w_noisy: np.ndarray  # (K, D) and (K,): the rule for a noisy upload
+    b_noisy: np.ndarray
+    w_clean: np.ndarray  # the rule for E[upload | x] (exported)
+    b_clean: np.ndarray
+
+    def __init__(self, *, num_classes: int, noise: np.ndarray, label_rr: np.ndarray | None = None):
+        self.k, self.noise, self.label_rr = num_classes, noise, label_rr
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _Moments:
+        self.stats = ClassStats.of(x, y, self.k, self.noise, self.label_rr)
+        self._heads()
+        return self
+
+    def _heads(self) -> None:
+        raise NotImplementedError
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, np.float64) @ self.w_noisy.T + self.b_noisy
+
+    def export(self) -> dict[str, np.ndarray]:
+        return _linear_export(self.w_clean, self.b_clean)
+
+
+class Centroid(_Moments):
+    """Label-wise aggregation: nearest class mean (means of unbiased uploads are unbiased for the clean class
+    means), scaled by the isotropic within-class variance: the uploads' for a noisy upload, the uploads' minus the
+    noise law's for a clean point (errors-in-variables)."""
+
+    name = "centroid"
+
+    def _heads(self) -> None:
+        st = self.stats
+        ms, m, lp = st.shrunk_means(), st.means, np.log(st.priors)
+        d = m.shape[1]
+        var_up = max(float(np.trace(st.within())) / d, 1e-12)
+        var_clean = max(var_up - float(st.noise.mean()), 1e-3 * var_up)
+        self.w_noisy, self.b_noisy = ms / var_up, -(ms * ms).sum(1) / (2 * var_up) + lp
+        self.w_clean, self.b_clean = m / var_clean, -(m * m).sum(1) / (2 * var_clean) + lp
+
+
+class LDA(_Moments):
+    """Linear discriminant analysis from the moments: class means of the uploads; the within-class covariance of
+    the means = the uploads' minus diag(noise law) (method of moments), shrunk by the Ledoit-Wolf oracle weight
+    (clean head); plus diag(noise law) for a noisy upload (noisy head). A wrong noise law therefore shows in the
+    per-upload cross-validation too."""
+
+    name = "lda"
+
+    def _heads(self) -> None:
+        st = self.stats
+        lp = np.log(st.priors)
+        sw = st.within()
+        clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))  # the means' within-class covariance
+        # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
+        for head, cov, m in (("noisy", clean + np.diag(st.noise), st.shrunk_means()), ("clean", clean, st.means)):
+            prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
+            bias = -0.5 * (prec_m * m).sum(1) + lp
+            if head == "noisy":
+                self.w_noisy, self.b_noisy = prec_m, bias
+            else:
+                self.w_clean, self.b_clean = prec_m, bias
+
+
+class Constant:
+    """Always the most frequent class (of the debiased label counts): the knowledge-only baseline."""
+
+    name = "constant"
+
+    def __init__(self, *, num_classes: int, label_rr: np.ndarray | None = None, **_: Any):
+        self.k, self.label_rr = num_classes, label_rr
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> Constant:
+        counts = np.bincount(y, minlength=self.k).astype(np.float64)
+        if self.label_rr is not None:
+            counts = np.linalg.inv(self.label_rr.T) @ counts
+        self.d = x.shape[1]
+        c = np.clip(counts, 0.0, None) + 0.5
+        self.b = np.log(c / c.sum())  # the log prior: argmax = the majority, and a calibrated log-loss
+        return self
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        return np.tile(self.b, (len(x), 1))
+
+    def export(self) -> dict[str, np.ndarray]:
+        return _linear_export(np.zeros((self.k, self.d)), self.b)
+
+
+class Linear:
+    """Multinomial logistic regression on standardised uploads, L2 strength chosen by sklearn's
+    LogisticRegressionCV (3 folds, 6 values); at most ``MAX_LINEAR_ROWS`` uploads (a seeded subsample). The
+    exported (clean) weights are corrected for the noise law (see ``fit``)."""
+
+    name = "linear"
+
+    def __init__(self, *, num_classes: int, seed: int = 0, noise: np.ndarray | None = None, **_: Any):
+        self.k, self.seed, self.noise = num_classes, seed, noise
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> Linear:
+        from sklearn.linear_model import LogisticRegressionCV
+
+        if len(x) > MAX_LINEAR_ROWS:
+            keep = np.sort(np.random.default_rng(self.seed).choice(len(x), MAX_LINEAR_ROWS, replace=False))
+            x, y = x[keep], y[keep]
+        x = np.asarray(x, np.float64)
+        self.mean, self.std = x.mean(0), x.std(0) + 1e-6
+        present = np.unique(y)
+        if len(present) < 2:
+            self.w, self.b = np.zeros((self.k, x.shape[1])), np.where(np.arange(self.k) == present[0], 0.0, -1.0)
+            return self
+        folds = int(min(3, np.bincount(y)[present].min()))
+        clf = LogisticRegressionCV(Cs=6, cv=max(folds, 2), max_iter=200, scoring="accuracy")
+        with warnings.catch_warnings():  # scikit-learn 1.8's notices of future defaults (we set scoring)
+            warnings.simplefilter("ignore", FutureWarning)
+            clf.fit((x - self.mean) / self.std, y)
+        coef, icpt = clf.coef_, clf.intercept_
+        if len(present) == 2 and coef.shape[0] == 1:
+            coef, icpt = np.vstack([-coef / 2, coef / 2]), np.array([-icpt[0] / 2, icpt[0] / 2])
+        self.w = np.zeros((self.k, x.shape[1]))
+        self.b = np.full(self.k, -1e3)
+        self.w[present], self.b[present] = coef, icpt
+        self.w_clean = self.w
+        if self.noise is not None and np.any(self.noise > 0):
+            # errors-in-variables for the exported model: a linear discriminant fitted on noisy inputs is
+            # W_noisy = S_w^-1 dmu; the clean rule is Sigma^-1 dmu = Sigma^-1 S_w W_noisy (exact for the Gaussian
+            # model, regression calibration for the logistic fit), in the standardised space the fit used
+            z = (x - self.mean) / self.std
+            st = ClassStats.of(z, y, self.k, self.noise / self.std ** 2)
+            sw = st.within()
+            clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
+            self.w_clean = np.linalg.solve(clean, sw @ self.w.T).T
+        return self
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        return ((np.asarray(x, np.float64) - self.mean) / self.std) @ self.w.T + self.b
+
+    def export(self) -> dict[str, np.ndarray]:
+        out = _linear_export(self.w_clean, self.b)
+        out["mean"], out["std"] = self.mean.astype(np.float32), self.std.astype(np.float32)
+        return out
+
+
+class MLP:
+    """The task MLP of `fl_privtext.learn` (the platform's original learner), fitted on the noisy uploads."""
+
+    name = "mlp"
+
+    def __init__(self, *, num_classes: int, config: Any, generator: Any, progress: str | None = None, **_: Any):
+        self.k, self.config, self.generator, self.progress = num_classes, config, generator, progress
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> MLP:
+        from fl_privtext.learn import train_mlp
+
+        self.model = train_mlp(x, y, num_classes=self.k, config=self.config, generator=self.generator,
+                               progress=self.progress)
+        return self
+
+    def logits(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.model.logits(np.asarray(x, np.float32)), np.float64)
+
+    def export(self) -> dict[str, np.ndarray]:
+        return self.model.export()
+
+
+def make_learner(name: str, *, num_classes: int, noise: np.ndarray | None = None,
+                 label_rr: np.ndarray | None = None, seed: int = 0, mlp: dict[str, Any] | None = None) -> Learner:
+    """A fresh learner by name (``constant`` or one of `LEARNERS`); ``mlp``: MLP keyword arguments (config,
+    generator, progress)."""
+    if name == "constant":
+        return Constant(num_classes=num_classes, label_rr=label_rr)
+    if name in ("centroid", "lda"):
+        if noise is None:
+            raise ValueError(f"Learner {name!r} needs the mechanism's noise variance (fl_privtext.server.noise).")
+        cls = Centroid if name == "centroid" else LDA
+        return cls(num_classes=num_classes, noise=noise, label_rr=label_rr)
+    if name == "linear":
+        return Linear(num_classes=num_classes, seed=seed, noise=noise)
+    if name == "mlp":
+        if mlp is None:
+            raise ValueError("Learner 'mlp' needs its config and generator (mlp={...}).")
+        return MLP(num_classes=num_classes, **mlp)
+    raise ValueError(f"Unknown learner {name!r}; valid names: constant, {', '.join(LEARNERS)}.")

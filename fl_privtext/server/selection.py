@@ -1,0 +1,86 @@
+"""Model selection on the server's own uploads: cross-validation grouped by user (sklearn's GroupKFold).
+
+A user's uploads are never split between fitting and scoring. The score is the out-of-fold log-loss (cross-
+entropy, a proper scoring rule) of the learner's noisy-upload head against the uploaded labels, what the server
+can check; its accuracy is reported beside it. Why log-loss and not accuracy: under strong local noise a single
+upload's Bayes accuracy is capped near the majority (the argmax rarely moves) while the evidence each upload
+carries about its class is still there; the log-loss sees it, accuracy does not, and the model the server ships
+to the clients (on-device) is chosen on it. The constant predictor (the log prior) is always a candidate: a
+learner is chosen only when its out-of-fold log-loss is below the constant's with one-sided 95% confidence
+(a paired test on the per-user mean loss differences, Bonferroni over the candidates; users are the independent
+units), and then the lowest log-loss among those wins. ``utility.candidates`` holds every score.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.server.learners import Learner
+
+__all__ = ["cross_validate", "select"]
+
+FOLDS = 3
+
+
+def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int
+         ) -> tuple[np.ndarray, np.ndarray]:
+    """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``."""
+    from sklearn.model_selection import GroupKFold
+
+    n_groups = len(np.unique(groups))
+    if n_groups < 2:
+        raise ValueError(f"Cross-validation by user needs uploads of at least 2 users; got {n_groups}.")
+    hits = np.zeros(len(y), bool)
+    loss = np.zeros(len(y))
+    for tr, te in GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups):
+        s = make().fit(x[tr], y[tr]).logits(x[te])
+        s = s - s.max(axis=1, keepdims=True)
+        logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
+        hits[te] = s.argmax(axis=1) == y[te]
+        loss[te] = -logp[np.arange(len(te)), y[te]]
+    return hits, loss
+
+
+def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
+                   folds: int = FOLDS) -> dict[str, float]:
+    """Out-of-fold accuracy and log-loss (nats per upload) of the learner ``make()`` over ``folds`` GroupKFold
+    folds (by ``groups``)."""
+    hits, loss = _oof(make, x, y, groups, folds)
+    return {"accuracy": float(hits.mean()), "log_loss": float(loss.mean())}
+
+
+def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray, tried: int) -> bool:
+    """One-sided paired test, per user: is the mean of (loss - null) below 0 at 95% (Bonferroni over ``tried``)?"""
+    from scipy import stats
+
+    _, inv = np.unique(groups, return_inverse=True)
+    d = np.bincount(inv, weights=loss - null) / np.bincount(inv)
+    if len(d) < 2:
+        return False
+    se = float(d.std(ddof=1)) / np.sqrt(len(d))
+    return float(d.mean()) < -float(stats.norm.ppf(1 - 0.05 / max(tried, 1))) * se
+
+
+def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
+           folds: int = FOLDS, order: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
+    """The candidate with the lowest out-of-fold log-loss among those that beat the constant (paired, per user,
+    one-sided 95%, Bonferroni); the constant when none does. Returns (name, {name: {"accuracy", "log_loss",
+    "beats_constant"}}). ``makers`` must hold "constant"."""
+    if "constant" not in makers:
+        raise ValueError("select needs the constant predictor among the candidates.")
+    runs = {name: _oof(make, x, y, groups, folds) for name, make in makers.items()}
+    null = runs["constant"][1]
+    tried = len(makers) - 1
+    scores: dict[str, Any] = {}
+    for name, (hits, loss) in runs.items():
+        scores[name] = {"accuracy": float(hits.mean()), "log_loss": float(loss.mean()),
+                        "beats_constant": bool(name != "constant" and _beats(loss, null, groups, tried))}
+    best = "constant"
+    for name in order or makers:
+        if scores[name]["beats_constant"] and (best == "constant"
+                                               or scores[name]["log_loss"] < scores[best]["log_loss"]):
+            best = name
+    return best, scores

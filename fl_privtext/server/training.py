@@ -1,0 +1,151 @@
+"""The untrusted server's task: choose and train the task classifier on the uploads it received, and evaluate it.
+
+Framework-free (numpy, torch, scikit-learn); `fl_privtext.pipeline.train_point` calls it once per seed on what the
+server received. ``server.learner`` names the learner (`fl_privtext.server.learners`); ``auto`` picks among all of
+them and the constant predictor by cross-validation on the server's uploads grouped by user
+(`fl_privtext.server.selection`). The moment learners use the mechanism's noise law (`fl_privtext.server.noise`)
+and, with label RR on, the label-RR matrix. Randomness: the streams ``(seed, "server", ...)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fl_privtext import constant, metrics, rng
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.learn import MLPConfig, diverged
+from fl_privtext.server.learners import LEARNERS, Learner, label_rr_matrix, make_learner
+from fl_privtext.server.noise import noise_variance
+from fl_privtext.server.selection import select
+
+CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
+
+if TYPE_CHECKING:
+    from fl_privtext.pipeline import Prepared
+
+
+def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
+    """The task MLP; server.hidden = 0 picks the width from the upload width ``dim``: 128 for <= 300, else 768."""
+    return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
+
+
+def server_inputs(features: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+    """What the task MLP sees of each upload: the upload itself, or (server.center) the upload minus its own mean
+    over its coordinates, (N, D) -> (N, D). Post-processing of what was received: no privacy cost."""
+    if not cfg.server.center:
+        return features
+    x = np.asarray(features, np.float64)
+    return (x - x.mean(axis=1, keepdims=True)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """The server's task model of one seed: its per-upload evaluation (``utility``), the model as plain arrays for
+    on-device inference (None without a task label) and the majority class of its training uploads."""
+
+    utility: dict[str, Any]
+    model: dict[str, np.ndarray] | None = None
+    majority_class: int = 0
+
+
+def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+                       seed: int, cfg: ExperimentConfig) -> dict[str, Any]:
+    """The server trains the task MLP on the uploads of train/aux users and evaluates on test users' uploads."""
+    return train_server(prep, features, labels, rows, seed, cfg).utility
+
+
+def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, num_classes: int,
+                mechanism: Any, input_dim: int, seed: int, label_epsilon: float = 0.0,
+                mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",)
+                ) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
+    """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
+    grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
+    out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name)."""
+    if name != "auto" and name not in LEARNERS:
+        raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
+    noise = noise_variance(mechanism, input_dim, x.mean(axis=0, dtype=np.float64),
+                           rng.generator(seed, *stream, "noise"))
+    rr = label_rr_matrix(num_classes, label_epsilon) if label_epsilon > 0 else None
+
+    def maker(learner: str) -> Any:
+        return lambda: make_learner(learner, num_classes=num_classes, noise=noise, label_rr=rr, seed=seed, mlp=mlp)
+
+    scores: dict[str, dict[str, Any]] = {}
+    chosen = name
+    if name == "auto":
+        names = ("constant", "centroid", "lda", "linear") + (("mlp",) if mlp is not None else ())
+        cv = np.arange(len(y))
+        if len(y) > CV_MAX_UPLOADS:  # select on a seeded sample of users: the CV's cost is bounded at any N
+            users = np.unique(groups)
+            share = CV_MAX_UPLOADS / len(y)
+            keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
+                                                                   replace=False)
+            cv = np.flatnonzero(np.isin(groups, keep))
+        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv])
+    return maker(chosen)().fit(x, y), chosen, scores
+
+
+def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
+                 seed: int, cfg: ExperimentConfig, *, input_dim: int | None = None, mechanism: Any = None) -> Trained:
+    """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`).
+    ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law."""
+    if len(prep.ds.label_names) == 0:
+        return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
+    roles = prep.roles[rows]
+    tr, te = roles != "test", roles == "test"
+    if not tr.any() or not te.any():
+        raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
+    k = len(prep.ds.label_names)
+    features = server_inputs(features, cfg)
+    if mechanism is None:
+        from fl_privtext.client import mechanism_for
+
+        dim = input_dim or (prep.features.shape[1] if prep.features is not None else features.shape[1])
+        mechanism = mechanism_for(cfg, dim)
+    input_dim = input_dim or int(getattr(mechanism, "dim", None) or features.shape[1])
+    mlp = {"config": server_mlp_config(cfg, features.shape[1]), "generator": rng.torch_generator(seed, "server"),
+           "progress": "server: task MLP" if cfg.run.progress else None}
+    model, chosen, candidates = fit_learner(
+        cfg.server.learner, features[tr], labels[tr], prep.ds.user_index.reshape(-1)[rows[tr]], num_classes=k,
+        mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp)
+    pred = model.logits(features[te]).argmax(axis=1)
+    truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
+    out: dict[str, Any] = {
+        "available": True,
+        "learner": chosen,  # server.learner, or what auto chose
+        # auto: out-of-fold accuracy and log-loss per candidate on the server's uploads, folds by user (selection.py)
+        "candidates": candidates,
+        "accuracy": metrics.accuracy(truth, pred),
+        "macro_f1": metrics.macro_f1(truth, pred, k),
+        "majority_baseline": metrics.majority_baseline(labels[tr], truth),
+        "modal_prediction_share": constant.modal_share(pred),  # 1.0: the task model predicts one class only
+        "num_train_uploads": int(tr.sum()),
+        "num_test_uploads": int(te.sum()),
+        "train_steps": int(getattr(getattr(model, "model", None), "steps", 0)),  # MLP: SGD steps (server.max-steps)
+        "diverged": [r for r in [diverged(getattr(getattr(model, "model", None), "losses", []))] if r],
+    }
+    fairness: dict[str, Any] = {}
+    for spec in prep.ds.attributes:
+        z = prep.ds.attribute(spec.name)[rows[te]]
+        if spec.kind == "multilabel":
+            per = {}
+            for j, cls in enumerate(spec.classes):
+                g = z[:, j].astype(bool)
+                if g.any() and (~g).any():
+                    per[cls] = {"present": metrics.accuracy(truth[g], pred[g]),
+                                "absent": metrics.accuracy(truth[~g], pred[~g])}
+                    per[cls]["gap"] = abs(per[cls]["present"] - per[cls]["absent"])
+            fairness[spec.name] = {"per_class": per, "gap": max((v["gap"] for v in per.values()), default=0.0)}
+        else:
+            names = np.asarray(spec.classes, dtype=object)[z]
+            per_group = metrics.group_accuracy(truth, pred, names)
+            fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
+    out["fairness"] = fairness
+    values, counts = np.unique(labels[tr], return_counts=True)
+    exported = model.export()  # a dict of arrays (fl_privtext.server.learners: the exported format)
+    if cfg.server.center:  # the clients must centre E[upload | x] as the server centred the uploads
+        exported["center"] = np.ones(1, np.float32)
+    return Trained(out, exported, int(values[counts.argmax()]))
