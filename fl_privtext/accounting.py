@@ -28,9 +28,9 @@ ALSO_RELEASED = (
      "the client identity correlates with labels and users."),
     "Per-client counts, the representation width and timings in each reply's stats: not protected.",
 )
-ON_DEVICE_RELEASE = ("On-device evaluation (server.on-device): each test client returns the confusion counts of the "
-                     "server's model on its clean test records; computed from clean labels and features, not "
-                     "protected by the mechanism (server.on-device = false sends none).")
+ON_DEVICE_RELEASE = ("On-device evaluation (server.on-device): each test client that opts in (client.on-device) "
+                     "returns the randomized-response sum of its test records' correctness, client.count-epsilon per "
+                     "record, charged in its ledger and in the per-user total.")
 
 
 def _label_report(cfg: ExperimentConfig, num_classes: int) -> PrivacyReport | None:
@@ -59,24 +59,109 @@ def charge(user_ids: np.ndarray, released_rows: np.ndarray, rep: PrivacyReport, 
     return reps, total
 
 
+def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[str, int],
+                  on_device_eps: float, delta: float) -> float:
+    """The tight composed epsilon at ``delta`` of one user's releases (dp-accounting's privacy-loss-distribution
+    accountant; Meiser & Mohammadi 2018, Doroshenko et al. 2022): ``counts["rep"]`` representations (a Gaussian
+    mechanism by its noise and L2 sensitivity; any other as a pure (eps, 0) or (eps, delta) mechanism's worst case),
+    ``counts["label"]`` labels (k-ary RR as an (eps, 0) mechanism) and ``counts["on_device"]`` randomized-response
+    bits. inf when any release is unbounded; the basic total is an upper bound of it."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+    from dp_accounting.pld.common import DifferentialPrivacyParameters
+
+    parts: list[tuple[Any, int]] = []
+    rep_eps = float(rep.epsilon_worst_case)
+    label_eps = float(label.epsilon_worst_case) if label is not None else math.inf
+    if counts.get("phase_a", 0) or (counts.get("label", 0) and label is None) or (
+            counts.get("rep", 0) and not math.isfinite(rep_eps)):
+        return math.inf
+    basic = (counts.get("rep", 0) * rep_eps + (counts.get("label", 0) * label_eps if counts.get("label", 0) else 0.0)
+             + counts.get("on_device", 0) * on_device_eps)
+    if max(rep_eps if counts.get("rep", 0) else 0.0, label_eps if counts.get("label", 0) else 0.0,
+           on_device_eps if counts.get("on_device", 0) else 0.0) > 30:
+        return basic  # e^eps overflows the PLD's grid; at such epsilons composition is basic to within e^-30
+
+    def pure(eps: float, d: float = 0.0) -> Any:
+        return pld_lib.from_privacy_parameters(DifferentialPrivacyParameters(eps, d))
+
+    if counts.get("rep", 0):
+        cal = rep.calibration or {}
+        eps = float(rep.epsilon_worst_case)
+        if not math.isfinite(eps):
+            return math.inf
+        if "noise_std" in cal and "l2_sensitivity" in cal and rep.mechanism.startswith("gaussian"):
+            parts.append((pld_lib.from_gaussian_mechanism(float(cal["noise_std"]) / float(cal["l2_sensitivity"])),
+                          counts["rep"]))
+        else:
+            parts.append((pure(eps, float(rep.delta or 0.0)), counts["rep"]))
+    if counts.get("label", 0):
+        if label is None:
+            return math.inf
+        parts.append((pure(float(label.epsilon_worst_case)), counts["label"]))
+    if counts.get("on_device", 0):
+        parts.append((pure(on_device_eps), counts["on_device"]))
+    if counts.get("phase_a", 0):
+        return math.inf
+    if not parts:
+        return 0.0
+    total = None
+    try:
+        for dist, n in parts:
+            d = dist.self_compose(n) if n > 1 else dist
+            total = d if total is None else total.compose(d)
+        return min(float(total.get_epsilon_for_delta(delta)), basic)  # type: ignore[union-attr]
+    except (OverflowError, ValueError):
+        return basic
+
+
 def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndarray, num_classes: int,
-                    released_rows: Sequence[np.ndarray], releases_per_record: int) -> dict[str, Any]:
-    """The mechanism's report plus what each USER spent, from the rows actually released in each repetition (seed);
-    the repetition with the largest total is shown."""
-    best: tuple[Accountant, Accountant] | None = None
+                    released_rows: Sequence[np.ndarray], releases_per_record: int, *,
+                    on_device_rows: Sequence[tuple[np.ndarray, float]] = (),
+                    phase_a_rows: np.ndarray | None = None) -> dict[str, Any]:
+    """The mechanism's report plus what each USER spent over EVERY release of the point (issue #22): every round
+    of every repetition (``released_rows``, one array per seed), the on-device answers (``on_device_rows``: the
+    records each answer covered and the epsilon charged per record) and Phase A (``phase_a_rows``: records whose
+    users' model updates the server saw in the clear: inf). Basic composition (what a client's ledger enforces)
+    with its parts, and beside it the tight composition (`tight_epsilon`) at ``privacy.delta``."""
+    users = np.asarray(user_ids)
+    reps, labels_acc, od_acc, total = Accountant(), Accountant(), Accountant(), Accountant()
+    label = _label_report(cfg, num_classes)
     for rows in released_rows:
-        reps, total = charge(user_ids, rows, rep, cfg, num_classes)
-        if best is None or total.max_epsilon() > best[1].max_epsilon() or (
-                total.max_epsilon() == best[1].max_epsilon() and reps.max_epsilon() > best[0].max_epsilon()):
-            best = (reps, total)
-    reps, total = best if best is not None else (Accountant(), Accountant())
+        if len(rows) == 0:
+            continue
+        u = users[np.asarray(rows, dtype=np.int64)]
+        reps.charge(u, rep)
+        total.charge(u, rep)
+        if num_classes > 0:
+            lab = label or PrivacyReport(mechanism="label-in-the-clear", epsilon_nominal=math.inf,
+                                         epsilon_worst_case=math.inf)
+            labels_acc.charge(u, lab)
+            total.charge(u, lab)
+    od_eps = 0.0
+    for rows, eps in on_device_rows:
+        if len(rows) == 0:
+            continue
+        od = PrivacyReport(mechanism="on-device randomized response", epsilon_nominal=eps, epsilon_worst_case=eps)
+        od_acc.charge(users[np.asarray(rows, np.int64)], od)
+        total.charge(users[np.asarray(rows, np.int64)], od)
+        od_eps = eps
+    phase_a = phase_a_rows is not None and len(phase_a_rows) > 0
+    if phase_a:
+        clear = PrivacyReport(mechanism="phase-a-update-in-the-clear", epsilon_nominal=math.inf,
+                              epsilon_worst_case=math.inf)
+        total.charge(np.unique(users[np.asarray(phase_a_rows, np.int64)]), clear)
     out = rep.to_json()
     per_user = reps.to_json(per_user=False)  # a summary: a table of every user's epsilon would be megabytes
-    _, eps = reps.epsilons("worst_case")
-    per_user["median_epsilon_worst_case"] = float(np.median(eps)) if len(eps) else 0.0
+    _, eps_u = reps.epsilons("worst_case")
+    per_user["median_epsilon_worst_case"] = float(np.median(eps_u)) if len(eps_u) else 0.0
+    per_user["max_epsilon_labels"] = json_number(labels_acc.max_epsilon()) if num_classes > 0 else 0.0
+    per_user["max_epsilon_on_device"] = json_number(od_acc.max_epsilon())
+    per_user["max_epsilon_phase_a"] = "inf" if phase_a else 0.0
     per_user["max_epsilon_total"] = json_number(total.max_epsilon())
     per_user["max_delta_total"] = total.max_delta()
-    label = _label_report(cfg, num_classes)
+    per_user["max_epsilon_tight"] = json_number(_tight_max(rep, label, users, released_rows, on_device_rows, od_eps,
+                                                           phase_a, num_classes, cfg.privacy.delta))
+    per_user["delta_tight"] = cfg.privacy.delta
     if num_classes == 0:
         labels: Any = "no labels uploaded"
     elif label is None:
@@ -88,9 +173,38 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
                   "num_classes": num_classes, "keep_probability": label.calibration["keep_probability"]}
     out["composition"] = {
         "releases_per_record": releases_per_record,
+        "repetitions": len(released_rows),
         "per_user": per_user,
         "labels": labels,
-        "charged": "what was sent: rows the server received, plus rows a timed-out client may have sent",
-        "also_released": list(ALSO_RELEASED) + ([ON_DEVICE_RELEASE] if cfg.server.on_device else []),
+        "charged": ("what was sent: rows the server received (every round of every repetition), plus rows a "
+                    "timed-out client may have sent; the on-device answers; Phase A's updates (inf: the server "
+                    "sees them in the clear, also under DP-FedAvg, whose noise the server itself adds)"),
+        "tight": ("max_epsilon_tight: the most releases of each kind any user made, composed by "
+                  "dp-accounting's privacy-loss-distribution accountant at privacy.delta; basic composition "
+                  "(max_epsilon_total, what the clients' ledgers enforce) bounds it from above"),
+        "also_released": list(ALSO_RELEASED),
     }
     return out
+
+
+def _tight_max(rep: PrivacyReport, label: PrivacyReport | None, users: np.ndarray,
+               released_rows: Sequence[np.ndarray], on_device_rows: Sequence[tuple[np.ndarray, float]],
+               od_eps: float, phase_a: bool, num_classes: int, delta: float) -> float:
+    """`tight_epsilon` of the most releases of each kind any user made (all releases of one kind cost the same):
+    an upper bound of every user's tight epsilon."""
+    if phase_a:
+        return math.inf
+    rel = [users[np.asarray(r, np.int64)] for r in released_rows if len(r)]
+    if not rel:
+        return 0.0
+    ids, n_rep = np.unique(np.concatenate(rel), return_counts=True)
+    n_od = np.zeros(len(ids), np.int64)
+    for rows, _ in on_device_rows:
+        if len(rows):
+            od_ids, c = np.unique(users[np.asarray(rows, np.int64)], return_counts=True)
+            pos = np.searchsorted(ids, od_ids)
+            ok = (pos < len(ids)) & (ids[np.minimum(pos, len(ids) - 1)] == od_ids)
+            n_od[pos[ok]] += c[ok]
+    nr, no = int(n_rep.max()), int(n_od.max())  # the most releases of each kind: an upper bound of every user's
+    return tight_epsilon(rep, label, {"rep": nr, "label": nr if num_classes > 0 else 0, "on_device": no}, od_eps,
+                         delta)

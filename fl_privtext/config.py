@@ -327,6 +327,29 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class ClientConfig:
+    """The client's own policy (issue #22): what a client is willing to release, whatever the server asks.
+
+    Delivered to the clients outside the ServerApp's messages (the runner's client environment in simulation,
+    ``--node-config`` on a SuperNode; `fl_privtext.client.policy`), never read from a query; the ServerApp never
+    holds it. The mechanism and its parameters the client runs are the point's ``[privacy]`` section and Phase A's
+    DP settings (``train.dp-*``), taken from the same delivery."""
+
+    max_epsilon: float = math.inf  # per-user cap of the client's ledger (basic composition of everything released)
+    on_device: bool = True  # answer on-device evaluation (simulation default; a SuperNode's default is false)
+    count_epsilon: float = 1.0  # epsilon of the on-device counts (randomized response on each user's correctness)
+    min_count: int = 5  # on-device: fewest test users a client answers for at once
+
+    def __post_init__(self) -> None:
+        if not self.max_epsilon > 0:
+            raise ValueError(f"client.max-epsilon must be > 0 (inf = no cap); got {self.max_epsilon}.")
+        if not (self.count_epsilon > 0 and math.isfinite(self.count_epsilon)):
+            raise ValueError(f"client.count-epsilon must be a finite number > 0; got {self.count_epsilon}.")
+        if self.min_count < 1:
+            raise ValueError(f"client.min-count must be >= 1; got {self.min_count}.")
+
+
+@dataclass(frozen=True)
 class ExperimentConfig:
     data: DataConfig = field(default_factory=DataConfig)
     extractor: ExtractorConfig = field(default_factory=ExtractorConfig)
@@ -336,6 +359,7 @@ class ExperimentConfig:
     attack: AttackConfig = field(default_factory=AttackConfig)
     run: RunConfig = field(default_factory=RunConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig())
+    client: ClientConfig = field(default_factory=ClientConfig)
 
     # ---- flat form -------------------------------------------------------------------------------------------
     def to_flat(self) -> dict[str, Scalar]:

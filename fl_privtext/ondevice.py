@@ -23,6 +23,7 @@ Light by design (numpy only): it runs inside the ClientApp, which imports no tor
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,3 +112,36 @@ def summarize(counts: Sequence[np.ndarray], majority_class: int, clients: int) -
         "clients": int(clients),
         "applied_to": APPLIED_TO,
     }
+
+
+def summarize_private(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The server's view of the clients' randomized-response answers (`fl_privtext.client.ondevice`): each client's
+    debiased accuracy, weighted by its record count; the noise's standard deviation and a 95% CI (normal
+    approximation: noise of the randomized response plus the binomial sampling of the test records). Clients that
+    refused are listed; none answering gives ``available = False``."""
+    from fl_privtext.client.ondevice import debiased_accuracy
+
+    answers = [r for r in replies if "answer" in r]
+    refused = [{"node": int(r["node"]), "reason": str(r["refused"])} for r in replies if "refused" in r]
+    if not answers:
+        return {"available": False, "reason": "every test client refused on-device evaluation", "refusals": refused}
+    n = np.array([_scalar(a["answer"]["n"]) for a in answers], np.float64)
+    est_sd = [debiased_accuracy(_scalar(a["answer"]["noisy-correct"]), _scalar(a["answer"]["n"]),
+                                float(_scalar(a["answer"]["count-epsilon"]))) for a in answers]
+    total = float(n.sum())
+    # exact sums (math.fsum): the result does not depend on the order in which the replies arrived
+    acc = math.fsum(float(ni) * e for ni, (e, _) in zip(n, est_sd, strict=True)) / total
+    noise_sd = math.sqrt(math.fsum((float(ni) * sd) ** 2 for ni, (_, sd) in zip(n, est_sd, strict=True))) / total
+    sampling_sd = float(np.sqrt(max(min(acc, 1.0), 0.0) * (1 - max(min(acc, 1.0), 0.0)) / total))
+    half = 1.96 * float(np.hypot(noise_sd, sampling_sd))
+    return {
+        "available": True, "accuracy": acc, "accuracy_noise_std": noise_sd, "ci95": [acc - half, acc + half],
+        "mechanism": "binary randomized response on each test record's correctness (client.count-epsilon)",
+        "count_epsilon": sorted({float(_scalar(a["answer"]["count-epsilon"])) for a in answers}),
+        "num_test_records": int(total), "clients": len(answers), "refusals": refused, "applied_to": APPLIED_TO,
+    }
+
+
+def _scalar(a: Any) -> Any:
+    """The one value of a (1,)-shaped answer array."""
+    return np.asarray(a).reshape(-1)[0].item()

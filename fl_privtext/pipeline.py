@@ -45,6 +45,7 @@ from fl_privtext.data import (
 )
 from fl_privtext.memory import return_freed_arrays
 from fl_privtext.privacy import PrivacyReport
+from fl_privtext.privacy.report import json_number
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
 from fl_privtext.threads import driver_threads, limited
 
@@ -65,7 +66,7 @@ class Prepared:
         """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
         return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
                           features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
-                          extractor=self.extractor)
+                          extractor=self.extractor, users=self.ds.user_index, test=self.roles == "test")
 
 
 def data_key(cfg: ExperimentConfig) -> tuple:
@@ -271,6 +272,13 @@ class Round:
     seeded: list[bool] = field(default_factory=list)
     senders: dict[int, np.ndarray] = field(default_factory=dict)
     placement: list[dict[str, Any]] = field(default_factory=list)
+    ledger: list[dict[str, Any]] = field(default_factory=list)  # per reply: what the client says it charged
+
+    @property
+    def all_refused(self) -> bool:
+        """No upload arrived and every client refused (its policy or ledger): the run stops here."""
+        return not len(self.uploads["rows"]) and bool(self.failures) and all(
+            f["kind"] == "refused" for f in self.failures)
 
 
 CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
@@ -287,6 +295,7 @@ class Collected:
     input_dim: int
     federation_s: float
     rounds: tuple[Round, ...] = ()
+    refused: tuple[dict[str, Any], ...] = ()  # {"seed", "round", "failures"}: a round every client refused
 
 
 def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
@@ -297,16 +306,29 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
     seeds = [cfg.run.seed + s for s in range(cfg.run.seeds)]
     bar = tqdm(total=len(seeds) * cfg.federation.rounds, desc="rounds", disable=not cfg.run.progress, leave=False)
     out: list[Collected] = []
+    refused_rounds: list[dict[str, Any]] = []  # rounds every client refused (the run stopped there)
+    stopped = False
     for seed in seeds:
+        if stopped:
+            break
         start_seed()
         t0 = time.perf_counter()
         rounds: list[Round] = []
         for rnd in range(cfg.federation.rounds):
             t_round = time.perf_counter()
-            rounds.append(collect_round(seed, rnd))
+            got = collect_round(seed, rnd)
+            if got.all_refused:  # every client's policy or ledger refused: no later round or repetition is asked
+                stopped = True
+                refused_rounds.append({"seed": seed, "round": rnd, "failures": got.failures})
+                break
+            rounds.append(got)
             if on_round is not None:
                 on_round(seed, rnd, rounds[-1], time.perf_counter() - t_round)
             bar.update()
+        if not rounds:  # nothing arrived in this repetition: drop it (the refusal is kept with the last one)
+            if out:
+                out[-1] = replace(out[-1], refused=out[-1].refused + tuple(refused_rounds))
+            break
         received = merge_uploads([r.uploads for r in rounds])  # one round: its own arrays, not a copy
         input_dim = max(r.input_dim for r in rounds)
         observed = eavesdrop()
@@ -314,8 +336,13 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
             raise RuntimeError("The eavesdropper's record differs from what the server received.")
         # the same content, checked: keep one copy (at a million users each copy of the uploads is ~0.8 GB)
         observed = replace(observed, uploads=received)
-        out.append(Collected(seed, received, observed, input_dim, time.perf_counter() - t0, tuple(rounds)))
+        out.append(Collected(seed, received, observed, input_dim, time.perf_counter() - t0, tuple(rounds),
+                             refused=tuple(refused_rounds)))
+        refused_rounds = []
     bar.close()
+    if not out:
+        reasons = "; ".join(f["reason"] for r in refused_rounds for f in r["failures"][:2])
+        raise RuntimeError(f"Every client refused the first round ({reasons}).")
     return out
 
 
@@ -347,21 +374,28 @@ def on_device_requests(prep: Prepared, c: Collected) -> dict[int, np.ndarray]:
     return {node: rows for node, rows in merged.items() if len(rows)}
 
 
-OnDeviceRound = Callable[[Trained, dict[int, np.ndarray]], list[np.ndarray]]  # -> each node's confusion counts
+OnDeviceRound = Callable[[Trained, dict[int, np.ndarray], int], list[Any]]  # (model, rows per node, seed) -> replies
 
 
 def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected], trained: Sequence[Trained],
               evaluate_round: OnDeviceRound) -> list[dict[str, Any]]:
     """The on-device protocol of every seed (`fl_privtext.ondevice`): ``evaluate_round`` ships the model to the
-    test clients and returns their counts; the server sums them."""
-    from fl_privtext.ondevice import summarize
+    test clients and returns their replies (randomized-response answers, `fl_privtext.client.ondevice`; refusals;
+    confusion counts of an old client); the server debiases and sums them."""
+    from fl_privtext.ondevice import summarize, summarize_private
 
     out = []
     for c, t in zip(collected, trained, strict=True):
         t0 = time.perf_counter()
         requests = on_device_requests(prep, c)
-        counts = evaluate_round(t, requests)
-        out.append({**summarize(counts, t.majority_class, len(requests)), "seconds": time.perf_counter() - t0})
+        replies = evaluate_round(t, requests, c.seed)
+        if any("counts" in r for r in replies):  # old clients (no policy): confusion counts over the listed rows
+            result = summarize([r["counts"] for r in replies if "counts" in r], t.majority_class, len(requests))
+        else:
+            result = summarize_private(replies)
+        charged = [(requests[r["node"]], float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0])) for r in replies
+                   if "answer" in r and r["node"] in requests]
+        out.append({**result, "seconds": time.perf_counter() - t0, "_charged": charged, "_replies": replies})
     return out
 
 
@@ -374,7 +408,8 @@ def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained:
     train_s = utility.pop("train_s", 0.0)
     on_device_s = 0.0
     if utility.get("available", True):
-        utility["on_device"] = (dict(on_device_result) if on_device_result is not None else
+        utility["on_device"] = ({k: v for k, v in on_device_result.items() if not k.startswith("_")}
+                                if on_device_result is not None else
                                 {"available": False, "reason": "server.on-device = false" if not
                                  cfg.server.on_device else "not run on this path"})
         on_device_s = utility["on_device"].pop("seconds", 0.0)
@@ -411,8 +446,13 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     report = mechanism_for(cfg, collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg, c) for c in collected]
-    privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases)
+    od_rows = [(rows, eps) for r in (on_device_results or []) for rows, eps in r.get("_charged", [])]
+    # Phase A's updates and validation metrics concern the train and aux users (never test users)
+    phase_a = np.flatnonzero(prep.roles != "test") if cfg.train.rounds > 0 else None
+    privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases,
+                              on_device_rows=od_rows, phase_a_rows=phase_a)
     privacy["randomness"] = randomness_of(cfg, collected)
+    privacy["ledger"] = ledger_summary(collected, on_device_results or [])
     return {
         "placement": placement_of(collected),
         "extractor_identity": prep.extractor.identity(),
@@ -424,6 +464,33 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,
     }
+
+
+def ledger_summary(collected: Sequence[Collected], on_device_results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the clients themselves say they charged (their ledgers, issue #22) and what they refused: the largest
+    per-user total any client reported after any reply, and every refusal as {node, kind, reason} (with its seed
+    and round). In an honest run ``per_user.max_epsilon_charged`` equals the server's
+    ``composition.per_user.max_epsilon_total``."""
+    entries = [e for c in collected for r in c.rounds for e in r.ledger]
+    entries += [r["ledger"] for od in on_device_results for r in od.get("_replies", []) if "ledger" in r]
+    tops = [float(e["ledger-max"]) for e in entries if "ledger-max" in e]
+    refusals: list[dict[str, Any]] = []
+    for c in collected:
+        for rnd, r in enumerate(c.rounds):
+            refusals.extend({"node": f["node"], "kind": "upload", "reason": f["reason"], "seed": c.seed,
+                             "round": rnd} for f in r.failures if f["kind"] == "refused")
+        for stop in c.refused:
+            refusals.extend({"node": f["node"], "kind": "upload", "reason": f["reason"], "seed": stop["seed"],
+                             "round": stop["round"]} for f in stop["failures"])
+    for od, c in zip(on_device_results, collected, strict=False):
+        refusals.extend({"node": r["node"], "kind": "on-device", "reason": r["reason"], "seed": c.seed}
+                        for r in od.get("refusals", []))
+    stopped = [{"seed": s["seed"], "round": s["round"]} for c in collected for s in c.refused]
+    return {"per_user": {"max_epsilon_charged": json_number(max(tops)) if tops else "not reported"},
+            "replies_reporting": len(tops), "refusals": refusals,
+            "stopped_at": stopped[0] if stopped else None,
+            "note": ("each client's own ledger (basic composition, enforced before every release against "
+                     "client.max-epsilon); replies carry what was charged")}
 
 
 def _expected_rows(prep: Prepared, cfg: ExperimentConfig, rnd: int) -> np.ndarray:
@@ -521,9 +588,25 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
         return Round(arrays, max(u.input_dim for u in ups), seeded=[cfg.run.client_seed is not None] * len(ups),
                      senders=senders)
 
-    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray]) -> list[np.ndarray]:
+    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
+        # the clients' own answer (`fl_privtext.client.ondevice`) under the driver's [client] section, the same
+        # stream as the Flower clients' (no ledger on this path: its clients are the driver itself)
+        from fl_privtext.client import Refused, client_generator, point_key
+        from fl_privtext.client.ondevice import on_device_answer
+
         assert trained.model is not None
-        return [client_on_device(prep.client, c, rows, trained.model, cfg) for c, rows in requests.items()]
+        out: list[Any] = []
+        for c in requests:
+            if not cfg.client.on_device:
+                out.append({"node": c, "refused": "refused: client.on-device = false"})
+                continue
+            g = client_generator(cfg.run.client_seed, "on-device", point_key(cfg), seed, c)
+            try:
+                out.append({"node": c, "answer": on_device_answer(prep.client, c, trained.model, cfg,
+                                                                  cfg.client.count_epsilon, cfg.client.min_count, g)})
+            except Refused as exc:
+                out.append({"node": c, "refused": str(exc)})
+        return out
 
     def eavesdrop() -> Observed:
         rounds = last.pop("rounds")

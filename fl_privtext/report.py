@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
 
 SCHEMA_VERSION = 2  # results.json layout; bumped when keys change meaning
@@ -98,12 +99,15 @@ def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
         return {"available": False, "reason": runs[0].get("reason", "not run")}
     out: dict[str, Any] = {"available": True}
     for key in ("accuracy", "macro_f1"):
-        out[key], out[f"{key}_std"] = _mean_std([r[key] for r in runs])
-    out["majority_baseline"] = runs[0]["majority_baseline"]
-    out["num_test_records"] = runs[0]["num_test_records"]
-    out["clients"] = runs[0]["clients"]
-    out["applied_to"] = runs[0]["applied_to"]
-    out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"]} for s, r in zip(seeds, runs, strict=True)]
+        if all(key in r for r in runs):
+            out[key], out[f"{key}_std"] = _mean_std([r[key] for r in runs])
+    for key in ("majority_baseline", "num_test_records", "clients", "applied_to", "mechanism", "count_epsilon"):
+        if key in runs[0]:
+            out[key] = runs[0][key]
+    if all("ci95" in r for r in runs):  # randomized-response answers: the noise and a CI per seed
+        out["accuracy_noise_std"] = float(np.mean([r["accuracy_noise_std"] for r in runs]))
+    out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"], **({"ci95": r["ci95"]} if "ci95" in r else {})}
+                       for s, r in zip(seeds, runs, strict=True)]
     return out
 
 
@@ -190,7 +194,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,
                                            "encoder": cfg.train.encoder, "guarantee": "none"}),
         "timing": timing,
-        "config": cfg.to_flat(),
+        "config": published(cfg.to_flat()),  # the client seed never: its fingerprint (issue #22)
         "schema_version": SCHEMA_VERSION,
         "provenance": provenance(point, cfg),
     })
@@ -302,8 +306,23 @@ def table(results: dict[str, Any]) -> str:
         label_txt = ("labels IN THE CLEAR (label epsilon inf)" if label_eps == "inf" else
                      f"labels by randomized response, epsilon {_fmt(label_eps)} per upload" if label_eps is not None
                      else str(labels))
-        lines.append(f"per user (max over users): representations {_fmt(per_user.get('max_epsilon_worst_case'))} "
-                     f"| {label_txt} | TOTAL {_fmt(per_user.get('max_epsilon_total', '-'))}")
+        lines.append(f"per user (max over users, every round and repetition): representations "
+                     f"{_fmt(per_user.get('max_epsilon_worst_case'))} | {label_txt} (labels "
+                     f"{_fmt(per_user.get('max_epsilon_labels', '-'))}) | on-device "
+                     f"{_fmt(per_user.get('max_epsilon_on_device', 0.0))} | Phase A "
+                     f"{_fmt(per_user.get('max_epsilon_phase_a', 0.0))} | TOTAL "
+                     f"{_fmt(per_user.get('max_epsilon_total', '-'))} (basic) | tight "
+                     f"{_fmt(per_user.get('max_epsilon_tight', '-'))} at delta {_fmt(per_user.get('delta_tight'), 6)}")
+    led = p.get("ledger") or {}
+    if led:
+        lines.append(f"clients' own ledgers: largest per-user total charged "
+                     f"{_fmt(led.get('per_user', {}).get('max_epsilon_charged', '-'))}; "
+                     f"{len(led.get('refusals', []))} refusal(s)")
+        if led.get("stopped_at"):
+            first = (led.get("refusals") or [{}])[0]
+            lines.append(f"STOPPED: every client refused seed {led['stopped_at']['seed']} round "
+                         f"{led['stopped_at']['round']} ({str(first.get('reason', ''))[:160]}); the results use "
+                         "the rounds before it")
     if "randomness" in p:
         mode = p["randomness"]
         lines.append("client randomness: " + ("secret (OS entropy on every client)" if mode == "secret" else
@@ -326,9 +345,12 @@ def table(results: dict[str, Any]) -> str:
         if od.get("available"):
             bod = (base or {}).get("utility", {}).get("on_device", {})
             clear = f"; without privacy {_fmt(bod['accuracy'])}" if bod.get("available") else ""
-            lines.append(f"task on device: accuracy {_fmt(od['accuracy'])} +- {_fmt(od['accuracy_std'])} (majority "
-                         f"{_fmt(od['majority_baseline'])}{clear}) [the server's model applied by the test clients "
-                         "to their clean features]")
+            noise = (f", randomized-response noise sd {_fmt(od['accuracy_noise_std'])}, 95% CI "
+                     f"[{_fmt(od['per_seed'][0]['ci95'][0])}, {_fmt(od['per_seed'][0]['ci95'][1])}]"
+                     if "accuracy_noise_std" in od else "")
+            major = f" (majority {_fmt(od['majority_baseline'])}{clear})" if "majority_baseline" in od else clear
+            lines.append(f"task on device: accuracy {_fmt(od['accuracy'])} +- {_fmt(od['accuracy_std'])}{major}"
+                         f"{noise} [the server's model applied by the test clients to their clean features]")
     else:
         lines.append(f"task: none ({u.get('reason', '')})")
     lines.append("")
@@ -416,6 +438,18 @@ def baseline_summary(point: dict[str, Any]) -> dict[str, Any]:
                         for k, v in agg["attacks"].items()}}
 
 
+def published_toml(cfg: ExperimentConfig) -> str:
+    """config.toml without the client seed (issue #22): a comment with its fingerprint instead; to rerun the same
+    reproducible noise, pass --set run.client-seed=N again."""
+    import dataclasses
+
+    if cfg.run.client_seed is None:
+        return cfg.to_toml()
+    text = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, client_seed=None)).to_toml()
+    return (f"# run.client-seed withheld (fingerprint {seed_fingerprint(cfg.run.client_seed)}); pass "
+            "--set run.client-seed=N to reproduce the clients' noise\n" + text)
+
+
 def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, output: str | Path | None,
              echo: bool = True, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
     """Aggregate one point, write results.json, config.toml and summary.md to ``output``, print the table.
@@ -426,7 +460,7 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
     results["warnings"] = warnings_for(results)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "config.toml", cfg.to_toml())
+    _write_atomic(out / "config.toml", published_toml(cfg))
     text = table(results)
     note = results["privacy"].get("published_claim_note")
     summary = f"# fl_privtext run\n\n```\n{text}\n```\n"

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fl_privtext.client import published
+from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
 from fl_privtext.config import ExperimentConfig, _flatten, keyed_flat
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
@@ -65,6 +67,10 @@ LATER_KEYS.update({
     "train.vocab-size": 5000, "train.glove-init": True, "train.max-tokens": 64, "train.minilm-layers": 2,
     "train.gen-chars": 64,
 })
+# The clients' policy (issue #22): saved points predate it (no ledger, noise-free on-device counts, the worst
+# repetition's composition); keyed as these defaults so they are still found, their numbers being the old protocol's.
+LATER_KEYS.update({"client.max-epsilon": math.inf, "client.on-device": True, "client.count-epsilon": 1.0,
+                   "client.min-count": 5})
 LATER_KEYS["train.adv-attributes"] = ""  # issue #13 (CAPE: one attribute's adversary at a time)
 # Issue #14's training budgets: at these defaults they bind on no staged dataset (config.py says where each binds),
 # so every saved point was computed as if they were set.
@@ -91,7 +97,21 @@ SIMULATION_KEYS = ("federation.num-clients", "federation.client-cpus", "federati
 
 def point_key(cfg: ExperimentConfig) -> str:
     """A stable 16-hex-digit key of everything in the config that can change the result."""
+    # the client seed enters as its fingerprint (issue #22), so a saved point's config (which holds only the
+    # fingerprint) gives back its key (`saved_point_key`)
+    return _hash(published(keyed_flat(cfg, drop=IGNORED_KEYS, later=LATER_KEYS, auto=AUTO_KEYS)))
+
+
+def saved_point_key(saved: dict[str, Any]) -> str:
+    """The key of a saved point from its saved (published) config: keys added since at their LATER_KEYS values,
+    the client seed's fingerprint in place of the seed."""
+    fp = saved.get(SEED_FINGERPRINT_KEY)
+    cfg = ExperimentConfig.from_flat({**LATER_KEYS, **{k: v for k, v in saved.items() if k != SEED_FINGERPRINT_KEY}})
     flat = keyed_flat(cfg, drop=IGNORED_KEYS, later=LATER_KEYS, auto=AUTO_KEYS)
+    return _hash({**flat, **({SEED_FINGERPRINT_KEY: fp} if fp is not None else {})})
+
+
+def _hash(flat: dict[str, Any]) -> str:
     blob = json.dumps(sorted((k, repr(v)) for k, v in flat.items()), separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -140,7 +160,8 @@ def compact(result: dict[str, Any]) -> dict[str, Any]:
 def slim(result: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
     """The saved form of a point: aggregate() output minus machine-specific paths, plus its key."""
     out = dict(result)
-    out["config"] = {k: ("" if k in ("data.root", "extractor.cache-dir") else v) for k, v in result["config"].items()}
+    out["config"] = {k: ("" if k in ("data.root", "extractor.cache-dir") else v)
+                     for k, v in published(result["config"]).items()}  # no client seed (issue #22)
     out["point_key"] = point_key(cfg)
     return compact(out)
 

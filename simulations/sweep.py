@@ -27,7 +27,16 @@ from fl_privtext.config import ExperimentConfig
 
 # The point key, the store and the resumable runner are the library's (`fl-privtext sweep` uses the same), so
 # saved points keep their keys: keys that never change numbers (paths, console output, trackers) are left out.
-from fl_privtext.sweep import IGNORED_KEYS, LATER_KEYS, Store, compact, headline, point_key, slim  # noqa: F401
+from fl_privtext.sweep import (  # noqa: F401
+    IGNORED_KEYS,
+    LATER_KEYS,
+    Store,
+    compact,
+    headline,
+    point_key,
+    saved_point_key,
+    slim,
+)
 from fl_privtext.sweep import run_sweep as _run_sweep
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from fl_privtext.accounting import charge, privacy_summary
+from fl_privtext.accounting import charge, privacy_summary, tight_epsilon
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.report import table
@@ -50,11 +50,39 @@ def test_labels_in_the_clear_make_the_total_infinite_and_the_table_says_so():
     assert none["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(1.0)
 
 
-def test_only_released_rows_are_charged_and_the_worst_repetition_is_shown():
+def test_only_released_rows_are_charged_and_every_repetition_composes():
     users = np.array([0, 1, 2, 3])
     rep = make_mechanism("laplace-l1", epsilon=1.0).report()
     cfg = _cfg(**{"privacy.label-epsilon": 1.0})
     out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1]), np.array([0, 0, 1, 2])], releases_per_record=1)
     assert out["composition"]["per_user"]["users"] == 3  # user 3 sent nothing in either repetition
-    assert out["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(4.0)
+    # issue #22: the repetitions compose (user 0: 3 releases of 1 + 1), not the worst repetition alone (4)
+    assert out["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(6.0)
     assert math.isfinite(out["composition"]["per_user"]["max_epsilon_total"])
+
+
+def test_closed_form_8_records_3_rounds_2_seeds():
+    # issue #22: 8 records x 3 rounds x 2 seeds x (0.5 + 2) = 120, basic; the tight figure is below it
+    users = np.zeros(8, np.int64)
+    rep = make_mechanism("laplace-l1", epsilon=0.5).report()
+    cfg = _cfg(**{"privacy.label-epsilon": 2.0, "privacy.epsilon": 0.5})
+    rows = np.tile(np.arange(8), 3)
+    per_user = privacy_summary(rep, cfg, users, 2, [rows, rows], releases_per_record=3)["composition"]["per_user"]
+    assert per_user["max_epsilon_total"] == pytest.approx(120.0)
+    assert per_user["max_epsilon_tight"] <= 120.0 + 1e-9
+
+
+def test_tight_composition_of_gaussian_uploads_is_far_below_basic():
+    rep = make_mechanism("gaussian", epsilon=1.0, delta=1e-5, dim=8).report()
+    tight = tight_epsilon(rep, None, {"rep": 10}, 0.0, 1e-5)
+    assert 2.0 < tight < 5.0  # basic composition says 10 (at delta 1e-4)
+    assert tight_epsilon(rep, None, {"rep": 1}, 0.0, 1e-5) == pytest.approx(1.0, rel=0.05)  # one upload: its eps
+
+
+def test_phase_a_in_the_clear_makes_the_total_infinite():
+    users = np.array([0, 1])
+    rep = make_mechanism("laplace-l1", epsilon=1.0).report()
+    cfg = _cfg(**{"privacy.label-epsilon": 1.0})
+    out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1])], 1, phase_a_rows=np.array([0]))
+    assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"
+    assert out["composition"]["per_user"]["max_epsilon_phase_a"] == "inf"

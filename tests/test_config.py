@@ -23,7 +23,9 @@ def test_defaults_round_trip_through_flat_and_toml(tmp_path):
 def test_pyproject_flower_config_mirrors_the_defaults():
     app_cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     flat = {f"{sec}.{k}": v for sec, table in app_cfg.items() for k, v in table.items() if not isinstance(v, dict)}
-    assert flat == ExperimentConfig().to_flat()
+    # the [client] policy is the clients' own (issue #22): never in the ServerApp's run config
+    assert flat == {k: v for k, v in ExperimentConfig().to_flat().items() if not k.startswith("client.")}
+    assert "client" not in app_cfg
     # every loader option of every dataset is declared (unset) so that `flwr run -c 'data.options.X=...'` works
     from fl_privtext.data import DATASETS, dataset_options
 

@@ -122,11 +122,21 @@ def test_a_client_evaluates_only_records_it_holds(prep):
 def test_plain_loop_reports_both_protocols(prep):
     cfg, p = prep
     cfg = ExperimentConfig.load(None, {"run.progress": "false", "server.epochs": "5", "attack.enabled": "false",
-                                       "privacy.mechanism": "none"})
+                                       "privacy.mechanism": "none", "client.count-epsilon": "40"})
     out = pipeline.run_plain(cfg, p)["per_seed"][0]["utility"]
     od = out["on_device"]
     assert od["available"] is True and od["num_test_records"] == out["num_test_uploads"]
-    assert od["accuracy"] == out["accuracy"]  # no noise: E[upload | x] = x, the same predictions
+    # count-epsilon 40: randomized response flips a bit with probability e^-40, and E[upload | x] = x under no
+    # noise: the same predictions
+    assert od["accuracy"] == pytest.approx(out["accuracy"], abs=1e-12)
+    # count-epsilon 1 (issue #22): the answer is noisy, its reported noise sd is the closed form, and the
+    # debiased accuracy lies within its CI of the noise-free one
+    noisy = pipeline.run_plain(ExperimentConfig.from_flat({"client.count-epsilon": 1.0}, cfg), p)
+    od1 = noisy["per_seed"][0]["utility"]["on_device"]
+    p1 = np.e / (1 + np.e)
+    assert od1["accuracy_noise_std"] == pytest.approx(np.sqrt(p1 * (1 - p1) / od1["num_test_records"]) / (2 * p1 - 1))
+    assert abs(od1["accuracy"] - out["accuracy"]) < 4 * od1["accuracy_noise_std"]
+    assert od1["ci95"][0] < od1["accuracy"] < od1["ci95"][1]
     off = ExperimentConfig.load(None, {"run.progress": "false", "server.epochs": "5", "attack.enabled": "false",
                                        "server.on-device": "false"})
     assert pipeline.run_plain(off, p)["per_seed"][0]["utility"]["on_device"]["available"] is False

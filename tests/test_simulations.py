@@ -38,13 +38,13 @@ def test_saved_points_keep_their_keys_after_the_precision_and_auto_batch_keys():
     # The frontier's points (MiniLM, extracted in float32 with batch size 64) were saved before extractor.precision
     # existed and while extractor.batch-size defaulted to 64.
     saved = [json.loads(p.read_text()) for p in sorted((sweep.RESULTS / "frontier" / "points").glob("*.json"))]
-    assert saved and all(sweep.point_key(ExperimentConfig.from_flat(r["config"])) == r["point_key"] for r in saved)
+    assert saved and all(sweep.saved_point_key(r["config"]) == r["point_key"] for r in saved)
     cfg = saved[0]["config"]
     assert cfg["extractor.batch-size"] == 64 and "extractor.precision" not in cfg
-    auto = sweep.point_key(ExperimentConfig.from_flat({**cfg, "extractor.batch-size": 0}))
+    auto = sweep.saved_point_key({**cfg, "extractor.batch-size": 0})
     assert auto == saved[0]["point_key"]
-    assert sweep.point_key(ExperimentConfig.from_flat({**cfg, "extractor.precision": "bf16"})) != auto
-    assert sweep.point_key(ExperimentConfig.from_flat({**cfg, "extractor.batch-size": 32})) != auto
+    assert sweep.saved_point_key({**cfg, "extractor.precision": "bf16"}) != auto
+    assert sweep.saved_point_key({**cfg, "extractor.batch-size": 32}) != auto
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,12 @@ The client's randomness never comes from the query: it is OS entropy, or (reprod
 seed this process was given outside the ServerApp: ``--node-config client-seed=N`` on a SuperNode or the
 ``FL_PRIVTEXT_CLIENT_SEED`` environment variable that `fl-privtext run` sets on its Ray workers.
 
+Nor does its privacy (issue #22): the query only *requests*; the client's own policy (`fl_privtext.client.policy`,
+delivered like the seed) decides, its ledger charges every release, and a request the policy does not allow gets an
+error reply whose reason starts with ``refused:``. Every reply carries what the client charged (ConfigRecord
+``ledger``). `build_app(defend=False)` builds the OLD behaviour (obey the server) for the adversarial tests' power
+checks only.
+
 Start-up is kept light (numpy, flwr and the privacy package; torch and HF datasets are not imported): under
 `fl-privtext run` the driver has already loaded the dataset and passes the path of a client-data snapshot
 (``client-data.snapshot``, see `fl_privtext.client.ClientData.save`) that each actor maps in. Without one
@@ -17,17 +23,29 @@ Start-up is kept light (numpy, flwr and the privacy package; torch and HF datase
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import socket
 import sys
 import time
+from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 
-from fl_privtext.client import ClientData, client_on_device, client_seed_from, client_upload
+from fl_privtext.client import (
+    ClientData,
+    Refused,
+    client_on_device,
+    client_seed_from,
+    client_upload,
+    policy_from,
+    release_on_device,
+    release_upload,
+    state_dir_from,
+)
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.threads import apply_torch_threads, share
 
@@ -42,7 +60,26 @@ def thread_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
     return call_next(msg, context)
 
 
-app = ClientApp(mods=[thread_mod])
+REFUSED = 403  # the error code of a refusal (its reason starts with "refused:")
+
+
+def refusal(msg: Message, exc: Refused) -> Message:
+    """The error reply of a refused request: one line, starting with ``refused:``."""
+    return Message(error=Error(code=REFUSED, reason=str(exc).splitlines()[0]), reply_to=msg)
+
+
+def ledger_record(charged: dict[str, Any]) -> ConfigRecord:
+    """What the client charged for this reply (its own ledger), for the server's report."""
+    return ConfigRecord({k: v for k, v in charged.items()})
+
+
+def array_digest(rec: ArrayRecord) -> str:
+    """A hash of every array of a record (names a Phase A model / encoder in the ledger's request keys)."""
+    h = hashlib.sha256()
+    for k, a in rec.items():
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(a.numpy()).tobytes())
+    return h.hexdigest()[:32]
 
 
 @functools.lru_cache(maxsize=2)
@@ -68,8 +105,9 @@ def _prep_key(cfg: ExperimentConfig) -> tuple:
 
 
 def _config(msg: Message) -> ExperimentConfig:
-    flat = dict(msg.content.config_records["config"])
-    flat.pop("run.client-seed", None)  # a seed the server sends would void local DP: never used
+    """The server's REQUEST: its config without what only the client decides (seed, policy: never read here)."""
+    flat = {k: v for k, v in dict(msg.content.config_records["config"]).items()
+            if k != "run.client-seed" and not k.startswith("client.")}
     return ExperimentConfig.from_flat(flat)
 
 
@@ -82,8 +120,7 @@ def placement() -> ConfigRecord:
     return ConfigRecord({"host": socket.gethostname(), "ray-node": ray_node})
 
 
-@app.query("upload")
-def upload(msg: Message, context: Context) -> Message:
+def upload(msg: Message, context: Context, defend: bool = True) -> Message:
     cfg = _config(msg)
     task = msg.content.config_records["task"]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
@@ -95,14 +132,25 @@ def upload(msg: Message, context: Context) -> Message:
         )
     t0 = time.perf_counter()
     data = _data_for(msg, cfg)
+    data_key = ""
     if "encoder" in msg.content.array_records:  # Phase A ran: upload the trained encoder's r(x)
         from fl_privtext.federation.train_handlers import encoded_client_data
 
         data = encoded_client_data(data, msg, cfg)
+        data_key = array_digest(msg.content.array_records["encoder"])
     t1 = time.perf_counter()
-    client_seed = client_seed_from(dict(context.node_config))
-    up = client_upload(data, client, int(task["round"]), int(task["seed"]), cfg,  # type: ignore[arg-type]
-                       client_seed=client_seed)
+    nc = dict(context.node_config)
+    client_seed = client_seed_from(nc)
+    seed, rnd = int(task["seed"]), int(task["round"])  # type: ignore[arg-type]
+    charged: dict[str, Any] = {}
+    if defend:
+        try:
+            up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc),
+                                         state_dir=state_dir_from(nc), client_seed=client_seed, data_key=data_key)
+        except Refused as exc:
+            return refusal(msg, exc)
+    else:  # the old behaviour: whatever the server asks
+        up = client_upload(data, client, rnd, seed, cfg, client_seed=client_seed)
     t2 = time.perf_counter()
     content = RecordDict(
         {
@@ -113,28 +161,53 @@ def upload(msg: Message, context: Context) -> Message:
                 # the thread pools this actor's environment sized (fl_privtext.threads); 0 = not set
                 "threads": int(os.environ.get("OMP_NUM_THREADS", "0") or 0)}),
             "placement": placement(),
+            "ledger": ledger_record(charged),
         }
     )
     return Message(content, reply_to=msg)
 
 
-
-@app.query("evaluate")
-def evaluate(msg: Message, context: Context) -> Message:
-    """On-device inference (`fl_privtext.ondevice`): apply the server's model to this client's clean test records;
-    reply with the confusion counts only."""
+def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
+    """On-device inference (`fl_privtext.client.ondevice`): the server's model applied to ALL this client's test
+    records; the reply is the randomized-response sum of their correctness (the old behaviour, ``defend=False``:
+    confusion counts over the rows the server lists)."""
     cfg = _config(msg)
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     data = _data_for(msg, cfg)
+    data_key = ""
     if "encoder" in msg.content.array_records:  # Phase A ran: the model was trained on the encoder's r(x)
         from fl_privtext.federation.train_handlers import encoded_client_data
 
         data = encoded_client_data(data, msg, cfg)
+        data_key = array_digest(msg.content.array_records["encoder"])
     model = {k: a.numpy() for k, a in msg.content.array_records["model"].items()}
-    rows = msg.content.array_records["rows"]["rows"].numpy()
-    counts = client_on_device(data, client, rows, model, cfg)
-    return Message(RecordDict({"counts": ArrayRecord({"confusion": Array(np.ascontiguousarray(counts))})}),
-                   reply_to=msg)
+    if not defend:
+        rows = msg.content.array_records["rows"]["rows"].numpy()
+        counts = client_on_device(data, client, rows, model, cfg)
+        return Message(RecordDict({"counts": ArrayRecord({"confusion": Array(np.ascontiguousarray(counts))})}),
+                       reply_to=msg)
+    task = msg.content.config_records.get("task")
+    seed = int(task["seed"]) if task is not None else cfg.run.seed  # type: ignore[arg-type]
+    nc = dict(context.node_config)
+    try:
+        answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc),
+                                            state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
+                                            data_key=data_key)
+    except Refused as exc:
+        return refusal(msg, exc)
+    return Message(RecordDict({"answer": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in answer.items()}),
+                               "ledger": ledger_record(charged)}), reply_to=msg)
 
 
-from fl_privtext.federation import train_handlers  # noqa: F401  Phase A: registers @app.train / @app.evaluate
+def build_app(defend: bool = True) -> ClientApp:
+    """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
+    from fl_privtext.federation.train_handlers import register
+
+    new = ClientApp(mods=[thread_mod])
+    new.query("upload")(functools.partial(upload, defend=defend))
+    new.query("evaluate")(functools.partial(evaluate, defend=defend))
+    register(new, defend)
+    return new
+
+
+app = build_app()

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import pipeline
-from fl_privtext.client import CLIENT_SEED_ENV, mechanism_for
+from fl_privtext.client import CLIENT_SEED_ENV, POLICY_ENV, STATE_ENV, ClientPolicy, mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.threads import client_threads, worker_env
 
@@ -69,6 +69,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
         mechanism_for(cfg, int(prep.extractor.dim) if cfg.privacy.projection != "none" else 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
+    if cfg.train.rounds > 0 and cfg.client.max_epsilon != float("inf"):
+        raise ValueError(f"train.rounds = {cfg.train.rounds} (Phase A) with client.max-epsilon = "
+                         f"{cfg.client.max_epsilon:g}: a Phase A update costs inf per user (the server sees it in the "
+                         "clear), so the clients would refuse it; leave client.max-epsilon = inf or train.rounds = 0.")
     if cfg.train.rounds > 0:
         from fl_privtext.federation.training import check_training
 
@@ -79,8 +83,11 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
 
 
 def _server_view(cfg: ExperimentConfig) -> ExperimentConfig:
-    """The point as the untrusted server may hold it: without the clients' seed."""
-    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, client_seed=None))
+    """The point as the untrusted server may hold it: without the clients' seed and without their [client] policy
+    (the defaults stand in; the server never sends them, `server_app._query`)."""
+    from fl_privtext.config import ClientConfig
+
+    return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, client_seed=None), client=ClientConfig())
 
 
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
@@ -130,11 +137,16 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
     driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
     started = False
+    import tempfile
+
+    # the clients' ledgers of this run (each node's own directory under it); a fresh run starts fresh ledgers
+    state_dir = tempfile.mkdtemp(prefix="fl-privtext-clients-")
     try:
         mark("validated")
         prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args, client_seed=points[0].run.client_seed,
-                            threads=client_threads(points[0]))
+                            threads=client_threads(points[0]), policy=_client_policy(points),
+                            state_dir=state_dir)
         mark("ray_started")
         snapshots = prepared.result()
         mark("driver_prepared")
@@ -202,6 +214,9 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         mark("results_ready")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        import shutil
+
+        shutil.rmtree(state_dir, ignore_errors=True)  # this run's ledgers and stored answers (kept for the run only)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
     clock.update(fixed_costs(clock))
@@ -246,12 +261,20 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
 
 
-def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1) -> bool:
+def _client_policy(points: Sequence[ExperimentConfig]) -> str:
+    """The clients' policy of this simulation (`fl_privtext.client.policy`): one entry per point, from the driver's
+    own configs (the points the clients agree to take part in, their [client] sections); JSON for the workers'
+    environment, never given to the ServerApp."""
+    return ClientPolicy.from_points(list(points)).to_json()
+
+
+def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1, policy: str = "",
+              state_dir: str = "") -> bool:
     """Initialise Ray as Flower's Ray backend would (``init_args`` plus the driver's sys.path for the actors);
     the backend then reuses it, and shuts it down at the end. False when Ray was already initialised.
 
-    ``client_seed`` (reproducible mode) goes to the workers' environment only, not to the driver's, where the
-    ServerApp runs. ``threads``: each worker's OpenMP / MKL / OpenBLAS threads (`fl_privtext.threads`), set in its
+    ``client_seed`` (reproducible mode), the clients' ``policy`` and their ledgers' ``state_dir`` go to the workers'
+    environment only, not to the driver's, where the ServerApp runs. ``threads``: each worker's OpenMP / MKL / OpenBLAS threads (`fl_privtext.threads`), set in its
     environment so that numpy and torch size their pools by it when they load.
 
     A fresh local Ray gets these variables through the environment its processes inherit (set in this process for
@@ -268,7 +291,7 @@ def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, thre
         pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
     os.environ["PYTHONPATH"] = pythonpath
     env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed),
-                **worker_env(threads)}
+                POLICY_ENV: policy, STATE_ENV: state_dir, **worker_env(threads)}
     if init_args.get("address"):
         ray.init(runtime_env={"env_vars": env_vars}, **init_args)
         return True
@@ -317,7 +340,10 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     if cfg.run.baseline and cfg.privacy.mechanism != "none":
         clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
                                     proj_dim=0)
-        points.append(dataclasses.replace(cfg, privacy=clear))
+        # the counterfactual "without privacy": its own policy entry and ledger, uncapped (a simulation's reference
+        # point, not a release a deployed client would make)
+        points.append(dataclasses.replace(cfg, privacy=clear,
+                                          client=dataclasses.replace(cfg.client, max_epsilon=float("inf"))))
     out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     with claim(out, overwrite=overwrite), Tracker(cfg, out, points=("main", "baseline")) as tracker:
         served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations)

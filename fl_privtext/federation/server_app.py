@@ -40,7 +40,9 @@ def _wait_for_nodes(grid: Grid, n: int, timeout_s: float = 600.0) -> list[int]:
 
 def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord | ArrayRecord) -> RecordDict:
     """A query's content: the experiment config, where the client data lies (simulation only), extra records."""
-    content: dict[str, ConfigRecord | ArrayRecord] = {"config": ConfigRecord(dict(cfg.to_flat()))}
+    # the request: never the clients' [client] policy (theirs alone; the server holds only defaults it never sends)
+    content: dict[str, ConfigRecord | ArrayRecord] = {"config": ConfigRecord(
+        {k: v for k, v in cfg.to_flat().items() if not k.startswith("client.")})}
     if snapshot:
         content["client-data"] = ConfigRecord({"snapshot": snapshot})
     return RecordDict({**content, **records})
@@ -65,12 +67,15 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     good: list[Message] = []
     for r in replies:
         if r.has_error():
-            failures.append({"node": int(r.metadata.src_node_id), "kind": "error", "reason": str(r.error.reason)})
+            failures.append({"node": int(r.metadata.src_node_id), "kind": failure_kind(r), "reason": str(r.error.reason)})
         else:
             good.append(r)
     answered = {int(r.metadata.src_node_id) for r in replies}
     failures.extend({"node": int(n), "kind": "timeout", "reason": f"no reply within {timeout} s"}
                     for n in nodes if int(n) not in answered)
+    if not good and failures and all(f["kind"] == "refused" for f in failures):  # the clients' policy said no
+        log.warning("round %d: every client refused (%s)", rnd, failures[0]["reason"][:300])
+        return pipeline.Round(merge_uploads([]), 0, failures=failures)
     if not good:
         reasons = "; ".join(f["reason"] for f in failures[:3])
         raise RuntimeError(f"Round {rnd}: none of the {len(nodes)} clients delivered an upload ({reasons}).")
@@ -85,27 +90,54 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
     return pipeline.Round(merge_uploads(parts), max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
                           failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], senders=senders,
-                          placement=placement)
+                          placement=placement, ledger=[ledger_of(r) for r in good])
+
+
+def failure_kind(reply: Message) -> str:
+    """"refused" when the client's policy or ledger refused the request (reason ``refused: ...``), else "error"."""
+    return "refused" if str(reply.error.reason).startswith("refused:") else "error"
+
+
+def ledger_of(reply: Message) -> dict[str, Any]:
+    """What the client says it charged for this reply (its ConfigRecord ``ledger``; {} from an old client)."""
+    rec = reply.content.config_records.get("ledger")
+    out: dict[str, Any] = {"node": int(reply.metadata.src_node_id)}
+    if rec is not None:
+        out.update({k: (str(v) if k == "scope" else float(v)) for k, v in rec.items()})  # type: ignore[arg-type]
+    return out
 
 
 def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trained,
-                       requests: dict[int, Any], snapshot: str = "") -> list[Any]:
-    """On-device inference (`fl_privtext.ondevice`): send the server's model and the test records each node
-    uploaded; every node answers with its confusion counts only. A node that fails is an error (the accuracy would
-    silently describe a different population)."""
+                       requests: dict[int, Any], snapshot: str = "", seed: int | None = None) -> list[Any]:
+    """On-device inference (`fl_privtext.ondevice`): send the server's model to every node that holds test users
+    (the client answers for ALL its test users, the listed rows are what the server believes; `fl_privtext.client.
+    ondevice`). Each reply is a dict: ``{"node", "answer": arrays}`` or ``{"node", "refused": reason}``; a node
+    that fails otherwise is an error (the accuracy would silently describe a different population)."""
     if trained.model is None:
         raise ValueError("On-device evaluation needs a trained task model.")
     model = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in trained.model.items()})
-    msgs = [Message(_query(cfg, snapshot, model=model, rows=ArrayRecord({"rows": Array(np.asarray(rows, np.int64))})),
+    task = ConfigRecord({"seed": cfg.run.seed if seed is None else int(seed)})
+    msgs = [Message(_query(cfg, snapshot, model=model, task=task,
+                           rows=ArrayRecord({"rows": Array(np.asarray(rows, np.int64))})),
                     dst_node_id=node, message_type="query.evaluate")
             for node, rows in requests.items()]
     replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight),
                             timeout=cfg.federation.round_timeout or None)
-    errors = [str(r.error.reason) for r in replies if r.has_error()]
+    errors = [str(r.error.reason) for r in replies if r.has_error() and failure_kind(r) != "refused"]
     if errors or len(replies) != len(msgs):
         raise RuntimeError(f"On-device evaluation: {len(msgs) - len(replies) + len(errors)} of {len(msgs)} test "
                            f"clients did not answer ({'; '.join(errors[:3]) or 'timeout'}).")
-    return [r.content.array_records["counts"]["confusion"].numpy() for r in replies]
+    out: list[Any] = []
+    for r in replies:
+        node = int(r.metadata.src_node_id)
+        if r.has_error():
+            out.append({"node": node, "refused": str(r.error.reason)})
+        elif "answer" in r.content.array_records:
+            out.append({"node": node, "answer": {k: a.numpy() for k, a in r.content.array_records["answer"].items()},
+                        "ledger": ledger_of(r)})
+        else:  # an old client: confusion counts
+            out.append({"node": node, "counts": r.content.array_records["counts"]["confusion"].numpy()})
+    return out
 
 
 Job = Callable[[], dict[str, Any]]
@@ -188,8 +220,8 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     trained = on_device = None
     if pipeline.on_device_wanted(prep, cfg):  # the model must reach the clients while the federation runs
         trained = pipeline.train_point(prep, cfg, collected)
-        on_device = pipeline.on_device(prep, cfg, collected, trained, lambda t, req: evaluate_on_device(
-            phase_b, cfg, t, req, snapshot))  # type: ignore[arg-type]
+        on_device = pipeline.on_device(prep, cfg, collected, trained, lambda t, req, seed: evaluate_on_device(
+            phase_b, cfg, t, req, snapshot, seed))  # type: ignore[arg-type]
 
     def evaluate() -> dict[str, Any]:
         point = pipeline.evaluate_point(prep, cfg, collected, trained, on_device)
@@ -217,6 +249,9 @@ def main(grid: Grid, context: Context) -> None:
     """`flwr run .`: the run config (pyproject [tool.flwr.app.config] + overrides) is the experiment config."""
     from fl_privtext.report import finalize
 
+    if any(str(k).startswith("client.") for k in context.run_config):
+        raise ValueError("The [client] policy must not be in the run config: it is the clients' own. Give it to the "
+                         "SuperNodes instead (--node-config 'client.max-epsilon=4 client.on-device=true').")
     cfg = ExperimentConfig.from_flat(dict(context.run_config))
     if cfg.run.client_seed is not None:
         raise ValueError("run.client-seed must not be in the run config: the ServerApp would hold the seed of the "

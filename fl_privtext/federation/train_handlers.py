@@ -20,9 +20,16 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
-from fl_privtext.client import client_seed_from
+from fl_privtext.client import (
+    Refused,
+    client_seed_from,
+    phase_a_allowed,
+    policy_from,
+    release_phase_a,
+    state_dir_from,
+)
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.client_app import _prep_key, app
+from fl_privtext.federation.client_app import _prep_key, array_digest, ledger_record, refusal
 
 _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
 
@@ -78,8 +85,28 @@ def _client(context: Context, cfg: ExperimentConfig) -> int:
     return client
 
 
-@app.train()
-def train(msg: Message, context: Context) -> Message:
+def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, users: np.ndarray, rnd: int,
+             compute: Any) -> Message:
+    """A Phase A reply released through the client's policy and ledger (charged inf per user concerned: the server
+    sees updates and metrics in the clear); a refusal is an error reply."""
+    nc = dict(context.node_config)
+    request = experiment_config(msg.content.config_records["config"])
+    digest = f"{rnd}:{array_digest(msg.content.array_records['arrays'])}"
+    try:
+        answer, charged = release_phase_a(kind, users, request, int(nc["partition-id"]), rnd, digest,  # type: ignore[arg-type]
+                                          compute, policy=policy_from(nc), state_dir=state_dir_from(nc))
+    except Refused as exc:
+        return refusal(msg, exc)
+    metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
+                               if k.startswith("metric:")}
+    records: dict[str, Any] = {"metrics": MetricRecord(metrics), "ledger": ledger_record(charged)}
+    arrays = {k.removeprefix("array:"): v for k, v in answer.items() if k.startswith("array:")}
+    if arrays:
+        records["arrays"] = ArrayRecord({k: Array(np.ascontiguousarray(v, np.float32)) for k, v in arrays.items()})
+    return Message(RecordDict(records), reply_to=msg)
+
+
+def train(msg: Message, context: Context, defend: bool = True) -> Message:
     """One round of local training on this client's training users (the defence computed from its own z)."""
     from fl_privtext.encoders import client_generator, local_train, trainable_state
     from fl_privtext.encoders.train import phase_a_rows
@@ -87,42 +114,88 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content.config_records["config"]
     cfg = experiment_config(config)
     client = _client(context, cfg)
-    arrays = msg.content.array_records["arrays"]
-    prep, data, model = _setup(cfg, arrays)
-    rows, _ = phase_a_rows(prep, cfg, client)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
-    stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "fit"),
-                        proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
-    state = trainable_state(model)
-    new = [state[k] for k in arrays]
     clip = config.get("clipping_norm")
-    if clip is not None:  # DP-FedAvg: clip this client's update (Flower's fixedclipping_mod does the same)
-        from flwr.supercore.differential_privacy import compute_clip_model_update
+    if defend:  # Phase A's DP settings are the client's own: the clipping is its policy's, never the server's
+        try:
+            own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
+        except Refused as exc:
+            return refusal(msg, exc)
+        if clip is not None and float(clip) != own:  # type: ignore[arg-type]
+            return refusal(msg, Refused(f"clipping_norm = {clip!r} requested, this client's policy clips to "
+                                        f"train.dp-clip = {own}"))
+        clip = own if own > 0 else None
 
-        compute_clip_model_update(param1=new, param2=[a.numpy() for a in arrays.values()],
-                                  clipping_norm=float(clip))  # type: ignore[arg-type]
-    out = ArrayRecord({k: Array(np.ascontiguousarray(v, np.float32)) for k, v in zip(arrays.keys(), new)})
-    metrics: dict[str, Any] = {**stats, "weight": 1.0 if clip is not None else float(len(rows)),
-                               "num-examples": float(len(rows))}
-    return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
+    def compute() -> dict[str, np.ndarray]:
+        arrays = msg.content.array_records["arrays"]
+        prep, data, model = _setup(cfg, arrays)
+        rows, _ = phase_a_rows(prep, cfg, client)
+        stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)),
+                                                                     client, rnd, "fit"),
+                            proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
+        state = trainable_state(model)
+        new = [state[k] for k in arrays]
+        if clip is not None:  # DP-FedAvg: clip this client's update (Flower's fixedclipping_mod does the same)
+            from flwr.supercore.differential_privacy import compute_clip_model_update
+
+            compute_clip_model_update(param1=new, param2=[a.numpy() for a in arrays.values()],
+                                      clipping_norm=float(clip))  # type: ignore[arg-type]
+        metrics: dict[str, Any] = {**stats, "weight": 1.0 if clip is not None else float(len(rows)),
+                                   "num-examples": float(len(rows))}
+        return {**{f"array:{k}": np.asarray(v, np.float32) for k, v in zip(arrays.keys(), new)},
+                **{f"metric:{k}": np.array(float(v)) for k, v in metrics.items()}}
+
+    if not defend:  # the old behaviour: whatever the server asks, nothing charged
+        answer = compute()
+        out = ArrayRecord({k.removeprefix("array:"): Array(np.ascontiguousarray(v)) for k, v in answer.items()
+                           if k.startswith("array:")})
+        metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
+                                   if k.startswith("metric:")}
+        return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
+    prep, _ = _prepared(_prep_key(cfg))
+    rows, _ = _phase_a_rows(prep, cfg, client)
+    return _guarded("train", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
 
 
-@app.evaluate()
-def evaluate(msg: Message, context: Context) -> Message:
+def _phase_a_rows(prep: Any, cfg: ExperimentConfig, client: int) -> Any:
+    from fl_privtext.encoders.train import phase_a_rows
+
+    return phase_a_rows(prep, cfg, client)
+
+
+def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     """Federated evaluation on this client's held-out validation users (model selection)."""
     from fl_privtext.encoders import client_generator
     from fl_privtext.encoders import evaluate as evaluate_model
-    from fl_privtext.encoders.train import phase_a_rows
 
     config = msg.content.config_records["config"]
     cfg = experiment_config(config)
     client = _client(context, cfg)
-    prep, data, model = _setup(cfg, msg.content.array_records["arrays"])
-    _, rows = phase_a_rows(prep, cfg, client)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
-    stats = evaluate_model(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)), client, rnd, "evaluate"))
-    metrics: dict[str, Any] = {**stats, "weight": float(len(rows))}
-    return Message(RecordDict({"metrics": MetricRecord(metrics)}), reply_to=msg)
+
+    def compute() -> dict[str, np.ndarray]:
+        prep, data, model = _setup(cfg, msg.content.array_records["arrays"])
+        _, rows = _phase_a_rows(prep, cfg, client)
+        stats = evaluate_model(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)),
+                                                                        client, rnd, "evaluate"))
+        return {f"metric:{k}": np.array(float(v)) for k, v in {**stats, "weight": float(len(rows))}.items()}
+
+    if not defend:
+        metrics_only: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in compute().items()}
+        return Message(RecordDict({"metrics": MetricRecord(metrics_only)}), reply_to=msg)
+    try:
+        phase_a_allowed(policy_from(dict(context.node_config)), cfg)
+    except Refused as exc:
+        return refusal(msg, exc)
+    prep, _ = _prepared(_prep_key(cfg))
+    _, rows = _phase_a_rows(prep, cfg, client)
+    return _guarded("evaluate", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
+
+
+def register(app: Any, defend: bool = True) -> None:
+    """Phase A's handlers on ``app`` (Flower's ``@app.train`` / ``@app.evaluate``)."""
+    app.train()(functools.partial(train, defend=defend))
+    app.evaluate()(functools.partial(evaluate, defend=defend))
 
 
 class _EncodedFeatures:

@@ -24,6 +24,9 @@ import numpy as np
 from fl_privtext.rng import generator
 
 PROJECTIONS = ("none", "random", "pca")
+# rows projected beyond this L2 norm are scaled down to it (direction kept): far above any clipping radius, far below
+# the float32 maximum (3.4e38), so the float32 output and its norm stay finite
+MAX_PROJECTED_NORM = 1e30
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,10 +70,28 @@ class PublicProjection:
         return h.hexdigest()[:16]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        """(N, d) -> (N, k) float32, computed in float64."""
-        if x.shape[1] != self.in_dim:
-            raise ValueError(f"The projection expects {self.in_dim} columns, got {x.shape[1]}.")
-        return np.ascontiguousarray((np.asarray(x, np.float64) - self.mean) @ self.matrix, dtype=np.float32)
+        """(N, d) -> (N, k) float32, computed in float64; never inf or NaN for finite input.
+
+        A finite float32 row near the float32 maximum projects, in float64, to a row whose float32 cast would
+        overflow (issue #22). Such a row is scaled down (a positive factor: its direction is kept) to norm
+        `MAX_PROJECTED_NORM`, far above any clipping radius: the mechanisms clip every row to their ball before
+        noise, so the upload is the same as for the exact projected row (clipping sees only the direction of a
+        row longer than the radius)."""
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.in_dim:
+            raise ValueError(f"The projection expects an (N, {self.in_dim}) array, got shape {x.shape}.")
+        x64 = np.asarray(x, np.float64)
+        bad = ~np.isfinite(x64).all(axis=1)
+        if bad.any():
+            raise ValueError(f"The projection's input has non-finite values (NaN or inf) in row(s) "
+                             f"{np.flatnonzero(bad)[:10].tolist()}; nothing was projected.")
+        y = (x64 - self.mean) @ self.matrix
+        norms = np.sqrt(np.sum(np.square(y / np.maximum(np.abs(y).max(axis=1, keepdims=True), 1e-300)), axis=1))
+        norms *= np.abs(y).max(axis=1)  # overflow-free L2 norm in float64
+        big = norms > MAX_PROJECTED_NORM
+        if big.any():
+            y[big] *= (MAX_PROJECTED_NORM / norms[big])[:, None]
+        return np.ascontiguousarray(y, dtype=np.float32)
 
     def describe(self) -> dict[str, Any]:
         """JSON-safe summary for reports."""

@@ -78,7 +78,8 @@ def test_authenticated_tls_run_succeeds_and_an_unregistered_supernode_is_refused
         return start(f"supernode-{i}", [
             "flower-supernode", "--superlink", f"127.0.0.1:{port}", "--root-certificates", str(tls.ca_cert),
             "--auth-supernode-private-key", str(keys[i][0]), "--port", str(free_port()),
-            "--node-config", f"partition-id={i % 2} num-partitions=2"])
+            # each SuperNode's own ledger directory (issue #22); its policy: the defaults (what RUN_CONFIG requests)
+            "--node-config", f"partition-id={i % 2} num-partitions=2 state-dir='{tmp_path / f'state{i}'}'"])
 
     def flwr(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["flwr", *args], cwd=ROOT, env=cli_env, capture_output=True, text=True,

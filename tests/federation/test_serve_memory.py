@@ -80,6 +80,15 @@ class _OnDemand(Future):  # type: ignore[type-arg]
 
 
 @pytest.fixture(autouse=True)
+def _client_policy(points, monkeypatch, tmp_path):
+    # the clients' own policy (issue #22): what a simulation's workers get in their environment
+    from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy
+
+    monkeypatch.setenv(POLICY_ENV, ClientPolicy.from_points(points).to_json())
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "client-state"))
+
+
+@pytest.fixture(autouse=True)
 def _task_identity(monkeypatch):
     # Messages are built by a running ServerApp, whose process knows its run; stand in for it here
     from flwr.supercore.task_identity import TaskIdentity

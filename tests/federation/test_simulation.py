@@ -37,7 +37,8 @@ def points(cache_dir, request):
         # one query in flight at a time (federation.max-in-flight): the uploads must still equal the plain clients'
         "l1_two_rounds": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
                                             "federation.rounds": 2, "federation.max-in-flight": 1}),
-        "none": _cfg(cache_dir, **{"privacy.mechanism": "none"}),
+        # count-epsilon 40: the on-device answers' randomized response flips a bit with probability e^-40
+        "none": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0}),
         "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
     }
     root = staged_data_root()
@@ -89,7 +90,9 @@ def test_no_raw_text_or_raw_representation_leaves_a_client(points):
         assert obs.message_type == "query.upload"
         assert set(obs.arrays) == {"upload"}
         # the only config record: where the reply was computed (public metadata, like the sender's node id)
-        assert set(obs.configs) == {"placement"} and set(obs.configs["placement"]) == {"host", "ray-node"}
+        assert set(obs.configs) == {"placement", "ledger"} and set(obs.configs["placement"]) == {"host", "ray-node"}
+        # what the client charged in its own ledger (issue #22): public accounting, no data
+        assert set(obs.configs["ledger"]) == {"charged", "ledger-max", "replayed", "scope"}
         assert all(isinstance(v, str) for v in obs.configs["placement"].values())
         assert set(obs.arrays["upload"]) == set(pipeline.UPLOAD_KEYS)
         assert set(obs.metrics) == {"stats"}

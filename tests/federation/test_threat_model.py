@@ -15,7 +15,7 @@ import pytest
 
 from fl_privtext import pipeline, rng
 from fl_privtext.accounting import charge
-from fl_privtext.client import mechanism_for, point_key
+from fl_privtext.client import data_digest, mechanism_for, point_key
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract import EmbeddingCache
 from fl_privtext.federation.runner import run_points
@@ -43,13 +43,16 @@ def server_knowledge(point: dict, extra: frozenset[int] = frozenset()) -> set[in
     return ints
 
 
-def candidate_streams(point: dict, cfg: ExperimentConfig, seed: int, rnd: int, extra: frozenset[int]):
-    """Every stream the server could derive: known roots x the key layouts the platform ever used."""
+def candidate_streams(point: dict, cfg: ExperimentConfig, seed: int, rnd: int, extra: frozenset[int],
+                      digest: str = ""):
+    """Every stream the server could derive: known roots x the key layouts the platform ever used (``digest``: the
+    data digest of the batch, which a server that knows the clean data could compute)."""
     key = point_key(cfg)
     roots = sorted(server_knowledge(point, extra))
     for root, client in itertools.product(roots, range(cfg.federation.num_clients)):
         yield rng.generator(root, "privatize", rnd, client, 0)  # the old layout (seed, round, client, batch)
-        yield rng.generator(root, "privatize", key, seed, rnd, client, 0)  # the reproducible layout
+        yield rng.generator(root, "privatize", key, seed, rnd, client, 0)  # the reproducible layout until #22
+        yield rng.generator(root, "privatize", key, seed, rnd, client, 0, digest)  # keyed by the data (#22)
 
 
 def replay(cfg: ExperimentConfig, x: np.ndarray, y: np.ndarray, num_classes: int, g: np.random.Generator):
@@ -69,7 +72,8 @@ def best_recomputation(point: dict, cfg: ExperimentConfig, features: np.ndarray,
     mech = mechanism_for(cfg, features.shape[1])
     scale = getattr(mech, "noise_scale", None) or getattr(mech, "noise_std", None) or 1.0
     best = {"residual": np.inf, "bit_agreement": 0.0, "label_agreement": 0.0}
-    for g in candidate_streams(point, cfg, point["per_seed"][0]["seed"], 0, extra):
+    digest = data_digest(rows, np.asarray(features[rows], np.float32))
+    for g in candidate_streams(point, cfg, point["per_seed"][0]["seed"], 0, extra, digest):
         fx, fy = replay(cfg, features[rows], labels[rows], num_classes, g)
         best["residual"] = min(best["residual"], float(np.median(np.abs(fx - seen_x))) / scale)
         best["bit_agreement"] = max(best["bit_agreement"], float(np.mean(fx == seen_x)))
@@ -164,5 +168,8 @@ def test_labels_in_the_clear_make_the_total_epsilon_infinite_and_rr_is_charged(s
     rr_user, clear_user = rr["privacy"]["composition"]["per_user"], clear["privacy"]["composition"]["per_user"]
     assert clear_user["max_epsilon_total"] == "inf" and np.isfinite(clear_user["max_epsilon_worst_case"])
     assert "NOT protected" in clear["privacy"]["composition"]["labels"]["note"]
-    # laplace-l1 eps 1 + label RR eps 1 per upload: the total is twice the representations' for every user
-    assert rr_user["max_epsilon_total"] == pytest.approx(2 * rr_user["max_epsilon_worst_case"])
+    # laplace-l1 eps 1 + label RR eps 1 per upload, plus the on-device answers (issue #22): at least twice the
+    # representations', at most that plus the on-device part; and exactly what the clients' ledgers charged
+    assert 2 * rr_user["max_epsilon_worst_case"] - 1e-9 <= rr_user["max_epsilon_total"] <= (
+        2 * rr_user["max_epsilon_worst_case"] + rr_user["max_epsilon_on_device"] + 1e-9)
+    assert rr["privacy"]["ledger"]["per_user"]["max_epsilon_charged"] == pytest.approx(rr_user["max_epsilon_total"])

@@ -151,3 +151,23 @@ def test_client_uploads_projected_private_vectors(mechanism):
     up = client_upload(data, 0, 0, 1, cfg)
     assert up.features.shape == (30, 4) and up.input_dim == 12 and np.isfinite(up.features).all()
     assert up.features.dtype == np.float32
+
+
+def test_a_row_near_the_float32_maximum_projects_finite_with_its_direction():
+    # issue #22: the float32 cast of the float64 product overflowed to inf (and the mechanism's expected() to NaN)
+    from fl_privtext.privacy.projection import MAX_PROJECTED_NORM, random_projection
+
+    proj = random_projection(16, 4, 0)
+    big = np.full((1, 16), np.finfo(np.float32).max / 2, np.float32)
+    small = np.full((1, 16), 1.0, np.float32)
+    out = proj.apply(np.concatenate([big, small]))
+    assert np.isfinite(out).all()
+    assert np.linalg.norm(out[0].astype(np.float64)) == pytest.approx(MAX_PROJECTED_NORM, rel=1e-5)
+    exact = (small.astype(np.float64) - proj.mean) @ proj.matrix
+    o = out[0].astype(np.float64)
+    np.testing.assert_allclose(o / np.linalg.norm(o), exact[0] / np.linalg.norm(exact[0]), rtol=1e-5)
+    np.testing.assert_allclose(out[1], exact[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="non-finite values"):
+        proj.apply(np.array([[np.nan] * 16], np.float32))
+    with pytest.raises(ValueError, match=r"an \(N, 16\) array"):
+        proj.apply(np.zeros((2, 5), np.float32))

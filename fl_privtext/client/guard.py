@@ -1,0 +1,138 @@
+"""Every release a client makes, checked against its policy and charged in its ledger before it leaves.
+
+`release_upload` (representations and labels), `release_on_device` (the on-device answer) and `release_phase_a`
+(a Phase A model update or validation metrics) each take the server's *request* (an `ExperimentConfig` rebuilt from
+the query), the client's own `ClientPolicy` and its state directory, and return the answer with what was charged:
+``{"charged": largest per-user charge of this release, "ledger-max": largest per-user total after it, "replayed":
+0/1, "scope": the policy entry}``. A request the policy does not allow raises `Refused` (``refused: ...``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import secrets
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.client.ledger import Ledger
+from fl_privtext.client.ondevice import on_device_answer
+from fl_privtext.client.policy import ClientPolicy, PolicyEntry, Refused
+from fl_privtext.client.upload import (
+    ClientData,
+    Upload,
+    client_generator,
+    client_upload,
+    mechanism_for,
+    point_key,
+)
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.privacy import label_rr_report
+
+
+def upload_epsilon(cfg: ExperimentConfig, num_classes: int, dim: int) -> float:
+    """Worst-case epsilon of one uploaded record: its representation plus its label (k-ary randomized response;
+    a label in the clear is inf)."""
+    eps = float(mechanism_for(cfg, dim).report().epsilon_worst_case)
+    if num_classes > 1:
+        le = cfg.privacy.label_epsilon
+        eps += float(label_rr_report(num_classes, le).epsilon_worst_case) if le > 0 else math.inf
+    return eps
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:32]
+
+
+def _stats(scope: str, charged: float, ledger_max: float, replayed: bool) -> dict[str, Any]:
+    return {"charged": charged, "ledger-max": ledger_max, "replayed": int(replayed), "scope": scope}
+
+
+def _entry(policy: ClientPolicy, request: ExperimentConfig, seed: int) -> tuple[PolicyEntry, ExperimentConfig]:
+    entry = policy.entry_for(request)
+    cfg = entry.config(request)
+    if not cfg.run.seed <= seed < cfg.run.seed + cfg.run.seeds:
+        raise Refused(f"repetition seed {seed} is outside this client's run.seed..run.seed+run.seeds-1 = "
+                      f"{cfg.run.seed}..{cfg.run.seed + cfg.run.seeds - 1}")
+    return entry, cfg
+
+
+def release_upload(data: ClientData, client: int, request: ExperimentConfig, seed: int, rnd: int, *,
+                   policy: ClientPolicy, state_dir: str, client_seed: int | None, data_key: str = ""
+                   ) -> tuple[Upload, dict[str, Any]]:
+    """The upload of ``client`` for (seed, round) under its own policy. ``data_key`` names what the data is (e.g.
+    the Phase A encoder's hash): a repeated request for the same (point, seed, round, data) replays the stored
+    answer."""
+    entry, cfg = _entry(policy, request, seed)
+    if not 0 <= rnd < cfg.federation.rounds:
+        raise Refused(f"round {rnd} is outside this client's 0..federation.rounds-1 = 0..{cfg.federation.rounds - 1}")
+    if math.isfinite(entry.client.max_epsilon) and cfg.privacy.label_epsilon == 0 and data.num_classes > 1:
+        raise Refused(f"labels in the clear (privacy.label-epsilon = 0) cost inf per record, past this client's "
+                      f"client.max-epsilon = {entry.client.max_epsilon:g}; set privacy.label-epsilon > 0")
+    ledger = Ledger(state_dir, client, entry.scope)
+    key = _key("upload", seed, rnd, point_key(cfg), data_key)
+    made: list[Upload] = []
+
+    def compute() -> tuple[dict[str, np.ndarray], np.ndarray, float]:
+        # The stored answer is the root of this release's noise, not the upload (an upload's size on disk per
+        # round, at a million users GBs): a 128-bit secret from the OS, kept only in the client's own state (or the
+        # reproducible client seed); a replay recomputes the identical upload from it.
+        root = client_seed if client_seed is not None else secrets.randbits(128)
+        up = client_upload(data, client, rnd, seed, cfg, client_seed=root)
+        made.append(up)
+        eps = upload_epsilon(cfg, data.num_classes, up.input_dim) if len(up.rows) else 0.0
+        return {"root": np.array(str(root))}, data.user_of(up.rows), eps
+
+    stored, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
+    up = made[0] if made else client_upload(data, client, rnd, seed, cfg, client_seed=int(str(stored["root"])))
+    return up, _stats(entry.scope, charged, top, replayed)
+
+
+def release_on_device(data: ClientData, client: int, request: ExperimentConfig, seed: int,
+                      model: dict[str, np.ndarray], *, policy: ClientPolicy, state_dir: str, client_seed: int | None,
+                      data_key: str = "", features: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The on-device answer (`fl_privtext.client.ondevice`) of ``client`` for repetition ``seed``: refused unless
+    the policy opts in; one answer per (point, seed): a second request gets the first answer back."""
+    entry, cfg = _entry(policy, request, seed)
+    if not entry.client.on_device:
+        raise Refused("this client does not answer on-device evaluation (client.on-device = false)")
+    ledger = Ledger(state_dir, client, entry.scope)
+    key = _key("on-device", seed, point_key(cfg), data_key)  # the model is not in the key: one answer per seed
+
+    def compute() -> tuple[dict[str, np.ndarray], np.ndarray, float]:
+        g = client_generator(client_seed, "on-device", point_key(cfg), seed, client)
+        answer = on_device_answer(data, client, model, cfg, entry.client.count_epsilon, entry.client.min_count, g,
+                                  features=features)
+        rows = np.asarray(data.shards[client], np.int64)
+        rows = rows[np.asarray(data.test, bool)[rows]]
+        return answer, data.user_of(rows), entry.client.count_epsilon
+
+    answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
+    return answer, _stats(entry.scope, charged, top, replayed)
+
+
+def release_phase_a(kind: str, users: np.ndarray, request: ExperimentConfig, node: int, server_round: int,
+                    digest: str, compute: Any, *, policy: ClientPolicy, state_dir: str) -> tuple[Any, dict[str, Any]]:
+    """A Phase A release (``kind`` "train": a model update; "evaluate": validation metrics) about ``users``:
+    charged inf per user (the server sees updates and metrics in the clear, also under DP-FedAvg, whose noise the
+    SERVER adds), so refused under any finite ``client.max-epsilon``. ``digest`` names the request (global model,
+    round): a repeat replays the stored answer. ``compute()`` returns a dict of arrays."""
+    entry = phase_a_allowed(policy, request, len(users))
+    ledger = Ledger(state_dir, node, entry.scope)
+    key = _key("phase-a", kind, server_round, digest)
+    answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon,
+                                                    lambda: (compute(), users, math.inf))
+    return answer, _stats(entry.scope, charged, top, replayed)
+
+
+
+def phase_a_allowed(policy: ClientPolicy, request: ExperimentConfig, num_users: int = 1) -> PolicyEntry:
+    """The policy entry of a Phase A request; `Refused` at once (before any training) when the client's cap is
+    finite: a Phase A update or metric about its users costs inf."""
+    entry = policy.entry_for(request)
+    if num_users and math.isfinite(entry.client.max_epsilon):
+        raise Refused(f"a Phase A update costs inf per user (the server sees it in the clear) past this client's "
+                      f"client.max-epsilon = {entry.client.max_epsilon:g}")
+    return entry

@@ -1,0 +1,98 @@
+"""The client's on-device answer (`fl_privtext.ondevice`), made safe against a malicious server (issue #22).
+
+The server sends its exported model; the client, only when its policy opts in (``client.on-device``):
+- validates the model's shape against the server learner in use (`fl_privtext.ondevice.check_model`: standardise +
+  at most two linear layers, input width = the width the mechanism uploads, output width = the number of classes);
+- applies it to E[upload | x] of ALL its own test users' records at once (the server selects no rows), refusing when
+  it holds fewer than ``client.min-count`` test users;
+- releases, per record, whether the prediction was right through binary randomized response with epsilon
+  ``client.count-epsilon`` and only the SUM of those bits (post-processing).
+
+Guarantee: neighbouring relation = one record's (x, y) replaced by any other; each record's released bit is
+epsilon-LDP (keep probability p = e^eps / (1 + e^eps); Warner 1965, Kairouz et al. 2016), whatever model the server
+chose, so the model cannot act as an oracle on clean data (a constant model, a one-hot threshold, a bisection each
+see one RR bit per record). A user with m records is charged m * count-epsilon in the client's ledger.
+
+The server debiases: accuracy = (S / n - (1 - p)) / (2p - 1), whose standard deviation from the noise alone is
+sqrt(p (1 - p) / n) / (2p - 1) (`debiased_accuracy`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.client.policy import Refused
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.ondevice import check_model, mlp_logits
+
+MAX_LAYERS = 2  # the server's learner: logistic regression (1 layer) or a one-hidden-layer MLP (2)
+
+
+def keep_probability(epsilon: float) -> float:
+    return math.exp(epsilon) / (1.0 + math.exp(epsilon))
+
+
+def validate_model(model: dict[str, np.ndarray], in_width: int, num_classes: int) -> None:
+    """`Refused` unless ``model`` is an exported server MLP of input ``in_width`` and ``num_classes`` outputs."""
+    try:
+        layers = check_model(model)
+    except ValueError as exc:
+        raise Refused(f"the model is not an exported server model ({exc})") from None
+    extra = sorted(set(model) - {"mean", "std", "center", *(f"{p}_{i}" for p in ("weight", "bias")
+                                                             for i in range(layers))})
+    width = int(model["mean"].shape[0])
+    out = int(model[f"bias_{layers - 1}"].shape[0])
+    if extra or layers > MAX_LAYERS or width != in_width or out != num_classes or model["std"].shape != (width,):
+        raise Refused(f"the model's shape ({layers} layers, input {width}, output {out}, extra keys {extra}) is not "
+                      f"the server learner's (<= {MAX_LAYERS} layers, input {in_width}, output {num_classes})")
+    if not all(np.isfinite(np.asarray(v, np.float64)).all() for v in model.values()):
+        raise Refused("the model holds non-finite values")
+
+
+def test_rows(data: Any, client: int) -> np.ndarray:
+    """All of this client's records whose user is a test user."""
+    rows = np.asarray(data.shards[client], np.int64)
+    if data.test is None:
+        raise Refused("this client does not know which of its users are test users; no on-device answer")
+    return rows[np.asarray(data.test, bool)[rows]]
+
+
+def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: ExperimentConfig,
+                     count_epsilon: float, min_count: int, g: np.random.Generator,
+                     features: Any = None) -> dict[str, np.ndarray]:
+    """The client's answer: ``{"noisy-correct": S, "n": n, "count-epsilon": eps}`` over all its test records."""
+    from fl_privtext.client.upload import mechanism_for
+
+    rows = test_rows(data, client)
+    users = data.user_of(rows)
+    if len(np.unique(users)) < min_count:
+        raise Refused(f"this client holds {len(np.unique(users))} test users, fewer than its client.min-count = "
+                      f"{min_count}; no on-device answer")
+    feats = data.features if features is None else features
+    if feats is None:
+        raise ValueError(f"client {client}: no cached features to evaluate on.")
+    x = np.asarray(feats[np.sort(rows)], np.float64)
+    rows = np.sort(rows)
+    if not np.isfinite(x).all():
+        raise ValueError(f"client {client}: non-finite representations among its test records.")
+    mech = mechanism_for(cfg, x.shape[1])
+    expected = np.asarray(mech.expected(x.astype(np.float32)), np.float32)
+    validate_model(model, expected.shape[1], data.num_classes)
+    correct = mlp_logits(model, expected).argmax(axis=1) == np.asarray(data.labels, np.int64)[rows]
+    p = keep_probability(count_epsilon)
+    flip = g.random(len(correct)) >= p
+    noisy = np.where(flip, ~correct, correct)
+    return {"noisy-correct": np.array([int(noisy.sum())], np.int64), "n": np.array([len(rows)], np.int64),
+            "count-epsilon": np.array([float(count_epsilon)], np.float64)}
+
+
+def debiased_accuracy(noisy_correct: int, n: int, count_epsilon: float) -> tuple[float, float]:
+    """(unbiased accuracy estimate, its standard deviation from the randomized response) for n records."""
+    p = keep_probability(count_epsilon)
+    if n <= 0:
+        raise ValueError("debiased_accuracy needs n >= 1 records.")
+    est = (noisy_correct / n - (1 - p)) / (2 * p - 1)
+    return est, math.sqrt(p * (1 - p) / n) / (2 * p - 1)

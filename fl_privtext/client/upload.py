@@ -1,0 +1,349 @@
+"""What a client holds and what it sends: its users' rows, privatized in batches on the client side.
+
+Framework-free and light (numpy and the privacy package; no torch, no HF datasets), so a Flower virtual client
+starts fast. `fl_privtext.pipeline` builds `ClientData` from the full dataset; a simulation driver that already did
+so saves it as a *snapshot* (`ClientData.save`) that every virtual client maps in instead of re-parsing the dataset.
+
+Randomness (docs/privacy.md, "Threat model"): the server must never be able to recompute a client's noise, so
+nothing it sends or holds seeds it. By default (``client_seed=None``, "secret") every batch draws a fresh
+generator from OS entropy. With ``run.client-seed`` set ("reproducible", simulation only) a batch's stream is
+``(client_seed, "privatize", point key, seed, round, client, batch, data digest)``; the client seed reaches the
+clients outside the ServerApp's messages (`CLIENT_SEED_ENV` or the SuperNode's ``--node-config client-seed=N``), the
+point key (a hash of the point's configuration) keeps streams of different points of a sweep apart, and the data
+digest (a hash of the batch's record ids and of the exact data privatized) keeps two different inputs from ever
+sharing noise: a server choosing what is privatized (a Phase A encoder, a snapshot) with the same (seed, round)
+cannot difference two releases to cancel the noise (issue #22).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fl_privtext import rng
+from fl_privtext.config import ExperimentConfig, keyed_flat
+from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
+
+UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
+CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client-seed to its clients
+# Keys that do not change what a client computes: excluded from the point key.
+_NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
+              "client.max-epsilon", "client.on-device", "client.count-epsilon",
+              "client.min-count")  # the [client] policy never changes an upload's stream
+# Keys added after the saved tables' client streams were drawn: left out of the key while they hold the value those
+# streams were drawn with (an "auto" value is keyed as what it resolves to on the CPU), so every table saved under
+# docs/results regenerates exactly. A new config key that changes what a client computes is listed here with its
+# old behaviour as the value (tests/test_client.py pins two keys).
+_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32"}
+_AUTO_POINT: dict[str, tuple[Any, Any]] = {"extractor.batch-size": (0, 64)}
+
+
+def client_seed_from(node_config: dict[str, Any] | None = None) -> int | None:
+    """The client seed of this process: the SuperNode's ``client-seed`` node config, else `CLIENT_SEED_ENV`, else
+    None (secret OS entropy). Never read from anything the server sends."""
+    raw: Any = (node_config or {}).get("client-seed", os.environ.get(CLIENT_SEED_ENV, ""))
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"client-seed must be an integer >= 0, got {raw!r}.") from None
+    if value < 0:
+        raise ValueError(f"client-seed must be an integer >= 0, got {raw!r}.")
+    return value
+
+
+SEED_KEY = "run.client-seed"
+SEED_FINGERPRINT_KEY = "run.client-seed-fingerprint"
+
+
+def seed_fingerprint(client_seed: int) -> str:
+    """A fingerprint of a client seed for outputs (results.json, config.toml, published points), never the seed:
+    PBKDF2-HMAC-SHA256, 200,000 iterations, 16 hex digits. Whoever holds the seed can check it; a seed from a small
+    space (0, 1, 42, ...) can still be found by trying them all, so a seed meant to stay secret must be drawn from
+    a large space (e.g. 64 random bits)."""
+    return hashlib.pbkdf2_hmac("sha256", str(int(client_seed)).encode(), b"fl-privtext client seed",
+                               200_000).hex()[:16]
+
+
+def published(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flat config as outputs may hold it: ``run.client-seed`` replaced by its fingerprint (issue #22)."""
+    out = {k: v for k, v in flat.items() if k != SEED_KEY}
+    seed = flat.get(SEED_KEY)
+    if seed is not None and str(seed).strip() not in ("", "none"):
+        out[SEED_FINGERPRINT_KEY] = seed_fingerprint(int(seed))
+    return out
+
+
+def point_key(cfg: ExperimentConfig) -> str:
+    """A short hash of everything in the point's configuration that changes what a client computes."""
+    flat = keyed_flat(cfg, drop=_NOT_POINT, later=_LATER_POINT, auto=_AUTO_POINT)
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def client_generator(client_seed: int | None, *keys: object) -> np.random.Generator:
+    """The client's private generator: fresh OS entropy (``client_seed=None``), or the reproducible stream
+    ``(client_seed, *keys)``. The only source of privatization, dropout-mask and label-flip randomness."""
+    if client_seed is None:
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence()))  # 128 bits from the OS, per call
+    return rng.generator(client_seed, *keys)
+
+
+@dataclass(frozen=True)
+class ClientData:
+    """The virtual clients' private side: which rows each client holds, their labels and representations.
+
+    ``features`` is the (N, dim) cached extractor output (usually a memmap); ``texts``/``text_pairs`` and
+    ``extractor`` are only needed when a client extracts on its side (no cache, or word dropout ``mu > 0``).
+    """
+
+    shards: Sequence[np.ndarray]  # row indices per virtual client
+    labels: np.ndarray  # (N,) task labels
+    num_classes: int
+    features: np.ndarray | None
+    texts: Sequence[str] | None = None
+    text_pairs: Sequence[str] | None = None
+    extractor: Any = None
+    users: np.ndarray | None = None  # (N,) int64 user of each record (the ledger charges users); None: one per record
+    test: np.ndarray | None = None  # (N,) bool: the record's user is a test user (on-device answers cover those)
+
+    def user_of(self, rows: np.ndarray) -> np.ndarray:
+        """The users of ``rows`` (record ids when no user column is known)."""
+        rows = np.asarray(rows, np.int64)
+        return rows.copy() if self.users is None else np.asarray(self.users, np.int64)[rows]
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write a snapshot (shards, labels, the path of the cached features) named by its content; return it.
+
+        Needs memory-mapped cached features: the snapshot points at the cache file instead of copying it."""
+        if not isinstance(self.features, np.memmap) or self.features.filename is None:
+            raise ValueError("A client-data snapshot needs memory-mapped cached features (extract into the cache "
+                             "first).")
+        rows = np.concatenate([np.asarray(s, np.int64) for s in self.shards]) if self.shards else np.zeros(0, np.int64)
+        offsets = np.cumsum([0, *(len(s) for s in self.shards)]).astype(np.int64)
+        labels = np.asarray(self.labels, np.int64)
+        feature_path = str(Path(self.features.filename).resolve())
+        h = hashlib.sha256()
+        users = (np.arange(len(labels), dtype=np.int64) if self.users is None else
+                 np.asarray(self.users, np.int64))
+        test = np.zeros(len(labels), bool) if self.test is None else np.asarray(self.test, bool)
+        for part in (rows, offsets, labels, np.int64(self.num_classes), users, test):
+            h.update(np.ascontiguousarray(part).tobytes())
+        h.update(f"{feature_path}:{self.features.shape}:{self.features.dtype}".encode())
+        path = Path(directory) / "clients" / f"{h.hexdigest()[:32]}.npz"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    np.savez(fh, rows=rows, offsets=offsets, labels=labels, num_classes=np.int64(self.num_classes),
+                             features=np.array(feature_path), users=users, test=test)
+                os.replace(tmp, path)  # atomic: concurrent drivers write identical content
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ClientData:
+        """Map a snapshot written by `save` (features stay on disk, memory-mapped)."""
+        try:
+            with np.load(path) as z:
+                rows, offsets, labels = z["rows"], z["offsets"], z["labels"]
+                num_classes, feature_path = int(z["num_classes"]), str(z["features"])
+                users = z["users"] if "users" in z.files else None
+                test = z["test"] if "test" in z.files else None
+        except (OSError, KeyError, ValueError) as exc:
+            raise ValueError(f"{path}: not a client-data snapshot ({exc}).") from exc
+        try:
+            features = np.load(feature_path, mmap_mode="r")
+        except OSError as exc:
+            raise ValueError(f"{path}: the cached features it points at are unreadable ({exc}); rerun the "
+                             "driver to re-extract them.") from exc
+        shards = [rows[a:b] for a, b in itertools.pairwise(offsets)]
+        for arr in (labels, *shards):
+            arr.setflags(write=False)
+        return cls(shards=shards, labels=labels, num_classes=num_classes, features=features, users=users, test=test)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """What one client sends in one round. ``input_dim`` (the width before privatization) is public metadata."""
+
+    features: np.ndarray  # (M, output_dim) float32, privatized
+    labels: np.ndarray  # (M,) int64, randomized when privacy.label-epsilon > 0
+    rows: np.ndarray  # (M,) int64 record ids (pseudonymous upload ids)
+    input_dim: int
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {k: getattr(self, k) for k in UPLOAD_KEYS}
+
+
+def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """One round's uploads from all clients, in canonical row order (replies arrive in any order; sorting makes
+    the server's training independent of network timing): as ``np.concatenate`` then a stable sort by row, but
+    each part is written straight to its sorted positions (one output array per key, no concatenated copy), and
+    a single part already in row order is returned as it is (its arrays, not copies)."""
+    parts = [p for p in parts if len(p["rows"])]
+    if not parts:
+        return {"features": np.zeros((0, 0), np.float32), "labels": np.zeros(0, np.int64),
+                "rows": np.zeros(0, np.int64)}
+    if len(parts) == 1 and bool(np.all(np.diff(parts[0]["rows"]) >= 0)):
+        return {k: parts[0][k] for k in UPLOAD_KEYS}
+    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
+    dest = np.empty_like(order)
+    dest[order] = np.arange(len(order))  # where each concatenated entry goes
+    merged: dict[str, np.ndarray] = {}
+    for k in UPLOAD_KEYS:
+        dtype = np.result_type(*(p[k].dtype for p in parts))
+        out = np.empty((len(order), *parts[0][k].shape[1:]), dtype)
+        start = 0
+        for p in parts:
+            out[dest[start : start + len(p[k])]] = p[k]
+            start += len(p[k])
+        merged[k] = out
+    return merged
+
+
+def same_uploads(a: dict[str, np.ndarray], b: dict[str, np.ndarray], chunk: int = 1 << 16) -> bool:
+    """Whether two merged uploads (`merge_uploads`) hold the same arrays, compared ``chunk`` rows at a time (no
+    full-size temporaries)."""
+    for k in UPLOAD_KEYS:
+        x, y = a[k], b[k]
+        if x is y:
+            continue
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not all(np.array_equal(x[i : i + chunk], y[i : i + chunk]) for i in range(0, len(x), chunk)):
+            return False
+    return True
+
+
+def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
+    """The configured mechanism for inputs of width ``dim``, given only the parameters it accepts."""
+    name = cfg.privacy.mechanism
+    accepted = mechanism_params(name)
+    params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted}
+    if "dim" in accepted:
+        params["dim"] = dim
+    if cfg.privacy.projection != "none":
+        if "projection" not in accepted:
+            raise ValueError(f"privacy.projection = {cfg.privacy.projection} is not supported by mechanism {name!r}; "
+                             "mechanisms that take it: privunitg, privunit, duchi, mvlaplace, purkayastha.")
+        if cfg.privacy.projection == "pca":
+            from fl_privtext.public import public_projection  # loads the public dataset: pca only
+
+            params["projector"] = public_projection(cfg, dim)
+    return make_mechanism(name, **params)
+
+
+def upload_rows(data: ClientData, client: int, rnd: int, cfg: ExperimentConfig) -> np.ndarray:
+    """Rows a client uploads in round ``rnd`` (0-based): all of them (repeat) or its ``rnd``-th slice (stream)."""
+    rows = data.shards[client]
+    if cfg.federation.schedule == "stream":
+        return np.array_split(rows, cfg.federation.rounds)[rnd]
+    return rows
+
+
+def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: ExperimentConfig, *,
+                  client_seed: int | None = None) -> Upload:
+    """What virtual client ``client`` sends in round ``rnd`` of repetition ``seed``: privatized features,
+    (randomized) labels, row ids. Randomness from `client_generator` (secret unless ``client_seed`` is given).
+
+    Raw text and raw representations stay here; only the mechanism's output leaves the function. A record whose
+    representation is not finite is refused (ValueError naming the client and the record ids): nothing is sent.
+    """
+    rows = upload_rows(data, client, rnd, cfg)
+    out_x: list[np.ndarray] = []
+    in_dim = 0
+    out_y: list[np.ndarray] = []
+    mech = None
+    bs = cfg.federation.batch_size
+    key = point_key(cfg) if client_seed is not None else ""
+    for b, start in enumerate(range(0, len(rows), bs)):
+        batch = rows[start : start + bs]
+        x, g = _client_features(data, batch, cfg, lambda digest, b=b: client_generator(  # type: ignore[misc]
+            client_seed, "privatize", key, seed, rnd, client, b, digest) if client_seed is not None else
+            client_generator(None))
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            raise ValueError(f"client {client}: record(s) {batch[bad][:10].tolist()} have non-finite "
+                             "representations (NaN or inf); this client refuses to upload (nothing was sent).")
+        if mech is None:
+            in_dim = x.shape[1]
+            mech = mechanism_for(cfg, in_dim)
+        out_x.append(mech.privatize(x, g))
+        y = data.labels[batch]
+        if cfg.privacy.label_epsilon > 0 and data.num_classes > 1:
+            y = label_rr(y, data.num_classes, cfg.privacy.label_epsilon, g)
+        out_y.append(np.asarray(y, np.int64))
+    if not out_x:  # an empty shard or stream slice
+        return Upload(np.zeros((0, 0), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
+    return Upload(np.concatenate(out_x).astype(np.float32, copy=False), np.concatenate(out_y),
+                  rows.astype(np.int64), in_dim)
+
+
+def data_digest(rows: np.ndarray, data: np.ndarray | Sequence[str]) -> str:
+    """sha256 (32 hex digits) of record ids and the exact data privatized: part of the reproducible stream's key."""
+    h = hashlib.sha256(np.ascontiguousarray(np.asarray(rows, np.int64)).tobytes())
+    if isinstance(data, np.ndarray):
+        h.update(f"{data.dtype}{data.shape}".encode())
+        h.update(np.ascontiguousarray(data).tobytes())
+    else:
+        for t in data:
+            h.update(str(t).encode())
+            h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _client_features(data: ClientData, rows: np.ndarray, cfg: ExperimentConfig,
+                     stream: Any) -> tuple[np.ndarray, np.random.Generator]:
+    """Representations of ``rows`` on the client (cached, or extracted here: always when word dropout is on) and
+    the batch's generator, ``stream(data digest)``, keyed by the records and the data that is privatized."""
+    if cfg.privacy.mu == 0 and data.features is not None:
+        x = np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+        return x, stream(data_digest(rows, x))
+    if data.texts is None or data.extractor is None:
+        raise ValueError("This client has no texts to extract from (a snapshot holds cached features only); "
+                         "word dropout (privacy.mu > 0) needs the dataset and the extractor on the client.")
+    texts = [data.texts[i] for i in rows]
+    pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
+    g = stream(data_digest(rows, texts + (pairs or [])))
+    if cfg.privacy.mu > 0:
+        texts = word_dropout(texts, cfg.privacy.mu, g)
+        if pairs is not None:
+            pairs = word_dropout(pairs, cfg.privacy.mu, g)
+    return np.asarray(data.extractor.extract(texts, pairs, progress=False), np.float32), g
+
+
+def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dict[str, np.ndarray],
+                     cfg: ExperimentConfig) -> np.ndarray:
+    """On-device inference (`fl_privtext.ondevice`): virtual client ``client`` applies the server's exported model
+    to E[upload | x] of its clean records ``rows`` and returns only the (k, k) confusion counts."""
+    from fl_privtext.ondevice import on_device_counts
+
+    rows = np.asarray(rows, np.int64)
+    foreign = np.setdiff1d(rows, data.shards[client])
+    if foreign.size:
+        raise ValueError(f"client {client}: asked to evaluate record(s) {foreign[:10].tolist()} that it does not "
+                         "hold; nothing was evaluated.")
+    if data.features is not None:
+        x = np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+    elif data.texts is not None and data.extractor is not None:
+        pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
+        x = np.asarray(data.extractor.extract([data.texts[i] for i in rows], pairs, progress=False), np.float32)
+    else:
+        raise ValueError(f"client {client}: no features or texts to evaluate on.")
+    if len(x) and not np.isfinite(x).all():
+        raise ValueError(f"client {client}: non-finite representations among the records to evaluate.")
+    mech = mechanism_for(cfg, x.shape[1]) if len(x) else None
+    return on_device_counts(x, data.labels[rows], mech, model, data.num_classes)
