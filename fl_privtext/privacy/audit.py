@@ -44,9 +44,9 @@ from fl_privtext.privacy.mechanisms import (
     Mechanism,
     NoPrivacy,
 )
-from fl_privtext.privacy.metric_dp import MultivariateLaplace, Purkayastha
+from fl_privtext.privacy.mechanisms.metric_dp import MultivariateLaplace, Purkayastha
+from fl_privtext.privacy.mechanisms.sphere import CapMechanism
 from fl_privtext.privacy.report import json_number, json_safe
-from fl_privtext.privacy.sphere import CapMechanism
 
 HOLDOUT = 0.2
 N_THRESHOLDS = 200
