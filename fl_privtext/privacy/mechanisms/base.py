@@ -38,8 +38,9 @@ FLOAT_SAMPLER = (
     "false. Use privacy.sampler='secure' for deployment."
 )
 SECURE_SAMPLER = (
-    "sampler='secure': exact discrete noise on the grid 2^-40 (Canonne, Kamath & Steinke 2020) from OpenDP, drawn "
-    "from a cryptographically secure generator; epsilon_worst_case is OpenDP's privacy map of what is sampled."
+    "sampler='secure': exact discrete noise (Canonne, Kamath & Steinke 2020) on a power-of-two grid 2^-24 of the "
+    "noise scale, sampled with exact arithmetic from AES-256-CTR keyed by the OS (fl_privtext.privacy.exact); "
+    "epsilon_worst_case is the privacy map of what is sampled (input rounding to the grid included)."
 )
 SAMPLERS = ("float", "secure")
 # The secure sampler's privacy map is evaluated at the sensitivity inflated by FLOAT32_SLACK: the normalised input is
