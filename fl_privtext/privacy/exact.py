@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 MARGIN = 2.0**-18  # distance from an integer below which the float64 floor is not trusted
 MIN_U = 2.0**-16  # below it the prefix interval of U is too wide (relative) for the float64 decision
 MAX_T = 2.0**26  # the float64 error bound above holds for t (and sigma) below this
-CHUNK = 1 << 18  # values per vectorized pass (bounds temporary memory)
+CHUNK = 1 << 16  # values per vectorized pass (cache-sized temporaries)
 GRID_BITS = 24  # the grid is 2^(floor(log2 noise) - GRID_BITS): noise / grid in [2^24, 2^25)
 
 
@@ -63,17 +63,23 @@ def grid_for(noise: float) -> float:
     return math.ldexp(1.0, math.frexp(noise)[1] - 1 - GRID_BITS)
 
 
+def _digits(n: int) -> int:
+    return int(n * 0.302) + 40  # decimal digits: resolves the 2^-n prefix interval with room to spare
+
+
 def _interval_floor(v: int, n: int, t: Decimal, bits: SecureBits) -> int:
-    """floor(-t ln U) exactly, U uniform with binary prefix v / 2^n (n bits); more bits drawn while undecided."""
+    """floor(-t ln U) exactly, U uniform with binary prefix v / 2^n (n bits); more bits drawn while undecided.
+
+    Decimal ln is correctly rounded; every rounding (prefix ends, ln, product) is within a relative 10^-(prec-1), so
+    ``err`` bounds the distance from the computed ends to the true ones."""
     while True:
         if v > 0:
             with localcontext() as ctx:
-                ctx.prec = n + 40  # v / 2^n and (v + 1) / 2^n are exact at this precision
+                ctx.prec = _digits(n)
                 scale = Decimal(2) ** n
-                lo, hi = Decimal(v) / scale, Decimal(v + 1) / scale
-                y_hi = -t * lo.ln()
-                y_lo = -t * hi.ln()
-                err = (abs(y_hi) + 1) * Decimal(10) ** (-(ctx.prec - 20))
+                y_hi = -t * (Decimal(v) / scale).ln()
+                y_lo = -t * (Decimal(v + 1) / scale).ln()
+                err = (abs(y_hi) + t + 1) * Decimal(10) ** (-(ctx.prec - 5))
                 a, b = math.floor(y_lo - err), math.floor(y_hi + err)
             if a == b:
                 return a
@@ -81,9 +87,17 @@ def _interval_floor(v: int, n: int, t: Decimal, bits: SecureBits) -> int:
         n += 64
 
 
+def _uniform(v: np.ndarray) -> np.ndarray:
+    """float64 midpoint of the prefix interval [v, v + 1) * 2^-63."""
+    u = v.astype(np.float64)
+    u *= 2.0**-63
+    u += 2.0**-64
+    return u
+
+
 def _geometric(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
     """Exact geometric draws floor(-t ln U) (float64 integers) from 63-bit prefixes ``v`` of U."""
-    u = v.astype(np.float64) * 2.0**-63 + 2.0**-64
+    u = _uniform(v)
     x = np.log(u)
     x *= -t
     m = np.floor(x)
@@ -101,18 +115,23 @@ def _check_scale(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in (0, 2^26) grid steps, got {value!r}.")
 
 
+def _dlap_chunk(k: int, t: float, bits: SecureBits) -> np.ndarray:
+    w = bits.words(k)
+    m = _geometric(w >> np.uint64(1), t, bits)
+    negative = (w & np.uint64(1)) == 0
+    np.negative(m, out=m, where=negative)
+    redo = negative & (m == 0)  # (negative, 0) is rejected: 0 would otherwise have twice its probability
+    if redo.any():
+        m[redo] = _dlap_chunk(int(redo.sum()), t, bits)
+    return m
+
+
 def discrete_laplace(n: int, t: float, bits: SecureBits) -> np.ndarray:
     """n i.i.d. DLap(t) integers (as float64): P(y) proportional to exp(-|y| / t) on all integers y."""
     _check_scale("t", t)
     out = np.empty(n, dtype=np.float64)
-    todo = np.arange(n)
-    while todo.size:
-        w = bits.words(todo.size)
-        m = _geometric(w >> np.uint64(1), t, bits)
-        positive = (w & np.uint64(1)).astype(bool)
-        keep = positive | (m != 0)
-        out[todo[keep]] = np.where(positive, m, -m)[keep]
-        todo = todo[~keep]
+    for s in range(0, n, CHUNK):
+        out[s:s + CHUNK] = _dlap_chunk(min(CHUNK, n - s), t, bits)
     return out
 
 
@@ -122,11 +141,11 @@ def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
     while True:
         if v > 0:
             with localcontext() as ctx:
-                ctx.prec = n + 40
+                ctx.prec = _digits(n)
                 scale = Decimal(2) ** n
                 e_lo = -(Decimal(v + 1) / scale).ln()  # -ln U over the prefix interval is in [e_lo, e_hi]
                 e_hi = -(Decimal(v) / scale).ln()
-                err = (abs(e_hi) + abs(exponent) + 1) * Decimal(10) ** (-(ctx.prec - 20))
+                err = (abs(e_hi) + abs(exponent) + 1) * Decimal(10) ** (-(ctx.prec - 5))
                 if e_lo - err > exponent:
                     return True
                 if e_hi + err < exponent:
@@ -135,32 +154,42 @@ def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
         n += 64
 
 
-def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:
-    """n i.i.d. N_Z(0, sigma^2) integers (as float64), CKS Algorithm 3 vectorized with exact acceptance."""
-    _check_scale("sigma", sigma)
+def _dgauss_chunk(k: int, sigma: float, bits: SecureBits) -> np.ndarray:
     t = float(math.floor(sigma) + 1)
     s2 = sigma * sigma
-    out = np.empty(n, dtype=np.float64)
-    todo = np.arange(n)
+    out = np.empty(k, dtype=np.float64)
+    todo = np.arange(k)
     while todo.size:
-        y = discrete_laplace(todo.size, t, bits)
-        d = np.abs(y) - s2 / t
-        expo = d * d / (2.0 * s2)
+        y = _dlap_chunk(todo.size, t, bits)
+        expo = np.abs(y)
+        expo -= s2 / t
+        np.square(expo, out=expo)
+        expo /= 2.0 * s2
         w = bits.words(todo.size) >> np.uint64(1)
-        u = w.astype(np.float64) * 2.0**-63 + 2.0**-64
-        e = -np.log(u)
+        u = _uniform(w)
+        e = np.log(u)
+        np.negative(e, out=e)
         accept = e > expo
         bad = np.flatnonzero((u < MIN_U) | (np.abs(e - expo) <= 2.0**-30 * (1.0 + e + expo)))
         if bad.size:
             sd, td = Decimal(s2), Decimal(t)
             for i in bad:
                 with localcontext() as ctx:
-                    ctx.prec = 120
+                    ctx.prec = 200  # exact: |y|, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
                     dd = Decimal(abs(int(y[i]))) - sd / td
                     ex = dd * dd / (2 * sd)
                 accept[i] = _accept_exact(int(w[i]), ex, bits)
         out[todo[accept]] = y[accept]
         todo = todo[~accept]
+    return out
+
+
+def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:
+    """n i.i.d. N_Z(0, sigma^2) integers (as float64), CKS Algorithm 3 vectorized with exact acceptance."""
+    _check_scale("sigma", sigma)
+    out = np.empty(n, dtype=np.float64)
+    for s in range(0, n, CHUNK):
+        out[s:s + CHUNK] = _dgauss_chunk(min(CHUNK, n - s), sigma, bits)
     return out
 
 
