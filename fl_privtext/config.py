@@ -97,7 +97,7 @@ class PrivacyConfig:
     mu: float = 0.0  # DPNR word-dropout rate (text side, before extraction)
     calibration: str = "paper"  # sue / oue: the paper's per-bit split or the textbook one
     label_epsilon: float = 0.0  # > 0: k-ary randomized response on uploaded labels with this epsilon
-    sampler: str = "float"  # Laplace/Gaussian noise: "float" (simulation) or "secure" (exact, CSPRNG; OpenDP)
+    sampler: str = "secure"  # Laplace/Gaussian noise: "secure" (exact, CSPRNG; privacy.exact) or "float" (simulation)
     # issue #11: public projection before noise and the sphere mechanisms (privunitg, privunit, duchi, mvlaplace,
     # purkayastha take them; other mechanisms refuse projection != none)
     projection: str = "none"  # none | random | pca

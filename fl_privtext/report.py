@@ -273,9 +273,26 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
         out.append(f"{len(faults['failed_clients'])} client failure(s): results use the replies that arrived "
                    f"({faults.get('num_users_not_heard_from', 0)} user(s) never heard from); see faults.")
     if not p.get("float_safe", True):
-        out.append("privacy.sampler='float': floating-point noise is simulation-grade; its low bits leak (Mironov "
-                   "2012). Use privacy.sampler='secure' for a deployment-grade guarantee.")
+        out.append(_float_note(p))
     return out
+
+
+def _has_secure(p: dict[str, Any]) -> bool:
+    return "sampler" in (p.get("parameters") or {})
+
+
+def _float_label(p: dict[str, Any]) -> str:
+    if _has_secure(p):
+        return "float sampler: SIMULATION-GRADE, low bits leak; privacy.sampler=secure for deployment"
+    return "float noise: SIMULATION-GRADE, low bits leak; no secure sampler for this mechanism"
+
+
+def _float_note(p: dict[str, Any]) -> str:
+    if _has_secure(p):
+        return ("privacy.sampler='float': floating-point noise is simulation-grade; its low bits leak (Mironov "
+                "2012). Use privacy.sampler='secure' (the default) for a deployment-grade guarantee.")
+    return (f"{p.get('mechanism')}: floating-point noise, simulation-grade (float_safe false: its low bits leak, "
+            "Mironov 2012; `fl-privtext audit` certifies it); this mechanism has no secure sampler yet.")
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -289,8 +306,7 @@ def _fmt(x: Any, digits: int = 3) -> str:
 def table(results: dict[str, Any]) -> str:
     """A readable plain-text summary (stdout and summary.md)."""
     p, u, f = results["privacy"], results["utility"], results["federation"]
-    sampler = "" if p.get("float_safe", True) else " [float sampler: simulation-grade, low bits leak; " \
-        "privacy.sampler=secure for deployment]"
+    sampler = "" if p.get("float_safe", True) else f" [{_float_label(p)}]"
     lines = [
         (f"dataset {results['dataset']['name']}{' (SYNTHETIC users)' if results['dataset'].get('synthetic') else ''}"
          f" | {f['num_users']} users, {f['num_records']} records in "

@@ -9,7 +9,8 @@ import pytest
 from fl_privtext.client import ClientData, client_seed_from, client_upload, merge_uploads, same_uploads
 from fl_privtext.config import ExperimentConfig
 
-CFG = ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
+# sampler=float: these tests are about the seeded (reproducible) noise streams; the secure sampler draws from the OS
+CFG = ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0, "privacy.sampler": "float",
                                   "federation.num-clients": 3, "federation.batch-size": 7})
 
 
@@ -160,10 +161,11 @@ def test_the_reproducible_stream_key_survives_added_config_keys():
     # (they were computed before extractor.precision and the auto batch size existed).
     from fl_privtext.client import point_key
 
+    # the saved tables were drawn with the float sampler (the default then)
     sets = {"data.name": "blog", "privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0,
-            "data.root": "../shared/data"}
+            "data.root": "../shared/data", "privacy.sampler": "float"}
     assert point_key(ExperimentConfig.load(None, sets)) == "9df99939629e366b"
-    assert point_key(ExperimentConfig.load("configs/dpnr_ag.toml")) == "ddce7700a6e485f9"
+    assert point_key(ExperimentConfig.load("configs/dpnr_ag.toml", {"privacy.sampler": "float"})) == "ddce7700a6e485f9"
     assert point_key(ExperimentConfig.load(None, {**sets, "extractor.batch-size": 64})) == "9df99939629e366b"
     assert point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm", "extractor.precision": "bf16"})) \
         != point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm"}))

@@ -1,4 +1,8 @@
-"""Deployment-grade noise: exact discrete Laplace / discrete Gaussian samplers on a fine grid, from OpenDP.
+"""OpenDP's exact discrete Laplace / discrete Gaussian on a fine grid: the reference implementation.
+
+Since issue #25 the mechanisms sample with the vectorized :mod:`fl_privtext.privacy.exact` (same distributions,
+tested against this module); OpenDP remains the reference in the tests and gives the secure Gaussian's
+zCDP -> (eps, delta) map (:func:`gaussian_epsilon`).
 
 Why OpenDP: it implements Canonne, Kamath & Steinke (NeurIPS 2020) exactly (integer arithmetic, no floating-point
 transcendental functions), draws its bits from a cryptographically secure generator (OpenSSL's ``RAND_bytes`` in the

@@ -244,3 +244,18 @@ def test_cli_errors_are_one_line_and_exit_2(capsys, argv, match):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"fl-privtext {argv[0]}: error:")
     assert re.search(match, lines[0])
+
+
+def test_default_run_mechanism_is_float_safe():
+    """The README main job's configuration (defaults + pyproject) privatizes with the secure sampler."""
+    from fl_privtext.config import ExperimentConfig
+
+    cfg = ExperimentConfig.load()
+    assert cfg.privacy.sampler == "secure"
+    accepted = mechanism_params(cfg.privacy.mechanism)
+    params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted} | {"dim": 50}
+    report = make_mechanism(cfg.privacy.mechanism, **params).report().to_json()
+    assert report["float_safe"] is True
+    assert report["epsilon_worst_case"] <= cfg.privacy.epsilon * (1 + 1e-4)
+    float_report = make_mechanism(cfg.privacy.mechanism, **(params | {"sampler": "float"})).report().to_json()
+    assert float_report["float_safe"] is False

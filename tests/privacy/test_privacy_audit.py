@@ -84,8 +84,10 @@ def test_low_bit_distinguisher_flags_the_float_sampler_and_passes_the_secure_one
     assert make_mechanism(name, sampler="secure", **params).report().float_safe
 
 
-def test_secure_laplace_gives_no_false_violation_over_20_seeds():
-    mech = make_mechanism("laplace-l1", epsilon=1.0, dim=2, sampler="secure")
+@pytest.mark.parametrize(("name", "params"), [("laplace-l1", {"epsilon": 1.0, "dim": 2}),
+                                             ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 2})])
+def test_secure_samplers_give_no_false_violation_over_20_seeds(name, params):
+    mech = make_mechanism(name, sampler="secure", **params)
     verdicts = [run(mech, 5_000, seed=s).verdict for s in range(20)]
     assert verdicts == ["pass"] * 20
 

@@ -10,7 +10,7 @@ from scipy import integrate, stats
 
 from fl_privtext.privacy import audit_mechanism, make_mechanism
 from fl_privtext.privacy.commands import privacy_report
-from fl_privtext.privacy.metric_dp import (
+from fl_privtext.privacy.mechanisms.metric_dp import (
     MultivariateLaplace,
     Purkayastha,
     log_angular_normaliser,

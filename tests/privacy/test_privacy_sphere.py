@@ -8,7 +8,7 @@ import pytest
 from scipy import integrate, special, stats
 
 from fl_privtext.privacy import audit_mechanism, make_mechanism
-from fl_privtext.privacy.sphere import (
+from fl_privtext.privacy.mechanisms.sphere import (
     CapCalibration,
     PrivUnit,
     PrivUnitG,

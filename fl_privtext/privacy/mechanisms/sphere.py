@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fl_privtext.privacy.mechanisms import (
+from fl_privtext.privacy.mechanisms.base import (
     COMPOSITION,
     REPLACEMENT,
     Mechanism,

@@ -10,7 +10,7 @@ two inputs of one user, the guarantee is eps times the diameter of the input dom
   epsilon is pi * eps.
 
 ``epsilon`` is the paper's per-distance parameter and is reported as nominal; ``epsilon_worst_case`` is the LDP
-value above. Both take the optional public projection of :class:`fl_privtext.privacy.sphere.ProjectedMechanism`.
+value above. Both take the optional public projection of :class:`fl_privtext.privacy.mechanisms.sphere.ProjectedMechanism`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fl_privtext.privacy import normalise
-from fl_privtext.privacy.mechanisms import _positive, _set
-from fl_privtext.privacy.sphere import CHUNK_VALUES, TINY_NORM, ProjectedMechanism, row_norms, to_sphere
+from fl_privtext.privacy.mechanisms.base import _positive, _set
+from fl_privtext.privacy.mechanisms.sphere import (
+    CHUNK_VALUES,
+    TINY_NORM,
+    ProjectedMechanism,
+    row_norms,
+    to_sphere,
+)
 from fl_privtext.privacy.stage import Stage
 
 FEYISETAN_PAPER = ("Feyisetan, Balle, Drake, Diethe. Privacy- and Utility-Preserving Textual Analysis via Calibrated "

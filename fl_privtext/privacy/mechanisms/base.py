@@ -1,0 +1,274 @@
+"""The base class of every local randomiser and its stages (normalise -> encode -> randomise -> report).
+
+
+A mechanism is normalise -> (encode) -> randomise. ``Mechanism.release`` composes the three stages once for every
+mechanism; each stage returns a :class:`Stage` saying what it did (rows clipped, values saturated, noise scale), and
+``report()`` states the privacy contract: the published (nominal) epsilon next to the true worst-case epsilon.
+
+Adjacency for ``epsilon_worst_case`` is local DP under replacement: any two inputs of one user (the whole
+representation may change). ``dim`` rule: it is required where the noise or the epsilon depends on it (ome, sue,
+oue, bitrr, laplace-dpnr, laplace-box); elsewhere (none, laplace-dpnr-code, laplace-l1, gaussian) it is optional:
+None means "whatever width x has" (and ``output_dim`` is None); when given, x must have exactly ``dim`` columns.
+Every mechanism accepts ``mu`` (word dropout rate, default 0): it changes only the report (``epsilon_nominal``
+becomes the amplified value of DPNR Theorem 2); the dropout itself is applied to the texts before extraction with
+:func:`fl_privtext.privacy.dropout.word_dropout`.
+
+"""
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fl_privtext.privacy import normalise
+from fl_privtext.privacy.dropout import PRECONDITIONS, amplified_epsilon
+from fl_privtext.privacy.report import PrivacyReport
+from fl_privtext.privacy.stage import Stage
+
+REPLACEMENT = (
+    "Local DP of one upload under replacement adjacency: the two inputs may be any two representations of the "
+    "same user."
+)
+FLOAT_SAMPLER = (
+    "sampler='float': noise is floating-point (float32) and pseudo-random: fine for simulation, NOT a "
+    "deployment-grade DP sampler. epsilon_worst_case holds for exact real-valued noise; the float32 output's low "
+    "bits reveal the input beyond it (Mironov 2012; `fl-privtext audit` certifies a violation), so float_safe is "
+    "false. Use privacy.sampler='secure' for deployment."
+)
+SECURE_SAMPLER = (
+    "sampler='secure': exact discrete noise (Canonne, Kamath & Steinke 2020) on a power-of-two grid 2^-24 of the "
+    "noise scale, sampled with exact arithmetic from AES-256-CTR keyed by the OS (fl_privtext.privacy.exact); "
+    "epsilon_worst_case is the privacy map of what is sampled (input rounding to the grid included)."
+)
+SAMPLERS = ("float", "secure")
+# The secure sampler's privacy map is evaluated at the sensitivity inflated by FLOAT32_SLACK: the normalised input is
+# rounded to float32 (each coordinate by <= 2^-24 relative), so its norm can exceed the bound by that much. The
+# correct mechanisms widen their noise by SECURE_MARGIN so that the mapped epsilon stays <= the nominal one.
+FLOAT32_SLACK = 1.0 + 2.0**-22
+SECURE_MARGIN = 1.0 + 2.0**-20
+# A per-bit probability below 2^-53 (or above 1 - 2^-53) cannot be realised by comparing 53-bit uniforms.
+MIN_BIT_PROBABILITY = 2.0**-53
+COMPOSITION = "Every further release of the same user's data adds its epsilon (use Accountant)."
+OME_PAPER = "Lyu, He, Li, Xiao. Towards Differentially Private Text Representations (OME), SIGIR 2020"
+DPNR_PAPER = ("Lyu, He, Li. Differentially Private Representation for NLP: Formal Guarantee and An Empirical Study "
+              "on Privacy and Fairness (DPNR), Findings of EMNLP 2020")
+CALIBRATIONS = ("paper", "textbook")
+
+
+# ---------------------------------------------------------------------------------------------------- validation
+def _positive(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")  # noqa: TRY004
+    v = float(value)
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")
+    return v
+
+
+def _real(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be a finite number, got {value!r}.")
+    return float(value)
+
+
+def _open_unit(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0.0 < float(value) < 1.0:
+        raise ValueError(f"{name} must be in the open interval (0, 1), got {value!r}.")
+    return float(value)
+
+
+def _dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < min_dim:
+        extra = " or None (take the width of x)" if optional else ""
+        raise ValueError(f"dim must be an integer >= {min_dim}{extra}, got {value!r}.")
+    return int(value)
+
+
+def _set(obj: object, name: str, value: Any) -> None:
+    object.__setattr__(obj, name, value)  # normalise a validated field of a frozen dataclass
+
+
+def _sampler(value: Any) -> str:
+    if value not in SAMPLERS:
+        raise ValueError(f"sampler must be one of {', '.join(map(repr, SAMPLERS))}, got {value!r}.")
+    return str(value)
+
+
+def _expit(a: float) -> float:
+    """1 / (1 + e^-a) without overflow for any finite a."""
+    if a >= 0:
+        return 1.0 / (1.0 + math.exp(-a))
+    e = math.exp(a)
+    return e / (1.0 + e)
+
+
+# ------------------------------------------------------------------------------------------------------ release
+@dataclass(frozen=True)
+class Release:
+    """Privatized batch and the three stages that produced it."""
+
+    values: np.ndarray  # (N, output_dim) float32
+    stages: tuple[Stage, Stage, Stage]  # normalise, encode, randomise
+
+    def info(self) -> dict[str, dict[str, Any]]:
+        """What each stage did, e.g. ``{"encode": {"method": "fixed-point", "saturated": 3, ...}, ...}``."""
+        return {k: dict(s.info) for k, s in zip(("normalise", "encode", "randomise"), self.stages, strict=True)}
+
+
+# ---------------------------------------------------------------------------------------------------- base class
+@dataclass(frozen=True, kw_only=True)
+class Mechanism(ABC):
+    """Base class: validated frozen parameters, the composed pipeline, and the report."""
+
+    name: ClassVar[str] = ""
+    reference: ClassVar[str] = ""
+    min_dim: ClassVar[int] = 1
+
+    dim: int | None = None
+    mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mu, bool) or not isinstance(self.mu, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(self.mu) <= 1.0:
+            raise ValueError(f"mu (word dropout rate) must be a number in [0, 1], got {self.mu!r}.")
+        _set(self, "mu", float(self.mu))
+
+    # -- parameters --------------------------------------------------------------------------------------------
+    @classmethod
+    def accepted_params(cls) -> tuple[str, ...]:
+        """Keyword parameters of this mechanism (python names)."""
+        return tuple(f.name for f in fields(cls) if f.init)
+
+    @classmethod
+    def required_params(cls) -> tuple[str, ...]:
+        """Parameters without a default."""
+        return tuple(f.name for f in fields(cls) if f.init and f.default is MISSING
+                     and f.default_factory is MISSING)
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The parameters this mechanism was built with."""
+        return {name: getattr(self, name) for name in self.accepted_params()}
+
+    # -- pipeline ----------------------------------------------------------------------------------------------
+    @abstractmethod
+    def normalise(self, x: np.ndarray) -> Stage:
+        """(N, k) float32 -> bounded (N, k) float32."""
+
+    def encode(self, z: np.ndarray) -> Stage:
+        """Default: no encoding."""
+        return Stage(z, {"method": "none"})
+
+    @abstractmethod
+    def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        """Encoded (N, D) -> randomised (N, D) float32."""
+
+    def release(self, x: np.ndarray, rng: np.random.Generator) -> Release:
+        """Run normalise -> encode -> randomise on an (N, dim) batch and keep what every stage did."""
+        if not isinstance(rng, np.random.Generator):
+            raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}.")  # noqa: TRY004
+        batch = normalise.as_batch(x, self.dim, min_dim=self.min_dim)
+        norm = self.normalise(batch)
+        enc = self.encode(norm.values)
+        out = self.randomise(enc.values, rng)
+        values = np.asarray(out.values, dtype=np.float32)
+        if not np.isfinite(values).all():
+            bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+            raise ValueError(f"{self.name}: the randomised output of row(s) {bad[:5].tolist()} is not finite in "
+                             f"float32 ({dict(out.info)}); the noise is too large for float32 (epsilon too "
+                             "small?). Nothing was released.")
+        return Release(values, (norm, enc, out))
+
+    def privatize(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """(N, dim) float array -> (N, output_dim) float32 upload."""
+        return self.release(x, rng).values
+
+    def expected(self, x: np.ndarray) -> np.ndarray:
+        """E[upload | x], (N, output_dim) float32: the noise-free mean of what this mechanism uploads for x.
+
+        On-device inference applies the server's model (trained on uploads) to it: for the unbiased mechanisms it
+        is the clipped / normalised (projected) input itself. Deterministic; no randomness, nothing released."""
+        batch = normalise.as_batch(x, self.dim, min_dim=self.min_dim)
+        return np.asarray(self.mean_output(self.encode(self.normalise(batch).values).values), np.float32)
+
+    def mean_output(self, c: np.ndarray) -> np.ndarray:
+        """E[randomise(c)] for an encoded batch c. Default: c (zero-mean additive noise, or none)."""
+        return c
+
+    # -- accounting --------------------------------------------------------------------------------------------
+    @property
+    def output_dim(self) -> int | None:
+        """Width of the upload (None when dim is None: then it is the width of x)."""
+        return self.dim
+
+    @property
+    @abstractmethod
+    def claimed_epsilon(self) -> float:
+        """Epsilon the published analysis states for one upload (before any dropout amplification)."""
+
+    @property
+    @abstractmethod
+    def epsilon_worst_case(self) -> float:
+        """True epsilon under replacement adjacency (math.inf when unbounded)."""
+
+    @property
+    def report_delta(self) -> float:
+        """delta of the guarantee (0 for pure epsilon-DP)."""
+        return 0.0
+
+    @property
+    def float_safe(self) -> bool:
+        """True when the realised (floating-point) sampler meets epsilon_worst_case: no continuous float noise."""
+        return True
+
+    def calibration_values(self) -> dict[str, Any]:
+        """Probabilities or noise scale actually used."""
+        return {}
+
+    def assumptions(self) -> tuple[str, ...]:
+        """Sentences stating what the guarantee assumes."""
+        return (REPLACEMENT, COMPOSITION)
+
+    def claim_reason(self) -> str:
+        """Why the published analysis is wrong (used only when worst case > claimed)."""
+        return ""
+
+    def report(self) -> PrivacyReport:
+        """Nominal vs worst-case epsilon, delta, calibration, assumptions and the published-claim note."""
+        claimed, worst = self.claimed_epsilon, self.epsilon_worst_case
+        note = None
+        if worst > claimed * (1 + 1e-9) + 1e-12:
+            note = (f"The published analysis states epsilon = {claimed:g}; the true worst-case epsilon is "
+                    f"{worst:.6g}. {self.claim_reason()}").strip()
+        dropout = None
+        if self.mu > 0:
+            dropout = {
+                "mu": self.mu,
+                "epsilon_base_claimed": claimed,
+                "epsilon_amplified_claimed": amplified_epsilon(claimed, self.mu),
+                "epsilon_amplified_with_true_base": amplified_epsilon(worst, self.mu),
+                "preconditions": list(PRECONDITIONS),
+                "applied_by": "fl_privtext.privacy.word_dropout on the texts before extraction",
+            }
+        return PrivacyReport(
+            mechanism=self.name,
+            epsilon_nominal=amplified_epsilon(claimed, self.mu),
+            epsilon_worst_case=worst,
+            delta=self.report_delta,
+            output_dim=self.output_dim,
+            parameters=self.params,
+            calibration=self.calibration_values(),
+            assumptions=self.assumptions() + (PRECONDITIONS if self.mu > 0 else ()),
+            published_claim_note=note,
+            reference=self.reference,
+            word_dropout=dropout,
+            float_safe=self.float_safe,
+        )
+
+

@@ -1,0 +1,251 @@
+"""Laplace mechanisms (DPNR, DPNR on the code, L1 ball, box), float or exact discrete noise."""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fl_privtext.privacy import normalise
+from fl_privtext.privacy.mechanisms import samplers
+from fl_privtext.privacy.mechanisms.base import (
+    DPNR_PAPER,
+    FLOAT32_SLACK,
+    FLOAT_SAMPLER,
+    SECURE_MARGIN,
+    SECURE_SAMPLER,
+    Mechanism,
+    _dim,
+    _positive,
+    _real,
+    _sampler,
+    _set,
+)
+from fl_privtext.privacy.stage import Stage
+
+
+# ----------------------------------------------------------------------------------------------------- Laplace
+@dataclass(frozen=True, kw_only=True)
+class LaplaceMechanism(Mechanism):
+    """Shared part: normalise to a domain of L1 diameter ``l1_sensitivity``, add Laplace(noise_scale) per coordinate.
+
+    Worst case = l1_sensitivity / noise_scale (Dwork & Roth 2014, Theorem 3.6).
+    """
+
+    epsilon: float
+    sampler: str = "float"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        _set(self, "sampler", _sampler(self.sampler))
+
+    def _check_noise(self) -> None:
+        # called by subclasses once their parameters are set
+        if not self.noise_scale < 1e30:
+            raise ValueError(f"{self.name}: the Laplace scale {self.noise_scale:.3g} exceeds what float32 uploads can "
+                             f"carry (epsilon={self.epsilon:g} is too small); use epsilon >= "
+                             f"{self.epsilon * self.noise_scale / 1e30:.3g}.")
+        if self.sampler == "secure" and self.dim is None:
+            raise ValueError(f"{self.name}: sampler='secure' needs dim (OpenDP's privacy map depends on it).")
+
+    @property
+    @abstractmethod
+    def noise_scale(self) -> float:
+        """Laplace scale b of each coordinate's noise."""
+
+    @property
+    @abstractmethod
+    def l1_sensitivity(self) -> float:
+        """max ||u - v||_1 over two normalised vectors."""
+
+    def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        if self.sampler == "secure":
+            noisy64 = samplers.secure_laplace(c, self.noise_scale, rng)
+            return Stage(noisy64.astype(np.float32), {"method": "discrete-laplace, " + samplers.SECURE_METHOD,
+                                                      "noise_scale": self.noise_scale})
+        noisy = samplers.laplace_noise(c.shape, self.noise_scale, rng)
+        noisy += c
+        return Stage(noisy, {"method": "laplace", "noise_scale": self.noise_scale})
+
+    @property
+    def claimed_epsilon(self) -> float:
+        return self.epsilon
+
+    @property
+    def epsilon_worst_case(self) -> float:
+        if self.sampler == "secure" and math.isfinite(self.l1_sensitivity):
+            return samplers.laplace_epsilon(self.noise_scale, self.l1_sensitivity * FLOAT32_SLACK, int(self.dim or 1))
+        return self.l1_sensitivity / self.noise_scale
+
+    @property
+    def float_safe(self) -> bool:
+        return self.sampler == "secure"
+
+    def calibration_values(self) -> dict[str, Any]:
+        return {"noise_scale": self.noise_scale, "l1_sensitivity": self.l1_sensitivity, "sampler": self.sampler}
+
+    def assumptions(self) -> tuple[str, ...]:
+        return super().assumptions() + (SECURE_SAMPLER if self.sampler == "secure" else FLOAT_SAMPLER,)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaplaceDPNR(LaplaceMechanism):
+    """DPNR as published (DPNR Algorithm 2, Theorem 1): per-vector min-max to [0,1]^k, then Lap(1/eps) i.i.d.
+
+    - Neighbouring relation: any two inputs (LDP of the representation).
+    - Published claim: Delta_f = 1 ("bounding the sensitivity of each element with 1"), hence eps-DP.
+    - True sensitivity: the L1 diameter of min-max vectors is k (u = (0,1,...,1), v = (1,0,...,0)), so the true
+      epsilon is k*eps (768*eps for BERT-base). Word dropout (mu) amplifies only under word-substitution adjacency.
+    """
+
+    name: ClassVar[str] = "laplace-dpnr"
+    reference: ClassVar[str] = f"{DPNR_PAPER}, Algorithm 2, Theorem 1 (b = Delta_f/eps with Delta_f = 1)."
+    min_dim: ClassVar[int] = 2
+
+    dim: int = field()  # required (an explicit Field, so the base default None is not inherited)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "dim", _dim(self.dim, 2, optional=False))
+        self._check_noise()
+
+    def normalise(self, x: np.ndarray) -> Stage:
+        return normalise.minmax(x)
+
+    @property
+    def noise_scale(self) -> float:
+        return 1.0 / self.epsilon
+
+    @property
+    def l1_sensitivity(self) -> float:
+        return float(self.dim)
+
+    def claim_reason(self) -> str:
+        return ("DPNR Theorem 1 uses Delta_f = 1 per element, but the L1 sensitivity of min-max vectors in [0,1]^k "
+                f"is k = {self.dim} (u = (0,1,...,1) vs v = (1,0,...,0)), so eps_true = k*eps.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaplaceDPNRCode(LaplaceMechanism):
+    """What DPNR's released code does: min-max, then ONE scalar Lap(1/eps) draw per example added to every coordinate.
+
+    AUDIT TARGET, not a privacy mechanism. Neighbouring relation: any two inputs. Sensitivity: irrelevant, the
+    shared draw cancels in every difference of coordinates. Published claim: eps-DP. True epsilon: infinite, since
+    y - min(y) = minmax(x) recovers the normalised input exactly.
+    """
+
+    name: ClassVar[str] = "laplace-dpnr-code"
+    reference: ClassVar[str] = f"{DPNR_PAPER}: the authors' public code (one noise draw per example)."
+    min_dim: ClassVar[int] = 2
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "dim", _dim(self.dim, 2, optional=True))
+        if self.sampler == "secure":  # an audit target: exact noise does not repair it
+            raise ValueError("laplace-dpnr-code reproduces a bug (epsilon = inf); it offers only sampler='float'.")
+        self._check_noise()
+
+    def normalise(self, x: np.ndarray) -> Stage:
+        return normalise.minmax(x)
+
+    def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        shared = samplers.laplace_noise((c.shape[0], 1), self.noise_scale, rng)  # (N, 1): the same draw on every coordinate
+        return Stage(c + shared, {"method": "laplace-shared-scalar", "noise_scale": self.noise_scale})
+
+    @property
+    def float_safe(self) -> bool:
+        return False
+
+    @property
+    def noise_scale(self) -> float:
+        return 1.0 / self.epsilon
+
+    @property
+    def l1_sensitivity(self) -> float:
+        return math.inf if self.dim is None else float(self.dim)
+
+    @property
+    def epsilon_worst_case(self) -> float:
+        return math.inf
+
+    def claim_reason(self) -> str:
+        return ("The released code adds one scalar noise value to all coordinates, so y - min(y) recovers the "
+                "normalised input exactly: epsilon = inf.")
+
+    def assumptions(self) -> tuple[str, ...]:
+        return super().assumptions() + ("Audit target only: reproduces a bug; never use it to protect data.",)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaplaceL1(LaplaceMechanism):
+    """L1-normalised Laplace (Maheshwari et al. 2022; CAPE Algorithm 1): x * C/||x||_1, then Lap(2C/eps) i.i.d.
+
+    Neighbouring relation: any two inputs. Sensitivity: ||u - v||_1 <= 2C for vectors of L1 norm C. Guarantee:
+    exactly eps-LDP (nominal = worst case). With C = 1 this is the correction of DPNR adopted by CAPE.
+    """
+
+    name: ClassVar[str] = "laplace-l1"
+    reference: ClassVar[str] = ("Maheshwari, Denis, Keller, Bellet. Fair NLP Models with Differentially Private Text "
+                                "Encoders, 2022 (corrected DPNR); Plant, Giuffrida, Gkatzia. CAPE, 2021, Algorithm 1; "
+                                "Laplace mechanism (Dwork & Roth 2014, Thm 3.6).")
+
+    clip_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "dim", _dim(self.dim, 1, optional=True))
+        _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
+        self._check_noise()
+
+    def normalise(self, x: np.ndarray) -> Stage:
+        return normalise.l1_normalise(x, self.clip_norm)
+
+    @property
+    def noise_scale(self) -> float:
+        return 2.0 * self.clip_norm / self.epsilon * (SECURE_MARGIN if self.sampler == "secure" else 1.0)
+
+    @property
+    def l1_sensitivity(self) -> float:
+        return 2.0 * self.clip_norm
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaplaceBox(LaplaceMechanism):
+    """Box Laplace (corrected DPNR): clip every coordinate to [low, high], then Lap(k (high-low)/eps) i.i.d.
+
+    Neighbouring relation: any two inputs. Sensitivity: the L1 diameter of [a,b]^k is k(b-a). Guarantee: exactly
+    eps-LDP. With [0, 1] this is DPNR with the sensitivity it actually has.
+    """
+
+    name: ClassVar[str] = "laplace-box"
+    reference: ClassVar[str] = f"Laplace mechanism (Dwork & Roth 2014, Thm 3.6) on [a,b]^k; corrects {DPNR_PAPER}."
+
+    dim: int = field()  # required (an explicit Field, so the base default None is not inherited)
+    low: float = 0.0
+    high: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _set(self, "dim", _dim(self.dim, 1, optional=False))
+        _set(self, "low", _real("low", self.low))
+        _set(self, "high", _real("high", self.high))
+        if not self.low < self.high:
+            raise ValueError(f"The box needs low < high, got low={self.low}, high={self.high}.")
+        self._check_noise()
+
+    def normalise(self, x: np.ndarray) -> Stage:
+        return normalise.box_clip(x, self.low, self.high)
+
+    @property
+    def noise_scale(self) -> float:
+        return self.l1_sensitivity / self.epsilon * (SECURE_MARGIN if self.sampler == "secure" else 1.0)
+
+    @property
+    def l1_sensitivity(self) -> float:
+        return float(self.dim) * (self.high - self.low)
+
+
