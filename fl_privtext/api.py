@@ -8,6 +8,7 @@ back as Python objects, with the uploads the eavesdropper observed when asked fo
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,52 @@ class Result:
 
     def __getitem__(self, key: str) -> Any:
         return self.results[key]
+
+    def _rows(self) -> list[tuple[str, str]]:
+        """(quantity, value) rows of the summary table shown in a terminal and in Jupyter."""
+        r = self.results
+
+        def num(x: Any) -> str:
+            return f"{x:.3f}" if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+        util, priv = r.get("utility", {}), r.get("privacy", {})
+        rows = [("mechanism", str(priv.get("mechanism", "?"))),
+                ("epsilon (true worst case)", num(priv.get("epsilon_worst_case", "?"))),
+                ("accuracy (per upload)", num(util.get("accuracy", "-"))),
+                ("majority baseline", num(util.get("majority_baseline", "-")))]
+        on_device = util.get("on_device") or {}
+        if on_device.get("available"):
+            rows.append(("accuracy (on device)", num(on_device.get("accuracy"))))
+        for name, att in sorted((r.get("attacks") or {}).items()):
+            if isinstance(att, dict) and "accuracy" in att:
+                rows.append((f"attack {name} (prior {num(att.get('majority_baseline', '-'))})", num(att["accuracy"])))
+        failed = (r.get("faults") or {}).get("failed_clients") or []
+        rows.append(("failed clients", str(len(failed))))
+        return rows
+
+    def __str__(self) -> str:
+        rows = self._rows()
+        width = max(len(k) for k, _ in rows)
+        lines = [f"fl_privtext Result: {self.output_dir}"] + [f"  {k:<{width}}  {v}" for k, v in rows]
+        lines += [f"  warning: {w}" for w in self.results.get("warnings") or []]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        priv = self.results.get("privacy", {})
+        return (f"Result(mechanism={priv.get('mechanism')!r}, epsilon_worst_case={priv.get('epsilon_worst_case')!r}, "
+                f"accuracy={self.accuracy!r}, output_dir={str(self.output_dir)!r})")
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter's display: the summary table, the warnings and the plot (linked from the run directory)."""
+        lines = [f"**fl_privtext result** in `{self.output_dir}`", "", "| quantity | value |", "|---|---|"]
+        lines += [f"| {k} | {v} |" for k, v in self._rows()]
+        warnings = self.results.get("warnings") or []
+        if warnings:
+            lines += ["", "**Warnings**", ""] + [f"- {w}" for w in warnings]
+        for p in self.plots:  # relative to the working directory (the notebook's): Jupyter serves it from there
+            rel = os.path.relpath(p.resolve(), Path.cwd().resolve())
+            lines += ["", f"![{p.name}]({rel})"]
+        return "\n".join(lines)
 
     @property
     def accuracy(self) -> float | None:

@@ -83,3 +83,24 @@ def test_docs_api_example_runs(tmp_path, monkeypatch, cache_dir, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("fl-privtext run: error:") and "--overwrite" in err[0]
     assert (out / "results.json").read_bytes() == before
+
+def test_result_displays_as_a_table_in_a_terminal_and_in_jupyter(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    plot = tmp_path / "r" / "privacy_utility.png"
+    plot.write_bytes(b"png")
+    results = {"utility": {"accuracy": 0.7, "majority_baseline": 0.6, "on_device": {"available": True,
+                                                                                   "accuracy": 0.81}},
+               "privacy": {"mechanism": "laplace-l1", "epsilon_worst_case": 2.0},
+               "attacks": {"gender": {"accuracy": 0.5, "majority_baseline": 0.52}},
+               "faults": {"failed_clients": [{"node": 3, "kind": "error", "reason": "boom"}]},
+               "warnings": ["the private model is below the majority"]}
+    r = fl_privtext.Result(results=results, output_dir=tmp_path / "r", config=ExperimentConfig(), plots=(plot,))
+    assert repr(r).startswith("Result(mechanism='laplace-l1', epsilon_worst_case=2.0, accuracy=0.7")
+    text = str(r)
+    assert "accuracy (on device)" in text and "0.810" in text and "failed clients" in text
+    assert "warning: the private model is below the majority" in text and "{" not in text  # not a dict dump
+    md = r._repr_markdown_()
+    assert "| accuracy (per upload) | 0.700 |" in md and "| attack gender (prior 0.520) | 0.500 |" in md
+    assert "| failed clients | 1 |" in md and "- the private model is below the majority" in md
+    assert "![privacy_utility.png](r/privacy_utility.png)" in md
