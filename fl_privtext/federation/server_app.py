@@ -21,6 +21,7 @@ from fl_privtext import pipeline
 from fl_privtext.client import merge_uploads
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid, numpy_view
+from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.inflight import send_windowed, window_size
 
 app = ServerApp()
@@ -67,7 +68,9 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     good: list[Message] = []
     for r in replies:
         if r.has_error():
-            failures.append({"node": int(r.metadata.src_node_id), "kind": failure_kind(r), "reason": str(r.error.reason)})
+            node = int(r.metadata.src_node_id)
+            log.debug("client node %d failed; full trace:\n%s", node, r.error.reason)
+            failures.append({"node": node, "kind": failure_kind(r), "reason": one_line(str(r.error.reason))})
         else:
             good.append(r)
     answered = {int(r.metadata.src_node_id) for r in replies}
@@ -80,8 +83,10 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
         reasons = "; ".join(f["reason"] for f in failures[:3])
         raise RuntimeError(f"Round {rnd}: none of the {len(nodes)} clients delivered an upload ({reasons}).")
     if failures:
-        log.warning("round %d: %d of %d client(s) failed (%s); going on with the replies that arrived", rnd,
-                    len(failures), len(nodes), failures[0]["reason"][:300])
+        log.warning("round %d: %d of %d client(s) failed; going on with the replies that arrived", rnd,
+                    len(failures), len(nodes))
+        for f in failures[:10]:  # one line per fault: node, kind, reason
+            log.warning("round %d: client node %d %s: %s", rnd, f["node"], f["kind"], f["reason"])
     parts = [{k: numpy_view(a) for k, a in r.content.array_records["upload"].items()} for r in good]
     stats = [r.content.metric_records["stats"] for r in good]
     where: list[Any] = [r.content.config_records.get("placement") or {} for r in good]
@@ -123,7 +128,7 @@ def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trai
             for node, rows in requests.items()]
     replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight),
                             timeout=cfg.federation.round_timeout or None)
-    errors = [str(r.error.reason) for r in replies if r.has_error() and failure_kind(r) != "refused"]
+    errors = [one_line(str(r.error.reason)) for r in replies if r.has_error() and failure_kind(r) != "refused"]
     if errors or len(replies) != len(msgs):
         raise RuntimeError(f"On-device evaluation: {len(msgs) - len(replies) + len(errors)} of {len(msgs)} test "
                            f"clients did not answer ({'; '.join(errors[:3]) or 'timeout'}).")

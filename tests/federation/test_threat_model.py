@@ -144,6 +144,9 @@ def test_a_failing_client_is_reported_and_the_run_completes(served):
     assert len(faults["failed_clients"]) == cfg.federation.rounds  # client 1 fails in every round, alone
     assert all(f["kind"] == "error" and "non-finite" in f["reason"] and str(bad_row) in f["reason"]
                for f in faults["failed_clients"])
+    # one line each: the exception, no Ray traceback, no terminal colour codes
+    assert all("\n" not in f["reason"] and "\x1b" not in f["reason"] and "Traceback" not in f["reason"]
+               for f in faults["failed_clients"])
     prep = pipeline.prepare(cfg, features="none")
     silent = set(prep.ds.user_ids[prep.shards[1]].tolist())
     assert faults["num_users_not_heard_from"] == len(silent)
