@@ -16,11 +16,13 @@ _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|E
 
 
 def one_line(text: str) -> str:
-    """The last exception line of ``text`` (else its last non-empty line), colour codes removed, whitespace
+    """The last exception line with a message of ``text`` (else its last non-empty line), colour codes removed, whitespace
     collapsed, at most `MAX_REASON` characters."""
     lines = [ln.strip() for ln in _ANSI.sub("", str(text)).splitlines() if ln.strip()]
     if not lines:
         return "unknown error (no message)"
     exc = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(("Traceback", "File "))]
+    # Flower wraps the client's exception in a bare "ClientAppException:" line: prefer a line with a message
+    exc = [ln for ln in exc if ln.partition(":")[2].strip()] or exc
     line = " ".join((exc[-1] if exc else lines[-1]).split())
     return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."

@@ -30,3 +30,10 @@ def test_plain_messages_and_long_ones() -> None:
     # a wrapped exception (qualified name) is still found, and the final one wins
     assert one_line("KeyError: 'a'\nDuring handling...\nflwr.common.ClientAppException: boom") == (
         "flwr.common.ClientAppException: boom")
+
+
+def test_flowers_bare_wrapper_line_is_skipped_for_the_inner_exception() -> None:
+    text = ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+            "ValueError: client 1: row 33 is non-finite\n\nThe above exception was the direct cause:\n"
+            "flwr.clientapp.client_app.ClientAppException:\n")
+    assert one_line(text) == "ValueError: client 1: row 33 is non-finite"

@@ -99,6 +99,12 @@ def served(cache_dir, tmp_path_factory):
     broken[bad_row, 0] = np.nan
     broken.flush()
     del broken
+    # The cache's load-time check (tests/extract/test_cache.py) would repair this row before any client sees it;
+    # here the damage stands for one that happens after that check (the entry counts as verified in this process),
+    # so the client's own refusal is what is tested.
+    from fl_privtext.extract import cache as cache_mod
+
+    cache_mod._VERIFIED.add(cache_mod._stamp(path))
     results = run_points(list(cfgs.values()), keep_observations=True)
     return {name: (cfg, res) for (name, cfg), res in zip(cfgs.items(), results)}, bad_row
 
@@ -143,7 +149,7 @@ def test_a_failing_client_is_reported_and_the_run_completes(served):
     faults = point["faults"]
     assert len(faults["failed_clients"]) == cfg.federation.rounds  # client 1 fails in every round, alone
     assert all(f["kind"] == "error" and "non-finite" in f["reason"] and str(bad_row) in f["reason"]
-               for f in faults["failed_clients"])
+               for f in faults["failed_clients"]), [f["reason"] for f in faults["failed_clients"]]
     # one line each: the exception, no Ray traceback, no terminal colour codes
     assert all("\n" not in f["reason"] and "\x1b" not in f["reason"] and "Traceback" not in f["reason"]
                for f in faults["failed_clients"])
