@@ -303,13 +303,15 @@ def extract_cached(
     key = cache.key(ds.fingerprint, identity)
     n = len(ds)
     hit = cache.load(key)
-    if hit is not None and hit.shape[0] == n and not _damaged(cache, key, hit):
+    if hit is not None and hit.shape[0] == n and _verified(cache, key, hit):
         return hit
     with cache.lock(key):
         hit = cache.load(key)  # another process may have finished (or repaired) it while we waited
         if hit is not None and hit.shape[0] == n:
             bad = _damaged(cache, key, hit)
-            return _repair(cache, key, ds, extractor, bad) if bad else hit
+            out = _repair(cache, key, ds, extractor, bad) if bad else hit
+            _VERIFIED.add(_stamp(cache.path(key)))
+            return out
         t0 = time.perf_counter()
         meta: dict[str, Any] = {"fingerprint": ds.fingerprint, "identity": identity, "extractor": repr(extractor)}
         out = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows, metadata=meta)
@@ -329,6 +331,26 @@ def _checksums(arr: np.ndarray, rows: int) -> dict[str, Any]:
     sums = [hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4").tobytes()).hexdigest()
             for a in range(0, len(arr), rows)]
     return {"chunk_rows": rows, "chunk_sha256": sums}
+
+
+_VERIFIED: set[tuple[str, int, int]] = set()  # entries checked in this process: (path, size, mtime_ns)
+
+
+def _stamp(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+def _verified(cache: EmbeddingCache, key: str, arr: np.ndarray) -> bool:
+    """Whether the entry passes `_damaged`'s checks, checked once per process and file version (a sweep maps the
+    same entry for every point); a file written since (its mtime changes) is checked again."""
+    stamp = _stamp(cache.path(key))
+    if stamp in _VERIFIED:
+        return True
+    if _damaged(cache, key, arr):
+        return False
+    _VERIFIED.add(_stamp(cache.path(key)))
+    return True
 
 
 def _damaged(cache: EmbeddingCache, key: str, arr: np.ndarray) -> list[tuple[int, int]]:
