@@ -23,6 +23,13 @@ import pytest
 from fl_privtext.client import ClientData, ClientPolicy, mechanism_for
 from fl_privtext.config import ExperimentConfig
 
+
+def _per_record(cfg: ExperimentConfig, data: Any) -> float:
+    """What one honest upload of a record costs: the mechanism's true worst-case epsilon plus the label's."""
+    rep = mechanism_for(cfg, int(data.features.shape[1])).report()
+    return float(rep.epsilon_worst_case) + cfg.privacy.label_epsilon
+
+
 CAP = 40.0
 BASE = {"run.progress": False, "federation.num-clients": 2, "privacy.label-epsilon": 1.0,
         "client.max-epsilon": CAP, "client.count-epsilon": 1.0, "run.baseline": False}
@@ -160,11 +167,12 @@ def _clipped(cfg: ExperimentConfig, x: np.ndarray) -> np.ndarray:
 
 
 def test_the_honest_request_is_answered_and_charged(attacks):
-    _, d, _, data = attacks
+    cfg, d, _, data = attacks
     up = d["honest"]
     assert isinstance(up, dict) and len(up["rows"])
     _, counts = np.unique(data.user_of(up["rows"]), return_counts=True)
-    assert float(d["honest_ledger"]["charged"]) == pytest.approx(counts.max() * 2.0)  # (1 + 1) per record
+    # per record: the representation's TRUE epsilon (1, plus the secure sampler's grid rounding) + the label's 1
+    assert float(d["honest_ledger"]["charged"]) == pytest.approx(counts.max() * _per_record(cfg, data), rel=1e-12)
     assert float(d["honest_ledger"]["ledger-max"]) <= CAP
 
 
@@ -250,7 +258,7 @@ def test_the_ledger_never_exceeds_the_cap_and_persists(attacks):
     rows = np.asarray(data.shards[node])
     expected = np.zeros(len(ids))
     u, c = np.unique(data.user_of(rows), return_counts=True)
-    expected[np.searchsorted(ids, u)] += 2.0 * c
+    expected[np.searchsorted(ids, u)] += _per_record(cfg, data) * c
     test_rows = rows[np.asarray(data.test)[rows]]
     u, c = np.unique(data.user_of(test_rows), return_counts=True)
     expected[np.searchsorted(ids, u)] += 1.0 * c
