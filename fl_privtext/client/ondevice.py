@@ -72,10 +72,14 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: 
         raise Refused(f"this client holds {len(np.unique(users))} test users, fewer than its client.min-count = "
                       f"{min_count}; no on-device answer")
     feats = data.features if features is None else features
-    if feats is None:
-        raise ValueError(f"client {client}: no cached features to evaluate on.")
-    x = np.asarray(feats[np.sort(rows)], np.float64)
     rows = np.sort(rows)
+    if feats is not None:
+        x = np.asarray(feats[rows], np.float64)
+    elif getattr(data, "texts", None) is not None and getattr(data, "extractor", None) is not None:
+        pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]  # no cache: extract here
+        x = np.asarray(data.extractor.extract([data.texts[i] for i in rows], pairs, progress=False), np.float64)
+    else:
+        raise ValueError(f"client {client}: no cached features and no texts to evaluate on.")
     if not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations among its test records.")
     mech = mechanism_for(cfg, x.shape[1])

@@ -179,7 +179,7 @@ def test_mrpc_counts(data_root):
 def test_every_staged_dataset_is_registered():
     assert set(DATASETS) == {
         "default", "blog", "ag_news", "trustpilot_us", "trustpilot_dk", "imdb", "amazon", "yelp", "snips", "mrpc",
-        "csv", "synthetic",
+        "csv", "hf", "synthetic",
     }  # fmt: skip
 
 
