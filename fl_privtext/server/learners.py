@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from fl_privtext import rng
+
 __all__ = [
     "LDA",
     "LEARNERS",
@@ -254,7 +256,7 @@ class Linear:
         from sklearn.linear_model import LogisticRegressionCV
 
         if len(x) > MAX_LINEAR_ROWS:
-            keep = np.sort(np.random.default_rng(self.seed).choice(len(x), MAX_LINEAR_ROWS, replace=False))
+            keep = np.sort(rng.generator(self.seed, "server", "linear-rows").choice(len(x), MAX_LINEAR_ROWS, replace=False))
             x, y = x[keep], y[keep]
         x = np.asarray(x, np.float64)
         self.mean, self.std = x.mean(0), x.std(0) + 1e-6
