@@ -47,7 +47,8 @@ def test_docs_api_example_runs(tmp_path, monkeypatch, cache_dir, capsys):
     out = tmp_path / "runs" / "notebook-demo"
     assert result.output_dir.resolve() == out.resolve()
     assert json.loads((out / "results.json").read_text())["utility"]["accuracy"] == result.accuracy
-    assert result["privacy"]["epsilon_worst_case"] == 2.0 and 0 <= result.accuracy <= 1
+    # the secure sampler's grid rounding adds ~1e-6 to the true epsilon (privacy/exact.py)
+    assert result["privacy"]["epsilon_worst_case"] == pytest.approx(2.0, abs=1e-5) and 0 <= result.accuracy <= 1
 
     # metrics.jsonl: one line per round and seed of each served point, then the final lines
     lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
