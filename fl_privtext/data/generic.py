@@ -325,6 +325,8 @@ def load_csv(
             raise row_error(file, ln, f"column {column!r} expected a non-empty value, found {value!r}.")
         return s
 
+    if hf and not split:
+        split = HF_SPLIT_KEY  # each row's split as _records reads it: a DatasetDict's split name, else "all"
     for ln, get in _records(
         file, fmt, delimiter=delimiter, encoding=encoding, header=bool(header), quoting=quoting, needed=needed
     ):
@@ -433,9 +435,6 @@ def load_csv(
                     )
                 mat[i, pos_m[x]] = 1
         attrs.append((AttributeSpec(a, "multilabel", classes), mat))
-    if hf and not split and any(x != "all" for x in _hf_split_names(file)):
-        splits = [str(x) for x in _hf_split_names(file)]  # a DatasetDict's own splits (data.split = source)
-        split = HF_SPLIT_KEY
     ds_name = name or (f"hf:{file.name}" if hf else f"csv:{file.name}")
     return make_text_dataset(
         ds_name,
@@ -447,10 +446,6 @@ def load_csv(
         user_ids=users if user else None,
         splits=splits if split else "all",
     )
-
-
-def _hf_split_names(path: Path) -> list[str]:
-    return _hf_table(path)[1]
 
 
 def load_hf(
