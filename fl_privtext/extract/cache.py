@@ -373,16 +373,21 @@ def _damaged(cache: EmbeddingCache, key: str, arr: np.ndarray) -> list[tuple[int
     return bad
 
 
+def _text_columns(ds: _DatasetLike) -> tuple[Sequence[str], Sequence[str] | None]:
+    """The texts (and pairs) to extract: the dataset's lazy Arrow columns when it has them, else its lists."""
+    texts = getattr(ds, "text_column", None)
+    if texts is None:
+        return ds.texts, ds.text_pairs
+    return texts, getattr(ds, "text_pair_column", None)
+
+
 def _repair(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extractor,
             bad: list[tuple[int, int]]) -> np.ndarray:
     """Re-extract the damaged row ranges into the cache file in place, then rewrite its checksums."""
     path = cache.path(key)
     log.warning("feature cache %s: rows %s failed their checksum or hold non-finite values; re-extracting them",
                 path.name, ", ".join(f"{a}-{b - 1}" for a, b in bad[:5]) + (" ..." if len(bad) > 5 else ""))
-    texts = getattr(ds, "text_column", None)
-    pairs = getattr(ds, "text_pair_column", None) if texts is not None else None
-    if texts is None:
-        texts, pairs = ds.texts, ds.text_pairs
+    texts, pairs = _text_columns(ds)
     arr = np.load(path, mmap_mode="r+", allow_pickle=False)
     for a, b in bad:
         part, _ = _extract_one(extractor, texts[a:b], None if pairs is None else pairs[a:b])
@@ -413,10 +418,7 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
     from tqdm.auto import tqdm
 
     n = len(ds)
-    texts = getattr(ds, "text_column", None)
-    pairs = getattr(ds, "text_pair_column", None) if texts is not None else None
-    if texts is None:
-        texts, pairs = ds.texts, ds.text_pairs
+    texts, pairs = _text_columns(ds)
     if n == 0:
         return cache.store(key, np.asarray(extractor.extract([], None if pairs is None else [], progress=False),
                                            np.float32).reshape(0, -1), metadata)
