@@ -341,8 +341,8 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
         refused_rounds = []
     bar.close()
     if not out:
-        reasons = "; ".join(f["reason"] for r in refused_rounds for f in r["failures"][:2])
-        raise RuntimeError(f"Every client refused the first round ({reasons}).")
+        reasons = "; ".join(dict.fromkeys(f["reason"] for r in refused_rounds for f in r["failures"]))
+        raise ValueError(f"Every client refused the first round, nothing was released ({reasons}).")
     return out
 
 
@@ -488,6 +488,8 @@ def ledger_summary(collected: Sequence[Collected], on_device_results: Sequence[d
     stopped = [{"seed": s["seed"], "round": s["round"]} for c in collected for s in c.refused]
     return {"per_user": {"max_epsilon_charged": json_number(max(tops)) if tops else "not reported"},
             "replies_reporting": len(tops), "refusals": refusals,
+            # records a client kept back because their users had spent their budgets (partial releases)
+            "records_withheld": sum(int(e.get("withheld", 0)) for e in entries),
             "stopped_at": stopped[0] if stopped else None,
             "note": ("each client's own ledger (basic composition, enforced before every release against "
                      "client.max-epsilon); replies carry what was charged")}

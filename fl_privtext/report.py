@@ -333,7 +333,8 @@ def table(results: dict[str, Any]) -> str:
     if led:
         lines.append(f"clients' own ledgers: largest per-user total charged "
                      f"{_fmt(led.get('per_user', {}).get('max_epsilon_charged', '-'))}; "
-                     f"{len(led.get('refusals', []))} refusal(s)")
+                     f"{len(led.get('refusals', []))} refusal(s); "
+                     f"{led.get('records_withheld', 0)} record(s) withheld at their users' caps")
         if led.get("stopped_at"):
             first = (led.get("refusals") or [{}])[0]
             lines.append(f"STOPPED: every client refused seed {led['stopped_at']['seed']} round "

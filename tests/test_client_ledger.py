@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from fl_privtext.client import (
     release_on_device,
     release_upload,
 )
+from fl_privtext.client.guard import within_budget
 from fl_privtext.config import ExperimentConfig
 
 
@@ -72,14 +74,32 @@ def test_a_repeated_request_gets_the_stored_answer_and_a_restarted_client_keeps_
     assert not list(tmp_path.rglob("*.tmp"))  # atomic writes leave no temporary file
 
 
-def test_the_cap_refuses_a_release_before_it_leaves(tmp_path):
+def test_the_cap_keeps_each_release_within_every_users_budget_and_then_refuses(tmp_path):
     cfg = ExperimentConfig.from_flat({**CLOSED, "client.max-epsilon": 45.0})
     data, policy = _data(), ClientPolicy.from_points([cfg])
-    release_upload(data, 0, cfg, 0, 0, policy=policy, state_dir=str(tmp_path), client_seed=None)  # 20
-    release_upload(data, 0, cfg, 0, 1, policy=policy, state_dir=str(tmp_path), client_seed=None)  # 40
-    with pytest.raises(Refused, match=r"^refused: user 0 would reach epsilon 60 .* client.max-epsilon = 45"):
-        release_upload(data, 0, cfg, 0, 2, policy=policy, state_dir=str(tmp_path), client_seed=None)
-    assert Ledger(tmp_path, 0, policy.entries[0].scope).max_total() == pytest.approx(40.0)  # nothing charged
+    kw: dict[str, Any] = {"policy": policy, "state_dir": str(tmp_path), "client_seed": None}
+    full, _ = release_upload(data, 0, cfg, 0, 0, **kw)  # 8 records x 2.5 = 20
+    release_upload(data, 0, cfg, 0, 1, **kw)  # 40
+    # 5 left = 2 records at 2.5: the first two of this round's records leave, the other six are withheld
+    part, charged = release_upload(data, 0, cfg, 0, 2, **kw)
+    assert len(part.rows) == 2 and part.rows.tolist() == full.rows[:2].tolist()
+    assert charged["withheld"] == 6 and charged["charged"] == pytest.approx(5.0)
+    again, replay = release_upload(data, 0, cfg, 0, 2, **kw)  # a replay: the same two records, the same noise
+    np.testing.assert_array_equal(again.features, part.features)
+    assert replay["replayed"] == 1 and replay["withheld"] == 6
+    with pytest.raises(Refused, match=r"^refused: every user in this release has spent its budget .*= 45"):
+        release_upload(data, 0, cfg, 1, 0, **kw)
+    assert Ledger(tmp_path, 0, policy.entries[0].scope).max_total() == pytest.approx(45.0)  # never past the cap
+
+
+def test_within_budget_gives_each_user_its_first_records_up_to_its_room():
+    users = np.array([3, 1, 3, 3, 1, 7])
+    spent = {1: 0.0, 3: 1.0, 7: 2.0}
+    keep = within_budget(users, lambda ids: np.array([spent[int(u)] for u in ids]), 1.0, 2.0)
+    # user 3 has room for 1 record (its first), user 1 for 2 (both), user 7 for none
+    assert keep.tolist() == [True, True, False, False, True, False]
+    assert within_budget(users, lambda ids: np.zeros(len(ids)), math.inf, 10.0).tolist() == [False] * 6
+    assert within_budget(users, lambda ids: np.zeros(len(ids)), 1.0, math.inf).all()
 
 
 @pytest.mark.parametrize("change,needle", [

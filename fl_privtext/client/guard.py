@@ -75,19 +75,57 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
     key = _key("upload", seed, rnd, point_key(cfg), data_key)
     made: list[Upload] = []
 
-    def compute() -> tuple[dict[str, np.ndarray], np.ndarray, float]:
-        # The stored answer is the root of this release's noise, not the upload (an upload's size on disk per
-        # round, at a million users GBs): a 128-bit secret from the OS, kept only in the client's own state (or the
-        # reproducible client seed); a replay recomputes the identical upload from it.
+    def compute(spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
+        # The stored answer is the root of this release's noise (and which records fit the users' budgets), not the
+        # upload (an upload's size on disk per round, at a million users GBs): a 128-bit secret from the OS, kept
+        # only in the client's own state (or the reproducible client seed); a replay recomputes the same upload.
         root = client_seed if client_seed is not None else secrets.randbits(128)
         up = client_upload(data, client, rnd, seed, cfg, client_seed=root)
-        made.append(up)
-        eps = upload_epsilon(cfg, data.num_classes, up.input_dim) if len(up.rows) else 0.0
-        return {"root": np.array(str(root))}, data.user_of(up.rows), eps
+        if not len(up.rows):
+            made.append(up)
+            return {"root": np.array(str(root))}, np.zeros(0, np.int64), 0.0
+        eps = upload_epsilon(cfg, data.num_classes, up.input_dim)
+        users = data.user_of(up.rows)
+        keep = within_budget(users, spent, eps, entry.client.max_epsilon)
+        if not keep.any():
+            raise Refused(f"every user in this release has spent its budget ({len(np.unique(users))} users; "
+                          f"{eps:.6g} per record, client.max-epsilon = {entry.client.max_epsilon:g})")
+        made.append(_subset(up, keep))
+        answer = {"root": np.array(str(root))} | ({} if keep.all() else {"keep": keep})
+        return answer, users[keep], eps
 
     stored, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
-    up = made[0] if made else client_upload(data, client, rnd, seed, cfg, client_seed=int(str(stored["root"])))
-    return up, _stats(entry.scope, charged, top, replayed)
+    if made:
+        up = made[0]
+    else:
+        up = client_upload(data, client, rnd, seed, cfg, client_seed=int(str(stored["root"])))
+        if "keep" in stored:
+            up = _subset(up, np.asarray(stored["keep"], bool))
+    stats = _stats(entry.scope, charged, top, replayed)
+    stats["withheld"] = int(len(stored["keep"]) - np.count_nonzero(stored["keep"])) if "keep" in stored else 0
+    return up, stats
+
+
+def within_budget(users: np.ndarray, spent: Any, eps: float, cap: float) -> np.ndarray:
+    """Which records of a release fit their users' remaining budgets: a user who has spent ``spent(user)`` releases
+    at most floor((cap - spent) / eps) of its records here, the first ones in upload order; the rest are withheld
+    (never sent). Under an infinite cap every record fits."""
+    users = np.asarray(users, np.int64)
+    if math.isinf(cap) or eps <= 0:
+        return np.ones(len(users), bool)
+    if math.isinf(eps):
+        return np.zeros(len(users), bool)
+    ids, inv = np.unique(users, return_inverse=True)
+    room = np.floor((cap - spent(ids)) / eps * (1 + 1e-12) + 1e-9)
+    order = np.argsort(inv, kind="stable")
+    rank = np.empty(len(users), np.int64)  # 0 for a user's first record in this release, 1 for its second, ...
+    starts = np.searchsorted(inv[order], np.arange(len(ids)))
+    rank[order] = np.arange(len(users)) - starts[inv[order]]
+    return rank < room[inv]
+
+
+def _subset(up: Upload, keep: np.ndarray) -> Upload:
+    return Upload(up.features[keep], up.labels[keep], up.rows[keep], up.input_dim)
 
 
 def release_on_device(data: ClientData, client: int, request: ExperimentConfig, seed: int,
@@ -101,7 +139,7 @@ def release_on_device(data: ClientData, client: int, request: ExperimentConfig, 
     ledger = Ledger(state_dir, client, entry.scope)
     key = _key("on-device", seed, point_key(cfg), data_key)  # the model is not in the key: one answer per seed
 
-    def compute() -> tuple[dict[str, np.ndarray], np.ndarray, float]:
+    def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         g = client_generator(client_seed, "on-device", point_key(cfg), seed, client)
         answer = on_device_answer(data, client, model, cfg, entry.client.count_epsilon, entry.client.min_count, g,
                                   features=features)
@@ -123,7 +161,7 @@ def release_phase_a(kind: str, users: np.ndarray, request: ExperimentConfig, nod
     ledger = Ledger(state_dir, node, entry.scope)
     key = _key("phase-a", kind, server_round, digest)
     answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon,
-                                                    lambda: (compute(), users, math.inf))
+                                                    lambda _spent: (compute(), users, math.inf))
     return answer, _stats(entry.scope, charged, top, replayed)
 
 

@@ -68,19 +68,29 @@ class Ledger:
         with np.load(path) as z:
             return {k: z[k] for k in z.files}
 
-    def release(self, key: str, cap: float, compute: Callable[[], tuple[dict[str, np.ndarray], np.ndarray, float]]
+    def release(self, key: str, cap: float,
+                compute: Callable[[Callable[[np.ndarray], np.ndarray]], tuple[dict[str, np.ndarray], np.ndarray, float]]
                 ) -> tuple[dict[str, np.ndarray], float, float, bool]:
         """A release under ``key``: a key already answered returns its stored answer and charges nothing; else
-        ``compute()`` gives (answer, users, epsilon), ``epsilon`` is charged to every entry of ``users`` (one per
-        release: repeats count again) unless a user would pass ``cap`` (`Refused`: the answer is dropped, nothing
-        leaves), and the answer is stored. Computing is not releasing: only the returned answer leaves.
-        Returns (answer, the largest charge to one user by this release, the largest total after it, replayed)."""
+        ``compute(spent)`` gives (answer, users, epsilon), ``epsilon`` is charged to every entry of ``users`` (one
+        per release: repeats count again) unless a user would pass ``cap`` (`Refused`: the answer is dropped,
+        nothing leaves), and the answer is stored. ``spent(user ids)`` gives those users' totals so far, so that
+        ``compute`` can keep a release within every user's remaining budget. Computing is not releasing: only the
+        returned answer leaves. Returns (answer, the largest charge to one user by this release, the largest total
+        after it, replayed)."""
         with self._locked():
             old = self.stored(key)
             ids, eps = self._read()
             if old is not None:
                 return old, 0.0, float(eps.max()) if len(eps) else 0.0, True
-            answer, users, epsilon = compute()
+
+            def spent(users: np.ndarray) -> np.ndarray:
+                users = np.asarray(users, np.int64)
+                pos = np.clip(np.searchsorted(ids, users), 0, max(len(ids) - 1, 0))
+                known = (pos < len(ids)) & (ids[pos] == users) if len(ids) else np.zeros(len(users), bool)
+                return np.where(known, eps[pos] if len(ids) else 0.0, 0.0)
+
+            answer, users, epsilon = compute(spent)
             add_ids, counts = np.unique(np.asarray(users, np.int64), return_counts=True)
             all_ids = np.union1d(ids, add_ids)
             totals = np.zeros(len(all_ids), np.float64)

@@ -93,7 +93,7 @@ def test_no_raw_text_or_raw_representation_leaves_a_client(points):
         # the only config record: where the reply was computed (public metadata, like the sender's node id)
         assert set(obs.configs) == {"placement", "ledger"} and set(obs.configs["placement"]) == {"host", "ray-node"}
         # what the client charged in its own ledger (issue #22): public accounting, no data
-        assert set(obs.configs["ledger"]) == {"charged", "ledger-max", "replayed", "scope"}
+        assert set(obs.configs["ledger"]) == {"charged", "ledger-max", "replayed", "scope", "withheld"}
         assert all(isinstance(v, str) for v in obs.configs["placement"].values())
         assert set(obs.arrays["upload"]) == set(pipeline.UPLOAD_KEYS)
         assert set(obs.metrics) == {"stats"}

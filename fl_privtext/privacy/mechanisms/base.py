@@ -45,7 +45,7 @@ SECURE_SAMPLER = (
 SAMPLERS = ("float", "secure")
 # The secure sampler's privacy map is evaluated at the sensitivity inflated by FLOAT32_SLACK: the normalised input is
 # rounded to float32 (each coordinate by <= 2^-24 relative), so its norm can exceed the bound by that much. The
-# correct mechanisms widen their noise by SECURE_MARGIN so that the mapped epsilon stays <= the nominal one.
+# Laplace mechanisms calibrate their scale (samplers.secure_laplace_scale) so that the mapped epsilon stays <= the nominal one.
 FLOAT32_SLACK = 1.0 + 2.0**-22
 SECURE_MARGIN = 1.0 + 2.0**-20
 # A per-bit probability below 2^-53 (or above 1 - 2^-53) cannot be realised by comparing 53-bit uniforms.

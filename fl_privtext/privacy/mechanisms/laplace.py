@@ -15,7 +15,6 @@ from fl_privtext.privacy.mechanisms.base import (
     DPNR_PAPER,
     FLOAT32_SLACK,
     FLOAT_SAMPLER,
-    SECURE_MARGIN,
     SECURE_SAMPLER,
     Mechanism,
     _dim,
@@ -70,6 +69,13 @@ class LaplaceMechanism(Mechanism):
         noisy = samplers.laplace_noise(c.shape, self.noise_scale, rng)
         noisy += c
         return Stage(noisy, {"method": "laplace", "noise_scale": self.noise_scale})
+
+    def _calibrated(self, l1_sensitivity: float) -> float:
+        """Scale for ``epsilon`` at ``l1_sensitivity``; the secure sampler's scale keeps its true epsilon (float32
+        input rounding and grid rounding included) at or under the nominal one."""
+        if self.sampler != "secure":
+            return l1_sensitivity / self.epsilon
+        return samplers.secure_laplace_scale(self.epsilon, l1_sensitivity * FLOAT32_SLACK, int(self.dim or 1))
 
     @property
     def claimed_epsilon(self) -> float:
@@ -206,7 +212,7 @@ class LaplaceL1(LaplaceMechanism):
 
     @property
     def noise_scale(self) -> float:
-        return 2.0 * self.clip_norm / self.epsilon * (SECURE_MARGIN if self.sampler == "secure" else 1.0)
+        return self._calibrated(2.0 * self.clip_norm)
 
     @property
     def l1_sensitivity(self) -> float:
@@ -242,7 +248,7 @@ class LaplaceBox(LaplaceMechanism):
 
     @property
     def noise_scale(self) -> float:
-        return self.l1_sensitivity / self.epsilon * (SECURE_MARGIN if self.sampler == "secure" else 1.0)
+        return self._calibrated(self.l1_sensitivity)
 
     @property
     def l1_sensitivity(self) -> float:

@@ -47,6 +47,18 @@ def laplace_epsilon(scale: float, l1_sensitivity: float, dim: int) -> float:
     return exact.laplace_epsilon(scale, l1_sensitivity, dim)
 
 
+def secure_laplace_scale(epsilon: float, l1_sensitivity: float, dim: int) -> float:
+    """The Laplace scale whose :func:`laplace_epsilon` is <= ``epsilon`` (grid rounding included), so that a secure
+    release never costs more than its nominal epsilon: the grid is <= 2^-24 of the scale, so the rounding adds at most
+    ``dim`` * 2^-24 to the epsilon, and the scale is widened by exactly that room."""
+    room = epsilon - dim * 2.0**-exact.GRID_BITS
+    if not room > 0:
+        raise ValueError(f"The secure Laplace sampler cannot reach epsilon {epsilon:g} in dimension {dim}: its grid "
+                         f"rounding alone costs {dim * 2.0**-exact.GRID_BITS:.3g}; use sampler='float' or fewer "
+                         "dimensions.")
+    return l1_sensitivity / room
+
+
 def gaussian_epsilon(std: float, l2_sensitivity: float, delta: float, dim: int) -> float:
     """Epsilon at ``delta`` of one :func:`secure_gaussian` release: the discrete Gaussian is (Delta^2 / 2 sigma^2)-zCDP
     (CKS 2020, Theorem 14) at the grid-rounded sensitivity; OpenDP's map and zCDP -> (eps, delta) conversion of a
