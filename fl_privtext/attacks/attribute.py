@@ -33,9 +33,9 @@ is not significant: a weak but real model is still the attacker's best guess.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -47,7 +47,14 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
 
-FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")  # tie-break order: simplest first
+FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
+# the one-standard-error rule's order (simplest first): the exact noise law, then models of growing capacity
+SIMPLICITY = ("likelihood", "centroid", "lda", "linear", "logistic", "mlp")
+T = TypeVar("T")
+
+
+def _simplicity(family: str) -> int:
+    return SIMPLICITY.index(family) if family in SIMPLICITY else len(SIMPLICITY)
 SERVER_LEARNERS = ("centroid", "lda", "linear")  # fl_privtext.server.learners
 COMBINATIONS = ("sum_log", "mean_prob")
 Z_BETA = 0.8416  # 80% power
@@ -290,6 +297,23 @@ def paired_test(learned: np.ndarray, prior: np.ndarray, tried: int) -> dict[str,
                         f"{len(d)} known; smallest detectable advantage {mda:.3f}")}
 
 
+def one_se_choice(candidates: Sequence[T], hits_of: Callable[[T], np.ndarray]) -> T | None:
+    """The one-standard-error rule (Breiman et al. 1984, CART Sec. 3.4; Hastie, Tibshirani & Friedman, ESL Sec. 7.10):
+    of ``candidates`` ordered simplest first, the first whose out-of-fold correctness is within one paired standard
+    error of the best one's. Between near-equal attackers the choice then does not hinge on the last float digit of
+    one fit (an over-fitted winner of the fold lottery answers worse on the targets), and the attack stays as strong
+    as the data can tell apart."""
+    if not candidates:
+        return None
+    best = max(candidates, key=lambda c: float(np.mean(hits_of(c))))
+    for c in candidates:
+        d = np.asarray(hits_of(best), np.float64) - np.asarray(hits_of(c), np.float64)
+        se = float(d.std(ddof=1)) / math.sqrt(len(d)) if len(d) > 1 else 0.0
+        if float(d.mean()) <= se:
+            return c
+    return best
+
+
 def families_of(cfg: Any) -> list[str]:
     """The attacker families tried: ``attack.families`` plus the server's learners (``attack.learner = auto``), or
     the one learner ``attack.learner`` names."""
@@ -364,11 +388,12 @@ def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
     avail = [f for f in families if f in oofs]
 
     def best_upload() -> str | None:
-        return max(avail, key=lambda f: table[f]["oof_upload_accuracy"], default=None)
+        return one_se_choice(sorted(avail, key=_simplicity), lambda f: hits[f])
 
     def best_user() -> tuple[str, str] | None:
-        opts = [(f, h) for f in avail for h in COMBINATIONS if f"oof_user_accuracy_{h}" in table[f]]
-        return max(opts, key=lambda fh: table[fh[0]][f"oof_user_accuracy_{fh[1]}"], default=None)
+        opts = [(f, h) for f in sorted(avail, key=_simplicity) for h in COMBINATIONS
+                if f"oof_user_accuracy_{h}" in table[f]]
+        return one_se_choice(opts, lambda fh: hits[f"{fh[0]}+{fh[1]}"])
 
     fam_up, fam_user = best_upload(), best_user()
     targets = np.flatnonzero(view.target_mask())
