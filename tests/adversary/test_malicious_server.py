@@ -43,10 +43,14 @@ def _config(cache_dir: Any) -> ExperimentConfig:
 
 def _run(cfg: ExperimentConfig, defend: bool, state_dir: str) -> dict[str, Any]:
     """One simulation of the malicious ServerApp; what it learned, as a dict."""
+    import torch
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
+    from fl_privtext import pipeline
+    from fl_privtext.encoders import build_model, trainable_state
+    from fl_privtext.encoders.model import spec_from
     from fl_privtext.federation import runner
     from fl_privtext.federation.client_app import build_app
     from fl_privtext.federation.server_app import _query, _wait_for_nodes
@@ -129,13 +133,23 @@ def _run(cfg: ExperimentConfig, defend: bool, state_dir: str) -> dict[str, Any]:
         out["target"] = target
         out["row_targeting"] = evaluate(grid, node, const(0), [target])
         out["evaluate_other_seed"] = evaluate(grid, node, const(0), [target], seed=5)
-        # harvesting Phase A: a train message asking for this client's update of a (fake) global model
-        train_cfg = ConfigRecord({**{k: v for k, v in server_cfg.to_flat().items() if not k.startswith("client.")},
-                                  "server-round": 1})
-        msg = Message(RecordDict({"arrays": ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
-                                  "config": train_cfg}), dst_node_id=node, message_type="train")
-        (reply,) = list(grid.send_and_receive([msg], timeout=120))
-        out["phase_a"] = str(reply.error.reason) if reply.has_error() else "answered"
+        # harvesting Phase A: a train message asking for this client's update of a real global model (a small
+        # trunk encoder built exactly as the honest server builds it)
+        harvest = ExperimentConfig.from_flat({"train.rounds": 1, "train.hidden": 16}, server_cfg)
+        flat = {k: v for k, v in harvest.to_flat().items() if not k.startswith("client.")}
+        spec = spec_from(pipeline.prepare(harvest, features="none"))
+        initial = trainable_state(build_model(harvest.train, spec, torch.Generator().manual_seed(0)))
+        out["phase_a_global"] = initial
+        out["phase_a_updates"] = []
+        for target_node in _wait_for_nodes(grid, cfg.federation.num_clients):
+            msg = Message(RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in initial.items()}),
+                                      "config": ConfigRecord({**flat, "server-round": 1})}),
+                          dst_node_id=target_node, message_type="train")
+            (reply,) = list(grid.send_and_receive([msg], timeout=120))
+            out["phase_a_updates"].append(
+                str(reply.error.reason) if reply.has_error() else
+                {k: a.numpy().copy() for k, a in reply.content.array_records["arrays"].items()})
+        out["phase_a"] = next((r for r in out["phase_a_updates"] if isinstance(r, str)), "answered")
 
     policy = ClientPolicy.from_points([cfg]).to_json()
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
@@ -240,8 +254,16 @@ def test_the_evaluate_oracle_gives_no_label_sign_or_value(attacks):
 
 
 def test_phase_a_updates_are_refused_under_a_finite_cap(attacks):
-    _, d, _, _ = attacks
+    _, d, old, _ = attacks
     assert d["phase_a"].startswith("refused:") and "Phase A" in d["phase_a"]
+    assert all(isinstance(r, str) and r.startswith("refused:") for r in d["phase_a_updates"])
+    # the power: the obedient client hands over its update of the real global model, in the clear; each client's
+    # differs from the global model and from the other's (a function of its own users' texts and labels)
+    assert old["phase_a"] == "answered"
+    g = old["phase_a_global"]
+    deltas = [np.concatenate([(u[k] - g[k]).ravel() for k in g]) for u in old["phase_a_updates"]]
+    assert all(np.isfinite(dv).all() and np.abs(dv).max() > 1e-4 for dv in deltas)
+    assert np.abs(deltas[0] - deltas[1]).max() > 1e-4
 
 
 def test_the_ledger_never_exceeds_the_cap_and_persists(attacks):
