@@ -17,6 +17,7 @@ cannot difference two releases to cancel the noise (issue #22).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -66,6 +67,7 @@ SEED_KEY = "run.client-seed"
 SEED_FINGERPRINT_KEY = "run.client-seed-fingerprint"
 
 
+@functools.lru_cache(maxsize=64)
 def seed_fingerprint(client_seed: int) -> str:
     """A fingerprint of a client seed for outputs (results.json, config.toml, published points), never the seed:
     PBKDF2-HMAC-SHA256, 200,000 iterations, 16 hex digits. Whoever holds the seed can check it; a seed from a small
