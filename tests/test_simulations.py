@@ -20,7 +20,7 @@ import sweep
 from fl_privtext.config import ExperimentConfig
 
 TINY = {"server.epochs": 2, "attack.epochs": 2, "run.seeds": 1, "run.progress": False,
-        "federation.num-clients": 2}
+        "federation.num-clients": 2, "server.learner": "centroid"}
 
 
 def _cfg(cache_dir, **sets) -> ExperimentConfig:

@@ -102,6 +102,7 @@ def points(cache_dir) -> list[ExperimentConfig]:
     base = ExperimentConfig.from_flat({
         "privacy.mechanism": "ome", "privacy.lam": 100.0, "federation.num-clients": NUM_CLIENTS,
         "server.epochs": 1, "server.on-device": False, "attack.enabled": False, "run.seeds": 2,
+        "server.learner": "centroid", "run.baseline": False,
         "run.progress": False, "extractor.cache-dir": str(cache_dir)})
     pipeline.prepare(base, features="extract")  # the clients read the cached features (as after the driver's fill)
     return [ExperimentConfig.from_flat({"privacy.epsilon": e}, base) for e in (0.5, 1.0, 2.0, 4.0, 8.0)]

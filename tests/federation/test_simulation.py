@@ -22,7 +22,7 @@ from fl_privtext.report import aggregate
 CLIENT_SEED = 918_273_645  # not a small integer: those are within a brute-forcing server's reach
 FAST = {"server.epochs": 10, "attack.epochs": 15, "run.progress": False, "federation.num-clients": 4,
         "run.client-seed": CLIENT_SEED, "federation.client-threads": 2,
-        "privacy.sampler": "float"}  # reproducible mode is about the seeded stream; secure noise comes from the OS
+        "privacy.sampler": "float", "server.learner": "centroid", "run.baseline": False}  # reproducible mode is about the seeded stream; secure noise comes from the OS
 
 
 def _cfg(cache_dir, **sets) -> ExperimentConfig:

@@ -22,7 +22,7 @@ from fl_privtext.federation.runner import run_points
 from fl_privtext.privacy import label_rr
 
 FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,
-        "federation.rounds": 2, "run.baseline": False}
+        "federation.rounds": 2, "run.baseline": False, "server.learner": "centroid"}
 
 
 def _cfg(cache_dir, **sets) -> ExperimentConfig:

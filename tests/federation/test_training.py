@@ -19,7 +19,8 @@ from fl_privtext.federation.training import dp_fedavg_guarantee
 from fl_privtext.report import aggregate
 
 FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,
-        "train.rounds": 3, "train.hidden": 16, "train.batch-size": 64}
+        "train.rounds": 3, "train.hidden": 16, "train.batch-size": 64, "server.learner": "centroid",
+        "run.baseline": False}
 DP = {"train.dp-clip": 0.5, "train.dp-noise-multiplier": 1.0, "train.clients-per-round": 2}
 
 

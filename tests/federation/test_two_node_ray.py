@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 # 4 virtual clients, one round; no baseline, no attacks, no on-device evaluation, a short server fit: the placement
 # is what is tested.
 TINY = {"federation.num-clients": 4, "federation.rounds": 1, "run.baseline": False, "attack.enabled": False,
-        "server.on-device": False, "server.epochs": 2}
+        "server.on-device": False, "server.epochs": 2, "server.learner": "centroid"}
 
 
 @pytest.mark.skipif(shutil.which("ray") is None, reason="ray CLI not on PATH")
