@@ -29,6 +29,8 @@ output = "out"
 [fixed]
 "server.epochs" = 1
 "attack.epochs" = 1
+"server.learner" = "centroid"
+"run.baseline" = false
 
 [federation]
 num-clients = 2
