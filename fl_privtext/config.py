@@ -18,7 +18,7 @@ Scalar = bool | int | float | str
 EXTRACTOR_NAMES = ("glove", "minilm", "hf")
 EXTRACTOR_PRECISIONS = ("float32", "bf16", "fp16")  # = fl_privtext.extract.transformer.PRECISIONS (no torch import here)
 SAMPLERS = ("float", "secure")
-PARTITION_SCHEMES = ("iid", "dirichlet", "natural")
+PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)

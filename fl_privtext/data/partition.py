@@ -7,6 +7,7 @@ The assignment of USERS to clients is done by flwr-datasets partitioners on a sm
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,9 @@ from fl_privtext.data.splits import seed_generator
 
 __all__ = ["SCHEMES", "partition_users", "user_majority_labels"]
 
-SCHEMES = ("iid", "dirichlet", "natural")
+SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
+LABEL_SCHEMES = ("dirichlet", "shard")  # skew the label distribution: need a task label
+SIZE_SCHEMES = {"linear": "LinearPartitioner", "square": "SquarePartitioner", "exponential": "ExponentialPartitioner"}
 
 
 def _validate_rows(rows: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray:
@@ -81,6 +84,11 @@ def partition_users(
       `num_clients` = None / 0 (or the number of users) each user is its own client, with fewer clients consecutive
       users (in id order, no randomness) are grouped into `num_clients` equal-size (by users) clients.
 
+    - "shard": `ShardPartitioner` (McMahan et al. 2017's pathological split): users sorted by majority label, cut
+      into 2 shards per client, each client gets 2 shards (so about 2 labels).
+    - "linear" / "square" / "exponential": flwr-datasets' size-based partitioners: client i gets a number of
+      (shuffled) users proportional to i+1, (i+1)^2 or e^i (unequal client sizes).
+
     More clients than users raises ValueError naming both numbers. Seeded and reproducible.
     """
     if scheme not in SCHEMES:
@@ -106,10 +114,15 @@ def partition_users(
         )
 
     import datasets
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, NaturalIdPartitioner
+    from flwr_datasets.partitioner import (
+        DirichletPartitioner,
+        IidPartitioner,
+        NaturalIdPartitioner,
+        ShardPartitioner,
+    )
 
     rng = seed_generator(seed, "data", "partition_users", scheme)
-    client_of_user = np.empty(num_users, dtype=np.int64)
+    client_of_user = np.full(num_users, -1, dtype=np.int64)
     if scheme == "natural":
         uniq = np.empty(num_users, dtype=ds.user_ids.dtype)  # the present users' ids, sorted
         uniq[user_of_row] = ds.user_ids[rows_]
@@ -126,6 +139,14 @@ def partition_users(
     else:
         order = rng.permutation(num_users)  # per-user table in a random order (IID shards are contiguous)
         columns: dict[str, list[int]] = {"uid": order.tolist()}
+        if scheme in LABEL_SCHEMES:
+            if not ds.has_labels:
+                raise ValueError(
+                    f"scheme {scheme!r} skews the label distribution, but dataset {ds.name!r} has no task label; "
+                    "use 'iid' or 'natural'."
+                )
+            majority = user_majority_labels(ds.labels[rows_], user_of_row, num_users)
+            columns["label"] = majority[order].tolist()
         if scheme == "dirichlet":
             if (
                 isinstance(alpha, bool)
@@ -133,14 +154,7 @@ def partition_users(
                 or not float(alpha) > 0
             ):
                 raise ValueError(f"alpha (Dirichlet concentration) must be a number > 0, got {alpha!r}.")
-            if not ds.has_labels:
-                raise ValueError(
-                    f"scheme 'dirichlet' skews the label distribution, but dataset {ds.name!r} has no task label; "
-                    "use 'iid' or 'natural'."
-                )
-            majority = user_majority_labels(ds.labels[rows_], user_of_row, num_users)
-            columns["label"] = majority[order].tolist()
-            partitioner = DirichletPartitioner(
+            partitioner: Any = DirichletPartitioner(
                 num_partitions=num_clients,
                 partition_by="label",
                 alpha=float(alpha),
@@ -149,29 +163,31 @@ def partition_users(
                 shuffle=False,
                 seed=int(rng.integers(2**32)),
             )
+        elif scheme == "shard":
+            if num_users < 2 * num_clients:
+                raise ValueError(f"scheme 'shard' deals 2 shards of users per client: {num_clients} clients need at "
+                                 f"least {2 * num_clients} users, got {num_users}.")
+            partitioner = ShardPartitioner(num_partitions=num_clients, partition_by="label",
+                                           num_shards_per_partition=2, keep_incomplete_shard=True, shuffle=True,
+                                           seed=int(rng.integers(2**32)))
+        elif scheme in SIZE_SCHEMES:
+            import flwr_datasets.partitioner as partitioners
+
+            partitioner = getattr(partitioners, SIZE_SCHEMES[scheme])(num_partitions=num_clients)
         else:
             partitioner = IidPartitioner(num_partitions=num_clients)
+        if scheme == "shard":  # the shards are cut from the users sorted by label
+            by_label = np.argsort(np.asarray(columns["label"]), kind="stable")
+            columns = {k: np.asarray(v)[by_label].tolist() for k, v in columns.items()}
         partitioner.dataset = datasets.Dataset.from_dict(columns)
-        uid = np.asarray(columns["uid"], dtype=np.int64)
-        mapping = None
-        if scheme == "dirichlet":
-            # Read the assignment the partitioner computed: load_partition(i) would build one Dataset per client,
-            # which costs ~1 ms each (1,000 clients -> 1 s). Falls back to load_partition if the internals change.
-            try:
-                partitioner._determine_partition_id_to_indices_if_needed()
-                mapping = dict(partitioner._partition_id_to_indices)
-            except AttributeError:
-                mapping = None
-        for pid in range(num_clients):
-            if mapping is not None:
-                idx = np.asarray(mapping[pid], dtype=np.int64)
-                client_of_user[uid[idx]] = pid
-            else:
-                shard = partitioner.load_partition(pid)
-                if shard._indices is None:
-                    client_of_user[shard.data.table.column("uid").to_numpy()] = pid
-                else:
-                    client_of_user[np.asarray(shard["uid"], dtype=np.int64)] = pid
+        try:
+            for pid in range(num_clients):  # flwr-datasets' public API: one partition (a Dataset) per client
+                client_of_user[np.asarray(partitioner.load_partition(pid)["uid"], dtype=np.int64)] = pid
+        except ValueError as exc:
+            raise ValueError(f"flwr-datasets' {type(partitioner).__name__} cannot split {num_users} users into "
+                             f"{num_clients} clients: {str(exc).splitlines()[0]}") from None
+        left = np.flatnonzero(client_of_user < 0)  # users no partition took (a shard remainder): dealt in turn
+        client_of_user[left] = np.arange(len(left)) % num_clients
         client_of_user = _fill_empty(client_of_user, num_clients)
 
     client_of_row = client_of_user[user_of_row]

@@ -91,7 +91,7 @@ def check_partition(ds, rows, parts):
             assert owner.setdefault(u, c) == c  # a user never split across clients
 
 
-@pytest.mark.parametrize("scheme", ["iid", "dirichlet"])
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shard", "linear"])
 def test_partition_covers_rows_and_keeps_users(ds, scheme):
     roles = assign_roles(ds, seed=0)
     rows = np.flatnonzero(roles == "train")
@@ -132,6 +132,24 @@ def test_dirichlet_skews_labels(ds):
     assert abs(d_large - iid) < 0.08  # huge alpha -> IID-like
 
 
+def test_shard_gives_each_client_about_two_labels(ds):
+    iid = label_skew(ds, partition_users(ds, num_clients=20, scheme="iid", seed=0))
+    shard = partition_users(ds, num_clients=20, scheme="shard", seed=0)
+    check_partition(ds, np.arange(len(ds)), shard)
+    # 4 classes, 2 label-sorted shards per client: the top label holds >= half a client's rows, far above IID's
+    assert label_skew(ds, shard) > max(0.5, iid + 0.2)
+
+
+@pytest.mark.parametrize("scheme,growth", [("linear", lambda i: i + 1), ("square", lambda i: (i + 1) ** 2),
+                                           ("exponential", lambda i: np.exp(i))])
+def test_size_based_partitioners_give_growing_clients(ds, scheme, growth):
+    parts = partition_users(ds, num_clients=5, scheme=scheme, seed=0)
+    check_partition(ds, np.arange(len(ds)), parts)
+    users = np.array([len(set(ds.user_ids[p].tolist())) for p in parts], float)
+    want = np.array([growth(i) for i in range(5)], float)
+    np.testing.assert_allclose(users / users.sum(), want / want.sum(), atol=0.02)  # flwr-datasets' size law
+
+
 def test_natural_groups_by_user(ds):
     parts = partition_users(ds, None, num_clients=None, scheme="natural", seed=0)
     assert len(parts) == ds.num_users
@@ -156,7 +174,7 @@ def test_partition_errors(ds):
     small = synthetic(12)
     with pytest.raises(ValueError, match=r"num_clients=13 is more than the 12 users"):
         partition_users(small, None, num_clients=13, seed=0)
-    with pytest.raises(ValueError, match=r"valid schemes are \['iid', 'dirichlet', 'natural'\]"):
+    with pytest.raises(ValueError, match=r"valid schemes are \['iid', 'dirichlet', 'natural', 'shard', 'linear'"):
         partition_users(ds, None, num_clients=3, scheme="pathological", seed=0)
     with pytest.raises(ValueError, match="must not repeat"):
         partition_users(ds, [0, 0, 1], num_clients=1, seed=0)
@@ -167,6 +185,10 @@ def test_partition_errors(ds):
         partition_users(unlabelled, None, num_clients=2, scheme="dirichlet", seed=0)
     with pytest.raises(ValueError, match="positive integer"):
         partition_users(ds, None, num_clients=0, seed=0)
+    with pytest.raises(ValueError, match=r"ExponentialPartitioner cannot split 2000 users into 37 clients"):
+        partition_users(ds, None, num_clients=37, scheme="exponential", seed=0)
+    with pytest.raises(ValueError, match=r"'shard' deals 2 shards of users per client: 7 clients need at least 14"):
+        partition_users(small, None, num_clients=7, scheme="shard", seed=0)
 
 
 def test_partition_scales_to_a_thousand_clients():
