@@ -119,7 +119,6 @@ def summarize_private(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
     debiased accuracy, weighted by its record count; the noise's standard deviation and a 95% CI (normal
     approximation: noise of the randomized response plus the binomial sampling of the test records). Clients that
     refused are listed; none answering gives ``available = False``."""
-    from fl_privtext.client.ondevice import debiased_accuracy
 
     answers = [r for r in replies if "answer" in r]
     refused = [{"node": int(r["node"]), "reason": str(r["refused"])} for r in replies if "refused" in r]
@@ -145,3 +144,17 @@ def summarize_private(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def _scalar(a: Any) -> Any:
     """The one value of a (1,)-shaped answer array."""
     return np.asarray(a).reshape(-1)[0].item()
+
+
+def keep_probability(epsilon: float) -> float:
+    """Binary randomized response at ``epsilon``: the probability that a client's bit is reported as it is."""
+    return math.exp(epsilon) / (1.0 + math.exp(epsilon))
+
+
+def debiased_accuracy(noisy_correct: int, n: int, count_epsilon: float) -> tuple[float, float]:
+    """(unbiased accuracy estimate, its standard deviation from the randomized response) for n records."""
+    p = keep_probability(count_epsilon)
+    if n <= 0:
+        raise ValueError("debiased_accuracy needs n >= 1 records.")
+    est = (noisy_correct / n - (1 - p)) / (2 * p - 1)
+    return est, math.sqrt(p * (1 - p) / n) / (2 * p - 1)

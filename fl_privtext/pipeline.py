@@ -112,21 +112,6 @@ def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int,
     return roles, shards
 
 
-def make_extractor_from(cfg: ExperimentConfig) -> Any:
-    from fl_privtext.extract import make_extractor
-
-    e = cfg.extractor
-    opts: dict[str, Any] = {"max_length": e.max_length, "batch_size": e.batch_size or None, "pooling": e.pooling,
-                            "precision": e.precision}  # batch size 0 = auto (None: 64 on CPU, 256 on CUDA)
-    if e.name == "glove":
-        opts = {}
-    if e.model:
-        opts["model"] = e.model
-    if e.device and e.name != "glove":
-        opts["device"] = e.device
-    return make_extractor(e.name, **opts)
-
-
 def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool = False) -> Prepared:
     """Load data, split users into roles and clients, and get the (cached) features.
 
@@ -134,7 +119,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     "cached" only memory-maps an existing cache (a client that finds none extracts its own rows on demand);
     "none" skips them (the server never needs representations other than the uploads).
     """
-    from fl_privtext.extract import EmbeddingCache, extract_cached
+    from fl_privtext.extract import EmbeddingCache, extract_cached, make_extractor_from
 
     return_freed_arrays()  # large temporaries go back to the OS when freed (fl_privtext.memory)
     t0 = time.perf_counter()

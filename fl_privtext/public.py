@@ -31,9 +31,7 @@ def check_public_data(cfg: ExperimentConfig) -> str:
 def public_features(cfg: ExperimentConfig) -> np.ndarray:
     """(n, dim) representations of the public dataset with the experiment's extractor (cached on disk)."""
     from fl_privtext.data import load_dataset
-    from fl_privtext.extract import extract_cached
-    from fl_privtext.pipeline import make_extractor_from
-
+    from fl_privtext.extract import extract_cached, make_extractor_from
     ds = load_dataset(check_public_data(cfg), data_root=cfg.data.root or None)
     return np.asarray(extract_cached(ds, make_extractor_from(cfg), cfg.extractor.cache_dir or None, progress=False))
 

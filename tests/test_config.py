@@ -88,7 +88,7 @@ def test_scale_budgets_are_checked_with_their_key_names():
 
 
 def test_extractor_precision_and_auto_batch_size_reach_the_extractor():
-    from fl_privtext.pipeline import make_extractor_from
+    from fl_privtext.extract import make_extractor_from
 
     cfg = ExperimentConfig.from_flat({"extractor.name": "minilm", "extractor.precision": "bf16", "extractor.device": "cpu"})
     assert cfg.extractor.batch_size == 0  # auto

@@ -14,25 +14,20 @@ chose, so the model cannot act as an oracle on clean data (a constant model, a o
 see one RR bit per record). A user with m records is charged m * count-epsilon in the client's ledger.
 
 The server debiases: accuracy = (S / n - (1 - p)) / (2p - 1), whose standard deviation from the noise alone is
-sqrt(p (1 - p) / n) / (2p - 1) (`debiased_accuracy`).
+sqrt(p (1 - p) / n) / (2p - 1) (`fl_privtext.ondevice.debiased_accuracy`, the server's side).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from fl_privtext.client.policy import Refused
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.ondevice import check_model, mlp_logits
+from fl_privtext.ondevice import check_model, keep_probability, mlp_logits
 
 MAX_LAYERS = 2  # the server's learner: logistic regression (1 layer) or a one-hidden-layer MLP (2)
-
-
-def keep_probability(epsilon: float) -> float:
-    return math.exp(epsilon) / (1.0 + math.exp(epsilon))
 
 
 def validate_model(model: dict[str, np.ndarray], in_width: int, num_classes: int) -> None:
@@ -91,12 +86,3 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: 
     noisy = np.where(flip, ~correct, correct)
     return {"noisy-correct": np.array([int(noisy.sum())], np.int64), "n": np.array([len(rows)], np.int64),
             "count-epsilon": np.array([float(count_epsilon)], np.float64)}
-
-
-def debiased_accuracy(noisy_correct: int, n: int, count_epsilon: float) -> tuple[float, float]:
-    """(unbiased accuracy estimate, its standard deviation from the randomized response) for n records."""
-    p = keep_probability(count_epsilon)
-    if n <= 0:
-        raise ValueError("debiased_accuracy needs n >= 1 records.")
-    est = (noisy_correct / n - (1 - p)) / (2 * p - 1)
-    return est, math.sqrt(p * (1 - p) / n) / (2 * p - 1)

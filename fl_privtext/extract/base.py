@@ -79,3 +79,18 @@ def make_extractor(name: str, **opts: Any) -> Extractor:
         )
     ext: Extractor = cls(**opts)
     return ext
+
+
+def make_extractor_from(cfg: Any) -> Extractor:
+    """The extractor an experiment config's ``[extractor]`` section names (``cfg.extractor``: name, model, device,
+    pooling, max_length, batch_size (0 = auto: 64 on CPU, 256 on CUDA), precision)."""
+    e = cfg.extractor
+    opts: dict[str, Any] = {"max_length": e.max_length, "batch_size": e.batch_size or None, "pooling": e.pooling,
+                            "precision": e.precision}
+    if e.name == "glove":
+        opts = {}
+    if e.model:
+        opts["model"] = e.model
+    if e.device and e.name != "glove":
+        opts["device"] = e.device
+    return make_extractor(e.name, **opts)
