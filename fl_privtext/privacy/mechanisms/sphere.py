@@ -31,12 +31,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fl_privtext.privacy import exact
 from fl_privtext.privacy.mechanisms.base import (
     COMPOSITION,
+    FLOAT_SAMPLER,
     REPLACEMENT,
     Mechanism,
     _dim,
     _positive,
+    _sampler,
     _set,
 )
 from fl_privtext.privacy.projection import PROJECTIONS, PublicProjection, random_projection
@@ -216,6 +219,96 @@ def privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibrati
     m = phi * (p / q - (1.0 - p) / (1.0 - q))
     ew2 = p * (1.0 + t * phi / q) + (1.0 - p) * (1.0 - t * phi / (1.0 - q))
     return CapCalibration(p, q, t, m, (dim - 1.0 + ew2) / (m * m) - 1.0)
+
+
+SECURE_SIGMA = 64.0  # sigma of the secure PrivUnitG base law, in grid units (one grid step = sigma / 64)
+TWO53 = 1 << 53
+SECURE_PRIVUNITG = (
+    "sampler='secure' (PrivUnitG): the input is rounded coordinate-wise to a sign vertex s in {-1, +1}^k, "
+    "E[s] = x / C (Duchi et al. 2018); the output is C k / M * diag(s) X with X on the integer grid, drawn exactly "
+    "(CKS 2020 discrete Gaussians, AES-256-CTR bits keyed from the OS) from N_Z(0, 64^2)^k conditioned on "
+    "{sum X >= g} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its complement. The base law "
+    "is invariant under sign flips, so every vertex's cap has the same probability q and the likelihood ratio of "
+    "any two inputs is e^eps', 1 or e^-eps', eps' = ln(p (1-q) / (q (1-p))) for the realised p and q: "
+    "epsilon_worst_case is that of what is sampled (float_safe). The vertex rounding costs utility: the MSE is about "
+    "k times that of the ideal PrivUnitG (see mse_unit_sphere)."
+)
+
+
+def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
+    """Calibration of the secure (grid) PrivUnitG in ``dim`` = k dimensions, cap threshold from the ideal ``eps0``.
+
+    S = sum_i X_i with X_i i.i.d. N_Z(0, s^2), s = SECURE_SIGMA. By Poisson summation the characteristic function
+    of N_Z(0, s^2) on [-pi, pi] is exp(-s^2 w^2 / 2) (1 + r), |r| <= 3 exp(-pi^2 s^2 / 2) ~ e^-20000, so the pmf of
+    S is the N(0, k s^2) density at the integers up to an absolute error far below 2^-1000: q = Pr[S >= g] and the
+    conditional moments are sums of that density (to float64 rounding). g = ceil(t s sqrt(k)) with t the ideal
+    threshold for eps0; p = the largest multiple of 2^-53 with p (1-q) / (q (1-p)) <= e^epsilon. Returned in X
+    units: ``threshold`` = g, ``m`` = E[S] / k (so the output C X / m . s is unbiased), ``mse`` = k^2 E||X||^2 /
+    E[S]^2 - 1 with E||X||^2 = (k-1) s^2 + E[S^2] / k (the Gaussian decomposition; same Poisson error).
+    """
+    from scipy import special
+
+    ideal = privunitg_calibration(epsilon, dim, eps0)
+    sd = SECURE_SIGMA * math.sqrt(dim)
+    g = math.ceil(ideal.threshold * sd)
+    half = math.ceil(40.0 * sd) + abs(g)
+    n = np.arange(-half, half + 1, dtype=np.float64)
+    w = np.exp(-0.5 * (n / sd) ** 2)
+    cap = n >= g
+    total, wc = float(w.sum()), float(w[cap].sum())
+    q = wc / total
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"privunitg secure: epsilon={epsilon:g} gives a cap probability {q:.3g} out of (0, 1).")
+    logit_p = epsilon + math.log(q) - math.log1p(-q)
+    p = math.floor(float(special.expit(logit_p)) * TWO53) / TWO53
+    while p > 0 and (math.log(p) - math.log1p(-p)) + (math.log1p(-q) - math.log(q)) > epsilon:
+        p -= 2.0 ** -53
+    mean_cap = float((w[cap] * n[cap]).sum()) / wc
+    mean_comp = float((w[~cap] * n[~cap]).sum()) / (total - wc)
+    s2_cap = float((w[cap] * n[cap] ** 2).sum()) / wc
+    s2_comp = float((w[~cap] * n[~cap] ** 2).sum()) / (total - wc)
+    es = p * mean_cap + (1.0 - p) * mean_comp
+    es2 = p * s2_cap + (1.0 - p) * s2_comp
+    ex2 = (dim - 1.0) * SECURE_SIGMA ** 2 + es2 / dim
+    return CapCalibration(p, q, float(g), es / dim, dim * dim * ex2 / (es * es) - 1.0)
+
+
+def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.SecureBits) -> np.ndarray:
+    """(n, dim) integer-valued float64 rows X ~ N_Z(0, SECURE_SIGMA^2)^dim conditioned on {sum X >= g} with an exact
+    Bernoulli(p) coin, else on {sum X < g}.
+
+    Exact: draws of the base law are split by side, and the i-th row needing a cap takes the i-th cap draw (order
+    only, never values), so each is an independent draw of the conditional law. The coin compares 53 secure bits
+    with p * 2^53 (p is a multiple of 2^-53).
+    """
+    coins = (bits.words(n) >> np.uint64(11)) < np.uint64(round(cal.p * TWO53))
+    need_cap = int(coins.sum())
+    need = {True: need_cap, False: n - need_cap}
+    pools: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    have = {True: 0, False: 0}
+    g = cal.threshold
+    while have[True] < need[True] or have[False] < need[False]:
+        m = max((need[True] - have[True]) / cal.q, (need[False] - have[False]) / (1.0 - cal.q))
+        m = int(min(1.1 * m + 16, max(16, (1 << 22) // dim)))
+        x = exact.discrete_gaussian(m * dim, SECURE_SIGMA, bits).reshape(m, dim)
+        side = x.sum(axis=1) >= g  # exact: integers far below 2^53
+        for key in (True, False):
+            take = x[side == key][: need[key] - have[key]]
+            pools[key].append(take)
+            have[key] += take.shape[0]
+    out = np.empty((n, dim), dtype=np.float64)
+    for key in (True, False):
+        if need[key]:
+            out[coins == key] = np.concatenate(pools[key])
+    return out
+
+
+def sign_vertices(r: np.ndarray, bits: exact.SecureBits) -> np.ndarray:
+    """Rows r with |r_i| <= 1 -> sign vectors s (n, k) float64, s_i = +1 with probability (1 + r_i) / 2 (E[s] = r).
+
+    The coins need not be exact: any mixture of eps-LDP outputs is eps-LDP."""
+    u = (bits.words(r.size) >> np.uint64(11)).astype(np.float64).reshape(r.shape) * 2.0 ** -53
+    return np.where(u < (1.0 + np.clip(r, -1.0, 1.0)) / 2.0, 1.0, -1.0)
 
 
 def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
@@ -462,10 +555,58 @@ class PrivUnitG(CapMechanism):
     name: ClassVar[str] = "privunitg"
     reference: ClassVar[str] = f"{AFT_PAPER}, Algorithm PrivUnitG (Section 3); PrivUnit of {BHOWMICK_PAPER}."
 
+    sampler: str = "float"
+
+    def __post_init__(self) -> None:
+        _set(self, "sampler", _sampler(self.sampler))
+        super().__post_init__()
+
     def calibrate(self) -> CapCalibration:
         k = self.work_dim
         eps0 = _optimise(self.epsilon, lambda e0: privunitg_calibration(self.epsilon, k, e0).mse)
+        if self.sampler == "secure":
+            return secure_privunitg_calibration(self.epsilon, k, eps0)
         return privunitg_calibration(self.epsilon, k, eps0)
+
+    @property
+    def float_safe(self) -> bool:
+        """True with sampler='secure' (exact grid construction, SECURE_PRIVUNITG); False with 'float'."""
+        return self.sampler == "secure"
+
+    def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        """sampler='secure': sign-vertex rounding and exact cap sampling on the grid (SECURE_PRIVUNITG)."""
+        if self.sampler != "secure":
+            return super().randomise(c, rng)
+        n, k = c.shape
+        cal = self.calibration
+        bits = exact.SecureBits.keyed_by(rng)
+        out = np.empty((n, k), dtype=np.float32)
+        scale = self.clip_norm / cal.m
+        step = max(1, CHUNK_VALUES // max(1, k))
+        zero_rows = 0
+        for s in range(0, n, step):
+            z = c[s:s + step].astype(np.float64)
+            norms = np.linalg.norm(z, axis=1)
+            zero = norms < TINY_NORM
+            zero_rows += int(zero.sum())
+            if self.sphere_map == "round":
+                factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
+            else:
+                factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
+            signs = sign_vertices(z * factor[:, None], bits)
+            x = sample_secure_caps(z.shape[0], k, cal, bits)
+            x *= signs
+            x *= scale
+            out[s:s + step] = x
+        return Stage(out, {"method": "privunitg (secure: sign vertex, exact discrete cap sampling)",
+                           "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
+                           "p": cal.p, "scale": scale})
+
+    def assumptions(self) -> tuple[str, ...]:
+        base = tuple(a for a in super().assumptions() if a != FLOAT_NOISE)
+        if self.sampler == "secure":
+            return (*base, SECURE_PRIVUNITG)
+        return (*base, FLOAT_SAMPLER)
 
     def sample_directions(self, u: np.ndarray, rng: np.random.Generator, out: np.ndarray, scale: float) -> None:
         cal = self.calibration
@@ -476,9 +617,12 @@ class PrivUnitG(CapMechanism):
         out += u  # scale * (W u + (Z - <Z,u> u))
 
     def calibration_values(self) -> dict[str, Any]:
+        if self.sampler == "secure":
+            return {**super().calibration_values(), "sampler": "secure", "grid_sigma": SECURE_SIGMA,
+                    "cap_threshold_grid_units": self.calibration.threshold}
         sigma = 1.0 / math.sqrt(self.work_dim)
-        return {**super().calibration_values(), "sigma": sigma, "gamma": self.calibration.threshold * sigma,
-                "threshold_over_sigma": self.calibration.threshold}
+        return {**super().calibration_values(), "sampler": "float", "sigma": sigma,
+                "gamma": self.calibration.threshold * sigma, "threshold_over_sigma": self.calibration.threshold}
 
 
 @dataclass(frozen=True, kw_only=True)
