@@ -289,7 +289,7 @@ def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.Secure
     g = cal.threshold
     while have[True] < need[True] or have[False] < need[False]:
         m = max((need[True] - have[True]) / cal.q, (need[False] - have[False]) / (1.0 - cal.q))
-        m = int(min(1.1 * m + 16, max(16, (1 << 22) // dim)))
+        m = int(min(1.02 * m + 8, max(16, (1 << 22) // dim)))
         x = exact.discrete_gaussian(m * dim, SECURE_SIGMA, bits).reshape(m, dim)
         side = x.sum(axis=1) >= g  # exact: integers far below 2^53
         for key in (True, False):
