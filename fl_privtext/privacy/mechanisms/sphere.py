@@ -20,7 +20,23 @@ Inputs: clipped to the L2 ball of radius C (``clip_norm``) and divided by C, the
 An optional public projection (``projection = random | pca``, ``proj_dim = k``; see
 :mod:`fl_privtext.privacy.projection`) runs before the clipping; the mechanism then works in k dimensions.
 All per-row scalars are float64; the (N, k) arrays are float32. Samplers are floating-point and pseudo-random
-(simulation grade, Mironov 2012).
+(simulation grade, Mironov 2012), except PrivUnitG's ``sampler="secure"`` (SECURE_PRIVUNITG):
+
+- Construction: the clipped input x (ball of radius C) is rounded coordinate-wise to a sign vertex s of
+  {-1, +1}^k with E[s] = x / C; X on the integer grid is drawn EXACTLY from the product discrete Gaussian
+  B = N_Z(0, 64^2)^k (CKS 2020) conditioned on the cap {sum_i X_i >= g} with an exact Bernoulli(p) coin (p a
+  multiple of 2^-53, 53 secure bits), else on its complement; the upload is C/m * diag(s) X (float64 -> float32,
+  a deterministic post-processing).
+- Neighbouring relation: any two inputs (LDP, replacement). Sensitivity: none needed. Guarantee: B is invariant
+  under coordinate sign flips, so the cap {<X', s> >= g} of every vertex s has the same B-probability q; the pmf of
+  the output given s is B(diag(s) y) * (p/q on the cap, (1-p)/(1-q) off it), hence the ratio of any two inputs is
+  e^eps', 1 or e^-eps' with eps' = ln(p (1-q) / (q (1-p))) for the realised p and q (q computed by the Poisson
+  summation argument of :func:`secure_privunitg_calibration`); mixtures over the vertex rounding keep eps'.
+- Reference: PrivUnitG of Asi, Feldman, Talwar (ICML 2022) with the base Gaussian replaced by the discrete
+  Gaussian of Canonne, Kamath, Steinke (NeurIPS 2020) and the input rounding of Duchi, Jordan, Wainwright (2018).
+- Cost: the vertex rounding multiplies the MSE by about k (it is E||s - x/C||^2 = k - ||x/C||^2 of extra
+  variance before the mechanism); rejection from B by side costs max(p/q, (1-p)/(1-q)) draws per row.
+PrivUnit and Duchi have no secure variant: float_safe is false and the audit checks their calibration only.
 """
 
 from __future__ import annotations
