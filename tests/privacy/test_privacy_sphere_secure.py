@@ -10,30 +10,40 @@ from scipy import special, stats
 from fl_privtext.privacy import audit_mechanism, exact, make_mechanism
 from fl_privtext.privacy.commands import audit as cli_audit
 from fl_privtext.privacy.mechanisms.sphere import (
-    SECURE_SIGMA,
+    SECURE_SCALE,
     TWO53,
     sample_secure_caps,
+    secure_cap_probability,
     secure_privunitg_calibration,
 )
 
 ALPHA = 1e-6
 
 
-def dg_pmf(sigma: float, half: int) -> np.ndarray:
-    """pmf of N_Z(0, sigma^2) on -half..half (normalised over that range; the rest is < e^-800)."""
+def dlap_pmf(t: float, half: int) -> np.ndarray:
+    """pmf of DLap(t) (P(x) ~ exp(-|x|/t)) on -half..half, closed form (the rest is < e^-60)."""
+    a = math.exp(-1.0 / t)
     n = np.arange(-half, half + 1, dtype=np.float64)
-    w = np.exp(-0.5 * (n / sigma) ** 2)
-    return w / w.sum()
+    return (1 - a) / (1 + a) * a ** np.abs(n)
 
 
 def sum_pmf(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact pmf of the sum of k i.i.d. N_Z(0, SECURE_SIGMA^2) by repeated convolution; support offsets."""
-    half = int(40 * SECURE_SIGMA)
-    one = dg_pmf(SECURE_SIGMA, half)
+    """Exact pmf of the sum of k i.i.d. DLap(SECURE_SCALE) by repeated direct convolution; its support."""
+    half = int(60 * SECURE_SCALE)
+    one = dlap_pmf(SECURE_SCALE, half)
     pmf = one
     for _ in range(k - 1):
         pmf = np.convolve(pmf, one)
     return np.arange(-k * half, k * half + 1), pmf
+
+
+def test_cap_probability_against_direct_convolution_and_a_known_bad_value():
+    support, pmf = sum_pmf(4)
+    for g in (-300, 0, 1, 57, 400, 2000):
+        assert secure_cap_probability(4, g) == pytest.approx(pmf[support >= g].sum(), rel=1e-11, abs=1e-15)
+    # the Gaussian approximation of the same tail is measurably wrong: the exact value is needed
+    sd = math.sqrt(4 * 2 * math.exp(-1 / SECURE_SCALE)) / (1 - math.exp(-1 / SECURE_SCALE))
+    assert abs(secure_cap_probability(4, 400) - special.ndtr(-399.5 / sd)) > 1e-4
 
 
 @pytest.mark.parametrize(("eps", "k"), [(1.0, 3), (4.0, 5), (0.5, 8)])
