@@ -45,7 +45,7 @@ from fl_privtext.privacy.mechanisms import (
     NoPrivacy,
 )
 from fl_privtext.privacy.mechanisms.metric_dp import MultivariateLaplace, Purkayastha
-from fl_privtext.privacy.mechanisms.sphere import CapMechanism
+from fl_privtext.privacy.mechanisms.sphere import CapMechanism, PrivUnitG
 from fl_privtext.privacy.report import json_number, json_safe
 
 HOLDOUT = 0.2
@@ -273,6 +273,49 @@ def _cap_plan(mech: CapMechanism) -> AuditPlan:
                      f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage)")
 
 
+def float32_product_image(y: np.ndarray, scale: float) -> np.ndarray:
+    """(n,) bool: whether float32 y equals fl32(z * fl32(scale)) for some float32 z (float32 products round exactly).
+
+    Candidates: the float32 nearest to y / scale and its two neighbours (any other z is an ulp or more away)."""
+    y32 = np.asarray(y, dtype=np.float32)
+    s32 = np.float32(scale)
+    z0 = (y32.astype(np.float64) / np.float64(s32)).astype(np.float32)
+    out = np.zeros(y32.shape, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for z in (z0, np.nextafter(z0, np.float32(np.inf)), np.nextafter(z0, np.float32(-np.inf))):
+            out |= (z * s32) == y32
+    return out
+
+
+def _privunitg_plan(mech: PrivUnitG) -> AuditPlan:
+    # Orthogonal pair x0 = C e_1, x1 = C e_2. The likelihood ratio depends only on the caps containing y:
+    # eps * (1[y_0 >= tau] - 1[y_1 >= tau]) for the float mechanism (tau = C/m * threshold in output units).
+    # Low-bit distinguisher (float sampler): from x0, y_1 = fl32(Z_1) * fl32(C/m) exactly (a float32 product;
+    # nothing is added to coordinate 1), while from x1, y_1 = fl32(Z_1 s) + fl32((W - Z_1) s), which misses
+    # the image of z -> fl32(z s) with positive probability when s is not a power of two. The secure variant
+    # (exact construction on a grid, then deterministic float rounding) passes any statistic.
+    k = mech.work_dim
+    x0, x1 = np.zeros(k), np.zeros(k)
+    x0[0] = x1[1] = mech.clip_norm
+    scale = mech.clip_norm / mech.calibration.m
+    pair = f"C*e_1 vs C*e_2 (orthogonal) in {k} dimensions (randomiser stage)"
+    low = Component("low bits of coordinate 1 (a float32 product fl32(z * C/m), as from x0)", 1,
+                    lambda y: float32_product_image(y[:, 1], scale).astype(np.float64))
+    sample = lambda c, rng: mech.randomise(c, rng).values
+    if mech.sampler == "secure":
+        # the vertex rounding mixes the inputs; y_0's sign carries the signal of coordinate 0
+        comp = Component("coordinate 0", 1, _column(0))
+        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=(low,))
+    tau = scale * mech.calibration.threshold
+
+    def indicator(y: np.ndarray) -> np.ndarray:
+        return (y[:, 0].astype(np.float64) >= tau).astype(np.float64) - (y[:, 1].astype(np.float64) >= tau)
+
+    comp = Component(f"likelihood-ratio class 1[y_0 >= {tau:.6g}] - 1[y_1 >= {tau:.6g}] (full dimension {k})",
+                     1, indicator)
+    return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=(low,))
+
+
 def _metric_plan(mech: MultivariateLaplace | Purkayastha) -> AuditPlan:
     # Antipodal inputs; the statistic is the exact log-likelihood ratio (float64, rounded to 1e-9).
     k = mech.work_dim
@@ -308,8 +351,11 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
     - laplace-dpnr-code: the same pair; statistic y[1] - y[0], which equals the input's difference exactly.
     - laplace-box: low*1 vs high*1; coordinate 0 (x k); whole-vector LLR.
     - none: 0 vs e_1, coordinate 0.
-    - privunitg, privunit, duchi: C*e_1 vs -C*e_1 at full (working) dimension; the exact likelihood-ratio class
-      1[<y,x0> >= tau] - 1[<y,x1> >= tau] (the ratio is e^eps, 1 or e^-eps).
+    - privunit, duchi: C*e_1 vs -C*e_1 at full (working) dimension; the exact likelihood-ratio class
+      1[<y,x0> >= tau] - 1[<y,x1> >= tau] (the ratio is e^eps, 1 or e^-eps). No low-bit detector (their float
+      outputs are renormalised per row; float_safe stays false).
+    - privunitg: C*e_1 vs C*e_2; the likelihood-ratio class 1[y_0 >= tau] - 1[y_1 >= tau] (float) or coordinate 0
+      (secure), plus the low-bit distinguisher on coordinate 1 (float32 product image; see _privunitg_plan).
     - mvlaplace, purkayastha: C*e_1 vs -C*e_1; the exact whole-vector log-likelihood ratio. Their published
       claim is per unit distance, so the default audit (against the nominal epsilon) finds a violation; audit
       against ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value. mvlaplace also gets the low-bit
@@ -319,6 +365,8 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
         return _bit_plan(mech)
     if isinstance(mech, (LaplaceDPNR, LaplaceL1, LaplaceBox, LaplaceDPNRCode)):
         return _laplace_plan(mech, default_dim)
+    if isinstance(mech, PrivUnitG):
+        return _privunitg_plan(mech)
     if isinstance(mech, CapMechanism):
         return _cap_plan(mech)
     if isinstance(mech, (MultivariateLaplace, Purkayastha)):

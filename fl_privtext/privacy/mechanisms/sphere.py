@@ -20,7 +20,24 @@ Inputs: clipped to the L2 ball of radius C (``clip_norm``) and divided by C, the
 An optional public projection (``projection = random | pca``, ``proj_dim = k``; see
 :mod:`fl_privtext.privacy.projection`) runs before the clipping; the mechanism then works in k dimensions.
 All per-row scalars are float64; the (N, k) arrays are float32. Samplers are floating-point and pseudo-random
-(simulation grade, Mironov 2012).
+(simulation grade, Mironov 2012), except PrivUnitG's ``sampler="secure"`` (SECURE_PRIVUNITG):
+
+- Construction: the clipped input x (ball of radius C) is rounded coordinate-wise to a sign vertex s of
+  {-1, +1}^k with E[s] = x / C; X on the integer grid is drawn EXACTLY from the product discrete Laplace
+  B = DLap(64)^k (CKS 2020; P(x) ~ e^(-|x|/64)) conditioned on the cap {sum_i X_i >= g} with an exact Bernoulli(p) coin (p a
+  multiple of 2^-53, 53 secure bits), else on its complement; the upload is C/m * diag(s) X (float64 -> float32,
+  a deterministic post-processing).
+- Neighbouring relation: any two inputs (LDP, replacement). Sensitivity: none needed. Guarantee: B is invariant
+  under coordinate sign flips, so the cap {<X', s> >= g} of every vertex s has the same B-probability q; the pmf of
+  the output given s is B(diag(s) y) * (p/q on the cap, (1-p)/(1-q) off it), hence the ratio of any two inputs is
+  e^eps', 1 or e^-eps' with eps' = ln(p (1-q) / (q (1-p))) for the realised p and q (q exact, from the negative
+  binomial form of the sum: :func:`secure_cap_probability`); mixtures over the vertex rounding keep eps'.
+- Reference: PrivUnitG of Asi, Feldman, Talwar (ICML 2022) with the base Gaussian replaced by the discrete
+  Laplace of Canonne, Kamath, Steinke (NeurIPS 2020; 5x cheaper to sample exactly than their discrete Gaussian,
+  and any sign-invariant base law keeps the argument) and the input rounding of Duchi, Jordan, Wainwright (2018).
+- Cost: the vertex rounding multiplies the MSE by about k (it is E||s - x/C||^2 = k - ||x/C||^2 of extra
+  variance before the mechanism); rejection from B by side costs max(p/q, (1-p)/(1-q)) draws per row.
+PrivUnit and Duchi have no secure variant: float_safe is false and the audit checks their calibration only.
 """
 
 from __future__ import annotations
@@ -31,12 +48,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fl_privtext.privacy import exact
 from fl_privtext.privacy.mechanisms.base import (
     COMPOSITION,
+    FLOAT_SAMPLER,
     REPLACEMENT,
     Mechanism,
     _dim,
     _positive,
+    _sampler,
     _set,
 )
 from fl_privtext.privacy.projection import PROJECTIONS, PublicProjection, random_projection
@@ -216,6 +236,122 @@ def privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibrati
     m = phi * (p / q - (1.0 - p) / (1.0 - q))
     ew2 = p * (1.0 + t * phi / q) + (1.0 - p) * (1.0 - t * phi / (1.0 - q))
     return CapCalibration(p, q, t, m, (dim - 1.0 + ew2) / (m * m) - 1.0)
+
+
+SECURE_SCALE = 64.0  # the secure PrivUnitG base law: DLap(64) per coordinate, P(x) ~ exp(-|x| / 64) on the integers
+TWO53 = 1 << 53
+SECURE_PRIVUNITG = (
+    "sampler='secure' (PrivUnitG): the input is rounded coordinate-wise to a sign vertex s in {-1, +1}^k, "
+    "E[s] = x / C (Duchi et al. 2018); the output is C / m * diag(s) X with X on the integer grid, drawn exactly "
+    "(CKS 2020 discrete Laplace, AES-256-CTR bits keyed from the OS) from DLap(64)^k conditioned on "
+    "{sum X >= g} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its complement. The base law "
+    "is invariant under sign flips, so every vertex's cap has the same probability q and the likelihood ratio of "
+    "any two inputs is e^eps', 1 or e^-eps', eps' = ln(p (1-q) / (q (1-p))) for the realised p and q: "
+    "epsilon_worst_case is that of what is sampled (float_safe). The vertex rounding costs utility: the MSE is about "
+    "k times that of the ideal PrivUnitG (see mse_unit_sphere)."
+)
+
+
+def _sum_pmf(k: int, a: float, half: int) -> np.ndarray:
+    # pmf of the sum of k i.i.d. DLap on -half..half by FFT of the characteristic function
+    # ((1-a)^2 / (1 - 2a cos w + a^2))^k (moments only; q is computed exactly in secure_cap_probability)
+    size = 1 << math.ceil(math.log2(4 * half + 1))
+    w = 2.0 * math.pi * np.arange(size) / size
+    phi = ((1.0 - a) ** 2 / (1.0 - 2.0 * a * np.cos(w) + a * a)) ** k
+    pmf = np.maximum(np.fft.ifft(phi).real, 0.0)
+    return np.concatenate([pmf[size - half:], pmf[: half + 1]])
+
+
+def secure_cap_probability(k: int, g: int, t: float = SECURE_SCALE) -> float:
+    """Pr[X_1 + ... + X_k >= g] for X_i i.i.d. DLap(t) (P(x) ~ e^(-|x|/t)): exact up to float64 rounding.
+
+    DLap(t) = N1 - N2 with N1, N2 i.i.d. geometric (failures before a success of probability 1 - e^(-1/t)), so the
+    sum is NB1 - NB2 with NB negative binomial (k, 1 - e^(-1/t)) and q = sum_m P(NB2 = m) P(NB1 >= g + m), summed
+    until the remaining mass of NB2 is below 1e-30 (scipy's incomplete-beta sf, relative accuracy ~1e-15).
+    """
+    from scipy import stats
+
+    r = -math.expm1(-1.0 / t)  # success probability 1 - e^(-1/t)
+    top = int(stats.nbinom.isf(1e-30, k, r)) + 1
+    m = np.arange(top + 1, dtype=np.float64)
+    return float(np.sum(stats.nbinom.pmf(m, k, r) * stats.nbinom.sf(g + m - 1, k, r)))
+
+
+def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
+    """Calibration of the secure (grid) PrivUnitG in ``dim`` = k dimensions, cap threshold from the ideal ``eps0``.
+
+    Base law: X_i i.i.d. DLap(t), t = SECURE_SCALE, variance v = 2a/(1-a)^2 (a = e^(-1/t)); S = sum X_i.
+    g = ceil(t_ideal sqrt(k v)) with t_ideal the ideal PrivUnitG threshold (units of the standard deviation);
+    q = Pr[S >= g] exactly (:func:`secure_cap_probability`); p = the largest multiple of 2^-53 with
+    p (1-q) / (q (1-p)) <= e^epsilon. Returned in X units: ``threshold`` = g, ``m`` = E[S] / k (the output
+    C X . s / m is unbiased), ``mse`` = E||X||^2 / m^2 - 1 with E||X||^2 = k E[X_1^2] under the p-mixture (moments
+    from the FFT pmf of S: they set the unbiasing scale and the reported MSE, not epsilon).
+    """
+    from scipy import special
+
+    ideal = privunitg_calibration(epsilon, dim, eps0)
+    a = math.exp(-1.0 / SECURE_SCALE)
+    var = 2.0 * a / (1.0 - a) ** 2
+    sd = math.sqrt(dim * var)
+    g = math.ceil(ideal.threshold * sd)
+    q = secure_cap_probability(dim, g)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"privunitg secure: epsilon={epsilon:g} gives a cap probability {q:.3g} out of (0, 1).")
+    logit_p = epsilon + math.log(q) - math.log1p(-q)
+    p = math.floor(float(special.expit(logit_p)) * TWO53) / TWO53
+    while p > 0 and (math.log(p) - math.log1p(-p)) + (math.log1p(-q) - math.log(q)) > epsilon:
+        p -= 2.0 ** -53
+    half = int(60.0 * sd) + abs(g) + int(60 * SECURE_SCALE)
+    n = np.arange(-half, half + 1, dtype=np.float64)
+    pk = _sum_pmf(dim, a, half)
+    cap = n >= g
+    es = p * float((pk[cap] * n[cap]).sum()) / q + (1.0 - p) * float((pk[~cap] * n[~cap]).sum()) / (1.0 - q)
+    # E[X_1^2 1[S >= g]] = sum_x x^2 P(x) Pr[S_(k-1) >= g - x]
+    xs = np.arange(-int(60 * SECURE_SCALE), int(60 * SECURE_SCALE) + 1, dtype=np.float64)
+    px = (1.0 - a) / (1.0 + a) * a ** np.abs(xs)
+    sf_rest = np.cumsum(_sum_pmf(dim - 1, a, half)[::-1])[::-1]  # Pr[S_(k-1) >= n] on -half..half
+    x2_cap = float(np.sum(xs ** 2 * px * sf_rest[np.clip(g - xs + half, 0, 2 * half).astype(np.int64)]))
+    ex2 = dim * (p * x2_cap / q + (1.0 - p) * (var - x2_cap) / (1.0 - q))
+    m = es / dim
+    return CapCalibration(p, q, float(g), m, ex2 / (m * m) - 1.0)
+
+
+def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.SecureBits) -> np.ndarray:
+    """(n, dim) integer-valued float64 rows X ~ DLap(SECURE_SCALE)^dim conditioned on {sum X >= g} with an exact
+    Bernoulli(p) coin, else on {sum X < g}.
+
+    Exact: draws of the base law are split by side, and the i-th row needing a cap takes the i-th cap draw (order
+    only, never values), so each is an independent draw of the conditional law. The coin compares 53 secure bits
+    with p * 2^53 (p is a multiple of 2^-53).
+    """
+    coins = (bits.words(n) >> np.uint64(11)) < np.uint64(round(cal.p * TWO53))
+    need_cap = int(coins.sum())
+    need = {True: need_cap, False: n - need_cap}
+    pools: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    have = {True: 0, False: 0}
+    g = cal.threshold
+    while have[True] < need[True] or have[False] < need[False]:
+        m = max((need[True] - have[True]) / cal.q, (need[False] - have[False]) / (1.0 - cal.q))
+        m = int(min(1.02 * m + 8, max(16, (1 << 22) // dim)))
+        x = exact.discrete_laplace(m * dim, SECURE_SCALE, bits).reshape(m, dim)
+        side = x.sum(axis=1) >= g  # exact: integers far below 2^53
+        for key in (True, False):
+            take = x[side == key][: need[key] - have[key]]
+            pools[key].append(take)
+            have[key] += take.shape[0]
+    out = np.empty((n, dim), dtype=np.float64)
+    for key in (True, False):
+        if need[key]:
+            out[coins == key] = np.concatenate(pools[key])
+    return out
+
+
+def sign_vertices(r: np.ndarray, bits: exact.SecureBits) -> np.ndarray:
+    """Rows r with |r_i| <= 1 -> sign vectors s (n, k) float64, s_i = +1 with probability (1 + r_i) / 2 (E[s] = r).
+
+    The coins need not be exact: any mixture of eps-LDP outputs is eps-LDP."""
+    u = (bits.words(r.size) >> np.uint64(11)).astype(np.float64).reshape(r.shape) * 2.0 ** -53
+    return np.where(u < (1.0 + np.clip(r, -1.0, 1.0)) / 2.0, 1.0, -1.0)
 
 
 def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
@@ -462,10 +598,58 @@ class PrivUnitG(CapMechanism):
     name: ClassVar[str] = "privunitg"
     reference: ClassVar[str] = f"{AFT_PAPER}, Algorithm PrivUnitG (Section 3); PrivUnit of {BHOWMICK_PAPER}."
 
+    sampler: str = "float"
+
+    def __post_init__(self) -> None:
+        _set(self, "sampler", _sampler(self.sampler))
+        super().__post_init__()
+
     def calibrate(self) -> CapCalibration:
         k = self.work_dim
         eps0 = _optimise(self.epsilon, lambda e0: privunitg_calibration(self.epsilon, k, e0).mse)
+        if self.sampler == "secure":
+            return secure_privunitg_calibration(self.epsilon, k, eps0)
         return privunitg_calibration(self.epsilon, k, eps0)
+
+    @property
+    def float_safe(self) -> bool:
+        """True with sampler='secure' (exact grid construction, SECURE_PRIVUNITG); False with 'float'."""
+        return self.sampler == "secure"
+
+    def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        """sampler='secure': sign-vertex rounding and exact cap sampling on the grid (SECURE_PRIVUNITG)."""
+        if self.sampler != "secure":
+            return super().randomise(c, rng)
+        n, k = c.shape
+        cal = self.calibration
+        bits = exact.SecureBits.keyed_by(rng)
+        out = np.empty((n, k), dtype=np.float32)
+        scale = self.clip_norm / cal.m
+        step = max(1, CHUNK_VALUES // max(1, k))
+        zero_rows = 0
+        for s in range(0, n, step):
+            z = c[s:s + step].astype(np.float64)
+            norms = np.linalg.norm(z, axis=1)
+            zero = norms < TINY_NORM
+            zero_rows += int(zero.sum())
+            if self.sphere_map == "round":
+                factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
+            else:
+                factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
+            signs = sign_vertices(z * factor[:, None], bits)
+            x = sample_secure_caps(z.shape[0], k, cal, bits)
+            x *= signs
+            x *= scale
+            out[s:s + step] = x
+        return Stage(out, {"method": "privunitg (secure: sign vertex, exact discrete cap sampling)",
+                           "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
+                           "p": cal.p, "scale": scale})
+
+    def assumptions(self) -> tuple[str, ...]:
+        base = tuple(a for a in super().assumptions() if a != FLOAT_NOISE)
+        if self.sampler == "secure":
+            return (*base, SECURE_PRIVUNITG)
+        return (*base, FLOAT_SAMPLER)
 
     def sample_directions(self, u: np.ndarray, rng: np.random.Generator, out: np.ndarray, scale: float) -> None:
         cal = self.calibration
@@ -476,9 +660,12 @@ class PrivUnitG(CapMechanism):
         out += u  # scale * (W u + (Z - <Z,u> u))
 
     def calibration_values(self) -> dict[str, Any]:
+        if self.sampler == "secure":
+            return {**super().calibration_values(), "sampler": "secure", "base_dlap_scale": SECURE_SCALE,
+                    "cap_threshold_grid_units": self.calibration.threshold}
         sigma = 1.0 / math.sqrt(self.work_dim)
-        return {**super().calibration_values(), "sigma": sigma, "gamma": self.calibration.threshold * sigma,
-                "threshold_over_sigma": self.calibration.threshold}
+        return {**super().calibration_values(), "sampler": "float", "sigma": sigma,
+                "gamma": self.calibration.threshold * sigma, "threshold_over_sigma": self.calibration.threshold}
 
 
 @dataclass(frozen=True, kw_only=True)
