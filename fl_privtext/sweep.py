@@ -455,28 +455,42 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
     return {"rows": rows, "markdown": md, "missing": missing, "plots": figures, "note": note}
 
 
-def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool) -> None:
-    spec = SweepSpec.load(path)
-    out = Path(output or spec.output or Path("sweeps") / Path(path).stem)
-    points = spec.points({**sets, "run.progress": "false"})  # one bar over points; no nested per-point bars
+def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str | Path | None = None,
+            log: Callable[[str], None] = print, progress: bool = False) -> dict[str, Any]:
+    """Run the sweep's missing points (and their no-privacy points), then write table.csv, table.md and the plots
+    to the output directory (``output``, else the file's ``[sweep] output``, else sweeps/<file stem>). Returns
+    `write_outputs`' summary plus ``out`` (the directory). Shared by ``fl-privtext sweep`` and
+    ``fl_privtext.run_sweep``."""
+    stem = Path(spec.source).stem if spec.source else "sweep"
+    out = Path(output or spec.output or Path("sweeps") / stem)
+    points = spec.points({**(sets or {}), "run.progress": "false"})  # one bar over points; no nested bars
     store = Store(out / "points")
-    if list_only:
-        for cfg in with_baselines(points):
-            print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {spec.label(cfg)}")
-        return
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"The sweep output directory {out} cannot be created ({exc.strerror}).") from None
-    _write_atomic(out / "sweep.toml", Path(path).read_text())
-    log = (lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    if spec.source:
+        _write_atomic(out / "sweep.toml", Path(spec.source).read_text())
     try:
-        run_sweep(with_baselines(points), store, log=log, progress=not quiet, describe=spec.label)
+        run_sweep(with_baselines(points), store, log=log, progress=progress, describe=spec.label)
     except KeyboardInterrupt:
         done = sum(store.has(c) for c in points)
         raise KeyboardInterrupt(f"{done} of {len(points)} points are finished and kept in {store.folder}; "
                                 "rerun the same command to run the others.") from None
-    summary = write_outputs(spec, points, store, out)
+    return {**write_outputs(spec, points, store, out), "out": out}
+
+
+def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool) -> None:
+    spec = SweepSpec.load(path)
+    if list_only:
+        out = Path(output or spec.output or Path("sweeps") / Path(path).stem)
+        store = Store(out / "points")
+        for cfg in with_baselines(spec.points({**sets, "run.progress": "false"})):
+            print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {spec.label(cfg)}")
+        return
+    log = (lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    summary = execute(spec, sets=sets, output=output, log=log, progress=not quiet)
+    out = summary["out"]
     print(summary["markdown"])
     extra = f"; {summary['note']}" if summary["note"] else ""
     figs = ", ".join(Path(f).name for f in summary["plots"])

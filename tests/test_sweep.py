@@ -227,3 +227,23 @@ def test_table_has_the_frontier_columns_and_the_no_privacy_row(tmp_path):
     assert rows[2]["epsilon_worst_case"] == "inf" and rows[2]["privacy.epsilon"] == "inf"
     assert all(float(r["no_privacy_on_device_accuracy"]) == pytest.approx(0.91) for r in rows)
     assert float(rows[1]["on_device_ci_low"]) < 0.81 < float(rows[1]["on_device_ci_high"])
+
+
+def test_sweep_result_to_pandas_is_the_table_one_row_per_point(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from fl_privtext.api import SweepResult
+
+    spec = sweep.SweepSpec.from_dict({"grid": {"privacy.mechanism": ["privunitg"], "privacy.epsilon": [1.0, 8.0]}})
+    points = spec.points()
+    store = sweep.Store(tmp_path / "points")
+    for cfg, od in zip(points, ([0.55, 0.56, 0.57], [0.80, 0.82, 0.81]), strict=True):
+        store.put(cfg, _result(0.0, od, cfg.privacy.epsilon, "privunitg"))
+    store.put(sweep.baseline_of(points[0]), _result(0.0, [0.90, 0.91, 0.92], "inf", "none"))
+    summary = sweep.write_outputs(spec, points, store, tmp_path)
+    res = SweepResult(rows=summary["rows"], output_dir=tmp_path)
+    df = res.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(res) == 3
+    assert list(df.columns) == list(pd.read_csv(tmp_path / "table.csv").columns)
+    assert df["on_device_accuracy"].tolist() == pytest.approx([0.56, 0.81, 0.91])
+    assert df.loc[2, "privacy.mechanism"] == "none"
+    assert "| privunitg |" in res._repr_markdown_() and str(res).startswith("fl_privtext SweepResult")
