@@ -1,0 +1,110 @@
+"""Progress that fits where it is shown, and the run's log file.
+
+`progress_bar` gives a tqdm bar on a terminal and in a notebook that has widgets (``tqdm.auto``); anywhere else
+(stderr redirected to a file, ``flwr run --stream``, CI, a notebook without ipywidgets) it prints PLAIN lines
+``[desc] 3/10 (30%) 12 s`` at most every ``every`` seconds and at the end, never carriage returns or widget warnings.
+
+`run_log` writes the run's Python log (fl_privtext at DEBUG, with the full trace of every failing client that the
+console shows as one line, and Flower's warnings) to ``<run directory>/run.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, Self
+
+RUN_LOG = "run.log"
+LOGGERS = ("fl_privtext", "flwr")  # what run.log records
+
+
+def _fancy(stream: IO[str]) -> bool:
+    """A redrawing bar fits: a terminal, or a Jupyter kernel whose frontend can show widgets."""
+    if "ipykernel" in sys.modules:
+        return importlib.util.find_spec("ipywidgets") is not None
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class PlainProgress:
+    """tqdm's small interface (update, write, close, context manager) as periodic plain lines."""
+
+    disable = False
+
+    def __init__(self, *, total: int | None, desc: str, unit: str = "it", every: float = 10.0,
+                 file: IO[str] | None = None, initial: int = 0):
+        self.total, self.desc, self.unit, self.every = total, desc, unit, every
+        self.file = file
+        self.n = initial
+        self._t0 = self._last = time.monotonic()
+
+    def _line(self) -> str:
+        elapsed = time.monotonic() - self._t0
+        if self.total:
+            return f"[{self.desc}] {self.n}/{self.total} {self.unit} ({100 * self.n / self.total:.0f}%) {elapsed:.0f} s"
+        return f"[{self.desc}] {self.n} {self.unit} {elapsed:.0f} s"
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self._last >= self.every or (self.total is not None and self.n >= self.total):
+            self._last = now
+            self.write(self._line())
+
+    def write(self, msg: str, file: IO[str] | None = None) -> None:
+        print(msg, file=file or self.file or sys.stderr, flush=True)
+
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def progress_bar(*, total: int | None, desc: str, unit: str = "it", enabled: bool = True, every: float = 10.0,
+                 file: IO[str] | None = None, **tqdm_kwargs: Any) -> Any:
+    """A tqdm bar where one fits (see the module doc), `PlainProgress` lines elsewhere, nothing when not
+    ``enabled``."""
+    from tqdm.auto import tqdm
+
+    stream = file or sys.stderr
+    if not enabled:
+        return tqdm(total=total, desc=desc, disable=True)
+    if _fancy(stream):
+        return tqdm(total=total, desc=desc, unit=unit, file=stream, **tqdm_kwargs)
+    return PlainProgress(total=total, desc=desc, unit=unit, every=every, file=file,
+                         initial=int(tqdm_kwargs.get("initial", 0)))
+
+
+@contextlib.contextmanager
+def run_log(out: str | Path) -> Iterator[Path]:
+    """Append the run's log records (`LOGGERS`) to ``out/run.log`` while the block runs."""
+    path = Path(out) / RUN_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.DEBUG)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ours = logging.getLogger("fl_privtext")
+    old_level = ours.level
+    if ours.getEffectiveLevel() > logging.DEBUG:
+        ours.setLevel(logging.DEBUG)  # the full traces are DEBUG records; the console's handlers keep their levels
+    for name in LOGGERS:
+        logging.getLogger(name).addHandler(handler)
+    try:
+        yield path
+    finally:
+        for name in LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
+        ours.setLevel(old_level)
+        handler.close()
