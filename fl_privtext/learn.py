@@ -12,9 +12,9 @@ import math
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import trange
 
 from fl_privtext.config import MLPConfig
+from fl_privtext.progress import trange
 
 __all__ = ["MLPClassifier", "MLPConfig", "train_mlp", "warm_up"]
 

@@ -19,14 +19,32 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Self
 
+
+def _widgetless_kernel() -> bool:
+    return "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is None
+
+
+# The tqdm every module uses: tqdm.auto, except in a Jupyter kernel without ipywidgets, where importing tqdm.auto
+# warns "IProgress not found" into the cell and its bars would not render; there the text bar (Jupyter handles its
+# carriage returns).
+if _widgetless_kernel():
+    from tqdm.std import tqdm, trange
+else:
+    from tqdm.auto import tqdm, trange
+# Ray logs "Missing packages: ['ipywidgets']" at INFO into a notebook cell when imported in such a kernel
+logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
+
+__all__ = ["LOGGERS", "RUN_LOG", "PlainProgress", "progress_bar", "run_log", "tqdm", "trange"]
+
 RUN_LOG = "run.log"
 LOGGERS = ("fl_privtext", "flwr")  # what run.log records
 
 
 def _fancy(stream: IO[str]) -> bool:
-    """A redrawing bar fits: a terminal, or a Jupyter kernel whose frontend can show widgets."""
+    """A redrawing bar fits: a terminal, or a Jupyter kernel (widgets, else the text bar: Jupyter renders its
+    carriage returns)."""
     if "ipykernel" in sys.modules:
-        return importlib.util.find_spec("ipywidgets") is not None
+        return True
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
 
@@ -76,8 +94,6 @@ def progress_bar(*, total: int | None, desc: str, unit: str = "it", enabled: boo
                  file: IO[str] | None = None, **tqdm_kwargs: Any) -> Any:
     """A tqdm bar where one fits (see the module doc), `PlainProgress` lines elsewhere, nothing when not
     ``enabled``."""
-    from tqdm.auto import tqdm
-
     stream = file or sys.stderr
     if not enabled:
         return tqdm(total=total, desc=desc, disable=True)

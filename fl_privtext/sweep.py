@@ -216,8 +216,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
 
     ``runner`` defaults to `fl_privtext.federation.runner.run_points` (tests may pass a fake with the same
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points."""
-    from tqdm.auto import tqdm
-
+    from fl_privtext.progress import tqdm
     from fl_privtext.report import aggregate
 
     unique: dict[str, ExperimentConfig] = {}

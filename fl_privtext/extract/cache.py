@@ -415,7 +415,7 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
 
     Memory stays bounded by one chunk: texts are read chunk by chunk (``ds.text_column`` when the dataset has it,
     a lazy view of its Arrow column) and the finished parts are copied one at a time into the cache file."""
-    from tqdm.auto import tqdm
+    from fl_privtext.progress import tqdm
 
     n = len(ds)
     texts, pairs = _text_columns(ds)

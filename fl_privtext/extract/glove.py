@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 import fl_privtext
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
+from fl_privtext.progress import tqdm
 
 log = logging.getLogger(__name__)
 

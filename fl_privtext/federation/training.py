@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from tqdm.auto import tqdm
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.progress import tqdm
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
                 "clear (no DP-FedAvg: train.dp-clip = 0)")
