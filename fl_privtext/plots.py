@@ -178,7 +178,8 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     _mark_inf(ax, pos, eps_all)
     ax.set(xlabel="true worst-case epsilon (log)", ylabel="task accuracy", title="privacy-utility frontier")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over the curves
+    fig.set_size_inches(9.5, 4.5)
     fig.tight_layout()
     fig.savefig(out / FRONTIER_TASK, dpi=110)
     plt.close(fig)
