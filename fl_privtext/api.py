@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.config import ExperimentConfig, _flatten
+from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Self
@@ -28,7 +29,11 @@ def _widgetless_kernel() -> bool:
 # warns "IProgress not found" into the cell and its bars would not render; there the text bar (Jupyter handles its
 # carriage returns).
 if _widgetless_kernel():
+    from tqdm import TqdmWarning
     from tqdm.std import tqdm, trange
+
+    # other packages (datasets, huggingface_hub) import tqdm.auto later in the same kernel: same warning, same cure
+    warnings.filterwarnings("ignore", message="IProgress not found", category=TqdmWarning)
 else:
     from tqdm.auto import tqdm, trange
 # Ray logs "Missing packages: ['ipywidgets']" at INFO into a notebook cell when imported in such a kernel

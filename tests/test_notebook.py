@@ -42,8 +42,8 @@ def test_quickstart_notebook_runs_under_a_real_kernel(tmp_path, monkeypatch, cac
     assert "IProgress not found" not in stderr and "Traceback" not in stderr and "ERROR" not in stderr, stderr[-2000:]
     display = code[1]["outputs"][-1]["data"]["text/markdown"]  # the SweepResult's Jupyter display
     assert display.startswith("**fl_privtext sweep**") and "(3 points)" in display and "| privunitg |" in display
-    frame = code[2]["outputs"][-1]["data"]["text/plain"]  # df[cols]: three rows, the public columns
-    assert all(c in frame for c in COLUMNS) and len(frame.strip().splitlines()) == 4
+    frame = code[2]["outputs"][-1]["data"]["text/html"]  # df[cols]: the public columns, three rows
+    assert all(f"<th>{c}</th>" in frame for c in COLUMNS) and frame.split("<tbody>")[1].count("<tr>") == 3
     lines = "".join(o.get("text", "") for o in code[3]["outputs"]).strip().splitlines()
     assert len(lines) == 3 and lines[-1].split()[0:3] == ["none", "eps", "inf"]
     rows = (tmp_path / "sweep" / "table.csv").read_text().splitlines()
