@@ -85,6 +85,9 @@ class PlainProgress:
     def set_postfix_str(self, s: str, refresh: bool = True) -> None:
         pass
 
+    def set_postfix(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
