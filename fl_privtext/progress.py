@@ -60,8 +60,10 @@ class PlainProgress:
     disable = False
 
     def __init__(self, *, total: int | None, desc: str, unit: str = "it", every: float = 10.0,
-                 file: IO[str] | None = None, initial: int = 0):
+                 file: IO[str] | None = None, initial: int = 0, final: bool = True):
         self.total, self.desc, self.unit, self.every = total, desc, unit, every
+        self.final = final  # a line at the end even when the bar never printed (short inner loops: no)
+        self.printed = False
         self.file = file
         self.n = initial
         self._t0 = self._last = time.monotonic()
@@ -75,8 +77,10 @@ class PlainProgress:
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
-        if now - self._last >= self.every or (self.total is not None and self.n >= self.total):
+        done = self.total is not None and self.n >= self.total
+        if now - self._last >= self.every or (done and (self.final or self.printed)):
             self._last = now
+            self.printed = True
             self.write(self._line())
 
     def write(self, msg: str, file: IO[str] | None = None) -> None:
@@ -99,16 +103,16 @@ class PlainProgress:
 
 
 def progress_bar(*, total: int | None, desc: str, unit: str = "it", enabled: bool = True, every: float = 10.0,
-                 file: IO[str] | None = None, **tqdm_kwargs: Any) -> Any:
+                 file: IO[str] | None = None, plain_final: bool = True, **tqdm_kwargs: Any) -> Any:
     """A tqdm bar where one fits (see the module doc), `PlainProgress` lines elsewhere, nothing when not
-    ``enabled``."""
+    ``enabled``. ``plain_final = False``: plain lines only for a loop that lasts past ``every`` seconds."""
     stream = file or sys.stderr
     if not enabled:
         return tqdm(total=total, desc=desc, disable=True)
     if _fancy(stream):
         return tqdm(total=total, desc=desc, unit=unit, file=stream, **tqdm_kwargs)
     return PlainProgress(total=total, desc=desc, unit=unit, every=every, file=file,
-                         initial=int(tqdm_kwargs.get("initial", 0)))
+                         initial=int(tqdm_kwargs.get("initial", 0)), final=plain_final)
 
 
 @contextlib.contextmanager

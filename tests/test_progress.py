@@ -55,3 +55,11 @@ def test_run_log_records_debug_traces_and_detaches_afterwards(tmp_path):
     assert path == tmp_path / "run.log"
     assert "client node 7 failed; full trace:" in text and "ValueError: boom" in text and "flower says" in text
     assert "after the run" not in text and logging.getLogger("fl_privtext").level == level
+
+
+def test_short_inner_loops_print_nothing_in_plain_mode():
+    buf = io.StringIO()
+    bar = progress.progress_bar(total=3, desc="server: task MLP", unit="epoch", file=buf, plain_final=False)
+    for _ in range(3):
+        bar.update()
+    assert buf.getvalue() == ""  # finished within the interval: no line (a terminal's bar would vanish too)
