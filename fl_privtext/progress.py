@@ -117,7 +117,8 @@ def progress_bar(*, total: int | None, desc: str, unit: str = "it", enabled: boo
 
 @contextlib.contextmanager
 def run_log(out: str | Path) -> Iterator[Path]:
-    """Append the run's log records (`LOGGERS`) to ``out/run.log`` while the block runs."""
+    """Append the run's log records (`LOGGERS`) to ``out/run.log`` while the block runs (a finished run's
+    last line says so; an empty file, a run refused before any work, is removed: the directory stays as found)."""
     path = Path(out) / RUN_LOG
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding="utf-8")
@@ -129,10 +130,14 @@ def run_log(out: str | Path) -> Iterator[Path]:
         ours.setLevel(logging.DEBUG)  # the full traces are DEBUG records; the console's handlers keep their levels
     for name in LOGGERS:
         logging.getLogger(name).addHandler(handler)
+    t0 = time.monotonic()
     try:
         yield path
+        logging.getLogger(__name__).info("run in %s finished in %.1f s", out, time.monotonic() - t0)
     finally:
         for name in LOGGERS:
             logging.getLogger(name).removeHandler(handler)
         ours.setLevel(old_level)
         handler.close()
+        if path.stat().st_size == 0:  # nothing logged (a run refused before any work): leave no file behind
+            path.unlink()

@@ -63,3 +63,16 @@ def test_short_inner_loops_print_nothing_in_plain_mode():
     for _ in range(3):
         bar.update()
     assert buf.getvalue() == ""  # finished within the interval: no line (a terminal's bar would vanish too)
+
+
+def test_a_refused_run_leaves_no_log_and_a_finished_one_says_so(tmp_path):
+    try:
+        with progress.run_log(tmp_path) as path:
+            assert path.is_file()
+            raise ValueError("refused before any work")
+    except ValueError:
+        pass
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+    with progress.run_log(tmp_path) as path:
+        pass
+    assert f"run in {tmp_path} finished in" in path.read_text()
