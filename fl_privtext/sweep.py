@@ -178,9 +178,8 @@ def baseline_of(cfg: ExperimentConfig) -> ExperimentConfig | None:
     ONE baseline point. None for a point that is itself ``none`` or has ``run.baseline = false``."""
     if not cfg.run.baseline or cfg.privacy.mechanism == "none":
         return None
-    eps = {f.name: f.default for f in dataclasses.fields(cfg.privacy)}["epsilon"]
-    clear = dataclasses.replace(cfg.privacy, mechanism="none", epsilon=eps, mu=0.0, label_epsilon=0.0,
-                                projection="none", proj_dim=0)
+    clear = dataclasses.replace(cfg.privacy, mechanism="none", epsilon=type(cfg.privacy)().epsilon, mu=0.0,
+                                label_epsilon=0.0, projection="none", proj_dim=0)
     return dataclasses.replace(cfg, privacy=clear, client=dataclasses.replace(cfg.client, max_epsilon=math.inf))
 
 
