@@ -247,3 +247,14 @@ def test_sweep_result_to_pandas_is_the_table_one_row_per_point(tmp_path):
     assert df["on_device_accuracy"].tolist() == pytest.approx([0.56, 0.81, 0.91])
     assert df.loc[2, "privacy.mechanism"] == "none"
     assert "| privunitg |" in res._repr_markdown_() and str(res).startswith("fl_privtext SweepResult")
+
+
+def test_quickstart_frontier_file_is_a_valid_sweep_with_seeds_and_its_no_privacy_point():
+    spec = sweep.SweepSpec.load(ROOT / "configs" / "quickstart_frontier.toml")
+    points = spec.points({"run.progress": "false"})
+    everything = sweep.with_baselines(points)
+    assert len(everything) == len(points) + 1 and everything[-1].privacy.mechanism == "none"
+    assert "privunitg" in spec.grid["privacy.mechanism"] and all(p.run.seeds >= 3 for p in points)
+    eps = sorted({p.privacy.epsilon for p in points})
+    assert eps[0] <= 0.25 and eps[-1] >= 16  # from the majority to near no privacy (README, "quickstart frontier")
+    assert spec.output == "sweeps/quickstart_frontier"
