@@ -21,8 +21,20 @@ from pathlib import Path
 from typing import IO, Any, Self
 
 
+def _in_kernel() -> bool:
+    """Running inside a Jupyter kernel (not merely a process that imported ipykernel, as a notebook runner does)."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - any failure means: not a kernel we can render into
+        return False
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
 def _widgetless_kernel() -> bool:
-    return "ipykernel" in sys.modules and importlib.util.find_spec("ipywidgets") is None
+    return _in_kernel() and importlib.util.find_spec("ipywidgets") is None
 
 
 # The tqdm every module uses: tqdm.auto, except in a Jupyter kernel without ipywidgets, where importing tqdm.auto
@@ -48,7 +60,7 @@ LOGGERS = ("fl_privtext", "flwr")  # what run.log records
 def _fancy(stream: IO[str]) -> bool:
     """A redrawing bar fits: a terminal, or a Jupyter kernel (widgets, else the text bar: Jupyter renders its
     carriage returns)."""
-    if "ipykernel" in sys.modules:
+    if _in_kernel():
         return True
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
