@@ -1,6 +1,7 @@
 """fl_privtext: federated users who send locally-private text representations to an untrusted server.
 
-Notebook API: ``fl_privtext.run(config) -> Result`` (docs/api.md)."""
+Notebook API: ``fl_privtext.run(config) -> Result`` and ``fl_privtext.run_sweep(spec) -> SweepResult``
+(docs/api.md)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ def run(*args: Any, **kwargs: Any) -> Any:
     return _run(*args, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    if name == "Result":
-        from fl_privtext.api import Result
+def run_sweep(*args: Any, **kwargs: Any) -> Any:
+    """`fl_privtext.api.run_sweep`: a sweep file (or dict) run through one federation; returns a SweepResult
+    (``.rows``, ``.to_pandas()``)."""
+    from fl_privtext.api import run_sweep as _run_sweep
 
-        return Result
+    return _run_sweep(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Result", "SweepResult"):
+        from fl_privtext import api
+
+        return getattr(api, name)
     raise AttributeError(f"module 'fl_privtext' has no attribute {name!r}")

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.config import ExperimentConfig, _flatten
+from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 
 
 @dataclass(frozen=True)
@@ -144,3 +145,62 @@ def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *,
     plots = tuple(p for p in (out / n for n in (RUN_PLOT, FRONTIER_TASK, FRONTIER_ATTACK)) if p.is_file())
     return Result(results=results, output_dir=out, config=cfg, plots=plots,
                   uploads=_uploads(observations) if uploads else None)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: ``rows`` is the table (one dict per point, flat dotted keys such as ``privacy.mechanism``
+    and ``attack.gender.accuracy``; the no-privacy point last), as written to ``output_dir/table.csv``; ``plots``: the
+    frontier PNGs. ``to_pandas()`` gives the same table as a DataFrame when pandas is installed."""
+
+    rows: list[dict[str, Any]]
+    output_dir: Path
+    plots: tuple[Path, ...] = ()
+    missing: int = 0
+
+    def to_pandas(self) -> Any:
+        """The table as a pandas DataFrame (one row per point, the columns of table.csv)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("SweepResult.to_pandas() needs pandas (pip install pandas); "
+                              "SweepResult.rows holds the same table as a list of dicts.") from None
+        cols = list(dict.fromkeys(k for r in self.rows for k in r))  # table.csv's order: first appearance
+        return pd.DataFrame([{c: r.get(c) for c in cols} for r in self.rows], columns=cols)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __str__(self) -> str:
+        from fl_privtext.sweep import markdown
+
+        return f"fl_privtext SweepResult: {self.output_dir} ({len(self.rows)} points)\n" + markdown(self.rows)
+
+    def _repr_markdown_(self) -> str:
+        from fl_privtext.sweep import markdown
+
+        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "", markdown(self.rows)]
+        for p in self.plots:
+            lines += ["", f"![{p.name}]({os.path.relpath(p.resolve(), Path.cwd().resolve())})"]
+        return "\n".join(lines)
+
+
+def run_sweep(spec: dict[str, Any] | str | Path, *, output: str | Path | None = None,
+              sets: dict[str, Any] | None = None, progress: bool = False, echo: bool = False) -> SweepResult:
+    """Run a sweep (as ``fl-privtext sweep``; resumable: finished points are read back) and return its table.
+
+    ``spec``: a sweep TOML path or the same content as a dict (``{"fixed": {...}, "grid": {"privacy.epsilon":
+    [1, 2]}}``); ``output``: the sweep directory (default: ``[sweep] output``, else sweeps/<file stem>);
+    ``sets``: overrides of fixed keys; ``echo``: print the per-point lines."""
+    from fl_privtext.sweep import SweepSpec, execute
+
+    if isinstance(spec, dict):
+        parsed = SweepSpec.from_dict(spec)
+    elif isinstance(spec, (str, Path)):
+        parsed = SweepSpec.load(spec)
+    else:
+        raise ValueError(f"spec must be a dict or a sweep TOML file path; got {type(spec).__name__}.")  # noqa: TRY004
+    summary = execute(parsed, sets=sets, output=output, progress=progress,
+                      log=(lambda s: print(s, flush=True)) if echo else (lambda s: None))
+    return SweepResult(rows=summary["rows"], output_dir=Path(summary["out"]),
+                       plots=tuple(Path(p) for p in summary["plots"]), missing=summary["missing"])

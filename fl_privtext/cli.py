@@ -83,9 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             from fl_privtext.federation.runner import run_from_cli
 
-            # progress bars redraw with carriage returns: in a log file (stderr not a terminal) they are garbage
-            quiet = args.quiet or not sys.stderr.isatty()
-            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=quiet,
+            # on a terminal a bar; when stderr is a file, a pipe or CI, plain periodic lines (fl_privtext.progress)
+            run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=args.quiet,
                          overwrite=args.overwrite)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import trange
 
 from fl_privtext.config import MLPConfig
+from fl_privtext.progress import progress_bar
 
 __all__ = ["MLPClassifier", "MLPConfig", "train_mlp", "warm_up"]
 
@@ -129,7 +129,10 @@ def train_mlp(
     losses: list[float] = []
     budget = config.max_steps or math.inf  # the budget: cost stops growing with N once it binds
     taken = 0
-    for _ in trange(config.epochs, desc=progress, disable=progress is None, leave=False, unit="epoch"):
+    # a bar on a terminal; in a log file a plain line only when training outlasts the progress interval
+    bar = progress_bar(total=config.epochs, desc=progress or "", unit="epoch", enabled=progress is not None,
+                       leave=False, plain_final=False)
+    for _ in range(config.epochs):
         if taken >= budget:
             break
         order = torch.randperm(n, generator=generator).to(dev)
@@ -147,6 +150,8 @@ def train_mlp(
             seen += len(idx)
             taken += 1
         losses.append(float(total) / max(seen, 1))
+        bar.update()
+    bar.close()
     model = MLPClassifier(net, mean, std, multilabel, dev)
     model.losses = losses
     model.steps = taken

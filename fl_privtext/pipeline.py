@@ -20,7 +20,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from fl_privtext import rng
 from fl_privtext.accounting import privacy_summary
@@ -46,6 +45,7 @@ from fl_privtext.data import (
 from fl_privtext.memory import return_freed_arrays
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.privacy.report import json_number
+from fl_privtext.progress import progress_bar
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
 from fl_privtext.threads import driver_threads, limited
 
@@ -289,7 +289,9 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
     """The communication phase of one point: every round of every seed through ``collect_round``;
     ``on_round`` hears about each round as soon as it is in (per-round metrics, experiment tracking)."""
     seeds = [cfg.run.seed + s for s in range(cfg.run.seeds)]
-    bar = tqdm(total=len(seeds) * cfg.federation.rounds, desc="rounds", disable=not cfg.run.progress, leave=False)
+    # a bar on a terminal / widget notebook, plain periodic lines in a log file or CI (fl_privtext.progress)
+    bar = progress_bar(total=len(seeds) * cfg.federation.rounds, desc="rounds", unit="round",
+                       enabled=cfg.run.progress, leave=False)
     out: list[Collected] = []
     refused_rounds: list[dict[str, Any]] = []  # rounds every client refused (the run stopped there)
     stopped = False

@@ -138,7 +138,9 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     per attribute (``frontier_attack.png``), one line per ``series`` (the grid values other than epsilon).
 
     ``rows``: dicts with ``series`` (str), ``epsilon_worst_case``, ``accuracy``, ``accuracy_std``,
-    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}})."""
+    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}}); optionally the 95% bands
+    over seeds ``accuracy_ci_low/high`` and the on-device curve ``on_device_accuracy`` (``on_device_ci_low/high``),
+    drawn dashed beside the per-upload one."""
     plt = _pyplot()
     out = Path(out_dir)
     eps_all = [as_epsilon(r["epsilon_worst_case"]) for r in rows]
@@ -157,15 +159,27 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     majority = [r["majority_baseline"] for r in rows if r.get("majority_baseline") is not None]
     for k, (name, items) in enumerate(series.items()):
         xs, ys, kept = xy(items, lambda r: r.get("accuracy"))
-        if xs:
+        if xs and all(r.get("accuracy_ci_low") is not None for r in kept):  # a 95% band over seeds
+            ax.plot(xs, ys, marker="o", color=f"C{k}", label=f"{name or 'all'} (per upload)")
+            ax.fill_between(xs, [r["accuracy_ci_low"] for r in kept], [r["accuracy_ci_high"] for r in kept],
+                            color=f"C{k}", alpha=0.15, lw=0)
+        elif xs:
             ax.errorbar(xs, ys, yerr=[r.get("accuracy_std") or 0.0 for r in kept], marker="o", color=f"C{k}",
                         label=name or "all", capsize=2)
+        # on-device: the server's model applied on the test clients to their clean features (dashed, own band)
+        xs, ys, kept = xy(items, lambda r: r.get("on_device_accuracy"))
+        if xs:
+            ax.plot(xs, ys, marker="s", ls="--", color=f"C{k}", label=f"{name or 'all'} (on device)")
+            if all(r.get("on_device_ci_low") is not None for r in kept):
+                ax.fill_between(xs, [r["on_device_ci_low"] for r in kept], [r["on_device_ci_high"] for r in kept],
+                                color=f"C{k}", alpha=0.1, lw=0, hatch="//")
     if majority:
         ax.axhline(max(majority), color="0.5", ls="--", lw=1, label="majority")
     _mark_inf(ax, pos, eps_all)
     ax.set(xlabel="true worst-case epsilon (log)", ylabel="task accuracy", title="privacy-utility frontier")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: never over the curves
+    fig.set_size_inches(9.5, 4.5)
     fig.tight_layout()
     fig.savefig(out / FRONTIER_TASK, dpi=110)
     plt.close(fig)

@@ -27,6 +27,7 @@ accuracy vs the TRUE worst-case epsilon) are written from all points.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import itertools
@@ -171,6 +172,28 @@ def slim(result: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
     return compact(out)
 
 
+def baseline_of(cfg: ExperimentConfig) -> ExperimentConfig | None:
+    """The no-privacy counterpart of a point (what ``fl-privtext run`` serves as ``baseline_no_privacy``): mechanism
+    ``none``, no projection, an uncapped client ledger and the default epsilon, so that every epsilon of a grid shares
+    ONE baseline point. None for a point that is itself ``none`` or has ``run.baseline = false``."""
+    if not cfg.run.baseline or cfg.privacy.mechanism == "none":
+        return None
+    clear = dataclasses.replace(cfg.privacy, mechanism="none", epsilon=type(cfg.privacy)().epsilon, mu=0.0,
+                                label_epsilon=0.0, projection="none", proj_dim=0)
+    return dataclasses.replace(cfg, privacy=clear, client=dataclasses.replace(cfg.client, max_epsilon=math.inf))
+
+
+def with_baselines(points: Sequence[ExperimentConfig]) -> list[ExperimentConfig]:
+    """The grid's points followed by their distinct no-privacy points (`baseline_of`)."""
+    keys = {point_key(c) for c in points}
+    extra: dict[str, ExperimentConfig] = {}
+    for cfg in points:
+        base = baseline_of(cfg)
+        if base is not None and point_key(base) not in keys:
+            extra.setdefault(point_key(base), base)
+    return [*points, *extra.values()]
+
+
 def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     flat = cfg.to_flat()
     return tuple(flat.get(k) for k in SIMULATION_KEYS)
@@ -192,8 +215,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
 
     ``runner`` defaults to `fl_privtext.federation.runner.run_points` (tests may pass a fake with the same
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points."""
-    from tqdm.auto import tqdm
-
+    from fl_privtext.progress import tqdm
     from fl_privtext.report import aggregate
 
     unique: dict[str, ExperimentConfig] = {}
@@ -333,6 +355,11 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
         "accuracy": u.get("accuracy"), "accuracy_std": u.get("accuracy_std"), "macro_f1": u.get("macro_f1"),
         "majority_baseline": u.get("majority_baseline"),
     })
+    row["accuracy_ci_low"], row["accuracy_ci_high"] = seed_band(u.get("per_seed") or [])
+    od = u.get("on_device") or {}
+    row["on_device_accuracy"] = od.get("accuracy") if od.get("available") else None
+    row["on_device_ci_low"], row["on_device_ci_high"] = seed_band(od.get("per_seed") or []) if od.get("available") \
+        else (None, None)
     for name, a in res.get("attacks", {}).items():
         row[f"attack.{name}.accuracy"] = a.get("accuracy")
         row[f"attack.{name}.majority"] = a.get("majority_baseline")
@@ -341,6 +368,25 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
         row[f"attack.{name}.empirical_privacy"] = a.get("empirical_privacy")
     row["total_s"] = res.get("timing", {}).get("total_s")
     return row
+
+
+def seed_band(per_seed: Sequence[dict[str, Any]], level: float = 0.95) -> tuple[float | None, float | None]:
+    """A ``level`` confidence band of the mean accuracy over seeds: mean +- t_{n-1} * sd / sqrt(n) (Student t,
+    sd with ddof 1) for n >= 2 seeds; with one seed, that seed's own ``ci95`` when it has one (the randomized-
+    response noise of on-device counts), else (None, None). Clipped to [0, 1]."""
+    accs = [float(s["accuracy"]) for s in per_seed if s.get("accuracy") is not None]
+    if len(accs) >= 2:
+        from scipy.stats import t
+
+        n = len(accs)
+        mean = sum(accs) / n
+        sd = math.sqrt(sum((a - mean) ** 2 for a in accs) / (n - 1))
+        half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+        return max(0.0, mean - half), min(1.0, mean + half)
+    if len(accs) == 1 and isinstance(per_seed[0].get("ci95"), (list, tuple)) and level == 0.95:
+        lo, hi = per_seed[0]["ci95"]
+        return float(lo), float(hi)
+    return None, None
 
 
 def _cell(v: Any) -> str:
@@ -372,20 +418,31 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
     from fl_privtext import plots
 
     rows, plot_rows, missing = [], [], 0
-    for cfg in points:
+    grid_keys = {point_key(c) for c in points}
+    for cfg in with_baselines(points):
         res = store.get(cfg)
         if res is None:
             missing += 1
             continue
         flat = cfg.to_flat()
         extra = {"point": point_key(cfg), **{k: flat.get(k) for k in spec.grid}}
+        if point_key(cfg) not in grid_keys:  # an added no-privacy point: its epsilon is infinite, not the default's
+            extra.update({k: "none" if k == "privacy.mechanism" else "inf" for k in extra
+                          if k in ("privacy.mechanism", "privacy.epsilon")})
         rows.append(row_of(res, extra))
-        plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon",)),
+        base = baseline_of(cfg)
+        base_res = store.get(base) if base is not None else (res if cfg.privacy.mechanism == "none" else None)
+        base_od = ((base_res or {}).get("utility") or {}).get("on_device") or {}
+        rows[-1]["no_privacy_accuracy"] = ((base_res or {}).get("utility") or {}).get("accuracy")
+        rows[-1]["no_privacy_on_device_accuracy"] = base_od.get("accuracy") if base_od.get("available") else None
+        single = tuple(k for k, v in spec.grid.items() if len(v) == 1)  # one value: names no series
+        plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon", *single)),
                           "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": a.get("majority_baseline")}
                                       for n, a in res.get("attacks", {}).items()}})
     _write_atomic(out / "table.csv", to_csv(rows))
     md = markdown(rows)
-    _write_atomic(out / "table.md", f"# sweep {spec.source}\n\n{len(rows)} of {len(points)} points finished.\n\n"
+    total = len(with_baselines(points))
+    _write_atomic(out / "table.md", f"# sweep {spec.source}\n\n{len(rows)} of {total} points finished.\n\n"
                                     f"{md}\n\nepsilon_worst_case is the TRUE worst-case epsilon per upload; "
                                     "the frontier plots use it on their x axis.\n")
     figures: list[str] = []
@@ -397,28 +454,42 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
     return {"rows": rows, "markdown": md, "missing": missing, "plots": figures, "note": note}
 
 
-def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool) -> None:
-    spec = SweepSpec.load(path)
-    out = Path(output or spec.output or Path("sweeps") / Path(path).stem)
-    points = spec.points({**sets, "run.progress": "false"})  # one bar over points; no nested per-point bars
+def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str | Path | None = None,
+            log: Callable[[str], None] = print, progress: bool = False) -> dict[str, Any]:
+    """Run the sweep's missing points (and their no-privacy points), then write table.csv, table.md and the plots
+    to the output directory (``output``, else the file's ``[sweep] output``, else sweeps/<file stem>). Returns
+    `write_outputs`' summary plus ``out`` (the directory). Shared by ``fl-privtext sweep`` and
+    ``fl_privtext.run_sweep``."""
+    stem = Path(spec.source).stem if spec.source else "sweep"
+    out = Path(output or spec.output or Path("sweeps") / stem)
+    points = spec.points({**(sets or {}), "run.progress": "false"})  # one bar over points; no nested bars
     store = Store(out / "points")
-    if list_only:
-        for cfg in points:
-            print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {spec.label(cfg)}")
-        return
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"The sweep output directory {out} cannot be created ({exc.strerror}).") from None
-    _write_atomic(out / "sweep.toml", Path(path).read_text())
-    log = (lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    if spec.source:
+        _write_atomic(out / "sweep.toml", Path(spec.source).read_text())
     try:
-        run_sweep(points, store, log=log, progress=not quiet, describe=spec.label)
+        run_sweep(with_baselines(points), store, log=log, progress=progress, describe=spec.label)
     except KeyboardInterrupt:
         done = sum(store.has(c) for c in points)
         raise KeyboardInterrupt(f"{done} of {len(points)} points are finished and kept in {store.folder}; "
                                 "rerun the same command to run the others.") from None
-    summary = write_outputs(spec, points, store, out)
+    return {**write_outputs(spec, points, store, out), "out": out}
+
+
+def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool) -> None:
+    spec = SweepSpec.load(path)
+    if list_only:
+        out = Path(output or spec.output or Path("sweeps") / Path(path).stem)
+        store = Store(out / "points")
+        for cfg in with_baselines(spec.points({**sets, "run.progress": "false"})):
+            print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {spec.label(cfg)}")
+        return
+    log = (lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    summary = execute(spec, sets=sets, output=output, log=log, progress=not quiet)
+    out = summary["out"]
     print(summary["markdown"])
     extra = f"; {summary['note']}" if summary["note"] else ""
     figs = ", ".join(Path(f).name for f in summary["plots"])

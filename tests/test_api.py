@@ -65,6 +65,7 @@ def test_docs_api_example_runs(tmp_path, monkeypatch, cache_dir, capsys):
     assert result.plots == (out / "privacy_utility.png",) or [p.name for p in result.plots] == ["privacy_utility.png"]
     assert (out / "privacy_utility.png").stat().st_size > 5000
     assert "](privacy_utility.png)" in result.summary
+    assert (out / "run.log").is_file()  # the run's log file (fl_privtext.progress.run_log)
 
     # the uploads: what crossed the network, two rounds of every record, privatized (never the raw features)
     up = result.uploads

@@ -112,29 +112,32 @@ def resumed(tmp_path_factory, cache_dir):
 @pytest.mark.slow
 def test_killed_sweep_resumes_with_only_the_missing_points(resumed):
     work, kept, out, err = resumed
-    assert 1 <= len(kept) < 4, "the kill must land mid-sweep"
-    missing = 4 - len(kept)
-    assert f"[sweep] 4 points, {len(kept)} already done, {missing} to run" in err
+    assert 1 <= len(kept) < 5, "the kill must land mid-sweep"
+    missing = 5 - len(kept)  # 4 grid points and their shared no-privacy point
+    assert f"[sweep] 5 points, {len(kept)} already done, {missing} to run" in err
     assert err.count("[sweep] ") == 2 + missing and f"[sweep] {missing}/{missing} " in err
     points = sorted((work / "out" / "points").glob("*.json"))
-    assert len(points) == 4
+    assert len(points) == 5
     for p in points:  # the points finished before the kill were skipped, not recomputed
         if p.name in kept:
             assert (p.stat().st_mtime_ns, p.read_text()) == kept[p.name]
     rows = list(csv.DictReader((work / "out" / "table.csv").open()))
     spec = sweep.SweepSpec.load(work / "s.toml")
-    assert [r["point"] for r in rows] == [sweep.point_key(c) for c in spec.points({"run.progress": "false"})]
+    assert [r["point"] for r in rows] == [sweep.point_key(c) for c in
+                                          sweep.with_baselines(spec.points({"run.progress": "false"}))]
     # the true epsilon: the nominal one plus the secure sampler's grid rounding (privacy/exact.py)
-    assert [float(r["epsilon_worst_case"]) for r in rows] == pytest.approx([0.5, 2.0, 8.0, 32.0], rel=1e-5)
+    assert [float(r["epsilon_worst_case"]) for r in rows[:4]] == pytest.approx([0.5, 2.0, 8.0, 32.0], rel=1e-5)
+    assert rows[4]["privacy.mechanism"] == "none" and rows[4]["epsilon_worst_case"] == "inf"
+    assert len({r["no_privacy_on_device_accuracy"] for r in rows}) == 1 and rows[0]["no_privacy_on_device_accuracy"]
     assert all(0 <= float(r["accuracy"]) <= 1 and r["attack.gender.accuracy"] for r in rows)
     md = (work / "out" / "table.md").read_text()
-    assert "4 of 4 points finished" in md and md.count("| laplace-l1 |") == 4
+    assert "5 of 5 points finished" in md and md.count("| laplace-l1 |") == 4
     assert "| point | privacy.mechanism | privacy.epsilon |" in out
     for png in ("frontier_task.png", "frontier_attack.png"):
         assert (work / "out" / png).stat().st_size > 5000
     assert (work / "out" / "sweep.toml").read_text() == SWEEP_TOML
     listed = _cli("sweep", "s.toml", "--list", cwd=work, cache_dir=Path(".")).communicate(timeout=120)[0]
-    assert listed.count("done ") == 4 and "todo" not in listed
+    assert listed.count("done ") == 5 and "todo" not in listed
 
 
 @pytest.mark.slow
@@ -172,3 +175,88 @@ def test_committed_points_keep_their_keys():
         if sweep.saved_point_key(saved) != f.stem:
             moved.append(f.relative_to(ROOT).as_posix())
     assert not moved, f"{len(moved)} of {len(files)} saved points no longer match their keys, e.g. {moved[:3]}"
+
+
+def test_seed_band_is_the_student_t_interval_and_covers_the_mean_at_its_level():
+    import numpy as np
+    from scipy import stats
+
+    accs = [0.61, 0.64, 0.58]
+    lo, hi = sweep.seed_band([{"accuracy": a} for a in accs])
+    ref = stats.t.interval(0.95, 2, loc=np.mean(accs), scale=stats.sem(accs))
+    assert (lo, hi) == pytest.approx(ref)
+    # seeded coverage check: over 2000 draws of 3 seeds the 95% band covers the true mean 93.5-96.5% of the time
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.7, 0.02, size=(2000, 3))
+    cover = np.mean([lo <= 0.7 <= hi for lo, hi in (sweep.seed_band([{"accuracy": a} for a in d]) for d in draws)])
+    assert 0.935 <= cover <= 0.965
+    assert sweep.seed_band([{"accuracy": 0.5, "ci95": [0.4, 0.6]}]) == (0.4, 0.6)  # one seed: its own RR band
+    assert sweep.seed_band([{"accuracy": 0.5}]) == (None, None)
+
+
+def test_grid_points_share_one_no_privacy_point():
+    spec = sweep.SweepSpec.from_dict({"grid": {"privacy.mechanism": ["laplace-l1", "gaussian"],
+                                               "privacy.epsilon": [1.0, 2.0]}})
+    points = sweep.with_baselines(spec.points())
+    assert len(points) == 5 and points[4].privacy.mechanism == "none" and points[4].client.max_epsilon == float("inf")
+    off = sweep.SweepSpec.from_dict({"fixed": {"run.baseline": False}, "grid": {"privacy.epsilon": [1.0, 2.0]}})
+    assert len(sweep.with_baselines(off.points())) == 2
+
+
+def _result(acc: float, od: list[float], eps: float | str, mech: str) -> dict:
+    return {"utility": {"available": True, "accuracy": sum(od) / len(od) - 0.01, "majority_baseline": 0.55,
+                        "per_seed": [{"seed": i, "accuracy": a - 0.01} for i, a in enumerate(od)],
+                        "on_device": {"available": True, "accuracy": sum(od) / len(od),
+                                      "per_seed": [{"seed": i, "accuracy": a} for i, a in enumerate(od)]}},
+            "privacy": {"mechanism": mech, "epsilon_nominal": eps, "epsilon_worst_case": eps}, "attacks": {}}
+
+
+def test_table_has_the_frontier_columns_and_the_no_privacy_row(tmp_path):
+    spec = sweep.SweepSpec.from_dict({"grid": {"privacy.mechanism": ["privunitg"], "privacy.epsilon": [1.0, 8.0]}})
+    points = spec.points()
+    store = sweep.Store(tmp_path / "points")
+    store.put(points[0], _result(0.0, [0.55, 0.56, 0.57], 1.0, "privunitg"))
+    store.put(points[1], _result(0.0, [0.80, 0.82, 0.81], 8.0, "privunitg"))
+    summary = sweep.write_outputs(spec, points, store, tmp_path)
+    assert summary["missing"] == 1  # the no-privacy point has not run
+    store.put(sweep.baseline_of(points[0]), _result(0.0, [0.90, 0.91, 0.92], "inf", "none"))
+    sweep.write_outputs(spec, points, store, tmp_path)
+    rows = list(csv.DictReader((tmp_path / "table.csv").open()))
+    need = ["privacy.mechanism", "epsilon_worst_case", "accuracy", "on_device_accuracy", "on_device_ci_low",
+            "on_device_ci_high", "no_privacy_on_device_accuracy", "majority_baseline"]
+    assert set(need) <= set(rows[0])
+    assert [r["privacy.mechanism"] for r in rows] == ["privunitg", "privunitg", "none"]
+    assert rows[2]["epsilon_worst_case"] == "inf" and rows[2]["privacy.epsilon"] == "inf"
+    assert all(float(r["no_privacy_on_device_accuracy"]) == pytest.approx(0.91) for r in rows)
+    assert float(rows[1]["on_device_ci_low"]) < 0.81 < float(rows[1]["on_device_ci_high"])
+
+
+def test_sweep_result_to_pandas_is_the_table_one_row_per_point(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from fl_privtext.api import SweepResult
+
+    spec = sweep.SweepSpec.from_dict({"grid": {"privacy.mechanism": ["privunitg"], "privacy.epsilon": [1.0, 8.0]}})
+    points = spec.points()
+    store = sweep.Store(tmp_path / "points")
+    for cfg, od in zip(points, ([0.55, 0.56, 0.57], [0.80, 0.82, 0.81]), strict=True):
+        store.put(cfg, _result(0.0, od, cfg.privacy.epsilon, "privunitg"))
+    store.put(sweep.baseline_of(points[0]), _result(0.0, [0.90, 0.91, 0.92], "inf", "none"))
+    summary = sweep.write_outputs(spec, points, store, tmp_path)
+    res = SweepResult(rows=summary["rows"], output_dir=tmp_path)
+    df = res.to_pandas()
+    assert isinstance(df, pd.DataFrame) and len(df) == len(res) == 3
+    assert list(df.columns) == list(pd.read_csv(tmp_path / "table.csv").columns)
+    assert df["on_device_accuracy"].tolist() == pytest.approx([0.56, 0.81, 0.91])
+    assert df.loc[2, "privacy.mechanism"] == "none"
+    assert "| privunitg |" in res._repr_markdown_() and str(res).startswith("fl_privtext SweepResult")
+
+
+def test_quickstart_frontier_file_is_a_valid_sweep_with_seeds_and_its_no_privacy_point():
+    spec = sweep.SweepSpec.load(ROOT / "configs" / "quickstart_frontier.toml")
+    points = spec.points({"run.progress": "false"})
+    everything = sweep.with_baselines(points)
+    assert len(everything) == len(points) + 1 and everything[-1].privacy.mechanism == "none"
+    assert "privunitg" in spec.grid["privacy.mechanism"] and all(p.run.seeds >= 3 for p in points)
+    eps = sorted({p.privacy.epsilon for p in points})
+    assert eps[0] <= 0.25 and eps[-1] >= 16  # from the majority to near no privacy (README, "quickstart frontier")
+    assert spec.output == "sweeps/quickstart_frontier"

@@ -415,7 +415,7 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
 
     Memory stays bounded by one chunk: texts are read chunk by chunk (``ds.text_column`` when the dataset has it,
     a lazy view of its Arrow column) and the finished parts are copied one at a time into the cache file."""
-    from tqdm.auto import tqdm
+    from fl_privtext.progress import progress_bar
 
     n = len(ds)
     texts, pairs = _text_columns(ds)
@@ -429,8 +429,8 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
             if _load_part(path, min(n, start + chunk_rows) - start) is None]
     stats: dict[str, int] = {}  # the extractor's coverage counts (GloVe), summed over the chunks computed here
     t0 = time.perf_counter()
-    with tqdm(total=n, initial=n - sum(b - a for a, b, _ in todo), desc=f"extract ({extractor.name})", unit="text",
-              disable=not progress) as bar:
+    with progress_bar(total=n, initial=n - sum(b - a for a, b, _ in todo), desc=f"extract ({extractor.name})",
+                      unit="text", enabled=progress) as bar:
         for (start, stop, path), (part, last) in zip(todo, _extract_chunks(extractor, texts, pairs, todo),
                                                      strict=True):
             if part.ndim != 2 or part.shape[0] != stop - start:

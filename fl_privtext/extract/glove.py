@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 import fl_privtext
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
+from fl_privtext.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +351,7 @@ class GloveExtractor:
             return np.asarray(flat, dtype=np.int64), counts, n_tok, n_oov
         return self._words.ids(texts)
 
-    def _mean(self, texts: Sequence[str], bar: tqdm) -> tuple[np.ndarray, GloveStats]:
+    def _mean(self, texts: Sequence[str], bar: Any) -> tuple[np.ndarray, GloveStats]:
         vectors = np.asarray(glove_table().vectors)  # (V, 50) float32, the memory map's pages
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         n_tok = n_oov = n_empty = 0
@@ -376,7 +376,7 @@ class GloveExtractor:
         texts, pairs = text_lists(texts, text_pairs)
         sides: list[list[str]] = [texts] if pairs is None else [texts, pairs]
         glove_table()  # load before the progress bar starts
-        with tqdm(total=len(texts) * len(sides), desc="glove", unit="text", disable=not progress) as bar:
+        with progress_bar(total=len(texts) * len(sides), desc="glove", unit="text", enabled=progress) as bar:
             results = [self._mean(side, bar) for side in sides]
         feats = np.concatenate([r[0] for r in results], axis=1) if len(results) > 1 else results[0][0]
         st = [r[1] for r in results]

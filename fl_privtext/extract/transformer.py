@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 import fl_privtext
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
+from fl_privtext.progress import progress_bar
 
 CODE_VERSION = "hf-pool-1"  # bump whenever tokenisation/pooling code changes its output
 POOLINGS = ("mean", "cls")
@@ -283,7 +283,7 @@ class HFExtractor:
         types: list[list[int]] | None = enc.get("token_type_ids")
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         order = np.argsort([-len(x) for x in ids], kind="stable")  # longest first: an OOM shows up at once
-        with tqdm(total=len(texts), desc=self.name, unit="text", disable=not progress) as bar:
+        with progress_bar(total=len(texts), desc=self.name, unit="text", enabled=progress) as bar:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 width = max(len(ids[i]) for i in idx)

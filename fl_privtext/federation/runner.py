@@ -345,7 +345,10 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
         points.append(dataclasses.replace(cfg, privacy=clear,
                                           client=dataclasses.replace(cfg.client, max_epsilon=float("inf"))))
     out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    with claim(out, overwrite=overwrite), Tracker(cfg, out, points=("main", "baseline")) as tracker:
+    from fl_privtext.progress import run_log
+
+    # run.log: the full trace of a failing client (one line on the console), Flower's warnings
+    with claim(out, overwrite=overwrite), run_log(out), Tracker(cfg, out, points=("main", "baseline")) as tracker:
         served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations)
         results = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=out, echo=echo,
                            baseline=served[1] if len(served) > 1 else None)

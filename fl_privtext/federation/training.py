@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
-from tqdm.auto import tqdm
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.progress import progress_bar
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
                 "clear (no DP-FedAvg: train.dp-clip = 0)")
@@ -191,7 +191,7 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False
         return agg
 
     strategy = make_strategy(cfg, aggregate_evaluate)
-    bar = tqdm(total=t.rounds, desc="phase A rounds", disable=not cfg.run.progress, leave=False)
+    bar = progress_bar(total=t.rounds, desc="phase A rounds", unit="round", enabled=cfg.run.progress, leave=False)
     seen = [len(observations) if observations is not None else 0]
 
     kept: list[dict[str, Any]] = []
