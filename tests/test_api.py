@@ -72,7 +72,7 @@ def test_docs_api_example_runs(tmp_path, monkeypatch, cache_dir, capsys):
     assert up["features"].shape == (2 * n_records, result["federation"]["upload_dim"])
     assert sorted(up) == ["features", "labels", "node", "rows"] and len(set(up["node"].tolist())) == 2
     printed = capsys.readouterr().out
-    assert "rounds;" in printed and "true worst-case epsilon: 2.0" in printed
+    assert "rounds;" in printed and "true worst-case epsilon: 2.0000" in printed
 
     # the same output again: refused before any work, through the API and the CLI, the results untouched
     from fl_privtext.cli import main

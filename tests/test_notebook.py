@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "docs" / "quickstart.ipynb"
 TINY = {"fixed": {"federation.num-clients": 2, "run.seeds": 2, "server.learner": "centroid",
-                  "attack.enabled": False, "server.on-device": True},
+                  "attack.enabled": False, "server.on-device": True, "privacy.sampler": "float"},
         "grid": {"privacy.mechanism": ["privunitg"], "privacy.epsilon": [1.0, 16.0]}}
 COLUMNS = ["privacy.mechanism", "epsilon_worst_case", "accuracy", "on_device_accuracy", "on_device_ci_low",
            "on_device_ci_high", "no_privacy_on_device_accuracy", "majority_baseline"]

@@ -30,7 +30,6 @@ output = "out"
 "server.epochs" = 1
 "attack.epochs" = 1
 "server.learner" = "centroid"
-"run.baseline" = false
 
 [federation]
 num-clients = 2

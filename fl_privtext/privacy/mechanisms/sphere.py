@@ -277,6 +277,10 @@ def secure_cap_probability(k: int, g: int, t: float = SECURE_SCALE) -> float:
     return float(np.sum(stats.nbinom.pmf(m, k, r) * stats.nbinom.sf(g + m - 1, k, r)))
 
 
+MAX_SECURE_DRAWS = 1000  # beyond it the exact cap sampler's time and memory grow like e^epsilon (eps 16: 56 s, 11 GB
+# for 200 rows of dim 50), so larger epsilons are refused with a one-line error
+
+
 def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
     """Calibration of the secure (grid) PrivUnitG in ``dim`` = k dimensions, cap threshold from the ideal ``eps0``.
 
@@ -301,6 +305,11 @@ def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCa
     p = math.floor(float(special.expit(logit_p)) * TWO53) / TWO53
     while p > 0 and (math.log(p) - math.log1p(-p)) + (math.log1p(-q) - math.log(q)) > epsilon:
         p -= 2.0 ** -53
+    draws = max(p / q, (1.0 - p) / (1.0 - q))  # exact base draws per released row (rejection by side)
+    if draws > MAX_SECURE_DRAWS:
+        raise ValueError(f"privunitg with sampler='secure' at epsilon={epsilon:g}, dim={dim} needs ~{draws:.3g} exact "
+                         f"draws per upload (its cap has probability {q:.2g}); at most {MAX_SECURE_DRAWS} are "
+                         "supported: use a smaller epsilon, or sampler='float' (simulation-grade).")
     half = int(60.0 * sd) + abs(g) + int(60 * SECURE_SCALE)
     n = np.arange(-half, half + 1, dtype=np.float64)
     pk = _sum_pmf(dim, a, half)
