@@ -143,3 +143,11 @@ def test_float_coin_resolution_is_not_needed_by_the_secure_coin():
     p = round(cal.p * TWO53) / TWO53
     assert p == cal.p
     assert cal.epsilon == pytest.approx((special.logit(p) - special.logit(cal.q)), abs=1e-12)
+
+
+def test_secure_privunitg_refuses_epsilons_its_exact_sampler_cannot_reach_in_bounded_work():
+    from fl_privtext.privacy import make_mechanism
+
+    make_mechanism("privunitg", epsilon=8.0, dim=50, sampler="secure").report()  # ~200 draws per upload: fine
+    with pytest.raises(ValueError, match=r"epsilon=16, dim=50 needs ~.* exact draws per upload .* sampler='float'"):
+        make_mechanism("privunitg", epsilon=16.0, dim=50, sampler="secure").report()
