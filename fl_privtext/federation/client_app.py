@@ -23,7 +23,6 @@ Start-up is kept light (numpy, flwr and the privacy package; torch and HF datase
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import socket
 import sys
@@ -31,7 +30,7 @@ import time
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 
@@ -47,6 +46,7 @@ from fl_privtext.client import (
     state_dir_from,
 )
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.replies import array_digest, ledger_record, prep_key, refusal
 from fl_privtext.threads import apply_torch_threads, share
 
 
@@ -58,28 +58,6 @@ def thread_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
         apply_torch_threads(share(int(flat["federation.client-threads"]),  # type: ignore[arg-type]
                                   float(flat.get("federation.client-cpus", 1.0))))  # type: ignore[arg-type]
     return call_next(msg, context)
-
-
-REFUSED = 403  # the error code of a refusal (its reason starts with "refused:")
-
-
-def refusal(msg: Message, exc: Refused) -> Message:
-    """The error reply of a refused request: one line, starting with ``refused:``."""
-    return Message(error=Error(code=REFUSED, reason=str(exc).splitlines()[0]), reply_to=msg)
-
-
-def ledger_record(charged: dict[str, Any]) -> ConfigRecord:
-    """What the client charged for this reply (its own ledger), for the server's report."""
-    return ConfigRecord({k: v for k, v in charged.items()})
-
-
-def array_digest(rec: ArrayRecord) -> str:
-    """A hash of every array of a record (names a Phase A model / encoder in the ledger's request keys)."""
-    h = hashlib.sha256()
-    for k, a in rec.items():
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(a.numpy()).tobytes())
-    return h.hexdigest()[:32]
 
 
 @functools.lru_cache(maxsize=2)
@@ -94,14 +72,7 @@ def _client_data(flat_items: tuple, snapshot: str) -> ClientData:
 
 def _data_for(msg: Message, cfg: ExperimentConfig) -> ClientData:
     hints = msg.content.config_records.get("client-data")
-    return _client_data(_prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
-
-
-def _prep_key(cfg: ExperimentConfig) -> tuple:
-    # Only what determines data, roles, shards and features (not epsilon), so a sweep reuses one Prepared.
-    flat = cfg.to_flat()
-    keep = ("data.", "extractor.", "federation.num-clients", "federation.partition", "federation.alpha", "run.seed")
-    return tuple(sorted((k, v) for k, v in flat.items() if k.startswith(keep)))
+    return _client_data(prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
 
 
 def _config(msg: Message) -> ExperimentConfig:

@@ -29,7 +29,7 @@ from fl_privtext.client import (
     state_dir_from,
 )
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.client_app import _prep_key, array_digest, ledger_record, refusal
+from fl_privtext.federation.replies import array_digest, ledger_record, prep_key, refusal
 
 _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
 
@@ -70,12 +70,22 @@ def _model(key: tuple, train_items: tuple) -> Any:
 def _setup(cfg: ExperimentConfig, arrays: ArrayRecord) -> tuple[Any, Any, Any]:
     from fl_privtext.encoders import load_state
 
-    key = _prep_key(cfg)
+    key = prep_key(cfg)
     prep, data = _prepared(key)
     train_items = tuple(sorted((k, v) for k, v in cfg.to_flat().items() if k.startswith("train.")))
     model = _model(key, train_items)
     load_state(model, {k: a.numpy() for k, a in arrays.items()})
     return prep, data, model
+
+
+def clip_update(new: list[np.ndarray], old: list[np.ndarray], clip: float) -> list[np.ndarray]:
+    """``old + (new - old) * min(1, clip / ||new - old||_2)``, the norm over every array together (McMahan et al.
+    2018, DP-FedAvg's per-client clipping)."""
+    deltas = [np.asarray(n, np.float64) - np.asarray(o, np.float64) for n, o in zip(new, old, strict=True)]
+    norm = float(np.sqrt(sum(float(np.sum(d * d)) for d in deltas)))
+    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    return [(np.asarray(o, np.float64) + d * scale).astype(np.asarray(n).dtype) for n, o, d in zip(new, old, deltas,
+                                                                                                     strict=True)]
 
 
 def _client(context: Context, cfg: ExperimentConfig) -> int:
@@ -135,11 +145,8 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
                             proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
         new = [state[k] for k in arrays]
-        if clip is not None:  # DP-FedAvg: clip this client's update (Flower's fixedclipping_mod does the same)
-            from flwr.supercore.differential_privacy import compute_clip_model_update
-
-            compute_clip_model_update(param1=new, param2=[a.numpy() for a in arrays.values()],
-                                      clipping_norm=float(clip))  # type: ignore[arg-type]
+        if clip is not None:  # DP-FedAvg: clip this client's update (what Flower's fixedclipping_mod does)
+            new = clip_update(new, [a.numpy() for a in arrays.values()], float(clip))  # type: ignore[arg-type]
         metrics: dict[str, Any] = {**stats, "weight": 1.0 if clip is not None else float(len(rows)),
                                    "num-examples": float(len(rows))}
         return {**{f"array:{k}": np.asarray(v, np.float32) for k, v in zip(arrays.keys(), new)},
@@ -152,7 +159,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
                                    if k.startswith("metric:")}
         return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
-    prep, _ = _prepared(_prep_key(cfg))
+    prep, _ = _prepared(prep_key(cfg))
     rows, _ = _phase_a_rows(prep, cfg, client)
     return _guarded("train", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
 
@@ -187,7 +194,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
         phase_a_allowed(policy_from(dict(context.node_config)), cfg)
     except Refused as exc:
         return refusal(msg, exc)
-    prep, _ = _prepared(_prep_key(cfg))
+    prep, _ = _prepared(prep_key(cfg))
     _, rows = _phase_a_rows(prep, cfg, client)
     return _guarded("evaluate", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
 

@@ -45,24 +45,18 @@ def dp_fedavg_guarantee(*, noise_multiplier: float, num_clients: int, clients_pe
     Protects what is released (the sequence of aggregated models, hence the encoder and everything computed from
     it); the untrusted server that aggregates sees each clipped update before the noise is added.
     """
-    from flwr.supercore.privacy_accounting import (
-        GaussianPrivacyEvent,
-        NeighboringRelation,
-        PrivacyConfig,
-        SamplingMethod,
-    )
-    from flwr.supercore.privacy_accounting.rdp_accountant import RdpAccountant
+    # dp-accounting's public API (installed by flwr[dp]); Flower's own wrapper of it lives in flwr.supercore (internal)
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
 
     if noise_multiplier <= 0:
         return {"epsilon": "inf", "delta": delta, "noise_multiplier": 0.0,
                 "note": "clipping without noise (train.dp-noise-multiplier = 0) gives no DP guarantee"}
-    acct = RdpAccountant(PrivacyConfig(target_delta=delta, population_size=num_clients,
-                                       neighboring_relation=NeighboringRelation.REPLACE_ONE,
-                                       sampling_method=SamplingMethod.WITHOUT_REPLACEMENT))
-    acct.compose(GaussianPrivacyEvent(noise_multiplier=noise_multiplier / 2, sample_size=clients_per_round,
-                                      population_size=num_clients), count=rounds)
-    spent = acct.get_privacy_spent(delta)
-    return {"epsilon": float(spent.epsilon), "delta": float(spent.delta), "noise_multiplier": noise_multiplier,
+    acct = RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    acct.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+        num_clients, clients_per_round, dp_accounting.GaussianDpEvent(noise_multiplier / 2)), rounds)
+    spent_epsilon = float(acct.get_epsilon(delta))
+    return {"epsilon": spent_epsilon, "delta": float(delta), "noise_multiplier": noise_multiplier,
             "sampling_rate": clients_per_round / num_clients, "rounds": rounds, "accountant": "rdp (dp-accounting)",
             "relation": "user-level, replace-one (sensitivity 2C of the sum)",
             "protects": "the released global models; not individual updates from the aggregating server"}
