@@ -33,8 +33,8 @@ class CountingExtractor:
 
 def test_sigint_during_extraction_stops_cleanly_and_the_next_run_resumes_bit_for_bit(tmp_path, data_root):
     cache, out = tmp_path / "cache", tmp_path / "out"
-    sets = {"data.name": "blog", "data.root": str(data_root), "data.options.max_rows": 240,
-            "extractor.name": "minilm", "extractor.cache-dir": str(cache), "extractor.chunk-rows": 40,
+    sets = {"data.name": "blog", "data.root": str(data_root), "data.options.max_rows": 120,
+            "extractor.name": "minilm", "extractor.cache-dir": str(cache), "extractor.chunk-rows": 20,
             "server.epochs": 1, "attack.epochs": 1}
     cmd = [sys.executable, "-m", "fl_privtext.cli", "run", "--output", str(out)]
     for k, v in sets.items():
@@ -70,9 +70,9 @@ def test_sigint_during_extraction_stops_cleanly_and_the_next_run_resumes_bit_for
     cfg = ExperimentConfig.from_flat(sets)
     prep = pipeline.prepare(cfg, features="none")
     counting = CountingExtractor(prep.extractor)
-    resumed = extract_cached(prep.ds, counting, cache, progress=False, chunk_rows=40)
-    assert counting.rows == len(prep.ds) - 40 * len(kept)
+    resumed = extract_cached(prep.ds, counting, cache, progress=False, chunk_rows=20)
+    assert counting.rows == len(prep.ds) - 20 * len(kept)
     assert not list(cache.glob("*.parts"))  # chunks are removed once the entry is stored
     # ... and equals a clean, uninterrupted extraction bit for bit
-    clean = extract_cached(prep.ds, prep.extractor, tmp_path / "clean", progress=False, chunk_rows=40)
+    clean = extract_cached(prep.ds, prep.extractor, tmp_path / "clean", progress=False, chunk_rows=20)
     np.testing.assert_array_equal(np.asarray(resumed), np.asarray(clean))
