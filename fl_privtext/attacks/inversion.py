@@ -163,7 +163,8 @@ class _Nearest:
 
     An upload of a mean-of-word-vectors extractor lies near the vectors of the words the text holds. The upload is
     first denoised by the ridge map from privatized to clean public representations (identity without privacy),
-    centred on the public mean and compared by cosine with every vocabulary word's centred vector. A word's
+    centred on the public mean, whitened by the public texts' covariance and compared by cosine with every
+    vocabulary word's vector, centred and whitened the same way. A word's
     probability is a logistic function, fitted on the public texts over all (text, word) pairs, of that cosine,
     the word's public log document frequency, the log distance of the denoised upload to the public mean (a
     mean over many tokens lies close to the mean: longer texts, more words present) and their products: a handful
@@ -175,7 +176,12 @@ class _Nearest:
         a, c = noisy - self.nmean, clean - self.cmean
         lam = 1e-3 * float(np.trace(a.T @ a)) / max(1, a.shape[1])
         self.map = np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]), a.T @ c)  # (D, D) ridge denoiser
-        self.vec = _unit(vectors - self.cmean)  # (K, D)
+        # whitened by the public texts' clean covariance (lightly shrunk): the directions in which texts differ
+        # little (the common stopword mass) stop dominating the cosine
+        cov = c.T @ c / max(1, len(c) - 1)
+        ev, basis = np.linalg.eigh(cov + 1e-3 * float(np.trace(cov)) / len(cov) * np.eye(len(cov)))
+        self.map = self.map @ (basis / np.sqrt(ev)) @ basis.T
+        self.vec = _unit((vectors - self.cmean) @ (basis / np.sqrt(ev)) @ basis.T)  # (K, D)
         self.logf = np.log(y.mean(axis=0) + 1.0 / (len(y) + 1))  # (K,)
         f = self._features(noisy)  # (P, K, F)
         self.fmean, self.fstd = f.reshape(-1, f.shape[2]).mean(axis=0), f.reshape(-1, f.shape[2]).std(axis=0) + 1e-9
