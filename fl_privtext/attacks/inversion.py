@@ -183,7 +183,9 @@ class _Nearest:
         self.map = self.map @ (basis / np.sqrt(ev)) @ basis.T
         self.vec = _unit((vectors - self.cmean) @ (basis / np.sqrt(ev)) @ basis.T)  # (K, D)
         self.logf = np.log(y.mean(axis=0) + 1.0 / (len(y) + 1))  # (K,)
-        f = self._features(noisy)  # (P, K, F)
+        take = chunk_rows(y.shape[1])  # the shared weights are fitted on at most ~2M (text, word) pairs
+        f = self._features(noisy[:take])  # (P', K, F); rows come in the caller's (random) order
+        y = y[:take]
         self.fmean, self.fstd = f.reshape(-1, f.shape[2]).mean(axis=0), f.reshape(-1, f.shape[2]).std(axis=0) + 1e-9
         w, b = fit_logistic(((f - self.fmean) / self.fstd).reshape(-1, f.shape[2]), y.reshape(-1, 1), 1,
                             multilabel=True, l2=1e-4)
@@ -197,8 +199,10 @@ class _Nearest:
         return np.stack([s, lf, r, lf * r, s * r, s * lf], axis=-1)
 
     def probs(self, x: np.ndarray) -> np.ndarray:
-        z = ((self._features(x) - self.fmean) / self.fstd) @ self.w + self.b
-        return 1.0 / (1.0 + np.exp(-z))
+        out = np.empty((len(x), len(self.logf)))
+        for c in row_chunks(len(x), chunk_rows(len(self.logf))):
+            out[c] = 1.0 / (1.0 + np.exp(-(((self._features(x[c]) - self.fmean) / self.fstd) @ self.w + self.b)))
+        return out
 
 
 def _word_vectors(view: AttackView, vocab: Sequence[str], clean: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:
@@ -241,7 +245,7 @@ def invert(view: AttackView) -> InversionGuess:
         heldout[name] = set_prf(y[held], probs > thresholds[name])[2]
     chosen = max(heldout, key=lambda k: (heldout[k], k == "learned"))
     targets = np.flatnonzero(view.target_mask())
-    models = {name: make(np.arange(len(texts)), vectors) for name, make in makers.items()}
+    models = {name: make(order, vectors) for name, make in makers.items()}  # all public texts, random order
 
     def decoder(name: str) -> Callable[[np.ndarray], np.ndarray]:
         def run(rows: np.ndarray) -> np.ndarray:
