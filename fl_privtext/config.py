@@ -266,7 +266,7 @@ class AttackConfig(MLPConfig):
     extra: bool = True  # also run re-identification, membership and keyword inversion (attacks_extra)
     reid_pool: int = 100  # M: candidates in the re-identification / membership game
     reid_topk: int = 5  # k of the top-k re-identification accuracy
-    inversion_vocab: int = 100  # K: top-K non-stopword words the inversion attack predicts
+    inversion_vocab: int = 2000  # K: top-K non-stopword words (entity words kept) the inversion attack predicts
     # the server's learners the attacker also tries (fl_privtext.server.learners): auto = centroid, lda, linear
     learner: str = "auto"
 

@@ -48,12 +48,14 @@ class Truth:
 def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, senders: np.ndarray,
             texts: Sequence[str], attributes: dict[AttributeSpec, np.ndarray], aux: np.ndarray,
             clean: Any, mechanism: Any, epsilon: float, delta: float, num_labels: int, label_epsilon: float,
-            seed: int, cfg: ExperimentConfig) -> tuple[AttackView, Truth]:
+            seed: int, cfg: ExperimentConfig, word_vectors: Any = None) -> tuple[AttackView, Truth]:
     """Split one seed's experiment into the attacker's view and the referee's truth.
 
     ``uploads/labels/users/senders/texts``: per observed upload; ``aux``: (N,) True for uploads of users whose
     attributes are public; ``clean``: callable(upload indices) -> clean representations of those uploads' texts
-    (the public extractor on public texts), or None when no representation of a public text can be had."""
+    (the public extractor on public texts), or None when no representation of a public text can be had;
+    ``word_vectors``: callable(words) -> the public extractor on each word alone (keyword inversion's
+    nearest-neighbour decoder), or None."""
     users = np.asarray(users, np.int64)
     aux = np.asarray(aux, bool)
     aux_idx = np.flatnonzero(aux)
@@ -83,6 +85,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
         sender=np.asarray(senders, np.int64), user=users, mechanism=mechanism, known=known,
         public_texts=tuple(texts[int(i)] for i in public_idx), public_features=public_features,
         public_user=users[public_idx], candidates=candidates, queries=queries, config=cfg.attack, seed=seed,
+        meta={} if word_vectors is None else {"word_vectors": word_vectors},
     )
     per_upload = epsilon + (label_epsilon if num_labels > 1 else 0.0)
     uniq, counts = np.unique(users, return_counts=True)
@@ -243,24 +246,29 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
     guess = inversion.invert(view)
     ent = np.isin(np.array(guess.vocab, dtype=object), np.array(guess.entities, dtype=object))
     # scored row_chunks of targets at a time: the targets' word presence is never held for all of them at once
-    counts = np.zeros((2, 3), np.int64)  # (attack, baseline) x (true positives, predicted, true)
-    entity_hits = np.zeros(2, np.int64)  # (attack, baseline): entity words of a text predicted present
     entity_true = 0
-    for c in row_chunks(len(guess.target_index)):
+    names = [guess.decoder] + [d for d in guess.decoders if d != guess.decoder]
+    counts = np.zeros((len(names) + 1, 3), np.int64)  # (answer, other decoders, baseline) x (tp, predicted, true)
+    entity_hits = np.zeros(len(names) + 1, np.int64)
+    for c in row_chunks(len(guess.target_index), inversion.chunk_rows(len(guess.vocab))):
         y = inversion.presence([truth.texts[i] for i in guess.target_index[c]], guess.vocab)
         t = y[:, ent].astype(bool)
         entity_true += int(t.sum())
-        for j, pred in enumerate((guess.pred[c], guess.baseline_pred[c])):
+        preds = [guess.predict(c, d) for d in names] + [guess.baseline_pred[c]]
+        for j, pred in enumerate(preds):
             counts[j] += inversion.set_counts(y, pred)
             entity_hits[j] += int((t & pred[:, ent].astype(bool)).sum())
     p, r, f1 = inversion.prf(*(int(v) for v in counts[0]))
-    pb, rb, fb = inversion.prf(*(int(v) for v in counts[1]))
+    pb, rb, fb = inversion.prf(*(int(v) for v in counts[-1]))
+    per_decoder = {d: dict(zip(("precision", "recall", "f1"), inversion.prf(*(int(v) for v in counts[j])),
+                               strict=True)) | {"heldout_f1": guess.heldout_f1[d]} for j, d in enumerate(names)}
 
     def recall(j: int) -> float | None:
         return float(entity_hits[j] / entity_true) if ent.any() and entity_true else None
 
     return {"f1": f1, "precision": p, "recall": r, "f1_baseline": fb, "precision_baseline": pb,
-            "recall_baseline": rb, "entity_recall": recall(0), "entity_recall_baseline": recall(1),
+            "recall_baseline": rb, "entity_recall": recall(0), "entity_recall_baseline": recall(len(names)),
+            "decoder": guess.decoder, "decoders": per_decoder, "word_vectors": guess.word_vectors,
             "vocab_size": len(guess.vocab), "entity_words": list(guess.entities)[:20],
             "num_entity_words": int(ent.sum()), "threshold": guess.threshold, "baseline_words": guess.baseline_words,
             "num_targets": len(guess.target_index),

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -37,12 +38,20 @@ def _lower_tokens(text: str) -> list[str]:
     return _WORD.findall(text.lower()) if text.isascii() else tokens(text)
 
 
-def vocabulary(texts: Sequence[str], size: int) -> tuple[str, ...]:
-    """The ``size`` most document-frequent words of ``texts`` that are not stopwords (>= 3 letters)."""
+def vocabulary(texts: Sequence[str], size: int, entity_share: float = 0.2) -> tuple[str, ...]:
+    """The ``size`` most document-frequent words of ``texts`` that are not stopwords (>= 3 letters), with up to
+    ``entity_share`` of the slots kept for entity words (capitalised in most occurrences, see `entity_words`) that
+    the frequency order alone would leave out; in document-frequency order."""
     df: Counter[str] = Counter()
     for t in texts:
         df.update({w for w in tokens(t) if len(w) >= 3 and w not in STOPWORDS})
-    return tuple(w for w, _ in sorted(df.items(), key=lambda kv: (-kv[1], kv[0]))[:size])
+    ranked = [w for w, _ in sorted(df.items(), key=lambda kv: (-kv[1], kv[0])) if df[w] >= 2 or len(df) <= size]
+    top = ranked[:size]
+    if len(ranked) <= size or entity_share <= 0:
+        return tuple(top)
+    extra = [w for w in entity_words(texts, ranked[size:]) if df[w] >= 2][: int(size * entity_share)]
+    keep = set(top[: size - len(extra)]) | set(extra)
+    return tuple(w for w in ranked if w in keep)
 
 
 def presence(texts: Sequence[str], vocab: Sequence[str]) -> np.ndarray:
@@ -97,53 +106,159 @@ class InversionGuess:
     vocab: tuple[str, ...]
     entities: tuple[str, ...]
     target_index: np.ndarray  # (T,) uploads attacked
-    pred: np.ndarray  # (T, K) 0/1 predicted word presence
+    decoder: str  # the decoder answering: the one with the better held-out F1 on the attacker's public texts
+    heldout_f1: dict[str, float]  # decoder -> set F1 on the held-out fifth of the public texts
+    decoders: dict[str, Callable[[np.ndarray], np.ndarray]]  # name -> (rows of target_index) -> (len, K) 0/1
     baseline_pred: np.ndarray  # (T, K) the word-frequency baseline (one row broadcast: read-only)
     threshold: float
     baseline_words: int
+    word_vectors: str  # where the nearest-neighbour decoder's word vectors come from
+
+    def predict(self, rows: np.ndarray | slice, decoder: str | None = None) -> np.ndarray:
+        """(len(rows), K) 0/1 predicted word presence of target uploads ``target_index[rows]``."""
+        return self.decoders[decoder or self.decoder](np.arange(len(self.target_index))[rows])
+
+    @property
+    def pred(self) -> np.ndarray:
+        """(T, K) the answering decoder's predictions for every target (materialised: small runs and tests)."""
+        return self.predict(slice(None))
 
 
 def _best_threshold(probs: np.ndarray, truth: np.ndarray) -> float:
-    grid = np.linspace(0.05, 0.95, 19)
+    grid = np.concatenate([np.linspace(0.01, 0.05, 5), np.linspace(0.075, 0.95, 36)])
     return float(max(grid, key=lambda t: set_prf(truth, probs > t)[2]))
 
 
 def _best_topj(freq_order: np.ndarray, truth: np.ndarray) -> int:
-    def f1(j: int) -> float:
-        pred = np.zeros_like(truth)
-        pred[:, freq_order[:j]] = 1
-        return set_prf(truth, pred)[2]
-    return max(range(1, truth.shape[1] + 1), key=f1)
+    """The j for which predicting the j most frequent words for every text has the best set F1 (closed form over
+    j: true positives are the cumulative column sums, predictions j per text)."""
+    tp = np.cumsum(truth.sum(axis=0)[freq_order].astype(np.float64))
+    j = np.arange(1, truth.shape[1] + 1)
+    f1 = 2 * tp / (j * truth.shape[0] + float(truth.sum()))  # 2PR/(P+R) = 2 tp / (predicted + true)
+    return int(j[int(np.argmax(f1))])
+
+
+def chunk_rows(vocab_size: int) -> int:
+    """Rows scored at once: (rows x K x features) float64 intermediates stay near 100 MB at any K."""
+    return max(64, (1 << 21) // max(1, vocab_size))
+
+
+def _unit(a: np.ndarray) -> np.ndarray:
+    return a / (np.sqrt((a * a).sum(axis=-1, keepdims=True)) + 1e-12)
+
+
+class _Learned:
+    """Multi-label logistic model from the (privatized) representation to word presence, one output per word."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray):
+        self.mean, self.std = x.mean(axis=0), x.std(axis=0) + 1e-6
+        self.w, self.b = fit_logistic((x - self.mean) / self.std, y, y.shape[1], multilabel=True)
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(((x - self.mean) / self.std) @ self.w + self.b)))
+
+
+class _Nearest:
+    """Nearest-neighbour decoder for averaged word embeddings (Song & Raghunathan, CCS'20, Sec. 5).
+
+    An upload of a mean-of-word-vectors extractor lies near the vectors of the words the text holds. The upload is
+    first denoised by the ridge map from privatized to clean public representations (identity without privacy),
+    centred on the public mean, whitened by the public texts' covariance and compared by cosine with every
+    vocabulary word's vector, centred and whitened the same way. A word's
+    probability is a logistic function, fitted on the public texts over all (text, word) pairs, of that cosine,
+    the word's public log document frequency, the log distance of the denoised upload to the public mean (a
+    mean over many tokens lies close to the mean: longer texts, more words present) and their products: a handful
+    of weights shared by all words, so thousands of words need no per-word fit.
+    """
+
+    def __init__(self, noisy: np.ndarray, clean: np.ndarray, y: np.ndarray, vectors: np.ndarray):
+        self.nmean, self.cmean = noisy.mean(axis=0), clean.mean(axis=0)
+        a, c = noisy - self.nmean, clean - self.cmean
+        lam = 1e-3 * float(np.trace(a.T @ a)) / max(1, a.shape[1])
+        self.map = np.linalg.solve(a.T @ a + lam * np.eye(a.shape[1]), a.T @ c)  # (D, D) ridge denoiser
+        # whitened by the public texts' clean covariance (lightly shrunk): the directions in which texts differ
+        # little (the common stopword mass) stop dominating the cosine
+        cov = c.T @ c / max(1, len(c) - 1)
+        ev, basis = np.linalg.eigh(cov + 1e-3 * float(np.trace(cov)) / len(cov) * np.eye(len(cov)))
+        self.map = self.map @ (basis / np.sqrt(ev)) @ basis.T
+        self.vec = _unit((vectors - self.cmean) @ (basis / np.sqrt(ev)) @ basis.T)  # (K, D)
+        self.logf = np.log(y.mean(axis=0) + 1.0 / (len(y) + 1))  # (K,)
+        take = chunk_rows(y.shape[1])  # the shared weights are fitted on at most ~2M (text, word) pairs
+        f = self._features(noisy[:take])  # (P', K, F); rows come in the caller's (random) order
+        y = y[:take]
+        self.fmean, self.fstd = f.reshape(-1, f.shape[2]).mean(axis=0), f.reshape(-1, f.shape[2]).std(axis=0) + 1e-9
+        w, b = fit_logistic(((f - self.fmean) / self.fstd).reshape(-1, f.shape[2]), y.reshape(-1, 1), 1,
+                            multilabel=True, l2=1e-4)
+        self.w, self.b = w[:, 0], float(b[0])
+
+    def _features(self, x: np.ndarray) -> np.ndarray:
+        d = (x - self.nmean) @ self.map  # denoised, centred
+        s = _unit(d) @ self.vec.T  # (n, K) cosine
+        r = np.broadcast_to(np.log(np.sqrt((d * d).sum(axis=1)) + 1e-9)[:, None], s.shape)
+        lf = np.broadcast_to(self.logf, s.shape)
+        return np.stack([s, lf, r, lf * r, s * r, s * lf], axis=-1)
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        out = np.empty((len(x), len(self.logf)))
+        for c in row_chunks(len(x), chunk_rows(len(self.logf))):
+            out[c] = 1.0 / (1.0 + np.exp(-(((self._features(x[c]) - self.fmean) / self.fstd) @ self.w + self.b)))
+        return out
+
+
+def _word_vectors(view: AttackView, vocab: Sequence[str], clean: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:
+    """(K, D) vectors of the vocabulary words: the public extractor on each word alone when the view offers it
+    (``meta["word_vectors"]``, Kerckhoffs: the extractor is public) and its width matches; else the mean clean
+    representation of the public texts holding the word (any extractor; the public mean for an unseen word)."""
+    embed = view.meta.get("word_vectors")
+    if callable(embed):
+        vec = np.asarray(embed(list(vocab)), np.float64)
+        if vec.shape == (len(vocab), clean.shape[1]):
+            return vec, "extractor"
+    counts = y.sum(axis=0)[:, None].astype(np.float64)
+    sums = y.T.astype(np.float64) @ clean
+    return np.where(counts > 0, sums / np.maximum(counts, 1.0), clean.mean(axis=0)), "public-text centroids"
 
 
 def invert(view: AttackView) -> InversionGuess:
-    """Predict the vocabulary words of every target upload's text."""
+    """Predict the vocabulary words of every target upload's text with the learned and the nearest-neighbour
+    decoders; the one with the better F1 on a held-out fifth of the public texts answers."""
     if view.public_features is None or len(view.public_texts) < 10:
         raise ValueError("Keyword inversion needs at least 10 public texts with their representations.")
     texts = view.public_texts
     vocab = vocabulary(texts, view.config.inversion_vocab)
     y = presence(texts, vocab)  # (P, K)
     g = rng.generator(view.seed, "attack", "inversion")
+    clean = np.asarray(view.public_features, np.float64)
     x = np.asarray(view.mechanism.privatize(np.asarray(view.public_features, np.float32), g), np.float64)
     order = g.permutation(len(texts))
     held, fit = order[: max(1, len(texts) // 5)], order[max(1, len(texts) // 5):]
-    mean, std = x[fit].mean(axis=0), x[fit].std(axis=0) + 1e-6
-
-    def probs(w: np.ndarray, b: np.ndarray, rows: np.ndarray | None = None, xs: np.ndarray | None = None
-              ) -> np.ndarray:
-        z = (((x[rows] if xs is None else xs) - mean) / std) @ w + b
-        return 1.0 / (1.0 + np.exp(-z))
-
-    w, b = fit_logistic((x[fit] - mean) / std, y[fit], len(vocab), multilabel=True)
-    thr = _best_threshold(probs(w, b, held), y[held])
-    w, b = fit_logistic((x - mean) / std, y, len(vocab), multilabel=True)
+    vectors, source = _word_vectors(view, vocab, clean, y)
+    vectors_fit = vectors if source == "extractor" else _word_vectors(view, vocab, clean[fit], y[fit])[0]
+    makers: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
+        "learned": lambda r, v: _Learned(x[r], y[r]),
+        "nearest": lambda r, v: _Nearest(x[r], clean[r], y[r], v)}
+    thresholds: dict[str, float] = {}
+    heldout: dict[str, float] = {}
+    for name, make in makers.items():
+        probs = make(fit, vectors_fit).probs(x[held])
+        thresholds[name] = _best_threshold(probs, y[held])
+        heldout[name] = set_prf(y[held], probs > thresholds[name])[2]
+    chosen = max(heldout, key=lambda k: (heldout[k], k == "learned"))
     targets = np.flatnonzero(view.target_mask())
-    pred = np.concatenate([(probs(w, b, xs=np.asarray(view.uploads[targets[c]], np.float64)) > thr).astype(np.int8)
-                           for c in row_chunks(len(targets))])  # (T, K), scored in chunks (same numbers)
+    models = {name: make(order, vectors) for name, make in makers.items()}  # all public texts, random order
+
+    def decoder(name: str) -> Callable[[np.ndarray], np.ndarray]:
+        def run(rows: np.ndarray) -> np.ndarray:
+            parts = [(models[name].probs(np.asarray(view.uploads[targets[rows[c]]], np.float64)) > thresholds[name])
+                     .astype(np.int8) for c in row_chunks(len(rows), chunk_rows(len(vocab)))]  # in chunks
+            return np.concatenate(parts) if parts else np.zeros((0, len(vocab)), np.int8)
+        return run
+
     freq_order = np.argsort(-y.mean(axis=0), kind="stable")
     j = _best_topj(freq_order, y)
     row = np.zeros(len(vocab), np.int8)
     row[freq_order[:j]] = 1
     base = np.broadcast_to(row, (len(targets), len(vocab)))  # the same j words for every text: one row in memory
-    return InversionGuess(vocab=vocab, entities=entity_words(texts, vocab), target_index=targets, pred=pred,
-                          baseline_pred=base, threshold=thr, baseline_words=j)
+    return InversionGuess(vocab=vocab, entities=entity_words(texts, vocab), target_index=targets, decoder=chosen,
+                          heldout_f1=heldout, decoders={n: decoder(n) for n in makers}, baseline_pred=base,
+                          threshold=thresholds[chosen], baseline_words=j, word_vectors=source)

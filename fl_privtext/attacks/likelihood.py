@@ -6,13 +6,15 @@ mechanism's own deterministic stages (``encode_candidates``: normalise -> encode
 
 Registered: Laplace family (sum |y - c| / b), Gaussian (||y - c||^2 / 2 sigma^2), every per-bit randomiser (OME,
 SUE, OUE, BitRR: sum of log Bernoulli(p_j or q_j); a fractional code c in [0, 1] - e.g. a class mean - gives the
-exact likelihood of independent bits with Pr[1] = c p + (1 - c) q). A later mechanism plugs in with
+exact likelihood of independent bits with Pr[1] = c p + (1 - c) q); the cap family (PrivUnit, PrivUnitG, Duchi),
+mvlaplace and purkayastha (each at its function below, with its density). A later mechanism plugs in with
 ``@register_log_likelihood(MyMechanism)``; the lookup walks the class hierarchy, so subclasses inherit. A mechanism
 with no registered likelihood falls back to the nearest-neighbour score -||y - c||^2, reported as not exact.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -116,3 +118,63 @@ def _identity(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
 
 def _nearest(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
     return -_sq_dist(y, c)
+
+
+@register_log_likelihood(M.CapMechanism)
+def _cap(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """PrivUnit, PrivUnitG, Duchi: exact log density ratio of the upload to the mechanism's base law.
+
+    The upload is y = C V / m. Given the unit direction u, V's density relative to its base law (uniform on the
+    sphere for PrivUnit/Duchi, N(0, I) for PrivUnitG, whose truncation acts on <V, u> alone) is r(<V, u>) with
+    r(s) = p/q for s >= threshold and (1-p)/(1-q) below. The code c (the clean projected input, or a class mean)
+    gives u = +c/|c| with probability a = (1 + min(1, |c|/C))/2 and -c/|c| otherwise under the ``round`` sphere
+    map (a = 1 under ``normalise``); a zero code gives a uniform u, whose average ratio is exactly 1. So
+    log P[y | c] = log(a r(s) + (1 - a) r(-s)) + log base(y), s = <y, c/|c|> m / C; the base term is the same
+    for every code and dropped.
+    """
+    cal = mech.calibration  # type: ignore[attr-defined]
+    clip = float(mech.clip_norm)  # type: ignore[attr-defined]
+    inside, outside = math.log(cal.p) - math.log(cal.q), math.log1p(-cal.p) - math.log1p(-cal.q)
+    norms = np.sqrt((c * c).sum(axis=1))
+    zero = norms < 1e-30
+    unit = c / np.where(zero, 1.0, norms)[:, None]
+    s = (y @ unit.T) * (cal.m / clip)  # (N, M): <V, u>
+    a = (1.0 + np.minimum(1.0, norms / clip)) / 2.0 if mech.sphere_map == "round" else np.ones_like(norms)  # type: ignore[attr-defined]
+    log_r = np.where(s >= cal.threshold, inside, outside)
+    log_r_flip = np.where(-s >= cal.threshold, inside, outside)
+    with np.errstate(divide="ignore"):
+        out = np.logaddexp(np.log(a)[None, :] + log_r, np.log1p(-a)[None, :] + log_r_flip)
+    out[:, zero] = 0.0
+    return out
+
+
+@register_log_likelihood(M.MultivariateLaplace)
+def _mvlaplace(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Density proportional to exp(-eps ||y - c||_2) around the clipped code (Feyisetan et al. 2020); the
+    normaliser does not depend on c."""
+    return -float(mech.epsilon) * np.sqrt(_sq_dist(y, c))  # type: ignore[attr-defined]
+
+
+@register_log_likelihood(M.Purkayastha)
+def _purkayastha(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Density on the sphere of radius C proportional to exp(-kappa angle(y, u)), u = c/|c| (Weggenmann &
+    Kerschbaum 2021); returned relative to the uniform law on the sphere (what a zero code gets), so codes of
+    every norm compare exactly: -kappa theta - ln I_(k-2)(kappa) + ln I_(k-2)(0), I_n(kappa) = int_0^pi
+    e^(-kappa t) sin^n t dt and I_n(0) = sqrt(pi) Gamma((n+1)/2) / Gamma(n/2 + 1)."""
+    from scipy import special
+
+    from fl_privtext.privacy.mechanisms.metric_dp import log_angular_normaliser
+
+    kappa = float(mech.epsilon)  # type: ignore[attr-defined]
+    k = y.shape[1]
+    n = k - 2
+    log_i0 = 0.5 * math.log(math.pi) + float(special.gammaln((n + 1) / 2.0) - special.gammaln(n / 2.0 + 1.0))
+    norms = np.sqrt((c * c).sum(axis=1))
+    zero = norms < 1e-30
+    unit = c / np.where(zero, 1.0, norms)[:, None]
+    ynorm = np.sqrt((y * y).sum(axis=1))
+    cos = (y @ unit.T) / np.where(ynorm > 0, ynorm, 1.0)[:, None]
+    theta = np.arccos(np.clip(cos, -1.0, 1.0))
+    out = -kappa * theta - log_angular_normaliser(n, kappa) + log_i0
+    out[:, zero] = 0.0
+    return out

@@ -84,3 +84,75 @@ def test_a_new_mechanism_plugs_in_a_likelihood_or_falls_back_to_nearest_neighbou
         assert exact and fn is _ll
     finally:
         likelihood._REGISTRY.pop(Opaque)
+
+
+# ---- the mechanisms whose law is on the sphere or radial (cap family, mvlaplace, purkayastha) ----------------
+_SPHERE = [("privunit", {"epsilon": 4.0}), ("privunitg", {"epsilon": 4.0}), ("duchi", {"epsilon": 2.0}),
+           ("privunit", {"epsilon": 4.0, "sphere_map": "normalise"}), ("mvlaplace", {"epsilon": 6.0}),
+           ("purkayastha", {"epsilon": 3.0})]
+
+
+def test_radial_and_angular_likelihoods_equal_their_densities():
+    g = np.random.default_rng(2)
+    d = 6
+    x = g.normal(size=(5, d)) * 0.4
+    for name, params in (("mvlaplace", {"epsilon": 3.0}), ("purkayastha", {"epsilon": 2.0})):
+        mech = make_mechanism(name, dim=d, **params)
+        y = mech.privatize(x.astype(np.float32), g).astype(np.float64)
+        codes = likelihood.encode_candidates(mech, x)
+        ours = likelihood.log_likelihood(mech, y, codes)
+        if name == "mvlaplace":  # exp(-eps ||y - clip(x)||), written from the clip rule
+            clipped = x * np.minimum(1.0, 1.0 / np.linalg.norm(x, axis=1))[:, None]
+            ref = -3.0 * np.linalg.norm(y[:, None, :] - clipped[None], axis=2)
+        else:  # the angle's density over the sphere's surface element sin^(d-2)
+            from fl_privtext.privacy.mechanisms.metric_dp import purkayastha_log_density
+
+            cos = (y / np.linalg.norm(y, axis=1)[:, None]) @ (x / np.linalg.norm(x, axis=1)[:, None]).T
+            theta = np.arccos(np.clip(cos, -1, 1))
+            ref = purkayastha_log_density(theta, d, 2.0) - (d - 2) * np.log(np.sin(theta))
+        np.testing.assert_allclose(ours - ours[:, :1], ref - ref[:, :1], rtol=1e-5, atol=1e-5)
+        assert likelihood.lookup(mech)[1]
+
+
+@pytest.mark.parametrize("name,params", [(n, p) for n, p in _SPHERE if n not in ("mvlaplace", "purkayastha")])
+def test_cap_likelihood_is_a_density_ratio_that_integrates_to_one(name, params):
+    # E over the base law (uniform sphere, N(0, I) for privunitg) of exp(log-likelihood) = 1 for every code,
+    # and the upload's own code has the larger mean log-likelihood than an unrelated one
+    g = np.random.default_rng(3)
+    d = 5
+    mech = make_mechanism(name, dim=d, **params)
+    cal = mech.calibration
+    v = g.normal(size=(200_000, d))
+    if name != "privunitg":
+        v /= np.linalg.norm(v, axis=1)[:, None]
+    y = v * mech.clip_norm / cal.m
+    codes = np.array([[0.3, 0, 0, 0, 0], [0.0, 1, 0, 0, 0], [0.0, 0, 0, 0, 0]])
+    mass = np.exp(likelihood.log_likelihood(mech, y, codes)).mean(axis=0)
+    np.testing.assert_allclose(mass, 1.0, atol=0.02)
+    assert likelihood.lookup(mech)[1]
+    own = mech.privatize(np.tile(codes[1], (4000, 1)).astype(np.float32), g).astype(np.float64)
+    ll = likelihood.log_likelihood(mech, own, codes[:2])
+    assert ll[:, 1].mean() > ll[:, 0].mean() + 0.1
+
+
+@pytest.mark.parametrize("name,params", _SPHERE)
+def test_likelihood_attacker_beats_majority_and_matches_logistic_regression(name, params):
+    from sklearn.linear_model import LogisticRegression
+
+    g = np.random.default_rng(4)
+    d, n = 8, 6000
+    mu = np.zeros(d)
+    mu[0], mu[1] = 0.6, 0.3
+    z = (g.random(n) < 0.35).astype(int)  # majority 0.65
+    x = (np.where(z[:, None] == 1, mu, -mu) + 0.03 * g.normal(size=(n, d))).astype(np.float32)
+    mech = make_mechanism(name, dim=d, **params)
+    y = mech.privatize(x, g).astype(np.float64)
+    tr, te = np.arange(n // 2), np.arange(n // 2, n)
+    codes = likelihood.encode_candidates(mech, x[tr])
+    centroids = np.stack([codes[z[tr] == c].mean(axis=0) for c in (0, 1)])
+    prior = np.log(np.bincount(z[tr], minlength=2) / len(tr))
+    ll_acc = float(((likelihood.log_likelihood(mech, y[te], centroids) + prior).argmax(1) == z[te]).mean())
+    lr_acc = float((LogisticRegression(C=1.0).fit(y[tr], z[tr]).predict(y[te]) == z[te]).mean())
+    majority = max(z[te].mean(), 1 - z[te].mean())
+    assert ll_acc > majority + 0.05, (ll_acc, majority)
+    assert ll_acc >= lr_acc - 0.015, (ll_acc, lr_acc)
