@@ -32,18 +32,17 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from frontier import DATASETS, LINES, TRUE_EPS, points  # noqa: E402
-from sweep import RESULTS, default_data_root, eps_str, md_table  # noqa: E402
+from frontier import DATASETS, LINES, TRUE_EPS, points
+from sweep import RESULTS, default_data_root, eps_str, md_table
 
-from fl_privtext import pipeline, rng  # noqa: E402
-from fl_privtext.client import mechanism_for  # noqa: E402
-from fl_privtext.server.noise import noise_variance  # noqa: E402
+from fl_privtext import pipeline, rng
+from fl_privtext.client import mechanism_for
+from fl_privtext.server.noise import noise_variance
 
 
 def class_stats(z: np.ndarray, y: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ def test_uploads_needed_is_where_the_difference_error_meets_the_separation():
     np.testing.assert_allclose(spread, 0.25 * d, rtol=0.02)
     n_star, pair = uploads_needed(m, spread, noise_sd ** 2 * d)
     assert pair == (0, 1)
-    per_class = int(round(n_star / k))
+    per_class = round(n_star / k)
     errors = []
     for _ in range(400):  # the class-mean difference from n* balanced noisy uploads
         means = [(rng.normal(mu[c], 0.5, (per_class, d)) + rng.normal(0, noise_sd, (per_class, d))).mean(0)
