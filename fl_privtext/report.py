@@ -173,6 +173,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         timing["simulation"] = {k: v for k, v in point["simulation"].items() if k.endswith("_s")}
     timing["total_s"] = total_s
     privacy = point["privacy"]
+    if "central" in point.get("training", {}):  # Phase A through SecAgg+ with client noise (issue #24)
+        privacy = {**privacy, "central": point["training"]["central"]}
     return _json_safe({
         "utility": utility,
         "privacy": privacy,

@@ -39,7 +39,12 @@ from typing import Any
 import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.app.message_type import MessageType
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.common.secure_aggregation.secaggplus_constants import (
+    RECORD_KEY_CONFIGS,
+    RECORD_KEY_STATE,
+    Key,
+    Stage,
+)
 from flwr.serverapp import Grid
 
 from fl_privtext.federation.faults import one_line
@@ -47,6 +52,7 @@ from fl_privtext.federation.faults import one_line
 RECORD = "secagg"  # our ConfigRecord in the masked-vector request: task, clipping range, quantization range
 SECAGG_CONFIGS = RECORD_KEY_CONFIGS  # Flower's protocol record ("secaggplus_configs")
 MOD_RANGE = 2**32
+GUARD = "fl-privtext-secagg-guard"  # client state: the fewest active clients this client unmasks for
 
 SECAGG_TASKS: dict[str, Callable[[Message, Context], np.ndarray]] = {}
 """Client side: task name -> the client's vector for a secure-sum request (float, already clipped and noised)."""
@@ -262,11 +268,37 @@ def _vector_reply(msg: Message, context: Context) -> Message:
     return Message(compat.fitres_to_recorddict(res, keep_input=False), reply_to=msg)
 
 
+def require_contributors(context: Context, minimum: int) -> None:
+    """For a task: refuse (`fl_privtext.client.Refused`) a secure sum over fewer than ``minimum`` selected clients,
+    and make this client refuse to help unmask when fewer than ``minimum`` are still active (`secagg_mod`). Exact
+    when every selected client is this client's neighbour (``num_shares`` = all); otherwise conservative."""
+    from fl_privtext.client import Refused
+
+    state = context.state.config_records.get(RECORD_KEY_STATE)
+    selected = int(state["sample_num"]) if state is not None and "sample_num" in state else 0  # type: ignore[arg-type]
+    if selected < minimum:
+        raise Refused(f"a secure sum over {selected} clients; this client's policy needs at least {minimum} "
+                      f"(client.secagg-min-clients)")
+    context.state.config_records[GUARD] = ConfigRecord({"min-active": int(minimum)})
+
+
 def secagg_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
     """Client mod: a SecAgg+ protocol message (TRAIN with the ``secaggplus_configs`` record) goes to Flower's
-    ``secaggplus_mod`` with `_vector_reply` as its inner handler; every other message to ``call_next`` unchanged."""
+    ``secaggplus_mod`` with `_vector_reply` as its inner handler; every other message to ``call_next`` unchanged.
+    At the unmask stage it enforces `require_contributors`' minimum first."""
     if msg.metadata.message_type != MessageType.TRAIN or SECAGG_CONFIGS not in msg.content.config_records:
         return call_next(msg, context)
     from flwr.client.mod import secaggplus_mod
+
+    configs = msg.content.config_records[SECAGG_CONFIGS]
+    stage = configs.get(Key.STAGE)
+    if stage in (Stage.SETUP, Stage.UNMASK) and GUARD in context.state.config_records:
+        minimum = int(context.state.config_records.pop(GUARD)["min-active"])  # type: ignore[arg-type]
+        active = configs.get(Key.ACTIVE_NODE_ID_LIST, [])
+        if stage == Stage.UNMASK and len(active) < minimum:  # type: ignore[arg-type]
+            from fl_privtext.client import Refused
+
+            raise Refused(f"unmasking a sum of {len(active)} clients; this client's policy needs at least "  # type: ignore[arg-type]
+                          f"{minimum} (client.secagg-min-clients)")
 
     return secaggplus_mod(msg, context, _vector_reply)
