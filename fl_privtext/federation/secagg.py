@@ -53,6 +53,7 @@ RECORD = "secagg"  # our ConfigRecord in the masked-vector request: task, clippi
 SECAGG_CONFIGS = RECORD_KEY_CONFIGS  # Flower's protocol record ("secaggplus_configs")
 MOD_RANGE = 2**32
 GUARD = "fl-privtext-secagg-guard"  # client state: the fewest active clients this client unmasks for
+META = "fl-privtext-secagg-meta"  # client state: public numbers a task declares with its vector (`declare`)
 
 SECAGG_TASKS: dict[str, Callable[[Message, Context], np.ndarray]] = {}
 """Client side: task name -> the client's vector for a secure-sum request (float, already clipped and noised)."""
@@ -71,6 +72,7 @@ class SecureSum:
     bytes: int = 0  # serialized size of every message content both ways (protobuf), all rounds
     step: float = 0.0  # the grid step: the sum is exact up to len(contributors) * step / 2 per coordinate
     reasons: dict[int, str] = field(default_factory=dict)  # dropped node id -> its error, one line
+    declared: dict[int, dict[str, float]] = field(default_factory=dict)  # contributor -> what its task `declare`d
 
 
 def grid_step(clipping_range: float, quantization_range: int) -> tuple[float, float]:
@@ -173,6 +175,7 @@ def _strategy(nodes: list[int], grid: Grid, run_id: int, out: dict[str, Any]) ->
             from flwr.common import parameters_to_ndarrays
 
             out["contributors"] = sorted(int(p.node_id) for p, _ in results)
+            out["declared"] = {int(p.node_id): {k: float(v) for k, v in r.metrics.items()} for p, r in results}
             out["mean"] = parameters_to_ndarrays(results[0][1].parameters) if results else []
             return None, {}
 
@@ -239,7 +242,8 @@ def secure_sum(grid: Grid, nodes: Iterable[int], task: str, content: RecordDict,
     dropped = [n for n in nodes if n not in set(contributors)]
     return SecureSum(total=total, contributors=contributors, dropped=dropped, rounds=counting.rounds,
                      bytes=counting.bytes, step=step, reasons={n: counting.reasons.get(n, "no reply")
-                                                               for n in dropped})
+                                                               for n in dropped},
+                     declared=out.get("declared", {}))
 
 
 def _run_id(grid: Grid) -> int:
@@ -261,11 +265,19 @@ def _vector_reply(msg: Message, context: Context) -> Message:
     task = str(rec["task"])
     if task not in SECAGG_TASKS:
         raise ValueError(f"Unknown secure-sum task {task!r}; this client knows: {', '.join(sorted(SECAGG_TASKS))}.")
+    context.state.config_records.pop(META, None)
     vector = SECAGG_TASKS[task](msg, context)
     enc = encode(vector, float(rec["clipping-range"]), int(rec["quantization-range"]))  # type: ignore[arg-type]
+    meta = context.state.config_records.pop(META, None)
     res = FitRes(status=Status(code=Code.OK, message=""), parameters=ndarrays_to_parameters([enc]), num_examples=1,
-                 metrics={})
+                 metrics={k: float(v) for k, v in (meta or {}).items()})  # type: ignore[arg-type]
     return Message(compat.fitres_to_recorddict(res, keep_input=False), reply_to=msg)
+
+
+def declare(context: Context, **values: float) -> None:
+    """For a task: public numbers sent in clear beside the masked vector (e.g. the noise it added, what it
+    charged); the server reads them in `SecureSum.declared`."""
+    context.state.config_records[META] = ConfigRecord({k.replace("_", "-"): float(v) for k, v in values.items()})
 
 
 def require_contributors(context: Context, minimum: int) -> None:

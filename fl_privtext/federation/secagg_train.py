@@ -37,6 +37,7 @@ from fl_privtext.federation.secagg import (
     RECORD,
     SECAGG_TASKS,
     SecAggAborted,
+    declare,
     grid_step,
     require_contributors,
     secure_sum,
@@ -63,10 +64,11 @@ def _unflat(vector: np.ndarray, like: dict[str, np.ndarray]) -> dict[str, np.nda
 
 def clipping_range_for(cfg: ExperimentConfig, k: int) -> float:
     """The secure sum's range: every coordinate of the sum of k clipped updates (<= k * clip) plus its noise
-    (10 standard deviations of the client shares' total)."""
+    (10 standard deviations of the client shares' total). A range too small only wraps the sum around
+    (a wrong model, never a privacy loss)."""
     t = cfg.train
-    noise_std = (t.dp_noise_multiplier * t.dp_clip * math.sqrt(k / cfg.client.secagg_min_clients)
-                 if t.dp_mode == "client" else 0.0)
+    # the clients' minimum contributors is their policy, unknown here: the largest share (min_clients = 2) is assumed
+    noise_std = t.dp_noise_multiplier * t.dp_clip * math.sqrt(k / 2) if t.dp_mode == "client" else 0.0
     return k * t.dp_clip + 10.0 * noise_std
 
 
@@ -121,7 +123,11 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
         return {"vector": vec}, users, eps
 
     key = hashlib.sha256(f"phase-a-secagg|{rnd}|{array_digest(arrays)}|{step!r}".encode()).hexdigest()[:32]
-    answer, _, _, _ = Ledger(state_dir_from(nc), client, entry.scope).release(key, entry.client.max_epsilon, compute)
+    answer, charged, _, _ = Ledger(state_dir_from(nc), client, entry.scope).release(key, entry.client.max_epsilon,
+                                                                                     compute)
+    # public: what this client's policy added and charged (the server's accountant uses it, not its own belief)
+    declare(context, noise_multiplier=own.dp_noise_multiplier if client_noise else 0.0, clip=own.dp_clip,
+            min_clients=m, charged=charged)
     return np.asarray(answer["vector"], np.float64)
 
 
@@ -150,6 +156,19 @@ def _evaluate(grid: Grid, nodes: list[int], arrays: ArrayRecord, cfg: Experiment
     if not ok:
         return {}
     return {k: float(v) for k, v in aggregate_metricrecords(ok, "weight").items()}  # type: ignore[arg-type]
+
+
+def _declared_noise(declared: list[dict[str, float]]) -> tuple[float, float, int, str]:
+    """(noise multiplier, clip, min clients) to account with, from what the contributors declared: theirs when they
+    all agree; else the smallest noise share against the largest clip (conservative), min clients 1."""
+    triples = {(d.get("noise-multiplier", 0.0), d.get("clip", math.inf), int(d.get("min-clients", 1)))
+               for d in declared}
+    if len(triples) == 1:
+        z, c, m = triples.pop()
+        return z, c, m, "every contributor declared the same noise"
+    clip = max(c for _, c, _ in triples)
+    share = min(z * c / math.sqrt(m) for z, c, m in triples)
+    return share / clip, clip, 1, "contributors declared different noise: the smallest share is assumed for all"
 
 
 def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False) -> dict[str, Any]:
@@ -183,8 +202,10 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
     kept: list[dict[str, Any]] = []
     best: dict[str, Any] = {"round": 0, "val_accuracy": -1.0, "arrays": dict(glob)}
     step = 0.0
+    declared: list[dict[str, float]] = []  # what every contributor said it added (public, beside its vector)
     for rnd in range(1, t.rounds + 1):
-        chosen = sorted(int(x) for x in select.choice(nodes, size=k, replace=False))
+        # by index: node ids are uint64 (numpy would turn a list of them into float64)
+        chosen = sorted(nodes[int(i)] for i in select.choice(len(nodes), size=k, replace=False))
         content = RecordDict({"arrays": ArrayRecord({kk: Array(v) for kk, v in glob.items()}),
                               "config": ConfigRecord({**cfg.to_flat(), "server-round": rnd,
                                                       **({"proximal-mu": t.proximal_mu}
@@ -202,6 +223,7 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
             total = total + server_noise.normal(0.0, t.dp_noise_multiplier * t.dp_clip, total.shape)
         mean = _unflat(total / len(s.contributors), glob)
         glob = {kk: (glob[kk].astype(np.float64) + mean[kk]).astype(np.float32) for kk in glob}
+        declared.extend(s.declared.values())
         entry.update(contributors=s.contributors, dropped=s.dropped, reasons=s.reasons, message_rounds=s.rounds,
                      bytes=s.bytes, grid_step=s.step, updates_observed=len(chosen) - len(s.dropped),
                      update_bytes_observed=s.bytes)
@@ -222,10 +244,12 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
     central: dict[str, Any] | None = None
     guarantee: Any = "none"
     if noise == "client" and done:
-        g = distributed_guarantee(noise_multiplier=t.dp_noise_multiplier, clip=t.dp_clip,
-                                  min_clients=cfg.client.secagg_min_clients, contributors=contributors, step=step,
+        z, clip, m, how = _declared_noise(declared)
+        g = distributed_guarantee(noise_multiplier=z, clip=clip, min_clients=m, contributors=contributors, step=step,
                                   dim=dim, delta=t.dp_delta)
-        guarantee = {**g, "protects": "every released sum and model, against the server and any eavesdropper"}
+        guarantee = {**g, "declared": how, "client_charged_per_round": sorted({d.get("charged", math.inf)
+                                                                              for d in declared}),
+                     "protects": "every released sum and model, against the server and any eavesdropper"}
         central = {"epsilon": g["epsilon"], "delta": g["delta"], "against": "server", "via": "secagg"}
     elif noise == "server" and done:
         g = dp_fedavg_guarantee(noise_multiplier=t.dp_noise_multiplier, num_clients=n, clients_per_round=k,

@@ -3,6 +3,8 @@ on an in-process Grid (no Ray): the round trip, a client dropping mid-protocol, 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
@@ -131,3 +133,50 @@ def test_bad_input_is_a_value_error(tasks):
         secure_sum(grid, [11], "test-vector", _content(), clipping_range=1.0)
     with pytest.raises(ValueError, match="clipping_range"):
         secure_sum(grid, NODES, "test-vector", _content(), clipping_range=0.0)
+
+
+def test_the_noisy_sum_carries_every_contributors_share(tasks, monkeypatch):
+    # each client adds N_Z(0, sigma^2) on the grid (the distributed discrete Gaussian): the decoded sum minus the
+    # plain sum of the rounded vectors has variance n sigma^2 (in grid units), mean 0
+    from fl_privtext.privacy.distributed import noisy_share, round_to_grid
+    from fl_privtext.privacy.exact import SecureBits
+
+    c = 64.0
+    step = secagg.grid_step(c, 2**22)[1]
+    clip, z, m = 1.0, 1.0, 5  # the sum (|.| <= 5) and its noise (std 1) well inside c = 64: no wrap-around
+
+    def noisy(msg, ctx):  # type: ignore[no-untyped-def]
+        return noisy_share(tasks[ctx.node_id], clip=clip, noise_multiplier=z, min_clients=m, step=step,
+                           bits=SecureBits())
+
+    monkeypatch.setitem(SECAGG_TASKS, "test-noisy", noisy)
+    out = secure_sum(InProcessGrid(build_app(), NODES), NODES, "test-noisy", _content(), clipping_range=c)
+    plain = sum(round_to_grid(v, clip, step) for v in tasks.values()) * step
+    noise = (out.total - plain) / step
+    sigma = z * clip / (math.sqrt(m) * step)
+    assert np.allclose(noise, np.rint(noise))
+    assert noise.var() / (len(NODES) * sigma**2) == pytest.approx(1.0, abs=0.25)  # 300 coordinates: se ~ 8%
+    assert abs(noise.mean()) < 4 * math.sqrt(len(NODES)) * sigma / math.sqrt(DIM)
+
+
+def test_a_client_refuses_too_few_selected_or_too_few_left_to_unmask(tasks, monkeypatch):
+    def needs(k):  # type: ignore[no-untyped-def]
+        def task(msg, ctx):  # type: ignore[no-untyped-def]
+            secagg.require_contributors(ctx, k)
+            if ctx.node_id == 33:
+                raise RuntimeError("node 33 went offline")
+            return tasks[ctx.node_id]
+        return task
+
+    # 5 selected, policy needs 6: every client refuses at the masked-vector stage
+    monkeypatch.setitem(SECAGG_TASKS, "test-needs-6", needs(6))
+    with pytest.raises(SecAggAborted, match="at least 6"):
+        secure_sum(InProcessGrid(build_app(), NODES), NODES, "test-needs-6", _content(), clipping_range=64.0)
+    # policy needs 5, one drops: 4 left; the threshold (3) would let the server unmask, the clients refuse
+    monkeypatch.setitem(SECAGG_TASKS, "test-needs-5", needs(5))
+    with pytest.raises(SecAggAborted, match="unmasking a sum of 4"):
+        secure_sum(InProcessGrid(build_app(), NODES), NODES, "test-needs-5", _content(), clipping_range=64.0)
+    # needs 4: the same dropout is accepted
+    monkeypatch.setitem(SECAGG_TASKS, "test-needs-4", needs(4))
+    out = secure_sum(InProcessGrid(build_app(), NODES), NODES, "test-needs-4", _content(), clipping_range=64.0)
+    assert out.dropped == [33]

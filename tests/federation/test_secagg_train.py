@@ -4,13 +4,14 @@ the clients' ledgers charge the distributed-DP epsilon (a plain Phase A update i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy, Ledger
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ClientConfig, ExperimentConfig
 from fl_privtext.federation import secagg
 from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.secagg_train import train_phase_secagg
@@ -46,7 +47,8 @@ def run(cache_dir, tmp_path_factory):
 
     mp.setitem(secagg.SECAGG_TASKS, "phase-a", drop_404_in_round_2)
     grid = InProcessGrid(build_app(), NODES)
-    out = train_phase_secagg(grid, cfg)
+    # the server does not hold the clients' policy: its [client] section is the default (min clients 2)
+    out = train_phase_secagg(grid, dataclasses.replace(cfg, client=ClientConfig()))
     yield cfg, out, grid, state
     mp.undo()
 
@@ -67,7 +69,10 @@ def test_central_epsilon_uses_the_actual_contributors(run):
     c = out["central"]
     assert c["against"] == "server" and c["via"] == "secagg" and c["delta"] == cfg.train.dp_delta
     g = out["guarantee"]
-    assert g["contributors"] == [4, 3]
+    assert g["contributors"] == [4, 3] and g["declared"] == "every contributor declared the same noise"
+    # accounted with the clients' own policy (min clients 3), not the server's config (its [client] default is 2)
+    assert g["min_clients"] == 3 and g["noise_multiplier"] == 4.0
+    assert g["client_charged_per_round"] == [pytest.approx(g["client_charge_per_round"])]
     common = {"noise_multiplier": 4.0, "clip": 0.5, "min_clients": 3, "step": g["grid_step"], "dim": g["dim"],
               "delta": cfg.train.dp_delta}
     assert c["epsilon"] == pytest.approx(distributed_guarantee(contributors=[4, 3], **common)["epsilon"])
