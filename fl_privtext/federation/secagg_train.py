@@ -159,8 +159,9 @@ def _evaluate(grid: Grid, nodes: list[int], arrays: ArrayRecord, cfg: Experiment
 
 
 def _declared_noise(declared: list[dict[str, float]]) -> tuple[float, float, int, str]:
-    """(noise multiplier, clip, min clients) to account with, from what the contributors declared: theirs when they
-    all agree; else the smallest noise share against the largest clip (conservative), min clients 1."""
+    """(noise multiplier, clip, min clients) the contributors declared when they all agree; else the smallest share
+    against the largest clip, min clients 1 (for the report's description only: the epsilon comes from
+    `declared_rho` per round)."""
     triples = {(d.get("noise-multiplier", 0.0), d.get("clip", math.inf), int(d.get("min-clients", 1)))
                for d in declared}
     if len(triples) == 1:
@@ -168,7 +169,8 @@ def _declared_noise(declared: list[dict[str, float]]) -> tuple[float, float, int
         return z, c, m, "every contributor declared the same noise"
     clip = max(c for _, c, _ in triples)
     share = min(z * c / math.sqrt(m) for z, c, m in triples)
-    return share / clip, clip, 1, "contributors declared different noise: the smallest share is assumed for all"
+    return share / clip, clip, 1, ("contributors declared different noise: each round is accounted with its best group "
+                                   "of equal shares, the others counted as independent post-processing noise")
 
 
 def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False) -> dict[str, Any]:
@@ -178,7 +180,7 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
     from fl_privtext.federation.training import check_training, dp_fedavg_guarantee
-    from fl_privtext.privacy.distributed import distributed_guarantee
+    from fl_privtext.privacy.distributed import declared_rho, distributed_guarantee, epsilon_of
 
     t0 = time.perf_counter()
     t = cfg.train
@@ -203,6 +205,7 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
     best: dict[str, Any] = {"round": 0, "val_accuracy": -1.0, "arrays": dict(glob)}
     step = 0.0
     declared: list[dict[str, float]] = []  # what every contributor said it added (public, beside its vector)
+    rhos: list[float] = []  # each completed round's zCDP rho from its contributors' declarations
     for rnd in range(1, t.rounds + 1):
         # by index: node ids are uint64 (numpy would turn a list of them into float64)
         chosen = sorted(nodes[int(i)] for i in select.choice(len(nodes), size=k, replace=False))
@@ -224,6 +227,8 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         mean = _unflat(total / len(s.contributors), glob)
         glob = {kk: (glob[kk].astype(np.float64) + mean[kk]).astype(np.float32) for kk in glob}
         declared.extend(s.declared.values())
+        rhos.append(declared_rho([(d.get("noise-multiplier", 0.0), d.get("clip", math.inf),
+                                   int(d.get("min-clients", 1))) for d in s.declared.values()], step=s.step, dim=dim))
         entry.update(contributors=s.contributors, dropped=s.dropped, reasons=s.reasons, message_rounds=s.rounds,
                      bytes=s.bytes, grid_step=s.step, updates_observed=len(chosen) - len(s.dropped),
                      update_bytes_observed=s.bytes)
@@ -247,6 +252,8 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         z, clip, m, how = _declared_noise(declared)
         g = distributed_guarantee(noise_multiplier=z, clip=clip, min_clients=m, contributors=contributors, step=step,
                                   dim=dim, delta=t.dp_delta)
+        # the figures from each round's declarations (equal to the above when every contributor declared the same)
+        g.update(epsilon=epsilon_of(rhos, t.dp_delta), per_round_epsilon=[epsilon_of([r], t.dp_delta) for r in rhos])
         guarantee = {**g, "declared": how, "client_charged_per_round": sorted({d.get("charged", math.inf)
                                                                               for d in declared}),
                      "protects": "every released sum and model, against the server and any eavesdropper"}

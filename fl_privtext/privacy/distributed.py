@@ -111,6 +111,22 @@ def round_rho(*, noise_multiplier: float, clip: float, min_clients: int, contrib
     return sum_rho(sigma=sigma, n=contributors, l2_sensitivity=2.0 * clip / step, dim=dim)
 
 
+def declared_rho(shares: Sequence[tuple[float, float, int]], *, step: float, dim: int) -> float:
+    """rho of one round's sum from each contributor's declared (noise multiplier, clip, min clients). Shares of
+    equal sigma form a group; any one group's shares are a KLS sum, and every other share is independent noise
+    added to it (post-processing), so the smallest group rho bounds the round; the sensitivity is the largest clip's.
+    Equal declarations give `round_rho` with all contributors."""
+    if not shares:
+        return math.inf
+    cmax = max(c for _, c, _ in shares)
+    groups: dict[float, int] = {}
+    for z, c, m in shares:
+        sigma = share_sigma(noise_multiplier=z, clip=c, min_clients=int(m), step=step)
+        groups[sigma] = groups.get(sigma, 0) + 1
+    return min((sum_rho(sigma=sg, n=n, l2_sensitivity=2.0 * cmax / step, dim=dim) for sg, n in groups.items()
+                if sg > 0), default=math.inf)
+
+
 def distributed_guarantee(*, noise_multiplier: float, clip: float, min_clients: int, contributors: Sequence[int],
                           step: float, dim: int, delta: float) -> dict[str, Any]:
     """Central (epsilon, delta) against the server of the noisy sums of a run, with the number of contributors of

@@ -112,3 +112,14 @@ def test_the_server_holds_only_masked_vectors(run):
     for v in views:  # uniform on [0, 2^32): mean 1/2, variance 1/12 of the range
         u = v / 2**32
         assert abs(u.mean() - 0.5) < 0.02 and abs(u.var() - 1 / 12) < 0.01
+
+
+def test_config_rules():
+    with pytest.raises(ValueError, match="needs train.secagg"):
+        ExperimentConfig.from_flat({"train.dp-mode": "client", "train.dp-clip": 1.0})
+    with pytest.raises(ValueError, match="needs train.dp-clip"):
+        ExperimentConfig.from_flat({"train.secagg": True})
+    with pytest.raises(ValueError, match="dp-mode"):
+        ExperimentConfig.from_flat({"train.dp-mode": "both"})
+    with pytest.raises(ValueError, match="secagg-min-clients"):
+        ExperimentConfig.from_flat({"client.secagg-min-clients": 1})

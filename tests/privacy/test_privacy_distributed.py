@@ -71,3 +71,19 @@ def test_kls_accounting_closed_forms():
     assert epsilon_of([1 / 8] * 3, 1e-5) == pytest.approx(acct.get_epsilon(1e-5))
     assert epsilon_of([3 / 8], 1e-5) == pytest.approx(epsilon_of([1 / 8] * 3, 1e-5))
     assert epsilon_of([math.inf], 1e-5) == math.inf
+
+
+def test_declared_shares_are_accounted_by_their_best_equal_group():
+    from fl_privtext.privacy.distributed import declared_rho
+
+    step, dim = 2.0**-16, 1000
+    same = declared_rho([(4.0, 0.5, 3)] * 4, step=step, dim=dim)
+    assert same == pytest.approx(round_rho(noise_multiplier=4.0, clip=0.5, min_clients=3, contributors=4, step=step,
+                                           dim=dim))
+    assert same == pytest.approx(2 * 3 / (4.0**2 * 4))  # 2 m / (z^2 n)
+    # one client declares less noise: the three equal shares bound the round (the fourth is extra noise), with the
+    # largest clip as sensitivity
+    mixed = declared_rho([(4.0, 0.5, 3)] * 3 + [(1.0, 1.0, 3)], step=step, dim=dim)
+    sigma = 4.0 * 0.5 / math.sqrt(3)
+    assert mixed == pytest.approx(0.5 * (2 * 1.0 / (math.sqrt(3) * sigma)) ** 2)
+    assert declared_rho([(0.0, 0.5, 3)] * 4, step=step, dim=dim) == math.inf  # no noise declared
