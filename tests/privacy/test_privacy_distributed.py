@@ -87,3 +87,16 @@ def test_declared_shares_are_accounted_by_their_best_equal_group():
     sigma = 4.0 * 0.5 / math.sqrt(3)
     assert mixed == pytest.approx(0.5 * (2 * 1.0 / (math.sqrt(3) * sigma)) ** 2)
     assert declared_rho([(0.0, 0.5, 3)] * 4, step=step, dim=dim) == math.inf  # no noise declared
+
+
+def test_with_exactly_m_contributors_it_is_dp_fedavg_without_sampling():
+    # m shares of sigma = zC/sqrt(m) sum to DP-FedAvg's noise zC: the same epsilon as the server-noise accountant
+    # with every client in every round (tau ~ 0 at these grid scales)
+    from fl_privtext.federation.training import dp_fedavg_guarantee
+    from fl_privtext.privacy.distributed import distributed_guarantee
+
+    g = distributed_guarantee(noise_multiplier=2.0, clip=0.5, min_clients=4, contributors=[4, 4, 4], step=2.0**-16,
+                              dim=2306, delta=1e-5)
+    ref = dp_fedavg_guarantee(noise_multiplier=2.0, num_clients=4, clients_per_round=4, rounds=3, delta=1e-5)
+    assert g["epsilon"] == pytest.approx(ref["epsilon"], rel=1e-6)
+    assert g["client_charge_per_round"] == pytest.approx(g["per_round_epsilon"][0])
