@@ -198,8 +198,11 @@ def secure_sum(grid: Grid, nodes: Iterable[int], task: str, content: RecordDict,
 
     ``content`` travels to every client in the masked-vector request (e.g. the global model); ``clipping_range``
     bounds every coordinate of the SUM (see the module text: exact below it, wraps above); ``num_shares`` and
-    ``reconstruction_threshold`` are Flower's (a float: a fraction of the selected clients / of the shares).
-    Raises `SecAggAborted` when too many clients fail for the masks to be removed.
+    ``reconstruction_threshold`` are Flower's (a float: a fraction of the selected clients / of the shares); the
+    defaults make every selected client a neighbour of every other and need 67% of the shares (3 clients: 2, 5: 3,
+    10: 7), so about a third may drop after sharing their keys. ``quantization_range`` T (a power of two < 2^32)
+    sets the grid step 2c / T. Tasks may `declare` public numbers (``SecureSum.declared``) and
+    `require_contributors`. Raises `SecAggAborted` when too many clients fail for the masks to be removed.
     """
     from flwr.server.compat.legacy_context import LegacyContext
     from flwr.server.workflow import SecAggPlusWorkflow
