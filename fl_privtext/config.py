@@ -339,6 +339,9 @@ class ClientConfig:
     on_device: bool = True  # answer on-device evaluation (simulation default; a SuperNode's default is false)
     count_epsilon: float = 1.0  # epsilon of the on-device counts (randomized response on each user's correctness)
     min_count: int = 5  # on-device: fewest test users a client answers for at once
+    # Phase A through SecAgg+ with client noise (train.dp-mode = client): the fewest contributors this client
+    # accepts; its noise share is sized, and its ledger charged, as if only that many contributed
+    secagg_min_clients: int = 2
 
     def __post_init__(self) -> None:
         if not self.max_epsilon > 0:
@@ -347,6 +350,8 @@ class ClientConfig:
             raise ValueError(f"client.count-epsilon must be a finite number > 0; got {self.count_epsilon}.")
         if self.min_count < 1:
             raise ValueError(f"client.min-count must be >= 1; got {self.min_count}.")
+        if self.secagg_min_clients < 2:
+            raise ValueError(f"client.secagg-min-clients must be >= 2; got {self.secagg_min_clients}.")
 
 
 @dataclass(frozen=True)
@@ -555,6 +560,8 @@ class TrainConfig:
     dp_noise_multiplier: float = 0.0
     dp_clip: float = 0.0  # 0 = no DP-FedAvg
     dp_delta: float = 1e-5
+    secagg: bool = False  # Phase A's updates summed through Flower's SecAgg+ (fl_privtext.federation.secagg)
+    dp_mode: str = "server"  # where DP-FedAvg's noise is added: server (after it sees the updates) | client (shares)
     vocab_size: int = 5000  # lstm: the most frequent GloVe words; others map to <unk>
     glove_init: bool = True  # lstm: initialise word embeddings from GloVe 6B 50d (else random, 50 dims)
     max_tokens: int = 64  # lstm / minilm input length
@@ -583,6 +590,13 @@ class TrainConfig:
         for name, ok, rule in rules:
             if not ok:
                 raise ValueError(f"train.{name} must be {rule}; got {getattr(self, name.replace('-', '_'))}.")
+        _check_choice("train.dp-mode", self.dp_mode, ("server", "client"))
+        if self.dp_mode == "client" and not self.secagg:
+            raise ValueError("train.dp-mode = client needs train.secagg = true: each client's noise share alone does "
+                             "not protect its update; only the masked sum does.")
+        if self.secagg and self.dp_clip == 0:
+            raise ValueError("train.secagg = true needs train.dp-clip > 0: the secure sum's fixed-point range is set "
+                             "from the clipping norm of each client update.")
         if self.dp_noise_multiplier > 0 and self.dp_clip == 0:
             raise ValueError("train.dp-noise-multiplier > 0 needs train.dp-clip > 0: DP-FedAvg's noise is calibrated "
                              "to the clipping norm of each client update.")

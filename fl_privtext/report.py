@@ -173,6 +173,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         timing["simulation"] = {k: v for k, v in point["simulation"].items() if k.endswith("_s")}
     timing["total_s"] = total_s
     privacy = point["privacy"]
+    if "central" in point.get("training", {}):  # Phase A through SecAgg+ with client noise (issue #24)
+        privacy = {**privacy, "central": point["training"]["central"]}
     return _json_safe({
         "utility": utility,
         "privacy": privacy,
@@ -390,6 +392,9 @@ def table(results: dict[str, Any]) -> str:
         g = tr["guarantee"]
         guarantee = (f"DP-FedAvg user-level epsilon {_fmt(g['epsilon'])}, delta {g['delta']:g} (released models)"
                      if isinstance(g, dict) else "none, updates unprotected")
+        if "central" in tr:  # issue #24: SecAgg+ with client noise
+            guarantee = (f"central epsilon {_fmt(tr['central']['epsilon'])}, delta {tr['central']['delta']:g} "
+                         f"against the server (SecAgg+, noise added by the clients)")
         lines.append(f"phase A: {tr['encoder']} encoder, defence {tr['defense']}, {tr['rounds']} {tr['strategy']} "
                      f"rounds, selected round {tr['selected_round']}, {tr['updates_observed']} updates observed "
                      f"({tr['update_bytes_observed'] / 1e6:.2f} MB); Phase A guarantee: {guarantee}")

@@ -164,6 +164,10 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
 
+    if cfg.train.secagg:  # the updates reach the server only as a secure sum (issue #24)
+        from fl_privtext.federation.secagg_train import train_phase_secagg
+
+        return train_phase_secagg(grid, cfg, keep_updates=keep_updates)
     t0 = time.perf_counter()
     t = cfg.train
     prep = pipeline.prepare(cfg, features="none")
