@@ -85,3 +85,24 @@ def test_approximate_local_dp_adds_n_times_local_delta() -> None:
 def test_bad_input_raises(eps0: float, n: int, delta: float) -> None:
     with pytest.raises(ValueError):
         wang24_epsilon(eps0, n, delta)
+
+
+def test_accounting_reports_the_central_epsilon_of_a_users_composed_local_epsilon() -> None:
+    import dataclasses
+
+    from fl_privtext.accounting import shuffle_central
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.privacy import Accountant, PrivacyReport
+
+    cfg = ExperimentConfig()
+    cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True, rounds=3))
+    users = np.arange(10**5)
+    acc = Accountant()
+    rep = PrivacyReport(mechanism="rr", epsilon_nominal=1.0, epsilon_worst_case=1.0)
+    for _ in range(3):  # each user: 2 records per round at 1 each -> local epsilon 2 per round, 3 rounds
+        acc.charge(np.repeat(users, 2), rep)
+    central = shuffle_central(acc, len(users), cfg)
+    assert central["local_epsilon"] == pytest.approx(2.0)
+    assert central["epsilon"] == pytest.approx(wang24_epsilon(2.0, 10**5, 1e-6))
+    assert central["against"] == "server" and central["via"] == "shuffle" and central["rounds"] == 3
+    assert central["epsilon_total"] < 6.0
