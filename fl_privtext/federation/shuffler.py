@@ -91,7 +91,7 @@ class ShufflingGrid(Grid):
         keep = [r for r in replies if not any(r is u for u in uploads)]
         parts = [{k: numpy_view(a) for k, a in r.content.array_records[UPLOAD].items()} for r in uploads]
         mixed = shuffle_reports(parts, self._rng)
-        dims = [int(r.content.metric_records["stats"]["input_dim"]) for r in uploads
+        dims = [int(r.content.metric_records["stats"]["input_dim"]) for r in uploads  # type: ignore[arg-type]
                 if "stats" in r.content.metric_records]
         content = RecordDict({
             UPLOAD: ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in mixed.items()}),

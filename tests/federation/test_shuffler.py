@@ -98,3 +98,15 @@ def test_pseudonyms_do_not_link_a_users_reports_across_rounds() -> None:
 def test_reports_without_the_upload_keys_are_rejected() -> None:
     with pytest.raises(ValueError, match="upload must hold"):
         shuffle_reports([{"rows": np.arange(3)}], np.random.default_rng(0))
+
+
+def test_server_refuses_shuffle_until_its_side_is_wired() -> None:
+    import dataclasses
+
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.federation.server_app import serve_point
+
+    cfg = ExperimentConfig()
+    cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True))
+    with pytest.raises(ValueError, match="federation.shuffle"):
+        serve_point(None, cfg)  # type: ignore[arg-type]
