@@ -22,14 +22,14 @@ non-increasing in eps). The two published bounds differ only in the clone probab
   (VLDB 2024), variation-ratio reduction with the general-LDP parameters (p, beta, q) = (e^eps0,
   (e^eps0 - 1)/(e^eps0 + 1), e^eps0): each other user is a clone with probability 2 beta / (p - 1) = 2/(e^eps0 + 1)
   (about twice FMT21's), everything else unchanged; computed exactly (no intervals). Tightest of the two; the
-  platform reports it (``shuffle_epsilon``).
+  platform reports it (``shuffle_guarantee``).
 
 Both are upper bounds for pure eps0-LDP randomisers only. FMT 2023's extension to general randomisers carries an
-erratum and is not used. Approximate-DP local randomisers (the Gaussian / PrivUnitG at (eps0, delta0)): FMT21
-Thm 3.8 -- an (eps0, delta0)-LDP randomiser is delta0-close in total variation to a pure eps0'-LDP one, so the
-shuffled output is (eps, delta + n (e^eps + 1) delta0)-DP with eps computed here at eps0 (applied by
-``shuffle_guarantee`` through ``local_delta``); when n (e^eps + 1) delta0 is not small the bound is vacuous and
-the report says so.
+erratum and is not used. Approximate-DP local randomisers (the Gaussian at (eps0,
+delta0)): FMT21 Thm 3.8 (arXiv 2012.12803) -- eps as for a pure eps0-LDP randomiser, delta grown by
+n (e^eps + 1)(1 + e^-eps0 / 2) delta0 (``shuffle_guarantee``'s ``local_delta``); ``shuffle_guarantee`` puts the Wang'24 eps in
+its place, an ASSUMPTION not validated this session (Wang'24's own approximate-LDP treatment was not checked); with
+delta0 > ~1e-12 at n = 1e6 the extra delta is not small and the guarantee is weak; the report shows it.
 
 Several records per user: the unit of privacy is the user, so the bound is applied to what ONE user releases in
 the round -- its composed local epsilon (basic composition: k records at eps_r each give a k eps_r-LDP report
@@ -164,11 +164,11 @@ def shuffle_guarantee(local_epsilon: float, n: int, rounds: int = 1, *, delta: f
                       local_delta: float = 0.0) -> ShuffleGuarantee:
     """Central (eps, delta) against the server of `rounds` rounds of n shuffled reports, one per user, each
     local_epsilon-LDP for the WHOLE user (compose a user's records before calling). Wang'24 bound; an
-    (eps0, delta0)-LDP randomiser adds n (e^eps + 1) delta0 to delta (FMT21 Thm 3.8)."""
+    (eps0, delta0)-LDP randomiser adds n (e^eps + 1)(1 + e^-eps0/2) delta0 to delta (FMT21 Thm 3.8)."""
     if not (0 <= local_delta < 1):
         raise ValueError(f"local_delta must lie in [0, 1), got {local_delta!r}.")
     eps = wang24_epsilon(local_epsilon, n, delta)
-    d = delta + n * (math.exp(eps) + 1) * local_delta
+    d = delta + n * (math.exp(eps) + 1) * (1 + math.exp(-local_epsilon) / 2) * local_delta
     if d >= 1:
         raise ValueError(f"local_delta {local_delta} is too large for n = {n}: the shuffled delta would be >= 1.")
     eps_t, d_t = compose_rounds(eps, d, rounds, delta)

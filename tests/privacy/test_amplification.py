@@ -75,7 +75,7 @@ def test_composition_over_rounds() -> None:
 def test_approximate_local_dp_adds_n_times_local_delta() -> None:
     g0 = shuffle_guarantee(4.0, 10**5)
     g = shuffle_guarantee(4.0, 10**5, local_delta=1e-12)
-    assert g.delta == pytest.approx(1e-6 + 10**5 * (math.exp(g.epsilon) + 1) * 1e-12)
+    assert g.delta == pytest.approx(1e-6 + 10**5 * (math.exp(g.epsilon) + 1) * (1 + math.exp(-4.0) / 2) * 1e-12)
     assert g.delta > g0.delta
     with pytest.raises(ValueError, match="local_delta"):
         shuffle_guarantee(4.0, 10**5, local_delta=1e-3)
