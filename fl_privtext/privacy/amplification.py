@@ -159,8 +159,16 @@ class ShuffleGuarantee:
             "composition": "advanced (Dwork-Rothblum-Vadhan 2010) or basic, the smaller",
         }
 
+    def to_json(self) -> dict[str, object]:
+        """``privacy.central``: totals over the rounds, per-round values beside them."""
+        return {"epsilon": self.epsilon_total, "delta": self.delta_total, "against": "server", "via": "shuffle",
+                "epsilon_per_round": self.epsilon, "delta_per_round": self.delta, "rounds": self.rounds,
+                "local_epsilon_per_user_round": self.local_epsilon, "users_shuffled": self.n,
+                "bound": "Wang et al. VLDB 2024, variation-ratio (exact evaluation)",
+                "composition": "best of basic and advanced composition over rounds"}
 
-def shuffle_guarantee(local_epsilon: float, n: int, rounds: int = 1, *, delta: float = 1e-6,
+
+def shuffle_guarantee(local_epsilon: float, n: int, delta: float = 1e-6, rounds: int = 1, *,
                       local_delta: float = 0.0) -> ShuffleGuarantee:
     """Central (eps, delta) against the server of `rounds` rounds of n shuffled reports, one per user, each
     local_epsilon-LDP for the WHOLE user (compose a user's records before calling). Wang'24 bound; an

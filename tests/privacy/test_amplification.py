@@ -67,7 +67,7 @@ def test_composition_over_rounds() -> None:
     assert compose_rounds(0.3, 1e-6, 1, 1e-6) == (0.3, 1e-6)
     eps, d = compose_rounds(0.01, 1e-7, 1000, 1e-6)
     assert eps < 1000 * 0.01 and d == pytest.approx(1000 * 1e-7 + 1e-6)
-    g = shuffle_guarantee(8.0, 10**6, rounds=10)
+    g = shuffle_guarantee(8.0, 10**6, 1e-6, 10)
     assert g.as_dict()["against"] == "server" and g.as_dict()["via"] == "shuffle"
     assert g.epsilon_total <= 10 * g.epsilon + 1e-12 and g.epsilon <= 0.31
 
@@ -86,23 +86,3 @@ def test_bad_input_raises(eps0: float, n: int, delta: float) -> None:
     with pytest.raises(ValueError):
         wang24_epsilon(eps0, n, delta)
 
-
-def test_accounting_reports_the_central_epsilon_of_a_users_composed_local_epsilon() -> None:
-    import dataclasses
-
-    from fl_privtext.accounting import shuffle_central
-    from fl_privtext.config import ExperimentConfig
-    from fl_privtext.privacy import Accountant, PrivacyReport
-
-    cfg = ExperimentConfig()
-    cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True, rounds=3))
-    users = np.arange(10**5)
-    acc = Accountant()
-    rep = PrivacyReport(mechanism="rr", epsilon_nominal=1.0, epsilon_worst_case=1.0)
-    for _ in range(3):  # each user: 2 records per round at 1 each -> local epsilon 2 per round, 3 rounds
-        acc.charge(np.repeat(users, 2), rep)
-    central = shuffle_central(acc, len(users), cfg)
-    assert central["local_epsilon"] == pytest.approx(2.0)
-    assert central["epsilon"] == pytest.approx(wang24_epsilon(2.0, 10**5, 1e-6))
-    assert central["against"] == "server" and central["via"] == "shuffle" and central["rounds"] == 3
-    assert central["epsilon_total"] < 6.0
