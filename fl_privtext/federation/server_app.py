@@ -200,6 +200,8 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
                 keep_observations: bool = False, on_round: pipeline.OnRound | None = None) -> Job:
     """One experiment point's traffic (every seed, every round); returns the computation still to do on it:
     train and evaluate on what the server received, attack what the eavesdropper observed."""
+    if cfg.federation.shuffle:  # fl_privtext.federation.shuffler exists; the server's side of it does not yet
+        raise ValueError("federation.shuffle = true is not wired into the server yet (issue #24): set it to false.")
     prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
     observations: list[Any] = []
