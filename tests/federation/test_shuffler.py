@@ -86,13 +86,42 @@ def test_pseudonyms_do_not_link_a_users_reports_across_rounds() -> None:
     p1, p2 = _parts(1), _parts(2)  # the same users (row ids) report in two rounds
     s1 = grid.shuffle([_reply(n, p) for n, p in p1.items()])[0].content.array_records["upload"]
     s2 = grid.shuffle([_reply(n, p) for n, p in p2.items()])[0].content.array_records["upload"]
-    user1 = {f.tobytes(): int(r) for p in p1.values() for f, r in zip(p["features"], p["rows"], strict=True)}
-    user2 = {f.tobytes(): int(r) for p in p2.values() for f, r in zip(p["features"], p["rows"], strict=True)}
-    who1 = {int(ps): user1[f.tobytes()] for f, ps in zip(s1["features"].numpy(), s1["rows"].numpy(), strict=True)}
-    who2 = {int(ps): user2[f.tobytes()] for f, ps in zip(s2["features"].numpy(), s2["rows"].numpy(), strict=True)}
-    linked = np.mean([who1[ps] == who2[ps] for ps in who1])  # link by equal pseudonym: chance 1/M
-    assert linked < 0.01
+    ps1, ps2 = s1["rows"].numpy(), s2["rows"].numpy()
+    # fresh pseudonyms: never reused, so equal pseudonyms link nothing across rounds (nor within one)
+    assert len(np.unique(np.concatenate([ps1, ps2]))) == len(ps1) + len(ps2)
     assert grid.rounds_shuffled == 2
+    # the referee's key maps each pseudonym back to the record that produced the report (and only the referee's)
+    user1 = {f.tobytes(): int(r) for p in p1.values() for f, r in zip(p["features"], p["rows"], strict=True)}
+    assert [user1[f.tobytes()] for f in s1["features"].numpy()] == grid.reveal(ps1).tolist()
+    # and the order carries nothing either: the pseudonym order is independent of the record order
+    assert abs(stats_corr(ps1, grid.reveal(ps1))) < 0.15
+
+
+def stats_corr(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.corrcoef(a.astype(float), b.astype(float))[0, 1])
+
+
+def test_cohorts_are_shuffled_separately_and_only_aux_keeps_record_ids() -> None:
+    parts = _parts(4)
+    n_rec = NODES * PER_NODE + PER_NODE
+    roles = np.array(["train", "test", "aux"])[np.arange(n_rec) % 3]  # a public split of the records
+    grid = ShufflingGrid(None, np.random.default_rng(5), cohorts=roles, first_pseudonym=n_rec)  # type: ignore[arg-type]
+    seen = grid.shuffle([_reply(n, p) for n, p in parts.items()])
+    assert sorted(m.content.config_records["cohort"]["name"] for m in seen) == ["aux", "test", "train"]
+    for m in seen:
+        assert m.metadata.src_node_id == SHUFFLER_NODE_ID
+        assert set(m.content.array_records["shuffle"]["contributors"].numpy().tolist()) == set(parts)
+        ids = m.content.array_records["upload"]["rows"].numpy()
+        rec = grid.reveal(ids)
+        name = m.content.config_records["cohort"]["name"]
+        assert (roles[rec] == name).all()  # every report in its own cohort's message
+        if name == "aux":
+            assert (ids == rec).all()  # the colluders' reports keep their record ids
+        else:
+            assert (ids >= n_rec).all()  # pseudonyms: never a record id
+    assert grid.sent_by.keys() == parts.keys()
+    with pytest.raises(ValueError, match="first_pseudonym"):
+        ShufflingGrid(None, cohorts=roles, first_pseudonym=10)  # type: ignore[arg-type]
 
 
 def test_reports_without_the_upload_keys_are_rejected() -> None:
@@ -100,7 +129,7 @@ def test_reports_without_the_upload_keys_are_rejected() -> None:
         shuffle_reports([{"rows": np.arange(3)}], np.random.default_rng(0))
 
 
-def test_server_refuses_shuffle_until_its_side_is_wired() -> None:
+def test_server_needs_the_shuffler_below_its_grid() -> None:
     import dataclasses
 
     from fl_privtext.config import ExperimentConfig
