@@ -251,7 +251,10 @@ def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: 
             "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
             "linkage": bool(found.any()), "users_linked": int(found.sum()),
             "answered_from_prior": int((~found).sum()),
-            "attacker": linked.get("attacker"), "test": linked.get("test"),
+            "attacker": linked.get("attacker"),
+            "test": {"leak_detected": bool(found.any() and (linked.get("test") or {}).get("leak_detected")),
+                     "verdict": ("answers for named users it links: the per-pseudonym test applies" if found.any()
+                                 else "no named user linked: every per-user answer is the prior")},
             "note": ("federation.shuffle: scored per named user. The reports carry no sender and a fresh pseudonym "
                      "each, so the attacker cannot group a named user's reports: its answer for a user it cannot "
                      "link is its prior (the aux users' majority). Per-report inference is unaffected (the "

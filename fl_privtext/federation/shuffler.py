@@ -179,7 +179,8 @@ class ShufflingGrid(Grid):
                     "reports": len(mixed["rows"]),
                     "seeded": int(bool(stats) and all(bool(s.get("seeded", 0)) for s in stats))}),
                 "cohort": ConfigRecord({"name": name}),
-                "shuffle": ArrayRecord({"contributors": Array(np.array(sorted(self.sent_by), np.int64))}),
+                # the participants (Flower node ids are 64-bit unsigned), not who sent which report
+                "shuffle": ArrayRecord({"contributors": Array(np.array(sorted(self.sent_by), np.uint64))}),
             })
             tops = [float(lg["ledger-max"]) for lg in ledgers if "ledger-max" in lg]  # type: ignore[arg-type]
             if i == 0 and tops:  # aggregated once per round: the most any client charged, what was withheld
