@@ -184,9 +184,8 @@ class ShufflingGrid(Grid):
             })
             tops = [float(lg["ledger-max"]) for lg in ledgers if "ledger-max" in lg]  # type: ignore[arg-type]
             if i == 0 and tops:  # aggregated once per round: the most any client charged, what was withheld
-                content["ledger"] = ConfigRecord({
-                    "ledger-max": max(tops),
-                    "withheld": sum(float(lg.get("withheld", 0.0)) for lg in ledgers)})  # type: ignore[arg-type]
+                withheld = [float(lg.get("withheld", 0.0)) for lg in ledgers]  # type: ignore[arg-type]
+                content["ledger"] = ConfigRecord({"ledger-max": max(tops), "withheld": float(sum(withheld))})
             msg = Message(content, dst_node_id=int(uploads[0].metadata.dst_node_id), message_type="query.upload")
             msg.metadata.__dict__["_src_node_id"] = SHUFFLER_NODE_ID  # Metadata has no setter: the sender is stripped
             out.append(msg)
