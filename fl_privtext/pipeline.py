@@ -623,6 +623,9 @@ def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound
 def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
     """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline and
     the reference the federated path must reproduce exactly."""
+    if cfg.federation.shuffle:  # results would describe unshuffled traffic under a shuffled account
+        raise ValueError("federation.shuffle = true runs only through Flower (fl-privtext run): the plain loop has "
+                         "no shuffler; set it to false here.")
     prep = prep or prepare(cfg, features="extract", progress=cfg.run.progress)
     last: dict[str, Any] = {}
 

@@ -139,3 +139,15 @@ def test_server_needs_the_shuffler_below_its_grid() -> None:
     cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True))
     with pytest.raises(ValueError, match="federation.shuffle"):
         serve_point(None, cfg)  # type: ignore[arg-type]
+
+
+def test_the_plain_loop_refuses_shuffle() -> None:
+    import dataclasses
+
+    from fl_privtext import pipeline
+    from fl_privtext.config import ExperimentConfig
+
+    cfg = ExperimentConfig()
+    cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True))
+    with pytest.raises(ValueError, match="federation.shuffle"):
+        pipeline.run_plain(cfg)
