@@ -37,13 +37,21 @@ def _cfg(**fed):
 
 
 def test_synthetic_population_local_eps8_million_users_is_below_0_31_per_round() -> None:
-    """Issue #24's goal: local epsilon 8 per user and round, 10^6 users shuffled together -> <= 0.31 per round."""
-    from fl_privtext.accounting import shuffle_central
-    from fl_privtext.privacy import Accountant, PrivacyReport
+    """Issue #24's goal: PrivUnitG at local epsilon 8 (a pure-LDP report, delta 0), one report per user and round,
+    10^6 users shuffled together -> <= 0.31 per round."""
+    import dataclasses
 
+    from fl_privtext.accounting import shuffle_central
+    from fl_privtext.client import mechanism_for
+    from fl_privtext.privacy import Accountant
+
+    cfg = _cfg(rounds=1)
+    cfg = dataclasses.replace(cfg, privacy=dataclasses.replace(cfg.privacy, mechanism="privunitg", epsilon=8.0))
+    rep = mechanism_for(cfg, 50).report()
+    assert rep.epsilon_worst_case == pytest.approx(8.0) and not rep.delta  # pure: the pure-LDP bound applies
     acc = Accountant()
-    acc.charge(np.arange(10**6), PrivacyReport(mechanism="rr", epsilon_nominal=8.0, epsilon_worst_case=8.0))
-    central = shuffle_central(acc, 10**6, _cfg(rounds=1))
+    acc.charge(np.arange(10**6), rep)
+    central = shuffle_central(acc, 10**6, cfg, local_delta=acc.max_delta())
     assert central["local_epsilon_per_user_round"] == pytest.approx(8.0)
     assert central["epsilon_per_round"] <= 0.31 and central["epsilon"] == central["epsilon_per_round"]
 
