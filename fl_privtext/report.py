@@ -189,6 +189,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             "messages_observed": seeds[0]["messages_observed"], "bytes_observed": seeds[0]["bytes_observed"],
             "upload_dim": seeds[0]["output_dim"],
             "placement": point.get("placement", {}),
+            # issue #24: the server saw one sender-free message per cohort and round (fl_privtext.federation.shuffler)
+            "shuffle": bool(getattr(cfg.federation, "shuffle", False)),
         },
         "dataset": point["dataset"],
         "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,

@@ -85,7 +85,9 @@ def test_results_json_reports_the_central_guarantee(points):
     assert central["epsilon"] == "inf" and "note" in central
     per_user = res["privacy"]["composition"]["per_user"]
     assert "max_epsilon_total_guarantee" in per_user and per_user["max_epsilon_total"] == "inf"
-    assert "central" not in aggregate(points["linked"][1], total_s=1.0)["privacy"]
+    assert res["federation"]["shuffle"] is True and res["federation"]["messages_observed"] == 3 * 2
+    plain = aggregate(points["linked"][1], total_s=1.0)
+    assert "central" not in plain["privacy"] and plain["federation"]["shuffle"] is False
     assert res["utility"]["on_device"]["available"] is not False  # clients answered for their own test users
 
 
