@@ -253,6 +253,7 @@ class Linear:
         self.k, self.seed, self.noise = num_classes, seed, noise
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Linear:
+        from sklearn.exceptions import ConvergenceWarning
         from sklearn.linear_model import LogisticRegressionCV
 
         if len(x) > MAX_LINEAR_ROWS:
@@ -268,6 +269,9 @@ class Linear:
         clf = LogisticRegressionCV(Cs=6, cv=max(folds, 2), max_iter=200, scoring="accuracy")
         with warnings.catch_warnings():  # scikit-learn 1.8's notices of future defaults (we set scoring)
             warnings.simplefilter("ignore", FutureWarning)
+            # at the weakest regularisation lbfgs may stop at max_iter on noisy uploads; the cross-validation
+            # scores each fit as it is, so an unconverged C is judged by its held-out accuracy, not trusted
+            warnings.simplefilter("ignore", ConvergenceWarning)
             clf.fit((x - self.mean) / self.std, y)
         coef, icpt = clf.coef_, clf.intercept_
         if len(present) == 2 and coef.shape[0] == 1:

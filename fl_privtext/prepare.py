@@ -1,0 +1,119 @@
+"""Preparation: the data both sides of an experiment derive deterministically from the config.
+
+`prepare` loads the dataset, assigns user roles (train / test / aux) and client shards, and gets the (cached)
+extractor features; `Prepared` holds them. Nothing here is random beyond ``run.seed`` and nothing privatizes: the
+clients (`fl_privtext.client`), the server (`fl_privtext.server`) and the orchestration (`fl_privtext.pipeline`)
+all read the same `Prepared`.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import time
+import zlib
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.client import ClientData
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
+from fl_privtext.memory import return_freed_arrays
+
+__all__ = ["Prepared", "data_key", "load", "prepare"]
+
+
+@dataclass
+class Prepared:
+    """Everything both sides derive deterministically from the config (no randomness from the privatization)."""
+
+    ds: TextDataset
+    roles: np.ndarray  # (N,) "train" | "test" | "aux", split by user (data.split: random, or the source's splits)
+    shards: list[np.ndarray]  # row indices per virtual client
+    extractor: Any
+    features: np.ndarray | None  # (N, dim) cached extractor output (memmap), None when not cached
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def client(self) -> ClientData:
+        """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
+        return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
+                          features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
+                          extractor=self.extractor, users=self.ds.user_index, test=self.roles == "test")
+
+
+def data_key(cfg: ExperimentConfig) -> tuple:
+    return (cfg.data.name, cfg.data.root, tuple(sorted(cfg.data.options.items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _load(key: tuple) -> TextDataset:
+    name, root, options = key
+    try:
+        ds = load_dataset(name, data_root=root or None, **dict(options))
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise ValueError(f"dataset {name!r}: a data file is a corrupt or truncated archive ({exc}); restore it "
+                         "(e.g. re-download or re-copy the file).") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"dataset {name!r}: a data file is not valid UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start}).") from None
+    if len(ds) == 0:
+        raise ValueError(f"dataset {name!r} (data.root={root!r}, options {dict(options)}) has no rows: the file "
+                         "holds a header only, or every row was filtered out.")
+    return ds
+
+
+def load(cfg: ExperimentConfig) -> TextDataset:
+    """The configured dataset (memoised per process: Ray actors and sweeps load it once)."""
+    return _load(data_key(cfg))
+
+
+@functools.lru_cache(maxsize=8)
+def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int, num_clients: int, scheme: str,
+           alpha: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """User roles (``data.split``: random by user, or the source's own splits) and client shards, memoised:
+    validation, the driver, the server and every point of a sweep that shares data and federation settings reuse
+    one split (read-only arrays)."""
+    ds = _load(key)
+    if split == "source":
+        roles = source_roles(ds)
+    else:
+        roles = assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed)
+    shards = partition_users(ds, np.arange(len(ds)), num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
+    for arr in (roles, *shards):
+        arr.setflags(write=False)
+    return roles, shards
+
+
+def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool = False) -> Prepared:
+    """Load data, split users into roles and clients, and get the (cached) features.
+
+    ``features``: "extract" computes and caches all features when the cache lacks them (driver side);
+    "cached" only memory-maps an existing cache (a client that finds none extracts its own rows on demand);
+    "none" skips them (the server never needs representations other than the uploads).
+    """
+    from fl_privtext.extract import EmbeddingCache, extract_cached, make_extractor_from
+
+    return_freed_arrays()  # large temporaries go back to the OS when freed (fl_privtext.memory)
+    t0 = time.perf_counter()
+    ds = load(cfg)
+    t1 = time.perf_counter()
+    roles, shards = _split(data_key(cfg), cfg.data.split, cfg.data.test_frac, cfg.data.aux_frac, cfg.run.seed,
+                           cfg.federation.num_clients, cfg.federation.partition, cfg.federation.alpha)
+    t2 = time.perf_counter()
+    extractor = make_extractor_from(cfg)
+    cache_dir = cfg.extractor.cache_dir or None
+    feats: np.ndarray | None = None
+    if features == "extract":
+        feats = extract_cached(ds, extractor, cache_dir, progress=progress, chunk_rows=cfg.extractor.chunk_rows)
+    elif features == "cached":
+        cache = EmbeddingCache(cache_dir)
+        feats = cache.load(cache.key(ds.fingerprint, extractor.identity()))
+    elif features != "none":
+        raise ValueError(f"features must be 'extract', 'cached' or 'none'; got {features!r}.")
+    t3 = time.perf_counter()
+    timings = {"load_s": t1 - t0, "partition_s": t2 - t1, "extract_s": t3 - t2}
+    return Prepared(ds=ds, roles=roles, shards=shards, extractor=extractor, features=feats, timings=timings)
