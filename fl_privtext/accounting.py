@@ -117,14 +117,16 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
 def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndarray, num_classes: int,
                     released_rows: Sequence[np.ndarray], releases_per_record: int, *,
                     on_device_rows: Sequence[tuple[np.ndarray, float]] = (),
-                    phase_a_rows: np.ndarray | None = None) -> dict[str, Any]:
+                    phase_a_rows: np.ndarray | None = None, shuffled_users: int | None = None) -> dict[str, Any]:
     """The mechanism's report plus what each USER spent over EVERY release of the point (issue #22): every round
     of every repetition (``released_rows``, one array per seed), the on-device answers (``on_device_rows``: the
     records each answer covered and the epsilon charged per record) and Phase A (``phase_a_rows``: records whose
     users' model updates the server saw in the clear: inf). Basic composition (what a client's ledger enforces)
-    with its parts, and beside it the tight composition (`tight_epsilon`) at ``privacy.delta``."""
+    with its parts, and beside it the tight composition (`tight_epsilon`) at ``privacy.delta``.
+    ``shuffled_users`` (federation.shuffle): the users shuffled together per round, for ``privacy.central``."""
     users = np.asarray(user_ids)
     reps, labels_acc, od_acc, total = Accountant(), Accountant(), Accountant(), Accountant()
+    uploaded = Accountant()  # what went through the shuffler (representations + labels)
     label = _label_report(cfg, num_classes)
     for rows in released_rows:
         if len(rows) == 0:
@@ -132,11 +134,13 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         u = users[np.asarray(rows, dtype=np.int64)]
         reps.charge(u, rep)
         total.charge(u, rep)
+        uploaded.charge(u, rep)
         if num_classes > 0:
             lab = label or PrivacyReport(mechanism="label-in-the-clear", epsilon_nominal=math.inf,
                                          epsilon_worst_case=math.inf)
             labels_acc.charge(u, lab)
             total.charge(u, lab)
+            uploaded.charge(u, lab)
     od_eps = 0.0
     for rows, eps in on_device_rows:
         if len(rows) == 0:
@@ -171,6 +175,19 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
     else:
         labels = {"mechanism": "k-ary randomized response", "epsilon_per_upload": label.epsilon_worst_case,
                   "num_classes": num_classes, "keep_probability": label.calibration["keep_probability"]}
+    if cfg.federation.shuffle:  # issue #24: the central guarantee against the server a shuffler buys
+        n = shuffled_users if shuffled_users is not None else len(np.unique(users))
+        out["central"] = shuffle_central(uploaded, n, cfg, repetitions=max(1, len(released_rows)),
+                                         local_delta=uploaded.max_delta())
+        per_user["max_epsilon_total_local"] = per_user["max_epsilon_total"]
+        od_max = od_acc.max_epsilon() if len(on_device_rows) else 0.0
+        central = out["central"]["epsilon"]
+        per_user["max_epsilon_total"] = json_number(
+            (math.inf if central == "inf" else float(central)) + od_max + (math.inf if phase_a else 0.0))
+        per_user["max_epsilon_total_guarantee"] = (
+            "against the server: the shuffled uploads' central epsilon (privacy.central, via shuffle), plus, by basic "
+            "composition, the on-device answers' local epsilon (they do not pass through the shuffler) and Phase A "
+            "(inf: updates in the clear); max_epsilon_total_local is the local-DP total the clients' ledgers charge")
     out["composition"] = {
         "releases_per_record": releases_per_record,
         "repetitions": len(released_rows),
@@ -208,3 +225,48 @@ def _tight_max(rep: PrivacyReport, label: PrivacyReport | None, users: np.ndarra
     nr, no = int(n_rep.max()), int(n_od.max())  # the most releases of each kind: an upper bound of every user's
     return tight_epsilon(rep, label, {"rep": nr, "label": nr if num_classes > 0 else 0, "on_device": no}, od_eps,
                          delta)
+
+
+def shuffle_central(released: Accountant, num_users: int, cfg: ExperimentConfig, *, repetitions: int = 1,
+                    local_delta: float = 0.0) -> dict[str, Any]:
+    """``privacy.central`` under ``federation.shuffle`` (issue #24): the central (epsilon, delta) against the server.
+
+    Applied to what ONE user releases in a round, never per record: the user's local epsilon per round is its
+    composed epsilon over its records' uploads (representation + label; ``released``'s largest per-user total
+    divided by the rounds it was charged over: rounds x ``repetitions`` under schedule = repeat, ``repetitions``
+    under stream, where each user uploads in one round). n = ``num_users``: the users shuffled together in a round
+    (the smallest unlinked cohort, per round under stream). The bound is Wang et al. VLDB'24 (`fl_privtext.privacy.
+    amplification`); rounds compose (best of basic and advanced composition).
+
+    Approximate-DP local randomizers (``local_delta`` > 0: the Gaussian family): the pure-LDP bound is applied to
+    the report's epsilon and FMT21 Theorem 3.8's extra delta, (e^eps + 1)(1 + e^-eps0 / 2) n delta0 per round
+    (delta0 = the user's composed local delta per round), is added to each round's delta before composing."""
+    from fl_privtext.privacy.amplification import compose_rounds, gaussian_shuffle_delta, shuffle_guarantee
+
+    repeat = cfg.federation.schedule == "repeat"
+    rounds = (cfg.federation.rounds if repeat else 1) * max(1, repetitions)
+    n = max(1, int(num_users))
+    local = released.max_epsilon() / rounds
+    if not math.isfinite(local):
+        return {"epsilon": "inf", "delta": 0.0, "against": "server", "via": "shuffle", "users_shuffled": n,
+                "note": "a user's local epsilon is infinite (labels in the clear): shuffling amplifies nothing"}
+    if local <= 0:
+        return {"epsilon": 0.0, "delta": 0.0, "against": "server", "via": "shuffle", "users_shuffled": n,
+                "note": "nothing was released"}
+    central_delta = cfg.privacy.delta if 0 < cfg.privacy.delta < 1 else 1e-6
+    guarantee = shuffle_guarantee(local, n, central_delta, rounds)
+    out: dict[str, Any] = dict(guarantee.to_json())
+    out["applied_to"] = ("what one user releases per round: its records' uploads composed (representation + label),"
+                         " the largest such total over users, divided by the rounds charged")
+    out["cohorts"] = ("train and test users are shuffled per cohort (n = users of the smallest cohort that "
+                      "uploads in a round); aux users (the attacker's colluders) keep their record ids")
+    if local_delta > 0:
+        delta0 = local_delta / rounds
+        extra = gaussian_shuffle_delta(guarantee.epsilon_round, local, delta0, n)
+        per_round = guarantee.delta + extra
+        eps_total, delta_total = compose_rounds(guarantee.epsilon_round, per_round, rounds, central_delta / 2)
+        out.update({"epsilon": eps_total, "delta": min(1.0, delta_total), "delta_per_round": min(1.0, per_round),
+                    "approximate_ldp": {"local_delta_per_user_round": delta0, "extra_delta_per_round": extra,
+                                        "bound": "FMT21 Theorem 3.8 (pure-LDP bound on eps0, plus the extra delta)",
+                                        "vacuous": bool(delta_total >= 1.0)}})
+    return out

@@ -160,6 +160,9 @@ class FederationConfig:
     max_in_flight: int = 0
     # torch / BLAS / OpenMP threads per virtual-client actor (0 = auto: the actor's CPU share, floor(client-cpus) >= 1)
     client_threads: int = 0
+    # uploads pass through a shuffler that strips the sender and permutes each round's reports before the server
+    # sees them (issue #24; fl_privtext.federation.shuffler, central epsilon: fl_privtext.privacy.amplification)
+    shuffle: bool = False
 
     def __post_init__(self) -> None:
         if self.num_clients < 1:

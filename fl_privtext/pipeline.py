@@ -91,9 +91,14 @@ def attacked_uploads(prep: Prepared, rows: np.ndarray, seed: int, max_aux_users:
 
 def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,
            labels: np.ndarray | None = None, mechanism: Any = None,
-           report: PrivacyReport | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+           report: PrivacyReport | None = None, seen: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """The eavesdropper on one seed's observed uploads (``features``, ``labels``, ``rows``): every attack of
     `fl_privtext.attacks`, each with its baseline and LDP ceiling. Returns (attacks, attacks_extra).
+
+    ``seen`` (federation.shuffle): the ids the eavesdropper saw on each upload (``rows`` are then the referee's
+    record ids): its users are what those ids name (`server_users`: one fresh pseudonym per shuffled report) and
+    every upload's sender is the shuffler; the referee scores per-user answers per named user
+    (`fl_privtext.attacks.evaluate`).
 
     ``mechanism`` defaults to the configured one; its report's TRUE worst-case epsilon sets the ceilings."""
     from fl_privtext import attacks
@@ -103,6 +108,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     if keep is not None:
         features, rows = features[keep], rows[keep]
         labels = None if labels is None else labels[keep]
+        seen = None if seen is None else np.asarray(seen)[keep]
     mech = mechanism if mechanism is not None else mechanism_for(cfg, features.shape[1])
     rep = report if report is not None else mech.report()
     user_index = prep.ds.user_index  # the server's account pseudonyms
@@ -112,9 +118,12 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
     # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
     clean = _clean_features(prep, cfg) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
+    named = user_index.reshape(-1)[rows]
     view, truth = attacks.observe(
         uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
-        users=user_index.reshape(-1)[rows], senders=node_of_row[rows], texts=_PerUpload(prep.ds.text_column, rows),
+        users=named if seen is None else server_users(prep, seen),
+        senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int64),
+        named_users=None if seen is None else named, texts=_PerUpload(prep.ds.text_column, rows),
         attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
@@ -154,6 +163,10 @@ class Round:
     senders: dict[int, np.ndarray] = field(default_factory=dict)
     placement: list[dict[str, Any]] = field(default_factory=list)
     ledger: list[dict[str, Any]] = field(default_factory=list)  # per reply: what the client says it charged
+    # federation.shuffle: the record id of each upload (the shuffler's key, aligned with uploads["rows"], which
+    # then hold what the server saw: pseudonyms, or record ids of the linked aux cohort). The platform's scoring
+    # and accounting read it (`referee_rows`); the server's learners and the attacks never do.
+    revealed: np.ndarray | None = None
 
     @property
     def all_refused(self) -> bool:
@@ -177,6 +190,36 @@ class Collected:
     federation_s: float
     rounds: tuple[Round, ...] = ()
     refused: tuple[dict[str, Any], ...] = ()  # {"seed", "round", "failures"}: a round every client refused
+
+
+def shuffled(c: Collected) -> bool:
+    """Whether this seed's uploads went through the shuffler (federation.shuffle)."""
+    return any(r.revealed is not None for r in c.rounds)
+
+
+def referee_rows(c: Collected, ids: np.ndarray) -> np.ndarray:
+    """Record ids of uploads as the server saw them (``ids``): themselves without a shuffler; under
+    federation.shuffle, the shuffler's key (`Round.revealed`). For scoring and accounting only."""
+    ids = np.asarray(ids, np.int64)
+    if not shuffled(c):
+        return ids
+    seen = np.concatenate([r.uploads["rows"] for r in c.rounds])
+    true = np.concatenate([r.revealed if r.revealed is not None else r.uploads["rows"] for r in c.rounds])
+    uniq, first = np.unique(seen, return_index=True)
+    pos = np.searchsorted(uniq, ids)
+    if len(ids) and (pos.max() >= len(uniq) or not np.array_equal(uniq[pos], ids)):
+        raise ValueError("referee_rows: an upload id this seed's rounds never carried.")
+    return true[first[pos]]
+
+
+def server_users(prep: Prepared, seen: np.ndarray) -> np.ndarray:
+    """The user pseudonym the server can attach to each upload it saw: the account of a record id, or, for a
+    shuffled report (an id >= the number of records, `fl_privtext.federation.shuffler`), the report's own fresh
+    pseudonym (disjoint from every account: one report, one 'user')."""
+    seen = np.asarray(seen, np.int64)
+    n = len(prep.ds)
+    users = prep.ds.user_index.reshape(-1)
+    return np.where(seen >= n, seen, users[np.minimum(seen, n - 1)])
 
 
 def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
@@ -235,8 +278,9 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
     with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
         for c in collected:
             t0 = time.perf_counter()
-            trained = train_server(prep, c.received["features"], c.received["labels"], c.received["rows"], c.seed,
-                                   cfg, input_dim=c.input_dim)
+            seen = c.received["rows"]
+            trained = train_server(prep, c.received["features"], c.received["labels"], referee_rows(c, seen), c.seed,
+                                   cfg, input_dim=c.input_dim, groups=server_users(prep, seen))
             trained.utility["train_s"] = time.perf_counter() - t0
             out.append(trained)
     return out
@@ -302,8 +346,9 @@ def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained:
     extra: dict[str, Any] = {}
     if cfg.attack.enabled:
         mech = mechanism_for(cfg, c.input_dim)
-        attacks, extra = attack(prep, observed["features"], observed["rows"], c.seed, cfg,
-                                labels=observed["labels"], mechanism=mech, report=mech.report())
+        attacks, extra = attack(prep, observed["features"], referee_rows(c, observed["rows"]), c.seed, cfg,
+                                labels=observed["labels"], mechanism=mech, report=mech.report(),
+                                seen=observed["rows"] if shuffled(c) else None)
     t3 = time.perf_counter()
     return {
         "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
@@ -333,7 +378,8 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     # Phase A's updates and validation metrics concern the train and aux users (never test users)
     phase_a = np.flatnonzero(prep.roles != "test") if cfg.train.rounds > 0 else None
     privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases,
-                              on_device_rows=od_rows, phase_a_rows=phase_a)
+                              on_device_rows=od_rows, phase_a_rows=phase_a,
+                              shuffled_users=shuffled_cohort_users(prep, cfg) if cfg.federation.shuffle else None)
     privacy["randomness"] = randomness_of(cfg, collected)
     privacy["ledger"] = ledger_summary(collected, on_device_results or [])
     return {
@@ -347,6 +393,15 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
         # time this point kept the server busy: communication plus computation (not time spent queued)
         "server_s": sum(c.federation_s for c in collected) + time.perf_counter() - t_start,
     }
+
+
+def shuffled_cohort_users(prep: Prepared, cfg: ExperimentConfig) -> int:
+    """n of the shuffle bound: the users of the smallest unlinked cohort (train, test) shuffled together in a
+    round (`fl_privtext.federation.shuffler`): all of them under schedule = repeat, a 1/rounds share under stream."""
+    users = prep.ds.user_index.reshape(-1)
+    sizes = [len(np.unique(users[prep.roles == role])) for role in ("train", "test") if (prep.roles == role).any()]
+    n = min(sizes) if sizes else 1
+    return max(1, n // cfg.federation.rounds) if cfg.federation.schedule == "stream" else n
 
 
 def ledger_summary(collected: Sequence[Collected], on_device_results: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -387,10 +442,11 @@ def sent_rows(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> np.ndarray
     which some client timed out (it may have sent them). Clients that failed with an error sent nothing."""
     parts = []
     for rnd, r in enumerate(c.rounds):
-        parts.append(r.uploads["rows"])
+        rows = r.revealed if r.revealed is not None else r.uploads["rows"]
+        parts.append(rows)
         if any(f["kind"] == "timeout" for f in r.failures):
-            parts.append(np.setdiff1d(_expected_rows(prep, cfg, rnd), r.uploads["rows"]))
-    return np.concatenate(parts) if parts else c.received["rows"]
+            parts.append(np.setdiff1d(_expected_rows(prep, cfg, rnd), rows))
+    return np.concatenate(parts) if parts else referee_rows(c, c.received["rows"])
 
 
 def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
@@ -401,10 +457,11 @@ def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]
     missing_records = 0
     for c in collected:
         heard = np.zeros(prep.ds.num_users, bool)
-        heard[user[c.received["rows"]]] = True
+        heard[user[referee_rows(c, c.received["rows"])]] = True
         for rnd, r in enumerate(c.rounds):
             failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
-            missing = np.setdiff1d(_expected_rows(prep, cfg, rnd), r.uploads["rows"])
+            missing = np.setdiff1d(_expected_rows(prep, cfg, rnd),
+                                   r.revealed if r.revealed is not None else r.uploads["rows"])
             missing_records += int(missing.size)
             missing_users[user[missing][~heard[user[missing]]]] = True
     first = np.unique(prep.ds.user_ids[np.isin(user, np.flatnonzero(missing_users)[:1000])])  # sorted as str
@@ -460,6 +517,9 @@ def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound
 def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
     """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline and
     the reference the federated path must reproduce exactly."""
+    if cfg.federation.shuffle:  # results would describe unshuffled traffic under a shuffled account
+        raise ValueError("federation.shuffle = true runs only through Flower (fl-privtext run): the plain loop has "
+                         "no shuffler; set it to false here.")
     prep = prep or prepare(cfg, features="extract", progress=cfg.run.progress)
     last: dict[str, Any] = {}
 

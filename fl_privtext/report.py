@@ -174,7 +174,10 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
     timing["total_s"] = total_s
     privacy = point["privacy"]
     if "central" in point.get("training", {}):  # Phase A through SecAgg+ with client noise (issue #24)
-        privacy = {**privacy, "central": point["training"]["central"]}
+        # privacy.central is the uploads' guarantee where they have one (shuffler, secure aggregation); Phase A's
+        # then sits beside it under its own key
+        key = "central_phase_a" if "central" in privacy else "central"
+        privacy = {**privacy, key: point["training"]["central"]}
     return _json_safe({
         "utility": utility,
         "privacy": privacy,
@@ -191,6 +194,8 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             "messages_observed": seeds[0]["messages_observed"], "bytes_observed": seeds[0]["bytes_observed"],
             "upload_dim": seeds[0]["output_dim"],
             "placement": point.get("placement", {}),
+            # issue #24: the server saw one sender-free message per cohort and round (fl_privtext.federation.shuffler)
+            "shuffle": bool(getattr(cfg.federation, "shuffle", False)),
         },
         "dataset": point["dataset"],
         "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,
@@ -329,8 +334,17 @@ def table(results: dict[str, Any]) -> str:
                      f"{_fmt(per_user.get('max_epsilon_labels', '-'))}) | on-device "
                      f"{_fmt(per_user.get('max_epsilon_on_device', 0.0))} | Phase A "
                      f"{_fmt(per_user.get('max_epsilon_phase_a', 0.0))} | TOTAL "
-                     f"{_fmt(per_user.get('max_epsilon_total', '-'))} (basic) | tight "
+                     f"{_fmt(per_user.get('max_epsilon_total', '-'))} "
+                     f"{'(against the server: central + on-device)' if 'central' in p else '(basic)'} | tight "
                      f"{_fmt(per_user.get('max_epsilon_tight', '-'))} at delta {_fmt(per_user.get('delta_tight'), 6)}")
+    central = p.get("central")
+    if isinstance(central, dict):  # issue #24: the shuffler's central guarantee against the server
+        lines.append(f"central against the server via {central.get('via')}: epsilon {_fmt(central.get('epsilon'))} "
+                     f"at delta {_fmt(central.get('delta'), 8)} over {central.get('rounds', '-')} round(s) "
+                     f"({_fmt(central.get('epsilon_per_round', '-'))} per round) | applied to one user's local "
+                     f"epsilon per round {_fmt(central.get('local_epsilon_per_user_round', '-'))} (its records "
+                     f"composed), n = {central.get('users_shuffled', '-')} users shuffled per cohort | "
+                     f"{central.get('bound', central.get('note', ''))}")
     led = p.get("ledger") or {}
     if led:
         lines.append(f"clients' own ledgers: largest per-user total charged "
@@ -433,7 +447,16 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
                    f"{_ceil(a.get('ceiling'), a.get('ceiling_vacuous')):>8} | {_fmt(pu['accuracy'])} "
                    f"[{_fmt(ulo)},{_fmt(uhi)}] {_fmt(ubase):>6} {_ceil(pu.get('ceiling'), pu.get('ceiling_vacuous')):>8}"
                    f"  {verdict}")
+    for name, a in attacks.items():
+        pu = a.get("per_user") or {}
+        if "answered_from_prior" in pu:  # federation.shuffle: scored per named user
+            out.append(f"{name}: per user under the shuffler: {int(pu['answered_from_prior'])} of "
+                       f"{int(pu['num_users'])} named users answered from the prior (no report linked to them); "
+                       f"per-report inference as above")
     reid, memb, inv = (extra.get(k, {}) for k in ("reidentification", "membership", "inversion"))
+    if "scope" in reid:
+        out.append("re-identification / membership under the shuffler: per-report content matching (a match links "
+                   "no other report, round or node)")
     if "top1" in reid:
         out.append(f"re-identification among {reid['pool']}: top-1 {_fmt(reid['top1'])} [{_fmt(reid['ci95'][0])},"
                    f"{_fmt(reid['ci95'][1])}], top-{reid['k']} {_fmt(reid['topk'])}, chance {_fmt(reid['chance'])}, "

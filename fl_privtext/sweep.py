@@ -82,6 +82,8 @@ LATER_KEYS.update({"run.threads": 0, "federation.client-threads": 0})
 # (ome, dpnr, cape, coavoux) predate it, i.e. were computed without it; their configs set it false (the papers
 # evaluate on the server only). The frontier points were computed with it on and keep their keys.
 LATER_KEYS["server.on-device"] = False
+# The shuffler (issue #24, federation.shuffle): every saved point was computed without it.
+LATER_KEYS["federation.shuffle"] = False
 # Extraction precision (issue #14): every saved point was extracted in float32.
 LATER_KEYS["extractor.precision"] = "float32"
 # Keys whose default became "auto" after points were saved: the auto value is keyed as the value saved points used.

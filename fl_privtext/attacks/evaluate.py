@@ -43,19 +43,24 @@ class Truth:
     label_epsilon: float  # 0: labels in the clear (or no labels)
     user_epsilon: dict[int, float]  # pseudonym -> composed epsilon over its observed uploads (representation+label)
     user_delta: dict[int, float]
+    # federation.shuffle: the account (named user) of each upload, when the view's pseudonyms are not accounts
+    named_user: np.ndarray | None = None
 
 
 def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, senders: np.ndarray,
             texts: Sequence[str], attributes: dict[AttributeSpec, np.ndarray], aux: np.ndarray,
             clean: Any, mechanism: Any, epsilon: float, delta: float, num_labels: int, label_epsilon: float,
-            seed: int, cfg: ExperimentConfig, word_vectors: Any = None) -> tuple[AttackView, Truth]:
+            seed: int, cfg: ExperimentConfig, word_vectors: Any = None,
+            named_users: np.ndarray | None = None) -> tuple[AttackView, Truth]:
     """Split one seed's experiment into the attacker's view and the referee's truth.
 
     ``uploads/labels/users/senders/texts``: per observed upload; ``aux``: (N,) True for uploads of users whose
     attributes are public; ``clean``: callable(upload indices) -> clean representations of those uploads' texts
     (the public extractor on public texts), or None when no representation of a public text can be had;
     ``word_vectors``: callable(words) -> the public extractor on each word alone (keyword inversion's
-    nearest-neighbour decoder), or None."""
+    nearest-neighbour decoder), or None; ``named_users`` (federation.shuffle): each upload's account, when
+    ``users`` are what the eavesdropper saw instead (one fresh pseudonym per shuffled report): the referee then
+    scores per-user answers per named user (`score_attribute`)."""
     users = np.asarray(users, np.int64)
     aux = np.asarray(aux, bool)
     aux_idx = np.flatnonzero(aux)
@@ -92,9 +97,15 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
     with np.errstate(invalid="ignore"):
         u_eps = {int(u): float(c * per_upload) for u, c in zip(uniq, counts, strict=True)}
     u_delta = {int(u): float(min(1.0, c * delta)) for u, c in zip(uniq, counts, strict=True)}
+    if named_users is not None:  # accounts and shuffled pseudonyms are disjoint (fl_privtext.pipeline.server_users)
+        uniq, counts = np.unique(np.asarray(named_users, np.int64), return_counts=True)
+        with np.errstate(invalid="ignore"):
+            u_eps.update({int(u): float(c * per_upload) for u, c in zip(uniq, counts, strict=True)})
+        u_delta.update({int(u): float(min(1.0, c * delta)) for u, c in zip(uniq, counts, strict=True)})
     truth = Truth(specs=tuple(attributes), attributes={s.name: np.asarray(v) for s, v in attributes.items()},
                   texts=texts, candidate_of_query=cand_of_query, epsilon=float(epsilon), delta=float(delta),
-                  label_epsilon=float(label_epsilon), user_epsilon=u_eps, user_delta=u_delta)
+                  label_epsilon=float(label_epsilon), user_epsilon=u_eps, user_delta=u_delta,
+                  named_user=None if named_users is None else np.asarray(named_users, np.int64))
     return view, truth
 
 
@@ -168,6 +179,8 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     }
     if "majority_given_label" in guess.baselines:
         per_user["majority_given_label_baseline"] = metrics.accuracy(z_user, guess.baselines["majority_given_label"][1])
+    if truth.named_user is not None:
+        per_user = _named_user_score(view, truth, name, guess, z, idx, multilabel, per_user)
     common: dict[str, Any] = {
         "attacker": guess.diagnostics["attacker"], "learned_attacker": guess.diagnostics["learned_attacker"],
         "learner": guess.diagnostics["attacker"],  # the family that answered (attack.learner; best out of fold)
@@ -200,6 +213,54 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
             "majority_baseline": maj,
             # 1.0: the learned attacker answers one class for every upload (a constant predictor)
             "learned_modal_share": constant.modal_share(guess.learned_upload_pred), "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common}
+
+
+def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: np.ndarray, idx: np.ndarray,
+                      multilabel: bool, linked: dict[str, Any]) -> dict[str, Any]:
+    """Per-user attack under federation.shuffle, scored per NAMED user (an account): the attacker answers for a
+    named user with its per-user answer for the pseudonym equal to that account when the view carries one (a
+    shuffler that kept record ids), else with its prior (the aux users' majority): without linkage it cannot tell
+    which reports are the user's. ``linked``: the per-pseudonym scores, kept as ``per_pseudonym``."""
+    assert truth.named_user is not None
+    named = truth.named_user[idx]
+    users, z_user = _user_truth(z, named)
+    known = view.known[name].values
+    prior = ((known.mean(axis=0) > 0.5).astype(np.int8) if multilabel else
+             np.bincount(known, minlength=len(view.known[name].spec.classes)).argmax())
+    answer = np.stack([prior] * len(users)) if multilabel else np.full(len(users), prior)
+    pos = np.searchsorted(guess.target_users, users)
+    found = (pos < len(guess.target_users)) & (guess.target_users[np.minimum(pos, len(guess.target_users) - 1)]
+                                                == users) if len(guess.target_users) else np.zeros(len(users), bool)
+    answer[found] = guess.user_pred[pos[found]]
+    maj = np.stack([prior] * len(users)) if multilabel else np.full(len(users), prior)
+    acc, base = metrics.accuracy(z_user, answer), metrics.accuracy(z_user, maj)
+    cells = z_user.size if multilabel else len(z_user)
+    eps_users = np.array([truth.user_epsilon[int(u)] for u in users])
+    d_users = np.array([truth.user_delta[int(u)] for u in users])
+    k = len(view.known[name].spec.classes)
+    if multilabel:
+        pri = z.mean(axis=0)
+        ceil = float(np.mean([ceilings.attribute_ceiling_many(np.tile([1 - p, p], (len(users), 1)), eps_users,
+                                                               d_users).mean() for p in pri]))
+    else:
+        ceil = float(ceilings.attribute_ceiling_many(np.tile(np.bincount(z, minlength=k) / len(z), (len(users), 1)),
+                                                     eps_users, d_users).mean())
+    v = ceilings.verdict(acc * cells, cells, ceil)
+    return {"accuracy": acc, "majority_baseline": base, "ceiling": ceil, "ci95": v["ci95"],
+            "ceiling_vacuous": v["ceiling_vacuous"], "violation": v["violation"], "num_users": len(users),
+            "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
+            "linkage": bool(found.any()), "users_linked": int(found.sum()),
+            "answered_from_prior": int((~found).sum()),
+            "attacker": linked.get("attacker"),
+            "test": {"leak_detected": bool(found.any() and (linked.get("test") or {}).get("leak_detected")),
+                     "verdict": ("answers for named users it links: the per-pseudonym test applies" if found.any()
+                                 else "no named user linked: every per-user answer is the prior")},
+            "note": ("federation.shuffle: scored per named user. The reports carry no sender and a fresh pseudonym "
+                     "each, so the attacker cannot group a named user's reports: its answer for a user it cannot "
+                     "link is its prior (the aux users' majority). Per-report inference is unaffected (the "
+                     "per-upload scores above); 'per_pseudonym' is the per-user attack on the pseudonyms it saw "
+                     "(one report each)."),
+            "per_pseudonym": linked}
 
 
 def _auc(pos: np.ndarray, neg: np.ndarray) -> float:
@@ -289,6 +350,14 @@ def _run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[s
     if view.config.extra:
         if view.candidates is not None and len(view.queries) >= 2:
             extra.update(score_linkage(view, truth))
+            if truth.named_user is not None:  # federation.shuffle: what a match can and cannot tell
+                for key in ("reidentification", "membership"):
+                    extra[key]["scope"] = (
+                        "per report (federation.shuffle): the game matches a report's content to a candidate's "
+                        "public text, which the shuffler does not hide; the report carries no sender and a "
+                        "fresh pseudonym, so a match links it to no other report, round or node. The ceiling is "
+                        "the local one of one report; the central guarantee against the server is "
+                        "privacy.central.")
         else:
             extra["reidentification"] = extra["membership"] = {"available": False,
                                                                 "reason": "no public representations"}

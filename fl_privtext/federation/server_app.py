@@ -23,6 +23,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid, numpy_view
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.inflight import send_windowed, window_size
+from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID, ShufflingGrid
 
 app = ServerApp()
 log = logging.getLogger(__name__)
@@ -50,20 +51,30 @@ def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord | Array
 
 
 def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig, seed: int,
-            rnd: int, snapshot: str = "") -> pipeline.Round:
+            rnd: int, snapshot: str = "", shuffler: ShufflingGrid | None = None) -> pipeline.Round:
     """One round: query every node for its users' uploads; return what arrived within
     ``federation.round-timeout`` s. A client that fails (an exception, a crashed actor) or does not answer in time
     is listed in ``Round.failures`` and the round goes on without it; a round with no upload at all is an error.
 
     The query carries the point's configuration and (seed, round), never anything a client's noise derives from.
-    At most ``federation.max-in-flight`` queries are pending at once (`fl_privtext.federation.inflight`)."""
+    At most ``federation.max-in-flight`` queries are pending at once (`fl_privtext.federation.inflight`).
+
+    ``shuffler`` (federation.shuffle): the replies arrive shuffled, one sender-free message per cohort
+    (`fl_privtext.federation.shuffler`); the round's ``revealed`` record ids and ``senders`` come from the
+    shuffler's key, for the platform's scoring and accounting only."""
     msgs = (
         Message(_query(cfg, snapshot, task=ConfigRecord({"seed": seed, "round": rnd})), dst_node_id=node,
                 message_type="query.upload")
         for node in nodes
     )
     timeout = cfg.federation.round_timeout or None
-    replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout)
+    shuffled = shuffler is not None and shuffler.on
+    if shuffled:  # the shuffler releases a round only once it holds all of it (its own window below it)
+        assert shuffler is not None
+        shuffler.window = window_size(cfg.federation.max_in_flight)
+        replies = list(grid.send_and_receive(msgs, timeout=timeout))
+    else:
+        replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout)
     failures: list[dict[str, Any]] = []
     good: list[Message] = []
     for r in replies:
@@ -74,6 +85,9 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
         else:
             good.append(r)
     answered = {int(r.metadata.src_node_id) for r in replies}
+    for r in good:  # a shuffled round names its participants, not who sent which report
+        if int(r.metadata.src_node_id) == SHUFFLER_NODE_ID and "shuffle" in r.content.array_records:
+            answered.update(int(n) for n in r.content.array_records["shuffle"]["contributors"].numpy())
     failures.extend({"node": int(n), "kind": "timeout", "reason": f"no reply within {timeout} s"}
                     for n in nodes if int(n) not in answered)
     if not good and failures and all(f["kind"] == "refused" for f in failures):  # the clients' policy said no
@@ -93,9 +107,18 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
                   "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
     senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
-    return pipeline.Round(merge_uploads(parts), max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
+    merged = merge_uploads(parts)
+    revealed = None
+    if shuffled:
+        assert shuffler is not None
+        senders = {n: rows for n, rows in shuffler.sent_by.items() if len(rows)}  # the referee's key
+        revealed = shuffler.reveal(merged["rows"])
+        placement = []  # per-reply placement is dropped by the shuffler
+    return pipeline.Round(merged, max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
                           failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], senders=senders,
-                          placement=placement, ledger=[ledger_of(r) for r in good])
+                          placement=placement, ledger=[ledger_of(r) for r in good if "ledger" in
+                                                       r.content.config_records or not shuffled],
+                          revealed=revealed)
 
 
 def failure_kind(reply: Message) -> str:
@@ -176,7 +199,8 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
     """
     if max_pending < 0:
         raise ValueError(f"max_pending must be >= 0 points whose computation may be pending; got {max_pending}.")
-    eaves = EavesdroppingGrid(grid, record_sent=keep_observations)
+    shuffler = ShufflingGrid(grid, on=False)  # the shuffler sits below the server's (and eavesdropper's) Grid
+    eaves = EavesdroppingGrid(shuffler, record_sent=keep_observations)
     out: list[Any] = []
     for i, cfg in enumerate(points):
         if i > max_pending and isinstance(out[i - 1 - max_pending], Future):
@@ -184,7 +208,7 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
         hook = None if on_round is None else (
             lambda seed, rnd, r, dt, i=i: on_round(i, seed, rnd, r, dt))  # type: ignore[misc]
         evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
-                               keep_observations=keep_observations, on_round=hook)
+                               keep_observations=keep_observations, on_round=hook, shuffler=shuffler)
 
         def job(i: int = i, evaluate: Job = evaluate) -> dict[str, Any]:
             result = evaluate()
@@ -197,17 +221,27 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
 
 
 def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: str = "",
-                keep_observations: bool = False, on_round: pipeline.OnRound | None = None) -> Job:
+                keep_observations: bool = False, on_round: pipeline.OnRound | None = None,
+                shuffler: ShufflingGrid | None = None) -> Job:
     """One experiment point's traffic (every seed, every round); returns the computation still to do on it:
-    train and evaluate on what the server received, attack what the eavesdropper observed."""
+    train and evaluate on what the server received, attack what the eavesdropper observed.
+
+    ``federation.shuffle``: ``shuffler`` (below ``eaves``) shuffles this point's upload rounds per cohort; the
+    on-device evaluation then names no rows and goes to every node (each client answers for its own test users,
+    `fl_privtext.client.ondevice`, or refuses)."""
+    if cfg.federation.shuffle and shuffler is None:
+        raise ValueError("federation.shuffle = true needs the shuffler below the server's Grid (serve() builds it).")
     prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
+    if shuffler is not None:
+        shuffler.configure(on=cfg.federation.shuffle, cohorts=prep.roles if cfg.federation.shuffle else None,
+                           first_pseudonym=len(prep.roles) if cfg.federation.shuffle else 0)
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
     observations: list[Any] = []
     sent: list[Any] = []
     training, phase_b = _phase_a(eaves, cfg, keep_observations)
 
     def collect_round(seed: int, rnd: int) -> pipeline.Round:
-        return collect(phase_b, nodes, cfg, seed, rnd, snapshot)  # type: ignore[arg-type]
+        return collect(phase_b, nodes, cfg, seed, rnd, snapshot, shuffler)  # type: ignore[arg-type]
 
     def eavesdrop() -> pipeline.Observed:
         if keep_observations:
@@ -225,8 +259,12 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     trained = on_device = None
     if pipeline.on_device_wanted(prep, cfg):  # the model must reach the clients while the federation runs
         trained = pipeline.train_point(prep, cfg, collected)
-        on_device = pipeline.on_device(prep, cfg, collected, trained, lambda t, req, seed: evaluate_on_device(
-            phase_b, cfg, t, req, snapshot, seed))  # type: ignore[arg-type]
+        def ask(t: pipeline.Trained, req: dict[int, Any], seed: int) -> list[Any]:
+            if cfg.federation.shuffle:  # the server cannot name a client's rows: every node, no rows
+                req = {int(n): np.zeros(0, np.int64) for n in nodes}
+            return evaluate_on_device(phase_b, cfg, t, req, snapshot, seed)  # type: ignore[arg-type]
+
+        on_device = pipeline.on_device(prep, cfg, collected, trained, ask)
 
     def evaluate() -> dict[str, Any]:
         point = pipeline.evaluate_point(prep, cfg, collected, trained, on_device)

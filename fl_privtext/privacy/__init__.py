@@ -5,6 +5,7 @@ Contract: docs/design.md; mechanisms, true epsilons and the published claims tha
 """
 
 from fl_privtext.privacy.accountant import Accountant
+from fl_privtext.privacy.amplification import ShuffleGuarantee, shuffle_guarantee
 from fl_privtext.privacy.audit import AuditResult, audit_mechanism, event_lower_bound, plan_for
 from fl_privtext.privacy.calibration import (
     analytic_gaussian_sigma,
@@ -27,6 +28,7 @@ __all__ = [
     "Mechanism",
     "PrivacyReport",
     "Release",
+    "ShuffleGuarantee",
     "Stage",
     "amplified_epsilon",
     "analytic_gaussian_sigma",
@@ -43,5 +45,6 @@ __all__ = [
     "per_bit_epsilon",
     "per_bit_epsilon_terms",
     "plan_for",
+    "shuffle_guarantee",
     "word_dropout",
 ]

@@ -89,9 +89,12 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
 
 
 def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
-                 seed: int, cfg: ExperimentConfig, *, input_dim: int | None = None, mechanism: Any = None) -> Trained:
+                 seed: int, cfg: ExperimentConfig, *, input_dim: int | None = None, mechanism: Any = None,
+                 groups: np.ndarray | None = None) -> Trained:
     """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`).
-    ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law."""
+    ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law.
+    ``groups``: the user pseudonym the server can attach to each upload (its cross-validation folds), default
+    the record's account; under federation.shuffle one fresh pseudonym per report (`pipeline.server_users`)."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     roles = prep.roles[rows]
@@ -109,7 +112,8 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     mlp = {"config": server_mlp_config(cfg, features.shape[1]), "generator": rng.torch_generator(seed, "server"),
            "progress": "server: task MLP" if cfg.run.progress else None}
     model, chosen, candidates = fit_learner(
-        cfg.server.learner, features[tr], labels[tr], prep.ds.user_index.reshape(-1)[rows[tr]], num_classes=k,
+        cfg.server.learner, features[tr], labels[tr],
+        (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr], num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp)
     pred = model.logits(features[te]).argmax(axis=1)
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users

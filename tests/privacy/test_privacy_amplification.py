@@ -11,6 +11,8 @@ from scipy import stats
 from fl_privtext.privacy.amplification import (
     compose_rounds,
     fmt21_closed_form,
+    fmt21_numeric_delta,
+    fmt21_numeric_epsilon,
     shuffle_delta,
     shuffle_epsilon,
     shuffle_guarantee,
@@ -36,6 +38,27 @@ def test_fmt21_exact_never_above_authors_code_nor_closed_form(eps0: float, n: in
     assert exact <= REFERENCE[eps0, n][1] + 1e-6
     assert exact <= fmt21_closed_form(eps0, n, 1e-6) + 1e-6
     assert shuffle_epsilon(eps0, n, 1e-6, "wang24") <= exact + 1e-6  # more clones: tighter
+
+
+@pytest.mark.parametrize(("eps0", "n"), list(REFERENCE))
+def test_fmt21_numeric_reproduces_the_authors_column(eps0: float, n: int) -> None:
+    """Both columns of the issue's table to 2 significant digits: FMT21's numerical procedure as published."""
+    got = shuffle_epsilon(eps0, n, 1e-6, "fmt21-numeric")
+    assert got == fmt21_numeric_epsilon(eps0, n, 1e-6)
+    assert _two_significant(got) == _two_significant(REFERENCE[eps0, n][1])
+    assert got >= shuffle_epsilon(eps0, n, 1e-6, "fmt21") - 1e-6  # the block evaluation is never below the exact
+
+
+def test_fmt21_numeric_delta_bounds_the_exact_delta_and_block_size_matters() -> None:
+    # worst-end blocks: an upper bound on the exact delta of the same reduction, at any block size
+    for step in (1, 10, 100, 1000):
+        for eps in (0.05, 0.2, 0.5):
+            exact = shuffle_delta(eps, 4.0, 10**5, "fmt21")
+            assert fmt21_numeric_delta(eps, 4.0, 10**5, 1.0, step=step) >= exact - 1e-15
+    # the published 1.003 at eps0 8, n 1e6 needs blocks of n / 1000; blocks of 100 give about 0.515
+    assert fmt21_numeric_epsilon(8, 10**6, 1e-6, step=100) == pytest.approx(0.515, abs=5e-3)
+    with pytest.raises(ValueError, match="step"):
+        fmt21_numeric_delta(0.1, 4.0, 10**5, 1e-6, step=0)
 
 
 def test_authors_large_eps0_figure_is_their_closed_form() -> None:
