@@ -84,6 +84,8 @@ LATER_KEYS.update({"run.threads": 0, "federation.client-threads": 0})
 LATER_KEYS["server.on-device"] = False
 # The shuffler (issue #24, federation.shuffle): every saved point was computed without it.
 LATER_KEYS["federation.shuffle"] = False
+# Phase A through SecAgg+ (issue #24): every saved point was computed without it.
+LATER_KEYS.update({"train.secagg": False, "train.dp-mode": "server", "client.secagg-min-clients": 2})
 # Extraction precision (issue #14): every saved point was extracted in float32.
 LATER_KEYS["extractor.precision"] = "float32"
 # Keys whose default became "auto" after points were saved: the auto value is keyed as the value saved points used.

@@ -40,12 +40,16 @@ CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client
 _NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
               "client.min-count",  # the [client] policy never changes an upload's stream
+              "client.secagg-min-clients",
               "federation.shuffle")  # the shuffler acts after the client (issue #24)
 # Keys added after the saved tables' client streams were drawn: left out of the key while they hold the value those
 # streams were drawn with (an "auto" value is keyed as what it resolves to on the CPU), so every table saved under
 # docs/results regenerates exactly. A new config key that changes what a client computes is listed here with its
 # old behaviour as the value (tests/test_client.py pins two keys).
-_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32"}
+_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32", "train.secagg": False, "train.dp-mode": "server"}
+# Attack settings never change a client's stream, but the saved points were keyed with attack.inversion-vocab = 100
+# (its default then): keyed at that constant whatever its value, so they keep their keys until regenerated.
+_PINNED_POINT: dict[str, Any] = {"attack.inversion-vocab": 100}
 _AUTO_POINT: dict[str, tuple[Any, Any]] = {"extractor.batch-size": (0, 64)}
 
 
@@ -90,6 +94,7 @@ def published(flat: dict[str, Any]) -> dict[str, Any]:
 def point_key(cfg: ExperimentConfig) -> str:
     """A short hash of everything in the point's configuration that changes what a client computes."""
     flat = keyed_flat(cfg, drop=_NOT_POINT, later=_LATER_POINT, auto=_AUTO_POINT)
+    flat.update({k: v for k, v in _PINNED_POINT.items() if k in flat})
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
