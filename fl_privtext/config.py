@@ -22,6 +22,7 @@ PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square",
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
+AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
 DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
@@ -240,11 +241,18 @@ class ServerConfig(MLPConfig):
     center: bool = False  # subtract each upload's own mean (over its coordinates) before training and evaluation
     # the task learner (fl_privtext.server.learners); auto: the best by cross-validation over users, constant included
     learner: str = "auto"
+    # uploads: per-user privatized uploads; secagg: each client's noisy class statistics, summed by SecAgg+
+    # (fl_privtext.client.aggregate, fl_privtext.server.aggregate); learners from aggregates: centroid, lda
+    aggregate: str = "uploads"
 
     def __post_init__(self) -> None:
         self._check("server.")
         if self.learner not in LEARNER_CHOICES:
             raise ValueError(f"server.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
+        _check_choice("server.aggregate", self.aggregate, AGGREGATES)
+        if self.aggregate == "secagg" and self.learner not in ("auto", "centroid", "lda"):
+            raise ValueError(f"server.aggregate = secagg trains from class statistics: server.learner must be auto, "
+                             f"centroid or lda; got {self.learner!r}.")
 
 
 @dataclass(frozen=True)
@@ -339,8 +347,20 @@ class ClientConfig:
     on_device: bool = True  # answer on-device evaluation (simulation default; a SuperNode's default is false)
     count_epsilon: float = 1.0  # epsilon of the on-device counts (randomized response on each user's correctness)
     min_count: int = 5  # on-device: fewest test users a client answers for at once
+    # server.aggregate = secagg (fl_privtext.client.aggregate): the central (epsilon, delta) against the server of
+    # this client's noisy class statistics, guaranteed when at least secagg-min-clients clients contribute (each adds
+    # its share of the Gaussian noise); a request promising fewer contributors is refused
+    secagg_epsilon: float = 1.0
+    secagg_delta: float = 1e-5
+    secagg_min_clients: int = 2
 
     def __post_init__(self) -> None:
+        if not (self.secagg_epsilon > 0 and math.isfinite(self.secagg_epsilon)):
+            raise ValueError(f"client.secagg-epsilon must be a finite number > 0; got {self.secagg_epsilon}.")
+        if not 0 < self.secagg_delta < 1:
+            raise ValueError(f"client.secagg-delta must lie in the open interval (0, 1); got {self.secagg_delta}.")
+        if self.secagg_min_clients < 1:
+            raise ValueError(f"client.secagg-min-clients must be >= 1; got {self.secagg_min_clients}.")
         if not self.max_epsilon > 0:
             raise ValueError(f"client.max-epsilon must be > 0 (inf = no cap); got {self.max_epsilon}.")
         if not (self.count_epsilon > 0 and math.isfinite(self.count_epsilon)):
