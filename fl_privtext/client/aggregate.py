@@ -15,8 +15,10 @@ Privacy contract (the mechanism, documented here where it is applied):
 - Neighbouring relation: user-level replacement; all records of one user are replaced by arbitrary records (any
   number, any labels).
 - Sensitivity: a user contributes c_k = n_{u,k} / n_u (a probability vector over classes), s_k with
-  ||s_k|| <= c_k and M with ||M||_F <= 1. So ||c - c'||_2 <= sqrt(2), ||S - S'||_F <= 2 (sum_k ||s_k||^2 <= 1),
-  ||M - M'||_F <= 2: the whole vector's L2 sensitivity is sqrt(2 + 4) = sqrt(6), or sqrt(10) with ``second``.
+  ||s_k|| <= c_k and M with ||M||_F <= 1. Jointly over counts and sums, per class
+  (c_k - c'_k)^2 + ||s_k - s'_k||^2 <= (c_k - c'_k)^2 + (c_k + c'_k)^2 = 2 (c_k^2 + c'_k^2), and
+  sum_k c_k^2 <= 1, so the squared distance is <= 4 (attained: one class, opposite unit vectors); ||M - M'||_F <= 2.
+  The vector's L2 sensitivity is 2, or sqrt(8) with ``second``.
 - Noise: the sum over c >= t contributing clients carries N(0, c * sigma_share^2) per coordinate, with
   sigma_share = sigma(eps, delta, sensitivity) / sqrt(t), sigma from the analytic Gaussian mechanism (Balle & Wang,
   ICML 2018, Thm 8). t (``client.secagg-min-clients``), eps, delta (``client.secagg-epsilon`` / ``-delta``) are the
@@ -38,7 +40,7 @@ sigma_share^2 (so the server knows the sum's noise variance exactly, whatever th
 
 Why the second moment is optional and off by default: at d = 384 (MiniLM) the noise of a d x d second moment has a
 spectral norm of about 2 sigma sqrt(d) (GOE), i.e. ~0.1 per user at eps 1 with 4,500 users, while the within-class
-covariance of unit vectors has mean eigenvalue <= 1/d ~ 0.003: LDA from it is noise, and it would cost sqrt(10/6)
+covariance of unit vectors has mean eigenvalue <= 1/d ~ 0.003: LDA from it is noise, and it would cost sqrt(2)
 more noise on the means. `fl_privtext.server.aggregate.wants_second` asks for it only when it is resolvable.
 """
 
@@ -94,7 +96,7 @@ class StatsLayout:
     @property
     def sensitivity(self) -> float:
         """L2 sensitivity of the statistics vector under user-level replacement (module docstring)."""
-        return math.sqrt(10.0 if self.second else 6.0)
+        return math.sqrt(8.0 if self.second else 4.0)
 
     def split(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(counts (K,), sums (K, D), second (D, D) symmetric or None) of a statistics vector (tail ignored)."""
