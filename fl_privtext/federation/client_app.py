@@ -47,6 +47,7 @@ from fl_privtext.client import (
 )
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.replies import array_digest, ledger_record, prep_key, refusal
+from fl_privtext.federation.secagg import secagg_mod
 from fl_privtext.threads import apply_torch_threads, share
 
 
@@ -174,7 +175,7 @@ def build_app(defend: bool = True) -> ClientApp:
     """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
     from fl_privtext.federation.train_handlers import register
 
-    new = ClientApp(mods=[thread_mod])
+    new = ClientApp(mods=[thread_mod, secagg_mod])  # secagg_mod acts on SecAgg+ protocol messages only
     new.query("upload")(functools.partial(upload, defend=defend))
     new.query("evaluate")(functools.partial(evaluate, defend=defend))
     register(new, defend)
