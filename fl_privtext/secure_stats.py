@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext import metrics
-from fl_privtext.client.aggregate import StatsLayout, release_statistics, share_noise_std
+from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.report import json_number
 from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, plain_sum, wants_second
@@ -33,9 +33,8 @@ from fl_privtext.server.training import Trained
 if TYPE_CHECKING:
     from fl_privtext.pipeline import OnDeviceRound, Prepared
 
-__all__ = ["SumResult", "layout_for", "run_plain_secagg", "run_secagg_point", "stats_request"]
+__all__ = ["TASK", "SumResult", "layout_for", "run_plain_secagg", "run_secagg_point", "stats_request"]
 
-TASK = "phase-b-stats"  # the client's SecAgg task name (fl_privtext.federation.secagg.SECAGG_TASKS)
 ATTACKS_NOTE = ("server.aggregate = secagg: the server and the eavesdropper see SecAgg+'s masked vectors (uniform "
                 "without the other clients' masks) and the noisy sum only: no per-user upload, no per-user "
                 "representation or label, no linkage; per-user attribute, re-identification, membership and "
@@ -114,7 +113,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
     need = cfg.federation.num_clients if min_contributors is None else min_contributors
     per_seed: list[dict[str, Any]] = []
     central: list[float] = []
-    od_charged: list[tuple[np.ndarray, float]] = []
+    od_charged: list[float] = []  # the count-epsilon of every on-device answer
     for s in range(cfg.run.seeds):
         seed = cfg.run.seed + s
         t0 = time.perf_counter()
@@ -131,8 +130,8 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         from fl_privtext.ondevice import summarize_private
 
         od = summarize_private(replies)
-        od_charged += [(requests[r["node"]], float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]))
-                       for r in replies if "answer" in r and r["node"] in requests]
+        od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies
+                       if "answer" in r]
         t3 = time.perf_counter()
         utility = dict(trained.utility)
         utility["accuracy"] = od.get("accuracy", math.nan)
@@ -146,7 +145,8 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
                                     "attack_s": 0.0}})
     c = cfg.client
     worst = max(central)
-    od_eps = max((e for _, e in od_charged), default=0.0)
+    od_eps = max(od_charged, default=0.0)  # a test user is in one answer per seed
+    od_eps *= cfg.run.seeds
     privacy = {
         "mechanism": "secagg-gaussian-sum", "epsilon_nominal": c.secagg_epsilon, "epsilon_worst_case":
         json_number(worst), "delta": c.secagg_delta,
@@ -156,10 +156,10 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
                     "accountant": "analytic Gaussian (Balle & Wang 2018) of the sum's actual noise: the "
                                   "contributors' share variances (dropouts reduce it)"},
         "composition": {"per_user": {
-            "max_epsilon_total": json_number(math.fsum(central) + od_eps),
+            "max_epsilon_total": json_number(max(math.fsum(central), od_eps)),
             "guarantee": ("central (epsilon, delta) against the server via secagg, composed over repetitions "
-                          "(basic composition; delta adds up), plus the on-device answers' local epsilon for test "
-                          "users (who are not in the statistics)")}},
+                          "(basic composition; delta adds up) for train and aux users; test users are not in the "
+                          "statistics and spend only the on-device answers' local epsilon; the max over both")}},
         "randomness": cfg.run.randomness,
     }
     dataset = {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
@@ -168,7 +168,8 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
     return {"config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users, "num_records": len(prep.ds),
             "privacy": privacy, "faults": {}, "dataset": dataset, "placement": {},
             "extractor_identity": prep.extractor.identity() if prep.extractor is not None else {},
-            "attacks_note": ATTACKS_NOTE, "server_s": time.perf_counter() - t_start}
+            "attacks_note": ATTACKS_NOTE, "server_s": time.perf_counter() - t_start,
+            "protocol": "on-device: the model from the secure sum applied by the test clients (no test uploads)"}
 
 
 def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, state_dir: str | None = None,
@@ -208,10 +209,7 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
 
 
 def results(point: dict[str, Any], total_s: float = 0.0) -> dict[str, Any]:
-    """results.json's structure for a secagg point (`fl_privtext.report.aggregate` plus the secagg notes)."""
+    """results.json's structure for a secagg point (`fl_privtext.report.aggregate`)."""
     from fl_privtext.report import aggregate
 
-    out = aggregate(point, total_s)
-    out["utility"]["protocol"] = "on-device: the model from the secure sum applied by the test clients"
-    out["attacks_note"] = point["attacks_note"]
-    return out
+    return aggregate(point, total_s)

@@ -61,6 +61,7 @@ from fl_privtext.privacy.calibration import analytic_gaussian_sigma, gaussian_de
 
 __all__ = [
     "PUBLIC_TAIL",
+    "TASK",
     "StatsLayout",
     "central_epsilon",
     "client_statistics",
@@ -69,6 +70,7 @@ __all__ = [
     "user_statistics",
 ]
 
+TASK = "phase-b-stats"  # the secure-sum task name (fl_privtext.federation.secagg.SECAGG_TASKS)
 PUBLIC_TAIL = 2  # entries after the noisy statistics: [1 (one contributor), sigma_share^2]
 
 

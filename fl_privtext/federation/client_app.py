@@ -173,6 +173,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
 
 def build_app(defend: bool = True) -> ClientApp:
     """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
+    import fl_privtext.federation.secagg_stats  # noqa: F401 - registers the "phase-b-stats" secure-sum task
     from fl_privtext.federation.train_handlers import register
 
     new = ClientApp(mods=[thread_mod, secagg_mod])  # secagg_mod acts on SecAgg+ protocol messages only

@@ -200,8 +200,12 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
                 keep_observations: bool = False, on_round: pipeline.OnRound | None = None) -> Job:
     """One experiment point's traffic (every seed, every round); returns the computation still to do on it:
     train and evaluate on what the server received, attack what the eavesdropper observed."""
-    prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
     nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
+    if cfg.server.aggregate == "secagg":  # Phase B as one secure sum of noisy class statistics per seed
+        from fl_privtext.federation.secagg_stats import serve_secagg_point
+
+        return serve_secagg_point(eaves, cfg, nodes, snapshot=snapshot)
+    prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
     observations: list[Any] = []
     sent: list[Any] = []
     training, phase_b = _phase_a(eaves, cfg, keep_observations)
