@@ -210,7 +210,8 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         clean, users = client_statistics(data, client, layout)
-        g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client)
+        g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client, str(layout),
+                             mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients)
         noisy = clean + g.normal(0.0, sigma, clean.shape)
         return {"vector": np.concatenate([noisy, [1.0, sigma * sigma]])}, users, mine.secagg_epsilon
 

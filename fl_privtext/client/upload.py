@@ -39,12 +39,13 @@ CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client
 # Keys that do not change what a client computes: excluded from the point key.
 _NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
-              "client.min-count")  # the [client] policy never changes an upload's stream
+              "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
+              "client.secagg-min-clients")  # the [client] policy never changes an upload's stream
 # Keys added after the saved tables' client streams were drawn: left out of the key while they hold the value those
 # streams were drawn with (an "auto" value is keyed as what it resolves to on the CPU), so every table saved under
 # docs/results regenerates exactly. A new config key that changes what a client computes is listed here with its
 # old behaviour as the value (tests/test_client.py pins two keys).
-_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32"}
+_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32", "server.aggregate": "uploads"}
 _AUTO_POINT: dict[str, tuple[Any, Any]] = {"extractor.batch-size": (0, 64)}
 
 
