@@ -244,12 +244,17 @@ class ServerConfig(MLPConfig):
     # uploads: per-user privatized uploads; secagg: each client's noisy class statistics, summed by SecAgg+
     # (fl_privtext.client.aggregate, fl_privtext.server.aggregate); learners from aggregates: centroid, lda
     aggregate: str = "uploads"
+    # secagg: the contributors the server promises (SecAgg+'s reconstruction threshold; below it nothing is
+    # unmasked); 0 = every client. A client whose policy (client.secagg-min-clients) needs more refuses.
+    secagg_threshold: int = 0
 
     def __post_init__(self) -> None:
         self._check("server.")
         if self.learner not in LEARNER_CHOICES:
             raise ValueError(f"server.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
         _check_choice("server.aggregate", self.aggregate, AGGREGATES)
+        if self.secagg_threshold < 0 or self.secagg_threshold == 1:
+            raise ValueError(f"server.secagg-threshold must be 0 (every client) or >= 2; got {self.secagg_threshold}.")
         if self.aggregate == "secagg" and self.learner not in ("auto", "centroid", "lda"):
             raise ValueError(f"server.aggregate = secagg trains from class statistics: server.learner must be auto, "
                              f"centroid or lda; got {self.learner!r}.")

@@ -72,12 +72,13 @@ def stats_request(cfg: ExperimentConfig, seed: int, layout: StatsLayout, min_con
 
 
 def clipping_range(prep: Prepared, layout: StatsLayout, cfg: ExperimentConfig) -> float:
-    """A bound on every coordinate of the sum (SecAgg+'s clipping range): the number of non-test users (counts,
-    sums and second-moment entries are at most that) plus 12 noise standard deviations of the whole sum at the
-    driver's announced policy with every client contributing, and the noise-variance entry of the tail."""
+    """A bound on every coordinate of the sum (SecAgg+'s clipping range): sqrt(2) x the number of non-test users
+    (counts, sums and second-moment entries are at most that) plus 12 noise standard deviations of the whole sum
+    and its noise-variance entry, for clients running down to a quarter of the request's epsilon (delta >= 1e-6,
+    each alone calibrated for the whole sum): a client whose policy needs more noise refuses."""
     n = float(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
-    c = cfg.client
-    share = share_noise_std(c.secagg_epsilon, c.secagg_delta, layout.sensitivity, c.secagg_min_clients)
+    c = cfg.client  # the server's expectation (what its request names); a client refuses below epsilon / 4
+    share = share_noise_std(c.secagg_epsilon / 4, min(c.secagg_delta, 1e-6), layout.sensitivity, 1)
     total_var = cfg.federation.num_clients * share * share
     return max(n * math.sqrt(2.0), 1.0) + 12.0 * math.sqrt(total_var) + total_var + cfg.federation.num_clients
 
@@ -110,7 +111,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
 
     t_start = time.perf_counter()
     layout = layout_for(prep, cfg, dim)
-    need = cfg.federation.num_clients if min_contributors is None else min_contributors
+    need = min_contributors or cfg.server.secagg_threshold or cfg.federation.num_clients
     per_seed: list[dict[str, Any]] = []
     central: list[float] = []
     od_charged: list[float] = []  # the count-epsilon of every on-device answer

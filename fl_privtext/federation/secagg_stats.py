@@ -85,7 +85,6 @@ def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *
         del requests
         return evaluate_on_device(grid, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot, seed)
 
-    point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot), evaluate_round, dim=dim,
-                             min_contributors=cfg.client.secagg_min_clients)
+    point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot), evaluate_round, dim=dim)
     point["server_s"] = time.perf_counter() - t0
     return lambda: point

@@ -51,7 +51,7 @@ def _task_identity(monkeypatch):
 def _cfg(cache_dir, **sets) -> ExperimentConfig:
     return ExperimentConfig.from_flat({
         "server.aggregate": "secagg", "federation.num-clients": len(NODES), "run.progress": False,
-        "run.baseline": False, "extractor.cache-dir": str(cache_dir), "client.secagg-min-clients": 3,
+        "run.baseline": False, "extractor.cache-dir": str(cache_dir), "client.secagg-min-clients": 3, "server.secagg-threshold": 3,
         "client.min-count": 1, **sets})
 
 
