@@ -49,15 +49,16 @@ SECAGG_TASKS[TASK] = stats_vector
 def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = ""
                      ) -> Callable[[int, StatsLayout, int], Any]:
     """The transport of `fl_privtext.secure_stats.run_secagg_point` over SecAgg+: the request carries the point's
-    config and the task record; SecAgg+'s reconstruction threshold is the number of contributors promised, so the
-    protocol halts (nothing is unmasked) below it."""
+    config and the task record; SecAgg+'s reconstruction threshold is the number of contributors promised (Flower
+    needs it below ``num_shares`` = every node: at most n - 1), so the protocol halts below it; the server also
+    refuses to use a sum with fewer contributors than promised (an honest-but-curious server keeps its promise)."""
     from fl_privtext.federation.server_app import _query
     from fl_privtext.secure_stats import SumResult, clipping_range, stats_request
 
     def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
         content = _query(cfg, snapshot, **{RECORD: ConfigRecord(stats_request(cfg, seed, layout, need))})
         out = secure_sum(grid, nodes, TASK, content, clipping_range=clipping_range(prep, layout, cfg),
-                         num_shares=len(nodes), reconstruction_threshold=max(2, min(need, len(nodes))),
+                         num_shares=len(nodes), reconstruction_threshold=max(2, min(need, len(nodes) - 1)),
                          timeout=cfg.federation.round_timeout or None)
         if len(out.contributors) < need:
             raise SecAggAborted(f"only {len(out.contributors)} clients contributed, {need} were promised; the sum is "
