@@ -114,6 +114,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
     need = min_contributors or cfg.server.secagg_threshold or cfg.federation.num_clients
     per_seed: list[dict[str, Any]] = []
     central: list[float] = []
+    randomness: set[str] = set()
     od_charged: list[float] = []  # the count-epsilon of every on-device answer
     for s in range(cfg.run.seeds):
         seed = cfg.run.seed + s
@@ -122,6 +123,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         t1 = time.perf_counter()
         trained, agg = train_from_sum(prep, cfg, got.total, layout)
         eps = agg.epsilon(cfg.client.secagg_delta)
+        randomness.add(agg.randomness)
         central.append(eps)
         t2 = time.perf_counter()
         test = prep.roles == "test"
@@ -161,7 +163,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
             "guarantee": ("central (epsilon, delta) against the server via secagg, composed over repetitions "
                           "(basic composition; delta adds up) for train and aux users; test users are not in the "
                           "statistics and spend only the on-device answers' local epsilon; the max over both")}},
-        "randomness": cfg.run.randomness,
+        "randomness": randomness.pop() if len(randomness) == 1 else "mixed",
     }
     dataset = {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                "synthetic": prep.ds.name in pipeline.SYNTHETIC_DATASETS,

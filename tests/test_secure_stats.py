@@ -128,11 +128,11 @@ def test_noise_scale_matches_the_accountant(gen, tmp_path):
         resid.append(vec[:lay.size] - clean)
     r = np.concatenate(resid)
     share = share_noise_std(1.0, 1e-5, lay.sensitivity, 4)
-    assert vec[-1] == pytest.approx(share ** 2)
+    assert vec[-2] == pytest.approx(share ** 2) and vec[-1] == 1.0  # the variance; seeded (client_seed=99)
     assert stats.kstest(r / share, "norm").pvalue > 1e-6
     assert stats.kstest(r / (share / 1.3), "norm").pvalue < 1e-6
     # four such clients: the central epsilon of the sum is the policy's
-    assert central_epsilon(math.sqrt(4 * vec[-1]), 1e-5, lay.sensitivity) == pytest.approx(1.0, rel=1e-6)
+    assert central_epsilon(math.sqrt(4 * vec[-2]), 1e-5, lay.sensitivity) == pytest.approx(1.0, rel=1e-6)
 
 
 def test_requests_the_policy_does_not_allow_are_refused(gen, tmp_path):
@@ -169,7 +169,7 @@ def test_learner_from_the_sum_matches_the_learner_from_clean_uploads(gen, name):
     x, y, u = _one_record_per_user(gen)
     lay = StatsLayout(K, D, second=name == "lda")
     parts = [user_statistics(x[s], y[s], u[s], lay) for s in np.array_split(np.arange(len(y)), 4)]
-    total = plain_sum([np.concatenate([p, [1.0, 0.0]]) for p in parts])  # no noise
+    total = plain_sum([np.concatenate([p, [1.0, 0.0, 0.0]]) for p in parts])  # no noise
     model, chosen = fit_from_aggregate(name, Aggregate.of(total, lay))
     assert chosen == name
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -183,17 +183,17 @@ def test_noisy_sum_learner_is_close_to_the_clean_one_and_unresolved_classes_fall
     lay = StatsLayout(K, D)
     clean = user_statistics(x, y, u, lay)
     xn = x / np.linalg.norm(x, axis=1, keepdims=True)
-    clean_model, _ = fit_from_aggregate("centroid", Aggregate.of(np.concatenate([clean, [1, 0]]), lay))
+    clean_model, _ = fit_from_aggregate("centroid", Aggregate.of(np.concatenate([clean, [1, 0, 0]]), lay))
     sigma = share_noise_std(1.0, 1e-5, lay.sensitivity, 1)
     accs = []
     for _ in range(5):
-        noisy = np.concatenate([clean + gen.normal(0, sigma, clean.shape), [1, sigma ** 2]])
+        noisy = np.concatenate([clean + gen.normal(0, sigma, clean.shape), [1, sigma ** 2, 0]])
         model, _ = fit_from_aggregate("centroid", Aggregate.of(noisy, lay))
         accs.append(np.mean((xn @ model.export()["weight_0"].T + model.export()["bias_0"]).argmax(1) == y))
     ref = np.mean((xn @ clean_model.export()["weight_0"].T + clean_model.export()["bias_0"]).argmax(1) == y)
     assert ref > 0.6 and np.mean(accs) > ref - 0.03
     # a sum whose noise swamps the class means: the denoised means fall back to the grand mean (the prior rule)
-    huge = np.concatenate([clean + gen.normal(0, 1e4, clean.shape), [1, 1e8]])
+    huge = np.concatenate([clean + gen.normal(0, 1e4, clean.shape), [1, 1e8, 0]])
     model, _ = fit_from_aggregate("centroid", Aggregate.of(huge, lay))
     w = model.export()["weight_0"]
     assert np.allclose(w - w[0], 0.0, atol=1e-9)

@@ -35,8 +35,9 @@ Privacy contract (the mechanism, documented here where it is applied):
   quantises to ``clipping_range * 2 / quantization_range`` steps; that rounding is post-processing of the noisy
   vector.
 
-Two public entries are appended after the noise (data-independent, no privacy cost): 1 (the contributor count) and
-sigma_share^2 (so the server knows the sum's noise variance exactly, whatever the dropouts).
+Three public entries are appended after the noise (data-independent, no privacy cost): 1 (the contributor count),
+sigma_share^2 (so the server knows the sum's noise variance exactly, whatever the dropouts) and 1 when the client
+runs the reproducible simulation mode (a client seed) else 0 (the clients' own statement, as an upload's "seeded").
 
 Why the second moment is optional and off by default: at d = 384 (MiniLM) the noise of a d x d second moment has a
 spectral norm of about 2 sigma sqrt(d) (GOE), i.e. ~0.1 per user at eps 1 with 4,500 users, while the within-class
@@ -71,7 +72,7 @@ __all__ = [
 ]
 
 TASK = "phase-b-stats"  # the secure-sum task name (fl_privtext.federation.secagg.SECAGG_TASKS)
-PUBLIC_TAIL = 2  # entries after the noisy statistics: [1 (one contributor), sigma_share^2]
+PUBLIC_TAIL = 3  # entries after the noisy statistics: [1 (one contributor), sigma_share^2, 1 if seeded else 0]
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
                        state_dir: str, client_seed: int | None, data_key: str = ""
                        ) -> tuple[np.ndarray, dict[str, Any]]:
     """The vector ``client`` puts into SecAgg+ for repetition ``seed``: its noisy statistics (noise from ITS
-    policy) followed by the public tail [1, sigma_share^2]. ``min_contributors`` and ``epsilon`` are what the
+    policy) followed by the public tail [1, sigma_share^2, seeded]. ``min_contributors`` and ``epsilon`` are what the
     server's request promises and expects: fewer contributors than ``client.secagg-min-clients`` or a larger
     epsilon than ``client.secagg-epsilon`` is `Refused`. Each user is charged ``client.secagg-epsilon`` once per
     (point, seed) in the ledger; a repeated request gets the same vector back (same noise)."""
@@ -217,7 +218,8 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
         g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client, str(layout),
                              mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients)
         noisy = clean + g.normal(0.0, sigma, clean.shape)
-        return {"vector": np.concatenate([noisy, [1.0, sigma * sigma]])}, users, mine.secagg_epsilon
+        tail = [1.0, sigma * sigma, float(client_seed is not None)]
+        return {"vector": np.concatenate([noisy, tail])}, users, mine.secagg_epsilon
 
     answer, charged, top, replayed = ledger.release(key, mine.max_epsilon, compute)
     return np.asarray(answer["vector"], np.float64), _stats(entry.scope, charged, top, replayed)

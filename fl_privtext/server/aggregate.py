@@ -2,7 +2,7 @@
 
 The server receives one vector: the SecAgg+ sum over contributing clients of `fl_privtext.client.aggregate`'s
 noisy statistics (per-class user-weighted counts, sums of unit-normalised representations, optionally the second
-moment) followed by the public tail [contributors, sum of the clients' noise variances]. It never sees a user's
+moment) followed by the public tail [contributors, sum of the clients' noise variances, seeded clients]. It never sees a user's
 representation or label.
 
 Learners (errors-in-variables: the sum's noise variance is known exactly from the tail):
@@ -43,6 +43,7 @@ class Aggregate:
     contributors: int
     noise_var: float
     layout: StatsLayout
+    seeded: int = 0  # contributors that ran the reproducible mode (their own statement)
 
     @classmethod
     def of(cls, total: np.ndarray, layout: StatsLayout) -> Aggregate:
@@ -60,7 +61,16 @@ class Aggregate:
         # errors-in-variables: E[sum_k counts_k ||m_k||^2] carries d sigma^2 / counts_k per class; put it back
         # into the second moment so that within() estimates the records' within-class covariance
         second = second + np.eye(d) * (noise_var * float((1.0 / counts).sum()))
-        return cls(ClassStats(counts, sums, second, np.zeros(d)), contributors, noise_var, layout)
+        seeded = round(float(total[layout.size + 2]))
+        return cls(ClassStats(counts, sums, second, np.zeros(d)), contributors, noise_var, layout, seeded)
+
+    @property
+    def randomness(self) -> str:
+        """"reproducible" when every contributor says it ran a client seed, "secret" when none did."""
+        if 0 < self.seeded < self.contributors:
+            raise RuntimeError(f"{self.seeded} of {self.contributors} clients ran with a client seed: the seed did not "
+                               "reach every worker.")
+        return "reproducible" if self.seeded and self.seeded == self.contributors else "secret"
 
     def epsilon(self, delta: float) -> float:
         """Central epsilon of this sum against the server at ``delta`` (its actual noise, dropouts included)."""

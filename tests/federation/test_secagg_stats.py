@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fl_privtext import pipeline
-from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy
+from fl_privtext.client import CLIENT_SEED_ENV, POLICY_ENV, STATE_ENV, ClientPolicy
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.server_app import serve
@@ -66,6 +66,7 @@ def _serve(cfg: ExperimentConfig, tmp_path, monkeypatch, policy_cfg: ExperimentC
 
 def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
     cfg = _cfg(cache_dir, **{"run.client-seed": 5})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")  # how a simulation hands its clients the seed (never via the server)
     point, grid, prep = _serve(cfg, tmp_path, monkeypatch)
     res = aggregate(point, 0.0)
     central = res["privacy"]["central"]
@@ -77,6 +78,7 @@ def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
     assert res["attacks"] == {} and "nothing to work on" in res["attacks_note"]
     seed0 = point["per_seed"][0]["utility"]["aggregate"]
     assert seed0["contributors"] == len(NODES) and seed0["dropped"] == []
+    assert res["privacy"]["randomness"] == "reproducible"  # the clients' own statement, through the sum
     # what crossed the wire from the clients: SecAgg+ protocol records only, never an upload, rows or labels
     for r in grid.replies:
         if not r.has_error():
