@@ -76,6 +76,9 @@ def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *
     from fl_privtext.federation.server_app import evaluate_on_device
     from fl_privtext.secure_stats import run_secagg_point
 
+    if cfg.train.rounds > 0:
+        raise ValueError("server.aggregate = secagg sums the cached extractor's statistics: Phase A (train.rounds > 0) "
+                         "is not supported with it yet; set train.rounds = 0 or server.aggregate = uploads.")
     t0 = time.perf_counter()
     prep = pipeline.prepare(cfg, features="none")  # users, roles and shards; never texts or features
     dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
