@@ -22,6 +22,7 @@ PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square",
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
+AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
 DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
@@ -243,11 +244,23 @@ class ServerConfig(MLPConfig):
     center: bool = False  # subtract each upload's own mean (over its coordinates) before training and evaluation
     # the task learner (fl_privtext.server.learners); auto: the best by cross-validation over users, constant included
     learner: str = "auto"
+    # uploads: per-user privatized uploads; secagg: each client's noisy class statistics, summed by SecAgg+
+    # (fl_privtext.client.aggregate, fl_privtext.server.aggregate); learners from aggregates: centroid, lda
+    aggregate: str = "uploads"
+    # secagg: the contributors the server promises (SecAgg+'s reconstruction threshold; below it nothing is
+    # unmasked); 0 = every client. A client whose policy (client.secagg-min-clients) needs more refuses.
+    secagg_threshold: int = 0
 
     def __post_init__(self) -> None:
         self._check("server.")
         if self.learner not in LEARNER_CHOICES:
             raise ValueError(f"server.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
+        _check_choice("server.aggregate", self.aggregate, AGGREGATES)
+        if self.secagg_threshold < 0 or self.secagg_threshold == 1:
+            raise ValueError(f"server.secagg-threshold must be 0 (every client) or >= 2; got {self.secagg_threshold}.")
+        if self.aggregate == "secagg" and self.learner not in ("auto", "centroid", "lda"):
+            raise ValueError(f"server.aggregate = secagg trains from class statistics: server.learner must be auto, "
+                             f"centroid or lda; got {self.learner!r}.")
 
 
 @dataclass(frozen=True)
@@ -342,11 +355,20 @@ class ClientConfig:
     on_device: bool = True  # answer on-device evaluation (simulation default; a SuperNode's default is false)
     count_epsilon: float = 1.0  # epsilon of the on-device counts (randomized response on each user's correctness)
     min_count: int = 5  # on-device: fewest test users a client answers for at once
-    # Phase A through SecAgg+ with client noise (train.dp-mode = client): the fewest contributors this client
-    # accepts; its noise share is sized, and its ledger charged, as if only that many contributed
+    # server.aggregate = secagg (fl_privtext.client.aggregate): the central (epsilon, delta) against the server of
+    # this client's noisy class statistics, guaranteed when at least secagg-min-clients clients contribute (each adds
+    # its share of the Gaussian noise); a request promising fewer contributors is refused
+    secagg_epsilon: float = 1.0
+    secagg_delta: float = 1e-5
+    # the fewest contributors this client accepts in any secure sum (Phase A with train.dp-mode = client, and
+    # server.aggregate = secagg): its noise share is sized, and its ledger charged, as if only that many contributed
     secagg_min_clients: int = 2
 
     def __post_init__(self) -> None:
+        if not (self.secagg_epsilon > 0 and math.isfinite(self.secagg_epsilon)):
+            raise ValueError(f"client.secagg-epsilon must be a finite number > 0; got {self.secagg_epsilon}.")
+        if not 0 < self.secagg_delta < 1:
+            raise ValueError(f"client.secagg-delta must lie in the open interval (0, 1); got {self.secagg_delta}.")
         if not self.max_epsilon > 0:
             raise ValueError(f"client.max-epsilon must be > 0 (inf = no cap); got {self.max_epsilon}.")
         if not (self.count_epsilon > 0 and math.isfinite(self.count_epsilon)):
@@ -368,6 +390,11 @@ class ExperimentConfig:
     run: RunConfig = field(default_factory=RunConfig)
     train: TrainConfig = field(default_factory=lambda: TrainConfig())
     client: ClientConfig = field(default_factory=ClientConfig)
+
+    def __post_init__(self) -> None:
+        if self.federation.shuffle and self.server.aggregate == "secagg":
+            raise ValueError("federation.shuffle = true and server.aggregate = secagg exclude each other: the shuffler "
+                             "mixes per-user uploads and secure aggregation sends none; choose one trust model.")
 
     # ---- flat form -------------------------------------------------------------------------------------------
     def to_flat(self) -> dict[str, Scalar]:

@@ -137,7 +137,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["candidates"] = {n: {m: float(np.mean([s["utility"]["candidates"][n][m] for s in seeds
                                                        if n in s["utility"].get("candidates", {})]))
                                      for m in ("accuracy", "log_loss", "beats_constant")} for n in sorted(names)}
-        utility["protocol"] = "per-upload: the server classifies the noisy uploads of test users"
+        utility["protocol"] = point.get("protocol", "per-upload: the server classifies the noisy uploads of test users")
         utility["on_device"] = _on_device(seeds)
     else:
         utility["reason"] = seeds[0]["utility"].get("reason", "")
@@ -178,7 +178,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         # then sits beside it under its own key
         key = "central_phase_a" if "central" in privacy else "central"
         privacy = {**privacy, key: point["training"]["central"]}
-    return _json_safe({
+    return _json_safe({**({"attacks_note": point["attacks_note"]} if "attacks_note" in point else {}),
         "utility": utility,
         "privacy": privacy,
         "attacks": attacks,

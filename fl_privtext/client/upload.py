@@ -39,14 +39,15 @@ CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client
 # Keys that do not change what a client computes: excluded from the point key.
 _NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
-              "client.min-count",  # the [client] policy never changes an upload's stream
-              "client.secagg-min-clients",
+              "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
+              "client.secagg-min-clients",  # the [client] policy never changes an upload's stream
               "federation.shuffle")  # the shuffler acts after the client (issue #24)
 # Keys added after the saved tables' client streams were drawn: left out of the key while they hold the value those
 # streams were drawn with (an "auto" value is keyed as what it resolves to on the CPU), so every table saved under
 # docs/results regenerates exactly. A new config key that changes what a client computes is listed here with its
 # old behaviour as the value (tests/test_client.py pins two keys).
-_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32", "train.secagg": False, "train.dp-mode": "server"}
+_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32", "train.secagg": False, "train.dp-mode": "server",
+                                "server.aggregate": "uploads", "server.secagg-threshold": 0}
 # Attack settings never change a client's stream, but the saved points were keyed with attack.inversion-vocab = 100
 # (its default then): keyed at that constant whatever its value, so they keep their keys until regenerated.
 _PINNED_POINT: dict[str, Any] = {"attack.inversion-vocab": 100}

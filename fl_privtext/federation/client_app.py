@@ -173,6 +173,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
 
 def build_app(defend: bool = True) -> ClientApp:
     """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
+    import fl_privtext.federation.secagg_stats
     import fl_privtext.federation.secagg_train  # noqa: F401 - registers the "phase-a" secure-sum task
     from fl_privtext.federation.train_handlers import register
 

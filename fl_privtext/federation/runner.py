@@ -228,7 +228,8 @@ def fixed_costs(clock: dict[str, float]) -> dict[str, float]:
     overlapping the driver's preparation), the wait for both, Flower's start until the ServerApp runs, the first
     round less a steady round (actors' start-up), and the shutdown after the last round (Flower stops its workers,
     Ray shuts down; overlapping the server's training). Keys ending in ``_s``."""
-    c = clock
+    c = dict(clock)
+    c.setdefault("first_round_done", c.get("last_round_done", c["server_app_started"]))  # secagg: no upload rounds
     return {
         "ray_start_s": c["ray_started"] - c["validated"],
         "until_driver_ready_s": c["driver_prepared"] - c["validated"],

@@ -228,14 +228,19 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
 
     ``federation.shuffle``: ``shuffler`` (below ``eaves``) shuffles this point's upload rounds per cohort; the
     on-device evaluation then names no rows and goes to every node (each client answers for its own test users,
-    `fl_privtext.client.ondevice`, or refuses)."""
+    `fl_privtext.client.ondevice`, or refuses). ``server.aggregate = secagg``: no uploads at all, one secure sum
+    of noisy class statistics per seed (`fl_privtext.federation.secagg_stats`)."""
     if cfg.federation.shuffle and shuffler is None:
         raise ValueError("federation.shuffle = true needs the shuffler below the server's Grid (serve() builds it).")
+    nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
+    if cfg.server.aggregate == "secagg":  # Phase B as one secure sum of noisy class statistics per seed
+        from fl_privtext.federation.secagg_stats import serve_secagg_point
+
+        return serve_secagg_point(eaves, cfg, nodes, snapshot=snapshot)
     prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
     if shuffler is not None:
         shuffler.configure(on=cfg.federation.shuffle, cohorts=prep.roles if cfg.federation.shuffle else None,
                            first_pseudonym=len(prep.roles) if cfg.federation.shuffle else 0)
-    nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
     observations: list[Any] = []
     sent: list[Any] = []
     training, phase_b = _phase_a(eaves, cfg, keep_observations)

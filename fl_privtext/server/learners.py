@@ -133,7 +133,7 @@ def _linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
             "weight_0": np.asarray(w, np.float32), "bias_0": np.asarray(b, np.float32)}
 
 
-def _shrunk(cov: np.ndarray, n: float, scale: float) -> np.ndarray:
+def _shrunk(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0) -> np.ndarray:
     """Shrink ``cov`` towards (tr/D) I with the Ledoit-Wolf oracle weight a = err / (err + dist): err ~ the
     Frobenius error of a covariance estimated from n vectors of total variance ``scale`` ((scale^2 + tr S^2) / n),
     dist = ||S - (tr S / D) I||_F^2. The eigenvalues are first floored at a small positive value (a moment
@@ -145,7 +145,7 @@ def _shrunk(cov: np.ndarray, n: float, scale: float) -> np.ndarray:
     mu = max(float(vals.mean()), 1e-3 * float(vals.clip(0).mean()), 1e-12)
     vals = np.maximum(vals, 1e-3 * mu)
     s = (vecs * vals) @ vecs.T
-    err = (scale ** 2 + float((s * s).sum())) / max(n, 1.0)
+    err = (scale ** 2 + float((s * s).sum())) / max(n, 1.0) + extra_err  # + a known added noise's ||E||_F^2
     dist = float(((s - mu * np.eye(d)) ** 2).sum())
     a = min(1.0, err / max(err + dist, 1e-300))
     return (1 - a) * s + a * mu * np.eye(d)
@@ -207,7 +207,8 @@ class LDA(_Moments):
         st = self.stats
         lp = np.log(st.priors)
         sw = st.within()
-        clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))  # the means' within-class covariance
+        clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)),  # the means' within-class covariance
+                        getattr(self, "cov_error", 0.0))
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
         for head, cov, m in (("noisy", clean + np.diag(st.noise), st.shrunk_means()), ("clean", clean, st.means)):
             prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k

@@ -1,0 +1,94 @@
+"""Phase B through SecAgg+ (``server.aggregate = secagg``): the Flower adapter of `fl_privtext.secure_stats`.
+
+Client: the secure-sum task ``phase-b-stats`` (`SECAGG_TASKS`): the client's noisy class statistics
+(`fl_privtext.client.aggregate.release_statistics`) under ITS policy and ledger; a request its policy refuses makes
+the client leave the protocol (it is listed in ``dropped`` with the ``refused: ...`` reason).
+Server: `serve_secagg_point`: per seed one secure sum over every node (`fl_privtext.federation.secagg.secure_sum`),
+the learner from it, the on-device evaluation as for uploads (`server_app.evaluate_on_device`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Context, Message
+
+from fl_privtext.client import client_seed_from, policy_from, state_dir_from
+from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.secagg import SECAGG_TASKS, SecAggAborted, secure_sum
+
+__all__ = ["TASK", "secagg_sum_round", "serve_secagg_point", "stats_vector"]
+
+RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.secure_stats.stats_request`)
+
+
+def stats_vector(msg: Message, context: Context) -> np.ndarray:
+    """Client side: this client's vector for the secure sum (noisy statistics + public tail)."""
+    from fl_privtext.federation.client_app import _config, _data_for
+
+    cfg = _config(msg)
+    task = msg.content.config_records[RECORD]
+    client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
+    data = _data_for(msg, cfg)
+    layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]))  # type: ignore[arg-type]
+    nc = dict(context.node_config)
+    vec, _charged = release_statistics(
+        data, client, cfg, int(task["seed"]), layout=layout,  # type: ignore[arg-type]
+        min_contributors=int(task["min-contributors"]), epsilon=float(task["epsilon"]),  # type: ignore[arg-type]
+        policy=policy_from(nc), state_dir=state_dir_from(nc), client_seed=client_seed_from(nc))
+    return vec
+
+
+SECAGG_TASKS[TASK] = stats_vector
+
+
+def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = ""
+                     ) -> Callable[[int, StatsLayout, int], Any]:
+    """The transport of `fl_privtext.secure_stats.run_secagg_point` over SecAgg+: the request carries the point's
+    config and the task record; SecAgg+'s reconstruction threshold is the number of contributors promised (Flower
+    needs it below ``num_shares`` = every node: at most n - 1), so the protocol halts below it; the server also
+    refuses to use a sum with fewer contributors than promised (an honest-but-curious server keeps its promise)."""
+    from fl_privtext.federation.server_app import _query
+    from fl_privtext.secure_stats import SumResult, clipping_range, stats_request
+
+    def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
+        content = _query(cfg, snapshot, **{RECORD: ConfigRecord(stats_request(cfg, seed, layout, need))})
+        out = secure_sum(grid, nodes, TASK, content, clipping_range=clipping_range(prep, layout, cfg),
+                         num_shares=len(nodes), reconstruction_threshold=max(2, min(need, len(nodes) - 1)),
+                         timeout=cfg.federation.round_timeout or None)
+        if len(out.contributors) < need:
+            raise SecAggAborted(f"only {len(out.contributors)} clients contributed, {need} were promised; the sum is "
+                                f"not used ({'; '.join(out.reasons.values())[:300]}).")
+        return SumResult(out.total, out.contributors, out.dropped, out.rounds, out.bytes)
+
+    return sum_round
+
+
+def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *, snapshot: str = ""
+                       ) -> Callable[[], dict[str, Any]]:
+    """One point with ``server.aggregate = secagg``: every seed's secure sum and on-device evaluation now (while
+    the federation runs); returns the (already done) computation as a job like `server_app.serve_point`."""
+    from fl_privtext import pipeline
+    from fl_privtext.federation.server_app import evaluate_on_device
+    from fl_privtext.secure_stats import run_secagg_point
+
+    if cfg.train.rounds > 0:
+        raise ValueError("server.aggregate = secagg sums the cached extractor's statistics: Phase A (train.rounds > 0) "
+                         "is not supported with it yet; set train.rounds = 0 or server.aggregate = uploads.")
+    t0 = time.perf_counter()
+    prep = pipeline.prepare(cfg, features="none")  # users, roles and shards; never texts or features
+    dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
+
+    def evaluate_round(trained: Any, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
+        # the server does not know which node holds which partition (no uploads, no row ids): the model goes to
+        # every node, each answers for all its test users or refuses (fewer than client.min-count of them)
+        del requests
+        return evaluate_on_device(grid, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot, seed)
+
+    point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot), evaluate_round, dim=dim)
+    point["server_s"] = time.perf_counter() - t0
+    return lambda: point

@@ -1,0 +1,218 @@
+"""One experiment point with ``server.aggregate = secagg``: Phase B as one secure sum of noisy class statistics.
+
+Per repetition (seed): every client puts its noisy class statistics (`fl_privtext.client.aggregate`) into one secure
+sum (SecAgg+, `fl_privtext.federation.secagg`; ``sum_round`` is the transport), the server fits its learner from the
+sum (`fl_privtext.server.aggregate`) and ships the model to the test clients for on-device evaluation (the same
+protocol as for uploads, ``evaluate_round``). The eavesdropper sees only SecAgg+'s masked vectors and the noisy sum:
+it has nothing per user to attack, so the per-user attacks are not run (``attacks`` is empty and
+``attacks_note`` says what is left: class-level statistics under central DP).
+
+results.json: ``privacy.central`` = {"epsilon", "delta", "against": "server", "via": "secagg"} (the worst seed's
+actual central epsilon: its contributors' noise, dropouts included), ``utility.learner``; ``utility.accuracy`` is the
+on-device accuracy (there are no test uploads to classify).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fl_privtext import metrics
+from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.privacy.report import json_number
+from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, plain_sum, wants_second
+from fl_privtext.server.training import Trained
+
+if TYPE_CHECKING:
+    from fl_privtext.pipeline import OnDeviceRound, Prepared
+
+__all__ = ["TASK", "SumResult", "layout_for", "run_plain_secagg", "run_secagg_point", "stats_request"]
+
+ATTACKS_NOTE = ("server.aggregate = secagg: the server and the eavesdropper see SecAgg+'s masked vectors (uniform "
+                "without the other clients' masks) and the noisy sum only: no per-user upload, no per-user "
+                "representation or label, no linkage; per-user attribute, re-identification, membership and "
+                "inversion attacks have nothing to work on. What is left: the class-level statistics (per-class "
+                "counts and mean representations) under the central (epsilon, delta) of privacy.central, and "
+                "participation metadata (which nodes took part, message sizes).")
+
+
+@dataclass(frozen=True)
+class SumResult:
+    """What the secure sum revealed to the server: the total and who contributed / dropped."""
+
+    total: np.ndarray
+    contributors: list[int]
+    dropped: list[int] = field(default_factory=list)
+    rounds: int = 0
+    nbytes: int = 0
+
+
+SumRound = Callable[[int, StatsLayout, int], SumResult]  # (seed, layout, min contributors) -> the sum
+
+
+def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
+    """The statistics the server asks for (public): classes, width, and the second moment when its learner needs
+    it (`fl_privtext.server.aggregate.wants_second`)."""
+    n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
+    return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
+
+
+def stats_request(cfg: ExperimentConfig, seed: int, layout: StatsLayout, min_contributors: int) -> dict[str, Any]:
+    """The task record of the request (flat scalars): what the server asks and promises; the clients' noise and
+    the contributors they require are their own policy (`release_statistics`)."""
+    return {"seed": int(seed), "num-classes": layout.num_classes, "dim": layout.dim, "second": int(layout.second),
+            "min-contributors": int(min_contributors), "epsilon": float(cfg.client.secagg_epsilon)}
+
+
+def clipping_range(prep: Prepared, layout: StatsLayout, cfg: ExperimentConfig) -> float:
+    """A bound on every coordinate of the sum (SecAgg+'s clipping range): sqrt(2) x the number of non-test users
+    (counts, sums and second-moment entries are at most that) plus 12 noise standard deviations of the whole sum
+    and its noise-variance entry, for clients running down to a quarter of the request's epsilon (delta >= 1e-6,
+    each alone calibrated for the whole sum): a client whose policy needs more noise refuses."""
+    n = float(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
+    c = cfg.client  # the server's expectation (what its request names); a client refuses below epsilon / 4
+    share = share_noise_std(c.secagg_epsilon / 4, min(c.secagg_delta, 1e-6), layout.sensitivity, 1)
+    total_var = cfg.federation.num_clients * share * share
+    return max(n * math.sqrt(2.0), 1.0) + 12.0 * math.sqrt(total_var) + total_var + cfg.federation.num_clients
+
+
+def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, layout: StatsLayout) -> tuple[
+        Trained, Aggregate]:
+    """The server's model from one secure sum (and the sum as the server reads it)."""
+    agg = Aggregate.of(total, layout)
+    model, name = fit_from_aggregate(cfg.server.learner, agg)
+    counts = agg.stats.counts
+    truth = prep.ds.labels[prep.roles == "test"]
+    majority = int(np.argmax(counts))
+    utility: dict[str, Any] = {
+        "available": True, "learner": name, "candidates": {},
+        "learner_rule": ("auto: lda when the second moment is resolvable (fl_privtext.server.aggregate."
+                         "wants_second), else centroid; no per-user cross-validation exists from aggregates"),
+        "majority_baseline": metrics.accuracy(truth, np.full(len(truth), majority)),
+        "num_train_uploads": 0, "num_test_uploads": 0, "fairness": {}, "diverged": [],
+        "aggregate": {"contributors": agg.contributors, "noise_std": math.sqrt(agg.noise_var),
+                      "second_moment": layout.second, "vector_size": layout.size},
+    }
+    return Trained(utility, model.export(), majority), agg
+
+
+def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound, evaluate_round: OnDeviceRound,
+                     *, dim: int, min_contributors: int | None = None) -> dict[str, Any]:
+    """Every seed of the point through ``sum_round`` (the secure sum) and ``evaluate_round`` (on-device); the
+    result in the served-point format `fl_privtext.report.aggregate` reads, plus ``privacy.central``."""
+    from fl_privtext import pipeline
+
+    t_start = time.perf_counter()
+    layout = layout_for(prep, cfg, dim)
+    need = min_contributors or cfg.server.secagg_threshold or cfg.federation.num_clients
+    per_seed: list[dict[str, Any]] = []
+    central: list[float] = []
+    randomness: set[str] = set()
+    od_charged: list[float] = []  # the count-epsilon of every on-device answer
+    for s in range(cfg.run.seeds):
+        seed = cfg.run.seed + s
+        t0 = time.perf_counter()
+        got = sum_round(seed, layout, need)
+        t1 = time.perf_counter()
+        trained, agg = train_from_sum(prep, cfg, got.total, layout)
+        eps = agg.epsilon(cfg.client.secagg_delta)
+        randomness.add(agg.randomness)
+        central.append(eps)
+        t2 = time.perf_counter()
+        test = prep.roles == "test"
+        requests = {c: np.sort(np.asarray(rows)[test[np.asarray(rows)]]) for c, rows in enumerate(prep.shards)}
+        requests = {c: r for c, r in requests.items() if len(r)}
+        replies = evaluate_round(trained, requests, seed)
+        from fl_privtext.ondevice import summarize_private
+
+        od = summarize_private(replies)
+        od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies
+                       if "answer" in r]
+        t3 = time.perf_counter()
+        utility = dict(trained.utility)
+        utility["accuracy"] = od.get("accuracy", math.nan)
+        utility["macro_f1"] = math.nan  # the on-device answers carry correctness only
+        utility["on_device"] = od
+        utility["aggregate"] |= {"dropped": got.dropped, "central_epsilon": eps}
+        per_seed.append({"seed": seed, "utility": utility, "attacks": {}, "attacks_extra": {},
+                         "uploads_received": 0, "uploads_observed": 0, "messages_observed": got.rounds,
+                         "bytes_observed": got.nbytes, "output_dim": layout.size,
+                         "timing": {"federation_s": t1 - t0, "train_s": t2 - t1, "on_device_s": t3 - t2,
+                                    "attack_s": 0.0}})
+    c = cfg.client
+    worst = max(central)
+    od_eps = max(od_charged, default=0.0)  # a test user is in one answer per seed
+    od_eps *= cfg.run.seeds
+    privacy = {
+        "mechanism": "secagg-gaussian-sum", "epsilon_nominal": c.secagg_epsilon, "epsilon_worst_case":
+        json_number(worst), "delta": c.secagg_delta,
+        "central": {"epsilon": json_number(worst), "delta": c.secagg_delta, "against": "server", "via": "secagg",
+                    "per_seed": [json_number(e) for e in central], "sensitivity": layout.sensitivity,
+                    "neighbouring": "user-level replacement (all records of one user)",
+                    "accountant": "analytic Gaussian (Balle & Wang 2018) of the sum's actual noise: the "
+                                  "contributors' share variances (dropouts reduce it)"},
+        "composition": {"per_user": {
+            "max_epsilon_total": json_number(max(math.fsum(central), od_eps)),
+            "guarantee": ("central (epsilon, delta) against the server via secagg, composed over repetitions "
+                          "(basic composition; delta adds up) for train and aux users; test users are not in the "
+                          "statistics and spend only the on-device answers' local epsilon; the max over both")}},
+        "randomness": randomness.pop() if len(randomness) == 1 else "mixed",
+    }
+    dataset = {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
+               "synthetic": prep.ds.name in pipeline.SYNTHETIC_DATASETS,
+               "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}}
+    return {"config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users, "num_records": len(prep.ds),
+            "privacy": privacy, "faults": {}, "dataset": dataset, "placement": {},
+            "extractor_identity": prep.extractor.identity() if prep.extractor is not None else {},
+            "attacks_note": ATTACKS_NOTE, "server_s": time.perf_counter() - t_start,
+            "protocol": "on-device: the model from the secure sum applied by the test clients (no test uploads)"}
+
+
+def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, state_dir: str | None = None,
+                     transport: Callable[[list[np.ndarray]], np.ndarray] = plain_sum) -> dict[str, Any]:
+    """The point as a plain in-process loop (no Flower): each client releases its statistics under its policy
+    (the driver's ``[client]`` section) into ``transport`` (the exact sum, which is what SecAgg+ reveals); the
+    on-device answers as in `fl_privtext.pipeline.run_plain`. The reference the federated path must match."""
+    from fl_privtext import pipeline
+    from fl_privtext.client import ClientPolicy, client_generator, point_key
+    from fl_privtext.client.ondevice import on_device_answer
+    from fl_privtext.client.policy import Refused
+
+    prep = prep or pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
+    assert prep.features is not None
+    policy = ClientPolicy.from_points([cfg])
+    state = state_dir or tempfile.mkdtemp(prefix="fl_privtext_secagg_")
+
+    def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
+        vecs = [release_statistics(prep.client, c, cfg, seed, layout=layout, min_contributors=need,
+                                   epsilon=cfg.client.secagg_epsilon, policy=policy, state_dir=state,
+                                   client_seed=cfg.run.client_seed)[0] for c in range(cfg.federation.num_clients)]
+        return SumResult(transport(vecs), list(range(len(vecs))), [], 1, sum(v.nbytes for v in vecs))
+
+    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
+        assert trained.model is not None
+        out: list[Any] = []
+        for c in requests:
+            g = client_generator(cfg.run.client_seed, "on-device", point_key(cfg), seed, c)
+            try:
+                out.append({"node": c, "answer": on_device_answer(prep.client, c, trained.model, cfg,
+                                                                  cfg.client.count_epsilon, cfg.client.min_count, g)})
+            except Refused as exc:
+                out.append({"node": c, "refused": str(exc)})
+        return out
+
+    return run_secagg_point(prep, cfg, sum_round, evaluate_round, dim=int(prep.features.shape[1]))
+
+
+def results(point: dict[str, Any], total_s: float = 0.0) -> dict[str, Any]:
+    """results.json's structure for a secagg point (`fl_privtext.report.aggregate`)."""
+    from fl_privtext.report import aggregate
+
+    return aggregate(point, total_s)

@@ -1,0 +1,141 @@
+"""The server's learners from securely aggregated class statistics (``server.aggregate = secagg``).
+
+The server receives one vector: the SecAgg+ sum over contributing clients of `fl_privtext.client.aggregate`'s
+noisy statistics (per-class user-weighted counts, sums of unit-normalised representations, optionally the second
+moment) followed by the public tail [contributors, sum of the clients' noise variances, seeded clients]. It never sees a user's
+representation or label.
+
+Learners (errors-in-variables: the sum's noise variance is known exactly from the tail):
+- ``centroid``: class means sums_k / counts_k; the isotropic within-class variance from the trace. Without the
+  second moment, the trace of the second moment is known without asking: every record is a unit vector, so
+  tr(sum_u sum_r x_r x_r^T / n_u) = sum_k counts_k; the noise's contribution to sum_k counts_k ||m_k||^2
+  (d sigma^2 / counts_k per class) is subtracted.
+- ``lda``: needs the second moment; the within-class covariance from it, shrunk towards isotropic with the
+  Ledoit-Wolf oracle weight whose error term includes the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric,
+  sigma^2 per diagonal entry, sigma^2 / 2 per off-diagonal). At full shrinkage the rule IS the centroid's.
+- ``auto`` (no per-user cross-validation is possible: the server holds no per-user data): `wants_second` decides
+  before the request, analytically: lda when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is
+  below 1/d (an upper bound on the mean within-class eigenvalue of unit vectors), else centroid. The choice is
+  checked afterwards by the clients' on-device evaluation, which works as for uploads.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, central_epsilon, share_noise_std
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.server.learners import LDA, Centroid, ClassStats, _shrunk
+
+__all__ = ["Aggregate", "fit_from_aggregate", "learner_for", "wants_second"]
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The server's reading of one SecAgg+ sum: the class statistics, how many clients contributed, and the
+    sum's noise variance per coordinate (the sum of the contributors' share variances)."""
+
+    stats: ClassStats
+    contributors: int
+    noise_var: float
+    layout: StatsLayout
+    seeded: int = 0  # contributors that ran the reproducible mode (their own statement)
+
+    @classmethod
+    def of(cls, total: np.ndarray, layout: StatsLayout) -> Aggregate:
+        total = np.asarray(total, np.float64)
+        if total.shape != (layout.size + PUBLIC_TAIL,):
+            raise ValueError(f"a secure sum of this layout has {layout.size + PUBLIC_TAIL} entries; got "
+                             f"{total.shape}.")
+        contributors = round(float(total[layout.size]))
+        noise_var = max(float(total[layout.size + 1]), 0.0)
+        counts, sums, second = layout.split(total)
+        counts = np.clip(counts, 1e-9, None)  # noisy counts of a rare class can fall below 0
+        d = layout.dim
+        if second is None:  # tr(second) = sum of counts (unit vectors); only the trace is read (centroid)
+            second = np.eye(d) * (float(counts.sum()) / d)
+        # errors-in-variables: E[sum_k counts_k ||m_k||^2] carries d sigma^2 / counts_k per class; put it back
+        # into the second moment so that within() estimates the records' within-class covariance
+        second = second + np.eye(d) * (noise_var * float((1.0 / counts).sum()))
+        seeded = round(float(total[layout.size + 2]))
+        return cls(ClassStats(counts, sums, second, np.zeros(d)), contributors, noise_var, layout, seeded)
+
+    @property
+    def randomness(self) -> str:
+        """"reproducible" when every contributor says it ran a client seed, "secret" when none did."""
+        if 0 < self.seeded < self.contributors:
+            raise RuntimeError(f"{self.seeded} of {self.contributors} clients ran with a client seed: the seed did not "
+                               "reach every worker.")
+        return "reproducible" if self.seeded and self.seeded == self.contributors else "secret"
+
+    def epsilon(self, delta: float) -> float:
+        """Central epsilon of this sum against the server at ``delta`` (its actual noise, dropouts included)."""
+        return central_epsilon(math.sqrt(self.noise_var), delta, self.layout.sensitivity)
+
+
+def wants_second(learner: str, num_users: int, dim: int, cfg: ExperimentConfig) -> bool:
+    """Whether the server asks for the second moment: always for lda, never for centroid; for auto, when its
+    noise is resolvable (module docstring) at the clients' announced noise (``cfg.client``, the driver's view;
+    the clients use their own policy)."""
+    if learner in ("lda", "centroid"):
+        return learner == "lda"
+    c = cfg.client
+    sigma = share_noise_std(c.secagg_epsilon, c.secagg_delta, StatsLayout(1, dim, True).sensitivity, 1)
+    return 2.0 * sigma * math.sqrt(dim) / max(num_users, 1) < 1.0 / dim
+
+
+def learner_for(learner: str, layout: StatsLayout) -> str:
+    if learner == "lda" and not layout.second:
+        raise ValueError("server.learner = lda needs the second moment in the secure sum (StatsLayout.second).")
+    if learner not in ("auto", "centroid", "lda"):
+        raise ValueError(f"from aggregates the server can train auto, centroid or lda; got {learner!r}.")
+    return learner if learner != "auto" else ("lda" if layout.second else "centroid")
+
+
+def fit_from_aggregate(learner: str, agg: Aggregate) -> tuple[Any, str]:
+    """The fitted learner (``logits`` on unit-normalised records, ``export`` for on-device inference) and its
+    name. The exported (clean) head is the learner's rule on `denoised_means` (errors-in-variables: the class means
+    carry the known added noise; a raw noisy mean inflates ||m_k||^2 by d s_k^2, the most for the smallest
+    classes), with the within-class covariance (lda) or its trace (centroid) from the sum."""
+    name = learner_for(learner, agg.layout)
+    k, d = agg.layout.num_classes, agg.layout.dim
+    st = agg.stats
+    model: Any = (LDA if name == "lda" else Centroid)(num_classes=k, noise=np.zeros(d))
+    model.stats = st
+    cov_error = agg.noise_var * d * (d + 1) / 2 / max(st.n - k, 1.0) ** 2 if name == "lda" else 0.0
+    model.cov_error = cov_error
+    model._heads()  # both heads as for uploads; the clean one is replaced below
+    m, lp = st.means, np.log(st.priors)
+    sw = st.within()
+    if name == "lda":
+        prec = np.linalg.inv(_shrunk(sw, st.n, float(np.trace(sw)), cov_error))  # (D, D)
+    else:
+        prec = np.eye(d) * d / max(float(np.trace(sw)), 1e-12)
+    m = denoised_means(agg)
+    model.w_clean = m @ prec
+    model.b_clean = -0.5 * (model.w_clean * m).sum(1) + lp
+    return model, name
+
+
+def denoised_means(agg: Aggregate) -> np.ndarray:
+    """(K, D) class means with each deviation from the (count-weighted) grand mean shrunk by the positive-part
+    James-Stein factor 1 - d s_k^2 / ||dev_k||^2, s_k^2 = noise_var / counts_k^2 the known noise variance of a
+    coordinate of class k's mean (the added noise's, Stein 1961 / James & Stein 1961). An unresolved class (its
+    noise norm above its deviation) falls back to the grand mean instead of pulling the rule towards noise."""
+    st = agg.stats
+    m = st.means
+    grand = (st.counts @ m) / max(float(st.counts.sum()), 1e-9)
+    dev = m - grand
+    s2 = agg.noise_var / st.counts ** 2
+    factor = np.clip(1.0 - agg.layout.dim * s2 / np.maximum((dev * dev).sum(1), 1e-300), 0.0, 1.0)
+    return grand + factor[:, None] * dev
+
+
+def plain_sum(vectors: list[np.ndarray]) -> np.ndarray:
+    """The exact sum of the clients' vectors (what SecAgg+ reveals, up to its quantisation): the in-process
+    transport of tests and of the plain loop."""
+    return np.sum(np.stack([np.asarray(v, np.float64) for v in vectors]), axis=0)

@@ -1,0 +1,131 @@
+"""server.aggregate = secagg end to end: the server's loop (`serve`) over the REAL ClientApp and Flower's SecAgg+
+workflow and mod on an in-process Grid (no Ray): the learner from the secure sum, on-device evaluation, results with
+privacy.central; what the server saw carries no per-user data; a client that refuses is survived (fewer
+contributors: a larger central epsilon)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fl_privtext import pipeline
+from fl_privtext.client import CLIENT_SEED_ENV, POLICY_ENV, STATE_ENV, ClientPolicy
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.client_app import build_app
+from fl_privtext.federation.server_app import serve
+from fl_privtext.report import aggregate
+from fl_privtext.secure_stats import run_plain_secagg
+from tests.federation.secagg_grid import InProcessGrid
+
+NODES = [101, 202, 303, 404]
+
+
+class PushPullInProcess(InProcessGrid):
+    """`InProcessGrid` that also answers the push/pull path (`send_windowed`: the on-device queries)."""
+
+    def __init__(self, *a, **k):  # type: ignore[no-untyped-def]
+        super().__init__(*a, **k)
+        self._pending: dict[str, object] = {}
+
+    def push_messages(self, messages):  # type: ignore[no-untyped-def]
+        ids = []
+        for reply in self.send_and_receive(list(messages)):
+            ids.append(reply.metadata.reply_to_message_id)
+            self._pending[ids[-1]] = reply
+        return ids
+
+    def pull_messages(self, message_ids):  # type: ignore[no-untyped-def]
+        return [self._pending.pop(i) for i in list(message_ids) if i in self._pending]
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch):
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_task_id", "_run_id", "_node_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1 if name != "_node_id" else 0)
+
+
+def _cfg(cache_dir, **sets) -> ExperimentConfig:
+    return ExperimentConfig.from_flat({
+        "server.aggregate": "secagg", "federation.num-clients": len(NODES), "run.progress": False,
+        "run.baseline": False, "extractor.cache-dir": str(cache_dir), "client.secagg-min-clients": 3, "server.secagg-threshold": 3,
+        "client.min-count": 1, **sets})
+
+
+def _serve(cfg: ExperimentConfig, tmp_path, monkeypatch, policy_cfg: ExperimentConfig | None = None):
+    prep = pipeline.prepare(cfg, features="extract")
+    snapshot = str(prep.client.save(tmp_path))
+    monkeypatch.setenv(POLICY_ENV, ClientPolicy.from_points([policy_cfg or cfg]).to_json())
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "state"))
+    grid = PushPullInProcess(build_app(), NODES)
+    return serve(grid, [cfg], snapshots=[snapshot])[0], grid, prep
+
+
+def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
+    cfg = _cfg(cache_dir, **{"run.client-seed": 5})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")  # how a simulation hands its clients the seed (never via the server)
+    point, grid, prep = _serve(cfg, tmp_path, monkeypatch)
+    res = aggregate(point, 0.0)
+    central = res["privacy"]["central"]
+    assert central["against"] == "server" and central["via"] == "secagg"
+    # four contributors where the clients' policy calibrated for three: more noise, a smaller epsilon than 1
+    assert 0.5 < central["epsilon"] < 1.0 and central["delta"] == 1e-5
+    assert res["utility"]["learner"] == "centroid"
+    assert res["utility"]["on_device"]["available"]
+    assert res["attacks"] == {} and "nothing to work on" in res["attacks_note"]
+    seed0 = point["per_seed"][0]["utility"]["aggregate"]
+    assert seed0["contributors"] == len(NODES) and seed0["dropped"] == []
+    assert res["privacy"]["randomness"] == "reproducible"  # the clients' own statement, through the sum
+    # what crossed the wire from the clients: SecAgg+ protocol records only, never an upload, rows or labels
+    for r in grid.replies:
+        if not r.has_error():
+            assert "upload" not in r.content.array_records
+            assert all("rows" not in a and "labels" not in a for a in r.content.array_records.values())
+    # the plain in-process loop with the same client seed gives the same sum, up to SecAgg+'s rounding
+    plain = run_plain_secagg(cfg, prep, state_dir=str(tmp_path / "plain"))
+    a = point["per_seed"][0]["utility"]["aggregate"]
+    b = plain["per_seed"][0]["utility"]["aggregate"]
+    assert a["noise_std"] == pytest.approx(b["noise_std"], rel=1e-3)
+    assert json.dumps(res["privacy"]["central"])  # serialisable
+
+
+def test_a_refusing_client_is_dropped_and_the_epsilon_grows(cache_dir, tmp_path, monkeypatch):
+    cfg = _cfg(cache_dir)
+    # the clients' own policy wants 4 contributors; the server's request promises only 3 (cfg's view): refused
+    strict = _cfg(cache_dir, **{"client.secagg-min-clients": 4})
+    from fl_privtext.federation.secagg import SecAggAborted
+
+    with pytest.raises(SecAggAborted):
+        _serve(cfg, tmp_path, monkeypatch, policy_cfg=strict)
+    # one client refuses (its ledger is full): 3 contributors remain, the sum has less noise than with 4
+    point, grid, _ = _serve(cfg, tmp_path / "b", monkeypatch)
+    eps_all = point["privacy"]["central"]["epsilon"]
+    monkeypatch.setattr("fl_privtext.federation.secagg_stats.release_statistics", _refuse_on(NODES[1], grid))
+    point2, _, _ = _serve(cfg, tmp_path / "c", monkeypatch)
+    agg = point2["per_seed"][0]["utility"]["aggregate"]
+    assert agg["contributors"] == 3 and len(agg["dropped"]) == 1
+    assert point2["privacy"]["central"]["epsilon"] > eps_all
+    assert point2["privacy"]["central"]["epsilon"] == pytest.approx(1.0, rel=1e-4)  # t = 3: the target
+
+
+def _refuse_on(node: int, grid: PushPullInProcess):
+    from fl_privtext.client import Refused
+    from fl_privtext.client.aggregate import release_statistics
+
+    def wrapped(data, client, *a, **k):  # type: ignore[no-untyped-def]
+        if client == 1:
+            raise Refused("every user in this release has spent its budget")
+        return release_statistics(data, client, *a, **k)
+
+    return wrapped
+
+
+def test_secagg_config_is_checked():
+    with pytest.raises(ValueError, match="server.aggregate must be one of uploads, secagg"):
+        ExperimentConfig.from_flat({"server.aggregate": "shuffle"})
+    with pytest.raises(ValueError, match="must be auto, centroid or lda"):
+        ExperimentConfig.from_flat({"server.aggregate": "secagg", "server.learner": "mlp"})
+    assert np.isfinite(ExperimentConfig().client.secagg_epsilon)
