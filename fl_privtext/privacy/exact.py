@@ -30,16 +30,26 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from decimal import Decimal, localcontext
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-MARGIN = 2.0**-18  # distance from an integer below which the float64 floor is not trusted
+MARGIN = 2.0**-42  # times t: distance from an integer below which the float64 floor is not trusted (error < t 2^-46)
 MIN_U = 2.0**-16  # below it the prefix interval of U is too wide (relative) for the float64 decision
-MAX_T = 2.0**26  # the float64 error bound above holds for t (and sigma) below this
+MAX_T = 2.0**26  # t (and sigma) must be below this (the integer draws stay far below 2^53)
+LD_MARGIN = 2.0**-50  # times t: the same for the long-double refinement (error < t 2^-57 on x86's 64-bit significand)
+LD_MIN_U = 2.0**-50  # below it the 127-bit prefix of U is too wide for the long-double decision
+ACCEPT_TOL = 2.0**-30  # |ln V + E| below which the float64 acceptance decision is not trusted (error < 2^-40)
+ACCEPT_MIN_V = 2.0**-23  # below it the 63-bit prefix of V is too wide (relative) for the float64 acceptance decision
 CHUNK = 1 << 16  # values per vectorized pass (cache-sized temporaries)
 GRID_BITS = 24  # the grid is 2^(floor(log2 noise) - GRID_BITS): noise / grid in [2^24, 2^25)
+_TWO63 = 2.0**-63
+_SIGN = np.uint64(1 << 63)
+_ONE = np.uint64(1)
+_SHIFT63 = np.uint64(63)
 
 
 class SecureBits:
@@ -69,12 +79,15 @@ class SecureBits:
                                   + b"\0" + nonce).digest())
 
     def words(self, n: int) -> np.ndarray:
-        """n independent uniform uint64 words."""
-        out = np.empty(n, dtype=np.uint64)
-        for s in range(0, n, CHUNK):
-            k = min(CHUNK, n - s)
-            out[s:s + k] = np.frombuffer(self._enc.update(self._zeros[: 8 * k]), dtype=np.uint64)
-        return out
+        """n independent uniform uint64 words (one keystream call; read-only when n <= 4 CHUNK)."""
+        if n > len(self._zeros) // 8:
+            if n > 4 * CHUNK:
+                out = np.empty(n, dtype=np.uint64)
+                for s in range(0, n, 4 * CHUNK):
+                    out[s:s + 4 * CHUNK] = self.words(min(4 * CHUNK, n - s))
+                return out
+            self._zeros = bytes(8 * n)
+        return np.frombuffer(self._enc.update(memoryview(self._zeros)[: 8 * n]), dtype=np.uint64)
 
     def word(self) -> int:
         return int(self.words(1)[0])
@@ -111,26 +124,52 @@ def _interval_floor(v: int, n: int, t: Decimal, bits: SecureBits) -> int:
         n += 64
 
 
-def _uniform(v: np.ndarray) -> np.ndarray:
-    """float64 midpoint of the prefix interval [v, v + 1) * 2^-63."""
-    u = v.astype(np.float64)
-    u *= 2.0**-63
-    u += 2.0**-64
-    return u
+def _refine(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
+    """floor(-t ln U) exactly for U with 63-bit prefixes ``v`` (uint64) that the float64 pass left undecided.
+
+    Each U gets 64 more random bits (a 127-bit prefix) and the floor is decided in long double where that has a
+    64-bit significand or more (x86: v and the new word convert exactly, the prefix sum rounds by 2^-64, logl is
+    within a few ulps of |ln U| < 35, so the error is < t 2^-57 against a margin of t 2^-50); what is still close,
+    or U < 2^-50, is decided by :func:`_interval_floor` (exact decimal arithmetic) from the same 127-bit prefix."""
+    ext = bits.words(v.size)
+    out = np.empty(v.size, dtype=np.float64)
+    todo = np.ones(v.size, dtype=bool)
+    if np.finfo(np.longdouble).nmant >= 63:
+        u = v.astype(np.longdouble) * np.longdouble(_TWO63) + ext.astype(np.longdouble) * np.longdouble(2.0**-127)
+        with np.errstate(divide="ignore"):
+            x = -np.log(u) * np.longdouble(t)
+        m = np.floor(x)
+        frac = x - m
+        margin = LD_MARGIN * max(t, 1.0)
+        todo = (u < LD_MIN_U) | (frac < margin) | (frac > 1 - margin)
+        out[~todo] = m[~todo].astype(np.float64)
+    td = Decimal(t)
+    for i in np.flatnonzero(todo):
+        out[i] = _interval_floor((int(v[i]) << 64) | int(ext[i]), 127, td, bits)
+    return out
 
 
-def _geometric(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
-    """Exact geometric draws floor(-t ln U) (float64 integers) from 63-bit prefixes ``v`` of U."""
-    u = _uniform(v)
-    x = np.log(u)
+def _geometric(w: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
+    """Exact geometric draws floor(-t ln U) (float64 integers, +0.0 at 0), U's 63-bit prefix = ``w`` >> 1.
+
+    x = -t ln u in float64 with u = (w >> 1) 2^-63: for U >= 2^-16 its error over the prefix interval is below
+    t (2^-47 (interval) + 2^-53 (u's rounding) + 2^-49 (one ulp of |ln u| < 16) + 2^-49 (the product)) < t 2^-46, so
+    where x is more than MARGIN t from an integer (16 ulps of room in the logarithm) its floor is exact for every U
+    in the interval. The rest (~3e-5 of the draws at t ~ 2^25, ~2e-5 at small t) goes to :func:`_refine`."""
+    x = np.right_shift(w, _ONE).astype(np.float64)
+    x *= _TWO63
+    with np.errstate(divide="ignore"):
+        np.log(x, out=x)
     x *= -t
     m = np.floor(x)
-    frac = x - m
-    bad = np.flatnonzero((u < MIN_U) | (frac < MARGIN) | (frac > 1.0 - MARGIN))
-    if bad.size:
-        td = Decimal(t)
-        for i in bad:
-            m[i] = _interval_floor(int(v[i]), 63, td, bits)
+    x -= m  # the fraction (exact)
+    margin = MARGIN * max(t, 1.0)
+    bad = x < margin
+    bad |= x > 1.0 - margin
+    bad |= m >= 11.0 * t  # u < e^-11 (covers u < MIN_U = 2^-16); also u = 0 (x = inf)
+    if bad.any():
+        idx = np.flatnonzero(bad)
+        m[idx] = _refine(np.right_shift(w[idx], _ONE), t, bits)
     return m
 
 
@@ -139,14 +178,20 @@ def _check_scale(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in (0, 2^26) grid steps, got {value!r}.")
 
 
+def _signed(m: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """m (float64 >= +0.0) with the sign bit of each entry set from the low bit of ``w`` (in place)."""
+    mv = m.view(np.uint64)
+    mv |= np.left_shift(w, _SHIFT63)
+    return m
+
+
 def _dlap_chunk(k: int, t: float, bits: SecureBits) -> np.ndarray:
     w = bits.words(k)
-    m = _geometric(w >> np.uint64(1), t, bits)
-    negative = (w & np.uint64(1)) == 0
-    np.negative(m, out=m, where=negative)
-    redo = negative & (m == 0)  # (negative, 0) is rejected: 0 would otherwise have twice its probability
+    m = _signed(_geometric(w, t, bits), w)
+    redo = m.view(np.uint64) == _SIGN  # (negative, 0) is rejected: 0 would otherwise have twice its probability
     if redo.any():
-        m[redo] = _dlap_chunk(int(redo.sum()), t, bits)
+        idx = np.flatnonzero(redo)
+        m[idx] = _dlap_chunk(idx.size, t, bits)
     return m
 
 
@@ -178,34 +223,51 @@ def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
         n += 64
 
 
-def _dgauss_chunk(k: int, sigma: float, bits: SecureBits) -> np.ndarray:
+def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits) -> None:
+    """Fill ``out`` with i.i.d. N_Z(0, sigma^2) (sigma^2 = the float64 sigma * sigma): CKS Algorithm 3.
+
+    Proposals Y = +-G, G = floor(-t ln U) exact (:func:`_geometric`), t = floor(sigma) + 1, (negative, 0) rejected;
+    accepted when V < exp(-E), E = (|Y| - sigma^2/t)^2 / (2 sigma^2), i.e. ln V + E < 0. A batch of ~1.35x the
+    outputs still needed is decided at once and its accepted proposals, in order, fill ``out`` (which proposals are
+    used depends only on the accept pattern, so each is an independent draw of the target law). Float64 decision:
+    ln v is within 2^-47 of ln V for V >= 2^-23 and E within E 2^-50 + 2^-45 of its exact value, so the sign of
+    ln V + E is exact where it is more than ACCEPT_TOL from 0 (E < 2^19 there; a larger E is a sure rejection
+    since -ln V <= 16 for V >= 2^-23); the rest is decided exactly by :func:`_accept_exact`."""
     t = float(math.floor(sigma) + 1)
     s2 = sigma * sigma
-    out = np.empty(k, dtype=np.float64)
-    todo = np.arange(k)
-    while todo.size:
-        y = _dlap_chunk(todo.size, t, bits)
-        expo = np.abs(y)
-        expo -= s2 / t
-        np.square(expo, out=expo)
-        expo /= 2.0 * s2
-        w = bits.words(todo.size) >> np.uint64(1)
-        u = _uniform(w)
-        e = np.log(u)
-        np.negative(e, out=e)
-        accept = e > expo
-        bad = np.flatnonzero((u < MIN_U) | (np.abs(e - expo) <= 2.0**-30 * (1.0 + e + expo)))
-        if bad.size:
+    a, b = s2 / t, 1.0 / (2.0 * s2)
+    n, filled = out.size, 0
+    while filled < n:
+        k = min(CHUNK, int(1.35 * (n - filled)) + 32)
+        w = bits.words(2 * k)
+        wy, wv = w[:k], w[k:]
+        m = _geometric(wy, t, bits)
+        e = m - a
+        e *= e
+        e *= b
+        lv = np.right_shift(wv, _ONE).astype(np.float64)
+        lv *= _TWO63
+        with np.errstate(divide="ignore"):
+            np.log(lv, out=lv)
+        bad = lv < math.log(ACCEPT_MIN_V)
+        lv += e  # ln V + E
+        accept = lv < 0.0
+        bad |= np.abs(lv) <= ACCEPT_TOL
+        if bad.any():
             sd, td = Decimal(s2), Decimal(t)
-            for i in bad:
+            for i in np.flatnonzero(bad):
                 with localcontext() as ctx:
                     ctx.prec = 200  # exact: |y|, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
-                    dd = Decimal(abs(int(y[i]))) - sd / td
+                    dd = Decimal(int(m[i])) - sd / td
                     ex = dd * dd / (2 * sd)
-                accept[i] = _accept_exact(int(w[i]), ex, bits)
-        out[todo[accept]] = y[accept]
-        todo = todo[~accept]
-    return out
+                accept[i] = _accept_exact(int(wv[i] >> _ONE), ex, bits)
+        zero = m == 0.0
+        if zero.any():
+            accept[zero & ((wy & _ONE) == _ONE)] = False  # (negative, 0) is rejected (CKS Algorithm 2)
+        idx = np.flatnonzero(accept)[: n - filled]
+        y = _signed(m[idx], wy[idx])
+        out[filled:filled + idx.size] = y
+        filled += idx.size
 
 
 def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:
@@ -213,28 +275,50 @@ def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:
     _check_scale("sigma", sigma)
     out = np.empty(n, dtype=np.float64)
     for s in range(0, n, CHUNK):
-        out[s:s + CHUNK] = _dgauss_chunk(min(CHUNK, n - s), sigma, bits)
+        _dgauss_fill(out[s:s + CHUNK], sigma, bits)
     return out
 
 
-def _on_grid(values: np.ndarray, noise_int: np.ndarray, grid: float) -> np.ndarray:
-    # values rounded to the grid (exact in float64: grid is a power of two) plus integer noise on it
-    flat = np.rint(np.ascontiguousarray(values, dtype=np.float64).ravel() / grid)
-    flat += noise_int
-    flat *= grid
-    return flat.reshape(values.shape)
+def _noisy(values: np.ndarray, noise: float, draw: Callable[[int], np.ndarray], dtype: Any) -> np.ndarray:
+    """values rounded to grid_for(noise) plus integer noise ``draw(k)`` on it, chunk by chunk (cache-sized
+    temporaries): rint(v / grid) and the sum are exact in float64 (grid a power of two, integers < 2^53); the
+    result is cast to ``dtype`` (a post-processing)."""
+    g = grid_for(noise)
+    flat = np.ascontiguousarray(values).reshape(-1)
+    out = np.empty(flat.size, dtype=dtype)
+    buf = np.empty(min(CHUNK, flat.size), dtype=np.float64)
+    for s in range(0, flat.size, CHUNK):
+        k = min(CHUNK, flat.size - s)
+        z = buf[:k]
+        np.multiply(flat[s:s + k], 1.0 / g, out=z, dtype=np.float64)
+        np.rint(z, out=z)
+        z += draw(k)
+        np.multiply(z, g, out=out[s:s + k], casting="same_kind")
+    return out.reshape(np.shape(values))
 
 
-def laplace(values: np.ndarray, scale: float, bits: SecureBits | None = None) -> np.ndarray:
-    """values rounded to grid_for(scale), plus i.i.d. exact discrete Laplace noise of scale ``scale`` (float64)."""
-    g = grid_for(scale)
-    return _on_grid(values, discrete_laplace(int(np.size(values)), scale / g, bits or SecureBits()), g)
+def laplace(values: np.ndarray, scale: float, bits: SecureBits | None = None, dtype: Any = np.float64) -> np.ndarray:
+    """values rounded to grid_for(scale), plus i.i.d. exact discrete Laplace noise of scale ``scale`` (``dtype``,
+    float64 by default: exact on the grid; float32 output is the float64 result rounded, a post-processing)."""
+    t = scale / grid_for(scale)
+    _check_scale("t", t)
+    b = bits or SecureBits()
+    return _noisy(values, scale, lambda k: _dlap_chunk(k, t, b), dtype)
 
 
-def gaussian(values: np.ndarray, std: float, bits: SecureBits | None = None) -> np.ndarray:
-    """values rounded to grid_for(std), plus i.i.d. exact discrete Gaussian noise of parameter ``std`` (float64)."""
-    g = grid_for(std)
-    return _on_grid(values, discrete_gaussian(int(np.size(values)), std / g, bits or SecureBits()), g)
+def gaussian(values: np.ndarray, std: float, bits: SecureBits | None = None, dtype: Any = np.float64) -> np.ndarray:
+    """values rounded to grid_for(std), plus i.i.d. exact discrete Gaussian noise of parameter ``std`` (``dtype``,
+    as :func:`laplace`)."""
+    sigma = std / grid_for(std)
+    _check_scale("sigma", sigma)
+    b = bits or SecureBits()
+
+    def draw(k: int) -> np.ndarray:
+        y = np.empty(k, dtype=np.float64)
+        _dgauss_fill(y, sigma, b)
+        return y
+
+    return _noisy(values, std, draw, dtype)
 
 
 def laplace_epsilon(scale: float, l1_sensitivity: float, dim: int) -> float:
