@@ -45,8 +45,10 @@ LD_MIN_U = 2.0**-50  # below it the 127-bit prefix of U is too wide for the long
 ACCEPT_TOL = 2.0**-30  # |ln V + E| below which the float64 acceptance decision is not trusted (error < 2^-40)
 ACCEPT_MIN_V = 2.0**-23  # below it the 63-bit prefix of V is too wide (relative) for the float64 acceptance decision
 CHUNK = 1 << 16  # values per vectorized pass (cache-sized temporaries)
+_GAUSS_BATCH = int(1.35 * CHUNK) + 32  # proposals per discrete Gaussian pass (acceptance ~0.76 at large sigma)
 GRID_BITS = 24  # the grid is 2^(floor(log2 noise) - GRID_BITS): noise / grid in [2^24, 2^25)
 _TWO63 = 2.0**-63
+_LONG_DOUBLE_64 = np.finfo(np.longdouble).nmant >= 63  # x86 extended or quad precision: the refinement applies
 _SIGN = np.uint64(1 << 63)
 _ONE = np.uint64(1)
 _SHIFT63 = np.uint64(63)
@@ -78,14 +80,20 @@ class SecureBits:
         return cls(hashlib.sha256(b"fl_privtext/secure-bits\0" + str(entropy).encode() + b"\0" + spawn.encode()
                                   + b"\0" + nonce).digest())
 
-    def words(self, n: int) -> np.ndarray:
-        """n independent uniform uint64 words (one keystream call; read-only when n <= 4 CHUNK)."""
+    def words(self, n: int, out: np.ndarray | None = None) -> np.ndarray:
+        """n independent uniform uint64 words; into ``out[:n]`` when given (a uint64 buffer of n + 2 words or more:
+        the keystream is written in place, no fresh pages)."""
+        if out is not None and out.size >= n + 2:
+            if len(self._zeros) < 8 * n:
+                self._zeros = bytes(8 * n)
+            self._enc.update_into(memoryview(self._zeros)[: 8 * n], out.view(np.uint8)[: 8 * n + 16])
+            return out[:n]
         if n > len(self._zeros) // 8:
             if n > 4 * CHUNK:
-                out = np.empty(n, dtype=np.uint64)
+                res = np.empty(n, dtype=np.uint64)
                 for s in range(0, n, 4 * CHUNK):
-                    out[s:s + 4 * CHUNK] = self.words(min(4 * CHUNK, n - s))
-                return out
+                    res[s:s + 4 * CHUNK] = self.words(min(4 * CHUNK, n - s))
+                return res
             self._zeros = bytes(8 * n)
         return np.frombuffer(self._enc.update(memoryview(self._zeros)[: 8 * n]), dtype=np.uint64)
 
@@ -134,7 +142,7 @@ def _refine(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
     ext = bits.words(v.size)
     out = np.empty(v.size, dtype=np.float64)
     todo = np.ones(v.size, dtype=bool)
-    if np.finfo(np.longdouble).nmant >= 63:
+    if _LONG_DOUBLE_64:
         u = v.astype(np.longdouble) * np.longdouble(_TWO63) + ext.astype(np.longdouble) * np.longdouble(2.0**-127)
         with np.errstate(divide="ignore"):
             x = -np.log(u) * np.longdouble(t)
@@ -149,27 +157,41 @@ def _refine(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
     return out
 
 
-def _geometric(w: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
+class _Work:
+    """Reusable float64 / bool buffers of one chunk (fresh 512 KB temporaries per numpy call cost page faults)."""
+
+    def __init__(self, k: int) -> None:
+        self.x, self.m, self.e = (np.empty(k, dtype=np.float64) for _ in range(3))
+        self.b1, self.b2, self.b3 = (np.empty(k, dtype=bool) for _ in range(3))
+        self.u = np.empty(k, dtype=np.uint64)
+        self.w = np.empty(2 * k + 2, dtype=np.uint64)  # keystream (SecureBits.words(..., out=w))
+
+
+def _geometric(w: np.ndarray, t: float, bits: SecureBits, work: _Work | None = None) -> np.ndarray:
     """Exact geometric draws floor(-t ln U) (float64 integers, +0.0 at 0), U's 63-bit prefix = ``w`` >> 1.
 
-    x = -t ln u in float64 with u = (w >> 1) 2^-63: for U >= 2^-16 its error over the prefix interval is below
-    t (2^-47 (interval) + 2^-53 (u's rounding) + 2^-49 (one ulp of |ln u| < 16) + 2^-49 (the product)) < t 2^-46, so
-    where x is more than MARGIN t from an integer (16 ulps of room in the logarithm) its floor is exact for every U
-    in the interval. The rest (~3e-5 of the draws at t ~ 2^25, ~2e-5 at small t) goes to :func:`_refine`."""
-    x = np.right_shift(w, _ONE).astype(np.float64)
-    x *= _TWO63
+    x = -t ln u in float64 with u = (w >> 1) 2^-63 (the low bit of w is the caller's sign bit; the shift keeps the
+    uint64 -> float64 conversion on the fast signed path): for U >= 2^-16 the error over the interval is below t (2^-47
+    (interval) + 2^-53 (u's rounding) + 2^-49 (one ulp of |ln u| < 16) + 2^-49 (the product)) < t 2^-46, so where x
+    is more than MARGIN t from an integer (16 ulps of room in the logarithm) its floor is exact for every U in the
+    interval. The rest (~3e-5 of the draws at t ~ 2^25, ~2e-5 at small t) goes to :func:`_refine`."""
+    k = w.size
+    wk = work if work is not None and work.x.size >= k else _Work(k)
+    x, m, bad, tmp, v = wk.x[:k], wk.m[:k], wk.b1[:k], wk.b2[:k], wk.u[:k]
+    np.right_shift(w, _ONE, out=v)
+    np.multiply(v.view(np.int64), _TWO63, out=x)
     with np.errstate(divide="ignore"):
         np.log(x, out=x)
     x *= -t
-    m = np.floor(x)
+    np.floor(x, out=m)
     x -= m  # the fraction (exact)
     margin = MARGIN * max(t, 1.0)
-    bad = x < margin
-    bad |= x > 1.0 - margin
-    bad |= m >= 11.0 * t  # u < e^-11 (covers u < MIN_U = 2^-16); also u = 0 (x = inf)
+    np.less(x, margin, out=bad)
+    bad |= np.greater(x, 1.0 - margin, out=tmp)
+    bad |= np.greater_equal(m, 11.0 * t, out=tmp)  # u < e^-11 (covers u < MIN_U = 2^-16); also u = 0 (x = inf)
     if bad.any():
         idx = np.flatnonzero(bad)
-        m[idx] = _refine(np.right_shift(w[idx], _ONE), t, bits)
+        m[idx] = _refine(v[idx], t, bits)
     return m
 
 
@@ -178,16 +200,18 @@ def _check_scale(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in (0, 2^26) grid steps, got {value!r}.")
 
 
-def _signed(m: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """m (float64 >= +0.0) with the sign bit of each entry set from the low bit of ``w`` (in place)."""
+def _signed(m: np.ndarray, w: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
+    """m (float64 >= +0.0) with the sign bit of each entry set from the low bit of ``w`` (in place; ``tmp`` a uint64
+    scratch buffer of m's size)."""
     mv = m.view(np.uint64)
-    mv |= np.left_shift(w, _SHIFT63)
+    mv |= np.left_shift(w, _SHIFT63, out=tmp)
     return m
 
 
-def _dlap_chunk(k: int, t: float, bits: SecureBits) -> np.ndarray:
-    w = bits.words(k)
-    m = _signed(_geometric(w, t, bits), w)
+def _dlap_chunk(k: int, t: float, bits: SecureBits, work: _Work | None = None) -> np.ndarray:
+    """k i.i.d. DLap(t) draws (float64; in ``work``'s buffers when given)."""
+    w = bits.words(k, None if work is None else work.w)
+    m = _signed(_geometric(w, t, bits, work), w, None if work is None else work.u[:k])
     redo = m.view(np.uint64) == _SIGN  # (negative, 0) is rejected: 0 would otherwise have twice its probability
     if redo.any():
         idx = np.flatnonzero(redo)
@@ -199,8 +223,9 @@ def discrete_laplace(n: int, t: float, bits: SecureBits) -> np.ndarray:
     """n i.i.d. DLap(t) integers (as float64): P(y) proportional to exp(-|y| / t) on all integers y."""
     _check_scale("t", t)
     out = np.empty(n, dtype=np.float64)
+    wk = _Work(min(CHUNK, n))
     for s in range(0, n, CHUNK):
-        out[s:s + CHUNK] = _dlap_chunk(min(CHUNK, n - s), t, bits)
+        out[s:s + CHUNK] = _dlap_chunk(min(CHUNK, n - s), t, bits, wk)
     return out
 
 
@@ -223,7 +248,7 @@ def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
         n += 64
 
 
-def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits) -> None:
+def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits, wk: _Work) -> None:
     """Fill ``out`` with i.i.d. N_Z(0, sigma^2) (sigma^2 = the float64 sigma * sigma): CKS Algorithm 3.
 
     Proposals Y = +-G, G = floor(-t ln U) exact (:func:`_geometric`), t = floor(sigma) + 1, (negative, 0) rejected;
@@ -238,21 +263,23 @@ def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits) -> None:
     a, b = s2 / t, 1.0 / (2.0 * s2)
     n, filled = out.size, 0
     while filled < n:
-        k = min(CHUNK, int(1.35 * (n - filled)) + 32)
-        w = bits.words(2 * k)
+        k = min(wk.x.size, int(1.35 * (n - filled)) + 32)
+        w = bits.words(2 * k, wk.w)
         wy, wv = w[:k], w[k:]
-        m = _geometric(wy, t, bits)
-        e = m - a
+        m = _geometric(wy, t, bits, wk)  # wk.m; wk.x, b1, b2 are free again
+        e, lv, accept, bad, tmp = wk.e[:k], wk.x[:k], wk.b1[:k], wk.b2[:k], wk.b3[:k]
+        np.subtract(m, a, out=e)
         e *= e
         e *= b
-        lv = np.right_shift(wv, _ONE).astype(np.float64)
-        lv *= _TWO63
+        vv = np.right_shift(wv, _ONE, out=wk.u[:k])  # V's 63-bit prefix (wk.u is free again)
+        np.multiply(vv.view(np.int64), _TWO63, out=lv)
         with np.errstate(divide="ignore"):
             np.log(lv, out=lv)
-        bad = lv < math.log(ACCEPT_MIN_V)
+        np.less(lv, math.log(ACCEPT_MIN_V), out=bad)
         lv += e  # ln V + E
-        accept = lv < 0.0
-        bad |= np.abs(lv) <= ACCEPT_TOL
+        np.less(lv, 0.0, out=accept)
+        np.abs(lv, out=lv)
+        bad |= np.less_equal(lv, ACCEPT_TOL, out=tmp)
         if bad.any():
             sd, td = Decimal(s2), Decimal(t)
             for i in np.flatnonzero(bad):
@@ -260,13 +287,14 @@ def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits) -> None:
                     ctx.prec = 200  # exact: |y|, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
                     dd = Decimal(int(m[i])) - sd / td
                     ex = dd * dd / (2 * sd)
-                accept[i] = _accept_exact(int(wv[i] >> _ONE), ex, bits)
-        zero = m == 0.0
-        if zero.any():
-            accept[zero & ((wy & _ONE) == _ONE)] = False  # (negative, 0) is rejected (CKS Algorithm 2)
+                accept[i] = _accept_exact(int(vv[i]), ex, bits)
+        if np.equal(m, 0.0, out=tmp).any():
+            tmp &= (wy & _ONE) == _ONE
+            accept[tmp] = False  # (negative, 0) is rejected (CKS Algorithm 2)
         idx = np.flatnonzero(accept)[: n - filled]
-        y = _signed(m[idx], wy[idx])
-        out[filled:filled + idx.size] = y
+        y = out[filled:filled + idx.size]
+        np.take(m, idx, out=y)
+        _signed(y, wy.take(idx))
         filled += idx.size
 
 
@@ -274,8 +302,9 @@ def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:
     """n i.i.d. N_Z(0, sigma^2) integers (as float64), CKS Algorithm 3 vectorized with exact acceptance."""
     _check_scale("sigma", sigma)
     out = np.empty(n, dtype=np.float64)
+    wk = _Work(_GAUSS_BATCH)
     for s in range(0, n, CHUNK):
-        _dgauss_fill(out[s:s + CHUNK], sigma, bits)
+        _dgauss_fill(out[s:s + CHUNK], sigma, bits, wk)
     return out
 
 
@@ -303,7 +332,8 @@ def laplace(values: np.ndarray, scale: float, bits: SecureBits | None = None, dt
     t = scale / grid_for(scale)
     _check_scale("t", t)
     b = bits or SecureBits()
-    return _noisy(values, scale, lambda k: _dlap_chunk(k, t, b), dtype)
+    wk = _Work(min(CHUNK, int(np.size(values))))
+    return _noisy(values, scale, lambda k: _dlap_chunk(k, t, b, wk), dtype)
 
 
 def gaussian(values: np.ndarray, std: float, bits: SecureBits | None = None, dtype: Any = np.float64) -> np.ndarray:
@@ -313,10 +343,12 @@ def gaussian(values: np.ndarray, std: float, bits: SecureBits | None = None, dty
     _check_scale("sigma", sigma)
     b = bits or SecureBits()
 
+    buf = np.empty(min(CHUNK, int(np.size(values))), dtype=np.float64)
+    wk = _Work(_GAUSS_BATCH)
+
     def draw(k: int) -> np.ndarray:
-        y = np.empty(k, dtype=np.float64)
-        _dgauss_fill(y, sigma, b)
-        return y
+        _dgauss_fill(buf[:k], sigma, b, wk)
+        return buf[:k]
 
     return _noisy(values, std, draw, dtype)
 
