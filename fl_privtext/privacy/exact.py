@@ -39,6 +39,8 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 MARGIN = 2.0**-42  # times t: distance from an integer below which the float64 floor is not trusted (error < t 2^-46)
 MIN_U = 2.0**-16  # below it the prefix interval of U is too wide (relative) for the float64 decision
+MARGIN32 = 2.0**-12  # times t: the same for the float32 first stage of small t (error < t 2^-15.6)
+SMALL_T = 128.0  # t up to this starts in float32 (fallback rate ~ 2 MARGIN32 t + 2^-8 < 7%)
 MAX_T = 2.0**26  # t (and sigma) must be below this (the integer draws stay far below 2^53)
 LD_MARGIN = 2.0**-50  # times t: the same for the long-double refinement (error < t 2^-57 on x86's 64-bit significand)
 LD_MIN_U = 2.0**-50  # below it the 127-bit prefix of U is too wide for the long-double decision
@@ -141,7 +143,7 @@ def _refine(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
     or U < 2^-50, is decided by :func:`_interval_floor` (exact decimal arithmetic) from the same 127-bit prefix."""
     ext = bits.words(v.size)
     out = np.empty(v.size, dtype=np.float64)
-    todo = np.ones(v.size, dtype=bool)
+    todo: Any = slice(None)
     if _LONG_DOUBLE_64:
         u = v.astype(np.longdouble) * np.longdouble(_TWO63) + ext.astype(np.longdouble) * np.longdouble(2.0**-127)
         with np.errstate(divide="ignore"):
@@ -152,7 +154,7 @@ def _refine(v: np.ndarray, t: float, bits: SecureBits) -> np.ndarray:
         todo = (u < LD_MIN_U) | (frac < margin) | (frac > 1 - margin)
         out[~todo] = m[~todo].astype(np.float64)
     td = Decimal(t)
-    for i in np.flatnonzero(todo):
+    for i in np.arange(v.size)[todo]:
         out[i] = _interval_floor((int(v[i]) << 64) | int(ext[i]), 127, td, bits)
     return out
 
@@ -165,6 +167,8 @@ class _Work:
         self.b1, self.b2, self.b3 = (np.empty(k, dtype=bool) for _ in range(3))
         self.u = np.empty(k, dtype=np.uint64)
         self.w = np.empty(2 * k + 2, dtype=np.uint64)  # keystream (SecureBits.words(..., out=w))
+        self.x32, self.m32 = np.empty(k, dtype=np.float32), np.empty(k, dtype=np.float32)
+        self.u32 = np.empty(k, dtype=np.uint32)
 
 
 def _geometric(w: np.ndarray, t: float, bits: SecureBits, work: _Work | None = None) -> np.ndarray:
@@ -180,11 +184,11 @@ def _geometric(w: np.ndarray, t: float, bits: SecureBits, work: _Work | None = N
     x, m, bad, tmp, v = wk.x[:k], wk.m[:k], wk.b1[:k], wk.b2[:k], wk.u[:k]
     np.right_shift(w, _ONE, out=v)
     np.multiply(v.view(np.int64), _TWO63, out=x)
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):  # u = 0: x = inf, flagged below
         np.log(x, out=x)
-    x *= -t
-    np.floor(x, out=m)
-    x -= m  # the fraction (exact)
+        x *= -t
+        np.floor(x, out=m)
+        x -= m  # the fraction (exact)
     margin = MARGIN * max(t, 1.0)
     np.less(x, margin, out=bad)
     bad |= np.greater(x, 1.0 - margin, out=tmp)
@@ -195,9 +199,50 @@ def _geometric(w: np.ndarray, t: float, bits: SecureBits, work: _Work | None = N
     return m
 
 
+def _geometric32(w: np.ndarray, t: float, bits: SecureBits, wk: _Work) -> np.ndarray:
+    """Exact floor(-t ln U) for t <= SMALL_T from 32-bit words ``w`` (uint32): U's 31-bit prefix is w >> 1 (the low
+    bit is the caller's sign bit); into wk.m (float64).
+
+    First stage in float32 on the 24-bit prefix w >> 8 (exact in float32): for U >= 2^-8 the error of x = -t ln u
+    over the prefix interval is below t (2^-16 (interval) + 2^-19 (4 ulps of |ln u| < 8: numpy's float32 log is
+    within 4 ulps) + 2^-21 (the product)) < t 2^-15.6, so the floor is exact where x is more than MARGIN32 t
+    (2^-12 t: 12x room) from an integer. The rest (~4% at t = 64) continues exactly in float64 (:func:`_geometric`)
+    on the 63-bit prefix = the 31 bits of w >> 1 followed by 32 fresh bits."""
+    k = w.size
+    x, m32, bad, tmp, v = wk.x32[:k], wk.m32[:k], wk.b1[:k], wk.b2[:k], wk.u32[:k]
+    np.right_shift(w, np.uint32(8), out=v)
+    np.copyto(x, v.view(np.int32), casting="unsafe")  # exact: < 2^24
+    x *= np.float32(2.0**-24)
+    with np.errstate(divide="ignore", invalid="ignore"):  # u = 0: x = inf, flagged below
+        np.log(x, out=x)
+        x *= np.float32(-t)
+        np.floor(x, out=m32)
+        x -= m32  # the fraction (exact)
+    margin = MARGIN32 * t
+    np.less(x, margin, out=bad)
+    bad |= np.greater(x, 1.0 - margin, out=tmp)
+    bad |= np.greater_equal(m32, np.float32(5.5 * t), out=tmp)  # u < e^-5.5 (covers u < 2^-8); also u = 0
+    m = wk.m[:k]
+    np.copyto(m, m32)
+    if bad.any():
+        idx = np.flatnonzero(bad)
+        fresh = bits.words(idx.size) >> np.uint64(32)
+        v63 = (np.right_shift(w[idx], np.uint32(1)).astype(np.uint64) << np.uint64(32)) | fresh
+        m[idx] = _geometric(v63 << _ONE, t, bits)
+    return m
+
+
 def _check_scale(name: str, value: float) -> None:
     if not (0 < value < MAX_T and math.isfinite(value)):
         raise ValueError(f"{name} must be in (0, 2^26) grid steps, got {value!r}.")
+
+
+def _sign_bits32(w: np.ndarray, wk: _Work) -> np.ndarray:
+    """uint64 words with only bit 63 set to the low bit of each uint32 in ``w`` (in wk.u)."""
+    u = wk.u[: w.size]
+    np.copyto(u, w, casting="unsafe")
+    u <<= _SHIFT63
+    return u
 
 
 def _signed(m: np.ndarray, w: np.ndarray, tmp: np.ndarray | None = None) -> np.ndarray:
@@ -208,22 +253,44 @@ def _signed(m: np.ndarray, w: np.ndarray, tmp: np.ndarray | None = None) -> np.n
     return m
 
 
+def _dlap_spare(k: int, t: float) -> int:
+    """Spare draws per k DLap(t) draws: ~1.3x the expected (negative, 0) rejections, (1 - e^(-1/t)) / 2 each."""
+    return int(-math.expm1(-1.0 / t) / 2.0 * 1.3 * k) + 16
+
+
 def _dlap_chunk(k: int, t: float, bits: SecureBits, work: _Work | None = None) -> np.ndarray:
-    """k i.i.d. DLap(t) draws (float64; in ``work``'s buffers when given)."""
-    w = bits.words(k, None if work is None else work.w)
-    m = _signed(_geometric(w, t, bits, work), w, None if work is None else work.u[:k])
-    redo = m.view(np.uint64) == _SIGN  # (negative, 0) is rejected: 0 would otherwise have twice its probability
-    if redo.any():
-        idx = np.flatnonzero(redo)
-        m[idx] = _dlap_chunk(idx.size, t, bits)
-    return m
+    """k i.i.d. DLap(t) draws (float64; in ``work``'s buffers when given). t <= SMALL_T: one 32-bit word per draw
+    (:func:`_geometric32`); else one 64-bit word (:func:`_geometric`).
+
+    Y = +-G with (negative, 0) rejected (0 would otherwise have twice its probability; CKS Algorithm 2). A few spare
+    draws are made with the k; a rejected one among the first k takes the next valid spare (in order: which spare
+    goes where depends only on the rejection pattern, so each output is an independent DLap(t) draw)."""
+    kk = k + _dlap_spare(k, t)
+    wk = work if work is not None and work.x.size >= kk else _Work(kk)
+    if t <= SMALL_T:
+        w32 = bits.words((kk + 1) // 2, wk.w).view(np.uint32)[:kk]
+        m = _geometric32(w32, t, bits, wk)
+        mv = m.view(np.uint64)
+        mv |= _sign_bits32(w32, wk)
+    else:
+        w = bits.words(kk, wk.w)
+        m = _signed(_geometric(w, t, bits, wk), w, wk.u[:kk])
+    redo = np.equal(m.view(np.uint64), _SIGN, out=wk.b1[:kk])
+    if redo[:k].any():
+        bad = np.flatnonzero(redo[:k])
+        spare = k + np.flatnonzero(~redo[k:])[: bad.size]
+        m[bad[: spare.size]] = m[spare]
+        if spare.size < bad.size:
+            m[bad[spare.size:]] = _dlap_chunk(bad.size - spare.size, t, bits)
+    return m[:k]
 
 
 def discrete_laplace(n: int, t: float, bits: SecureBits) -> np.ndarray:
     """n i.i.d. DLap(t) integers (as float64): P(y) proportional to exp(-|y| / t) on all integers y."""
     _check_scale("t", t)
     out = np.empty(n, dtype=np.float64)
-    wk = _Work(min(CHUNK, n))
+    k = min(CHUNK, n)
+    wk = _Work(k + _dlap_spare(k, t))
     for s in range(0, n, CHUNK):
         out[s:s + CHUNK] = _dlap_chunk(min(CHUNK, n - s), t, bits, wk)
     return out
@@ -332,7 +399,8 @@ def laplace(values: np.ndarray, scale: float, bits: SecureBits | None = None, dt
     t = scale / grid_for(scale)
     _check_scale("t", t)
     b = bits or SecureBits()
-    wk = _Work(min(CHUNK, int(np.size(values))))
+    k = min(CHUNK, int(np.size(values)))
+    wk = _Work(k + _dlap_spare(k, t))
     return _noisy(values, scale, lambda k: _dlap_chunk(k, t, b, wk), dtype)
 
 
