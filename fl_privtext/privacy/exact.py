@@ -44,6 +44,7 @@ SMALL_T = 128.0  # t up to this starts in float32 (fallback rate ~ 2 MARGIN32 t 
 MAX_T = 2.0**26  # t (and sigma) must be below this (the integer draws stay far below 2^53)
 LD_MARGIN = 2.0**-50  # times t: the same for the long-double refinement (error < t 2^-57 on x86's 64-bit significand)
 LD_MIN_U = 2.0**-50  # below it the 127-bit prefix of U is too wide for the long-double decision
+ACCEPT_TOL32 = 2.0**-12  # the same for the float32 first decision (error < 2^-15.8)
 ACCEPT_TOL = 2.0**-30  # |ln V + E| below which the float64 acceptance decision is not trusted (error < 2^-40)
 ACCEPT_MIN_V = 2.0**-23  # below it the 63-bit prefix of V is too wide (relative) for the float64 acceptance decision
 CHUNK = 1 << 16  # values per vectorized pass (cache-sized temporaries)
@@ -296,6 +297,21 @@ def discrete_laplace(n: int, t: float, bits: SecureBits) -> np.ndarray:
     return out
 
 
+class LaplaceDraws:
+    """Repeated DLap(t) draws from one bit stream with reused buffers: ``draws(k)`` returns k i.i.d. draws (float64)
+    in a buffer that the next call overwrites (k <= CHUNK per call is cheapest; more is drawn chunk by chunk)."""
+
+    def __init__(self, t: float, bits: SecureBits) -> None:
+        _check_scale("t", t)
+        self.t, self.bits = t, bits
+        self._work = _Work(CHUNK + _dlap_spare(CHUNK, t))
+
+    def __call__(self, k: int) -> np.ndarray:
+        if k <= CHUNK:
+            return _dlap_chunk(k, self.t, self.bits, self._work)
+        return discrete_laplace(k, self.t, self.bits)
+
+
 def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
     """U < exp(-exponent) exactly, U with 63-bit prefix v; i.e. -ln U > exponent."""
     n = 63
@@ -315,54 +331,83 @@ def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
         n += 64
 
 
+def _accept64(v: np.ndarray, m: np.ndarray, s2: float, t: float, bits: SecureBits) -> np.ndarray:
+    """CKS acceptance V < exp(-E) exactly, V with 63-bit prefixes ``v`` (uint64), for the proposals |Y| = ``m``.
+
+    Float64 decision: ln v is within 2^-47 of ln V for V >= 2^-23 and E = (m - s2/t)^2 / (2 s2) within
+    E 2^-50 + 2^-45 of its exact value, so the sign of ln V + E is exact where it is more than ACCEPT_TOL from 0
+    (E < 2^19 there; a larger E is a sure rejection since -ln V <= 16 for V >= 2^-23); the rest is decided exactly
+    by :func:`_accept_exact`."""
+    e = m - s2 / t
+    e *= e
+    e *= 1.0 / (2.0 * s2)
+    with np.errstate(divide="ignore"):
+        lv = np.log(v.view(np.int64) * _TWO63)
+    bad = lv < math.log(ACCEPT_MIN_V)
+    lv += e
+    accept = lv < 0.0
+    bad |= np.abs(lv) <= ACCEPT_TOL
+    if bad.any():
+        sd, td = Decimal(s2), Decimal(t)
+        for i in np.flatnonzero(bad):
+            with localcontext() as ctx:
+                ctx.prec = 200  # exact: |y|, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
+                dd = Decimal(int(m[i])) - sd / td
+                ex = dd * dd / (2 * sd)
+            accept[i] = _accept_exact(int(v[i]), ex, bits)
+    return accept
+
+
 def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits, wk: _Work) -> None:
     """Fill ``out`` with i.i.d. N_Z(0, sigma^2) (sigma^2 = the float64 sigma * sigma): CKS Algorithm 3.
 
-    Proposals Y = +-G, G = floor(-t ln U) exact (:func:`_geometric`), t = floor(sigma) + 1, (negative, 0) rejected;
-    accepted when V < exp(-E), E = (|Y| - sigma^2/t)^2 / (2 sigma^2), i.e. ln V + E < 0. A batch of ~1.35x the
-    outputs still needed is decided at once and its accepted proposals, in order, fill ``out`` (which proposals are
-    used depends only on the accept pattern, so each is an independent draw of the target law). Float64 decision:
-    ln v is within 2^-47 of ln V for V >= 2^-23 and E within E 2^-50 + 2^-45 of its exact value, so the sign of
-    ln V + E is exact where it is more than ACCEPT_TOL from 0 (E < 2^19 there; a larger E is a sure rejection
-    since -ln V <= 16 for V >= 2^-23); the rest is decided exactly by :func:`_accept_exact`."""
+    Proposals Y = +-G, G = floor(-t ln U) exact (:func:`_geometric`, one 64-bit word: U's 63-bit prefix and the
+    sign), t = floor(sigma) + 1, (negative, 0) rejected; accepted when V < exp(-E), E = (|Y| - sigma^2/t)^2 /
+    (2 sigma^2), i.e. ln V + E < 0, V's first 32 bits one 32-bit word. A batch of ~1.35x the outputs still needed is
+    decided at once and its accepted proposals, in order, fill ``out`` (which proposals are used depends only on the
+    accept pattern, so each is an independent draw of the target law).
+
+    First decision in float32 on V's 24-bit prefix (exact in float32): for V >= 2^-8 ln u is within 2^-16
+    (interval) + 2^-19 (4 ulps of |ln u| < 8) of ln V, E is computed in float64, so the sign of ln u + E is exact
+    where it is more than ACCEPT_TOL32 (2^-12: 14x room) from 0. The rest (~0.8%) continues in :func:`_accept64` on
+    V's 63-bit prefix = the 32 bits and 31 fresh bits."""
     t = float(math.floor(sigma) + 1)
     s2 = sigma * sigma
     a, b = s2 / t, 1.0 / (2.0 * s2)
     n, filled = out.size, 0
     while filled < n:
         k = min(wk.x.size, int(1.35 * (n - filled)) + 32)
-        w = bits.words(2 * k, wk.w)
-        wy, wv = w[:k], w[k:]
-        m = _geometric(wy, t, bits, wk)  # wk.m; wk.x, b1, b2 are free again
+        w = bits.words(k + (k + 1) // 2, wk.w)
+        wy, wv = w[:k], w[k:].view(np.uint32)[:k]
+        m = _geometric(wy, t, bits, wk)  # wk.m; wk.x, x32, b1, b2, u, u32 are free again
         e, lv, accept, bad, tmp = wk.e[:k], wk.x[:k], wk.b1[:k], wk.b2[:k], wk.b3[:k]
+        x32, v24 = wk.x32[:k], wk.u32[:k]
         np.subtract(m, a, out=e)
         e *= e
         e *= b
-        vv = np.right_shift(wv, _ONE, out=wk.u[:k])  # V's 63-bit prefix (wk.u is free again)
-        np.multiply(vv.view(np.int64), _TWO63, out=lv)
+        np.right_shift(wv, np.uint32(8), out=v24)
+        np.copyto(x32, v24.view(np.int32), casting="unsafe")  # exact: < 2^24
+        x32 *= np.float32(2.0**-24)
         with np.errstate(divide="ignore"):
-            np.log(lv, out=lv)
-        np.less(lv, math.log(ACCEPT_MIN_V), out=bad)
-        lv += e  # ln V + E
+            np.log(x32, out=x32)
+        np.less(x32, np.float32(-5.5), out=bad)  # u < e^-5.5 (covers u < 2^-8; u = 0)
+        np.add(x32, e, out=lv)  # ln u + E (float64)
         np.less(lv, 0.0, out=accept)
         np.abs(lv, out=lv)
-        bad |= np.less_equal(lv, ACCEPT_TOL, out=tmp)
+        bad |= np.less_equal(lv, ACCEPT_TOL32, out=tmp)
         if bad.any():
-            sd, td = Decimal(s2), Decimal(t)
-            for i in np.flatnonzero(bad):
-                with localcontext() as ctx:
-                    ctx.prec = 200  # exact: |y|, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
-                    dd = Decimal(int(m[i])) - sd / td
-                    ex = dd * dd / (2 * sd)
-                accept[i] = _accept_exact(int(vv[i]), ex, bits)
+            idx = np.flatnonzero(bad)
+            fresh = bits.words(idx.size) >> np.uint64(33)
+            v63 = (wv[idx].astype(np.uint64) << np.uint64(31)) | fresh
+            accept[idx] = _accept64(v63, m[idx], s2, t, bits)
         if np.equal(m, 0.0, out=tmp).any():
             tmp &= (wy & _ONE) == _ONE
             accept[tmp] = False  # (negative, 0) is rejected (CKS Algorithm 2)
-        idx = np.flatnonzero(accept)[: n - filled]
-        y = out[filled:filled + idx.size]
-        np.take(m, idx, out=y)
-        _signed(y, wy.take(idx))
-        filled += idx.size
+        count = int(np.count_nonzero(accept))
+        ys, ws = np.compress(accept, m, out=wk.e[:count]), np.compress(accept, wy, out=wk.u[:count])
+        take = min(count, n - filled)
+        out[filled:filled + take] = _signed(ys[:take], ws[:take], wk.x.view(np.uint64)[:take])  # wk.x is free
+        filled += take
 
 
 def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:
