@@ -48,7 +48,8 @@ ACCEPT_TOL32 = 2.0**-12  # the same for the float32 first decision (error < 2^-1
 ACCEPT_TOL = 2.0**-30  # |ln V + E| below which the float64 acceptance decision is not trusted (error < 2^-40)
 ACCEPT_MIN_V = 2.0**-23  # below it the 63-bit prefix of V is too wide (relative) for the float64 acceptance decision
 CHUNK = 1 << 16  # values per vectorized pass (cache-sized temporaries)
-_GAUSS_BATCH = int(1.35 * CHUNK) + 32  # proposals per discrete Gaussian pass (acceptance ~0.76 at large sigma)
+_GAUSS_BATCH = CHUNK  # proposals per discrete Gaussian pass (one per output slot; acceptance ~0.65-0.75)
+COARSE_T = 32.0  # the discrete Gaussian's coarse geometric scale (float32 fallback ~2.3%, remainder acceptance > 0.97)
 GRID_BITS = 24  # the grid is 2^(floor(log2 noise) - GRID_BITS): noise / grid in [2^24, 2^25)
 _TWO63 = 2.0**-63
 _LONG_DOUBLE_64 = np.finfo(np.longdouble).nmant >= 63  # x86 extended or quad precision: the refinement applies
@@ -331,16 +332,18 @@ def _accept_exact(v: int, exponent: Decimal, bits: SecureBits) -> bool:
         n += 64
 
 
-def _accept64(v: np.ndarray, m: np.ndarray, s2: float, t: float, bits: SecureBits) -> np.ndarray:
-    """CKS acceptance V < exp(-E) exactly, V with 63-bit prefixes ``v`` (uint64), for the proposals |Y| = ``m``.
+def _accept64(v: np.ndarray, g: np.ndarray, r: np.ndarray, s2: float, t: float, bits: SecureBits) -> np.ndarray:
+    """Acceptance V < exp(-(r/t + E)) exactly, E = (g - s2/t)^2 / (2 s2), V with 63-bit prefixes ``v`` (uint64),
+    for proposals |Y| = ``g`` = t A + r (float64 integers; t a power of two).
 
-    Float64 decision: ln v is within 2^-47 of ln V for V >= 2^-23 and E = (m - s2/t)^2 / (2 s2) within
-    E 2^-50 + 2^-45 of its exact value, so the sign of ln V + E is exact where it is more than ACCEPT_TOL from 0
-    (E < 2^19 there; a larger E is a sure rejection since -ln V <= 16 for V >= 2^-23); the rest is decided exactly
-    by :func:`_accept_exact`."""
-    e = m - s2 / t
+    Float64 decision: ln v is within 2^-47 of ln V for V >= 2^-23, and r/t + E within (r/t + E) 2^-50 + 2^-45 of
+    its exact value, so the sign of ln V + r/t + E is exact where it is more than ACCEPT_TOL from 0 (the exponent
+    is < 2^19 there; a larger one is a sure rejection since -ln V <= 16 for V >= 2^-23); the rest is decided
+    exactly by :func:`_accept_exact` (decimal arithmetic)."""
+    e = g - s2 / t
     e *= e
     e *= 1.0 / (2.0 * s2)
+    e += r / t
     with np.errstate(divide="ignore"):
         lv = np.log(v.view(np.int64) * _TWO63)
     bad = lv < math.log(ACCEPT_MIN_V)
@@ -351,63 +354,93 @@ def _accept64(v: np.ndarray, m: np.ndarray, s2: float, t: float, bits: SecureBit
         sd, td = Decimal(s2), Decimal(t)
         for i in np.flatnonzero(bad):
             with localcontext() as ctx:
-                ctx.prec = 200  # exact: |y|, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
-                dd = Decimal(int(m[i])) - sd / td
-                ex = dd * dd / (2 * sd)
+                ctx.prec = 200  # exact: g, r, s2 and t are floats (<= 2^53 bits), so 200 digits hold them
+                dd = Decimal(int(g[i])) - sd / td
+                ex = Decimal(int(r[i])) / td + dd * dd / (2 * sd)
             accept[i] = _accept_exact(int(v[i]), ex, bits)
     return accept
 
 
+def proposal_scale(sigma: float) -> float:
+    """The discrete Gaussian's proposal scale: the power of two nearest sigma (within a factor sqrt 2)."""
+    return math.ldexp(1.0, max(0, round(math.log2(sigma))))
+
+
 def _dgauss_fill(out: np.ndarray, sigma: float, bits: SecureBits, wk: _Work) -> None:
-    """Fill ``out`` with i.i.d. N_Z(0, sigma^2) (sigma^2 = the float64 sigma * sigma): CKS Algorithm 3.
+    """Fill ``out`` with i.i.d. N_Z(0, sigma^2) (sigma^2 = the float64 sigma * sigma), exactly.
 
-    Proposals Y = +-G, G = floor(-t ln U) exact (:func:`_geometric`, one 64-bit word: U's 63-bit prefix and the
-    sign), t = floor(sigma) + 1, (negative, 0) rejected; accepted when V < exp(-E), E = (|Y| - sigma^2/t)^2 /
-    (2 sigma^2), i.e. ln V + E < 0, V's first 32 bits one 32-bit word. A batch of ~1.35x the outputs still needed is
-    decided at once and its accepted proposals, in order, fill ``out`` (which proposals are used depends only on the
-    accept pattern, so each is an independent draw of the target law).
+    CKS 2020 Algorithm 3 (rejection from a discrete Laplace proposal) with the Laplace itself sampled by rejection
+    (as in CKS Algorithm 1, a coarse geometric plus a uniform remainder), both acceptances decided by one uniform:
+    - proposal: |Y| = c A + R and a sign, t = :func:`proposal_scale` (a power of two), t' = min(t, COARSE_T), c =
+      t / t', A ~ Geometric(e^(-1/t')) = floor(-t' ln U) exactly (:func:`_geometric32`), R uniform on {0, ..., c - 1}
+      (log2 c secure bits), the sign one bit; (negative, 0) rejected. P(|Y| = g) is proportional to e^(-A/t').
+    - accept when V < e^(-R/t) exp(-(g - sigma^2/t)^2 / (2 sigma^2)), i.e. ln V + R/t + E < 0: the kept law is
+      proportional to e^(-g/t) e^(-(g - sigma^2/t)^2 / (2 sigma^2)), which is proportional to e^(-g^2 / (2 sigma^2)),
+      for any t > 0 (acceptance ~0.66-0.75 for t/sigma in [0.7, 1.4], times e^(-1/t') at worst for R).
+    Every slot of ``out`` gets one proposal, all decided at once; the rejected slots then take the accepted
+    proposals of a further batch, in order (which proposals are used depends only on the accept pattern, so each
+    output is an independent draw of the target).
 
-    First decision in float32 on V's 24-bit prefix (exact in float32): for V >= 2^-8 ln u is within 2^-16
-    (interval) + 2^-19 (4 ulps of |ln u| < 8) of ln V, E is computed in float64, so the sign of ln u + E is exact
-    where it is more than ACCEPT_TOL32 (2^-12: 14x room) from 0. The rest (~0.8%) continues in :func:`_accept64` on
-    V's 63-bit prefix = the 32 bits and 31 fresh bits."""
-    t = float(math.floor(sigma) + 1)
+    The acceptance is decided first in float32 on V's 24-bit prefix (exact in float32): for V >= 2^-8 ln u is
+    within 2^-16 (interval) + 2^-19 (4 ulps of |ln u| < 8) of ln V, the exponent is computed in float64, so the
+    sign is exact where ln u + R/t + E is more than ACCEPT_TOL32 (2^-12: 14x room) from 0. The rest (~1%) continues
+    in :func:`_accept64` on V's 63-bit prefix = its 32 bits and 31 fresh bits."""
+    n = out.size
+    y, accept = _dgauss_propose(n, sigma, bits, wk)
+    out[:] = y
+    todo = np.flatnonzero(~accept)  # slots whose proposal was rejected
+    while todo.size:  # they take the accepted proposals of one more batch, in order
+        y, accept = _dgauss_propose(min(wk.x.size, int(todo.size / 0.6) + 64), sigma, bits, wk)
+        got = y[accept][: todo.size]
+        out[todo[: got.size]] = got
+        todo = todo[got.size:]
+
+
+def _dgauss_propose(k: int, sigma: float, bits: SecureBits, wk: _Work) -> tuple[np.ndarray, np.ndarray]:
+    """k proposals of :func:`_dgauss_fill` (signed, float64) and their exact accept decisions (in wk's buffers)."""
+    t = proposal_scale(sigma)
+    tp = min(t, COARSE_T)
+    j = int(math.log2(t / tp))
     s2 = sigma * sigma
     a, b = s2 / t, 1.0 / (2.0 * s2)
-    n, filled = out.size, 0
-    while filled < n:
-        k = min(wk.x.size, int(1.35 * (n - filled)) + 32)
-        w = bits.words(k + (k + 1) // 2, wk.w)
-        wy, wv = w[:k], w[k:].view(np.uint32)[:k]
-        m = _geometric(wy, t, bits, wk)  # wk.m; wk.x, x32, b1, b2, u, u32 are free again
-        e, lv, accept, bad, tmp = wk.e[:k], wk.x[:k], wk.b1[:k], wk.b2[:k], wk.b3[:k]
-        x32, v24 = wk.x32[:k], wk.u32[:k]
-        np.subtract(m, a, out=e)
-        e *= e
-        e *= b
-        np.right_shift(wv, np.uint32(8), out=v24)
-        np.copyto(x32, v24.view(np.int32), casting="unsafe")  # exact: < 2^24
-        x32 *= np.float32(2.0**-24)
-        with np.errstate(divide="ignore"):
-            np.log(x32, out=x32)
-        np.less(x32, np.float32(-5.5), out=bad)  # u < e^-5.5 (covers u < 2^-8; u = 0)
-        np.add(x32, e, out=lv)  # ln u + E (float64)
-        np.less(lv, 0.0, out=accept)
-        np.abs(lv, out=lv)
-        bad |= np.less_equal(lv, ACCEPT_TOL32, out=tmp)
-        if bad.any():
-            idx = np.flatnonzero(bad)
-            fresh = bits.words(idx.size) >> np.uint64(33)
-            v63 = (wv[idx].astype(np.uint64) << np.uint64(31)) | fresh
-            accept[idx] = _accept64(v63, m[idx], s2, t, bits)
-        if np.equal(m, 0.0, out=tmp).any():
-            tmp &= (wy & _ONE) == _ONE
-            accept[tmp] = False  # (negative, 0) is rejected (CKS Algorithm 2)
-        count = int(np.count_nonzero(accept))
-        ys, ws = np.compress(accept, m, out=wk.e[:count]), np.compress(accept, wy, out=wk.u[:count])
-        take = min(count, n - filled)
-        out[filled:filled + take] = _signed(ys[:take], ws[:take], wk.x.view(np.uint64)[:take])  # wk.x is free
-        filled += take
+    w = bits.words((3 * k + 1) // 2, wk.w).view(np.uint32)
+    wa, wr, wv = w[:k], w[k:2 * k], w[2 * k:3 * k]  # A's U; R (top j bits) and the sign (bit 0); V
+    g = _geometric32(wa, tp, bits, wk)  # A, in wk.m; wk.x, x32, b1, b2, u, u32 are free again
+    e, r, lv, accept, bad, tmp = wk.e[:k], wk.x[:k], wk.x[:k], wk.b1[:k], wk.b2[:k], wk.b3[:k]
+    x32, v24 = wk.x32[:k], wk.u32[:k]
+    if j:
+        np.right_shift(wr, np.uint32(32 - j), out=v24)
+        np.copyto(r, v24)
+        g *= t / tp
+        g += r  # c A + R: exact integers < 2^53
+    np.subtract(g, a, out=e)
+    e *= e
+    e *= b
+    if j:
+        r *= 1.0 / t  # exact (t a power of two)
+        e += r  # R/t + E
+    np.right_shift(wv, np.uint32(8), out=v24)
+    np.copyto(x32, v24.view(np.int32), casting="unsafe")  # exact: < 2^24
+    x32 *= np.float32(2.0**-24)
+    with np.errstate(divide="ignore"):
+        np.log(x32, out=x32)
+    np.less(x32, np.float32(-5.5), out=bad)  # u < e^-5.5 (covers u < 2^-8; u = 0)
+    np.add(x32, e, out=lv)  # ln u + R/t + E (float64); r is no longer needed
+    np.less(lv, 0.0, out=accept)
+    np.abs(lv, out=lv)
+    bad |= np.less_equal(lv, ACCEPT_TOL32, out=tmp)
+    if bad.any():
+        idx = np.flatnonzero(bad)
+        fresh = bits.words(idx.size) >> np.uint64(33)
+        v63 = (wv[idx].astype(np.uint64) << np.uint64(31)) | fresh
+        ri = (wr[idx] >> np.uint32(32 - j)).astype(np.float64) if j else np.zeros(idx.size)
+        accept[idx] = _accept64(v63, g[idx], ri, s2, t, bits)
+    if np.equal(g, 0.0, out=tmp).any():
+        tmp &= (wr & np.uint32(1)) == 1
+        accept[tmp] = False  # (negative, 0) is rejected (CKS Algorithm 2)
+    su = wk.u[:k]
+    np.copyto(su, wr)
+    return _signed(g, su, wk.x.view(np.uint64)[:k]), accept  # sign = bit 0 of wr
 
 
 def discrete_gaussian(n: int, sigma: float, bits: SecureBits) -> np.ndarray:

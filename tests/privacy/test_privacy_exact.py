@@ -23,7 +23,10 @@ def dgauss_pmf(sigma: float, ks: np.ndarray) -> np.ndarray:
 
 
 def gof(draws: np.ndarray, pmf, cut: int) -> float:
-    """Chi-square goodness of fit on the cells -cut..cut plus the two tails (probabilities from ``pmf``)."""
+    """Chi-square goodness of fit on the cells -cut..cut plus the two tails (probabilities from ``pmf``); cut is
+    lowered until every cell expects 5 draws or more (a rarer cell makes the chi-square statistic meaningless)."""
+    while cut > 0 and pmf(np.array([cut]))[0] * len(draws) < 5:
+        cut -= 1
     ks = np.arange(-cut, cut + 1)
     p = pmf(ks)
     tail = (1.0 - p.sum()) / 2
