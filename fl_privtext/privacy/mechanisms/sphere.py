@@ -326,7 +326,8 @@ def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCa
 
 
 def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.SecureBits,
-                       out: np.ndarray | None = None, draws: exact.LaplaceDraws | None = None) -> np.ndarray:
+                       out: np.ndarray | None = None, draws: exact.LaplaceDraws | None = None,
+                       gather: np.ndarray | None = None) -> np.ndarray:
     """(n, dim) integer-valued float64 rows X ~ DLap(SECURE_SCALE)^dim conditioned on {sum X >= g} with an exact
     Bernoulli(p) coin, else on {sum X < g} (into ``out[:n]`` when given; ``draws`` reuses a sampler's buffers).
 
@@ -350,24 +351,36 @@ def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.Secure
             to = dest[key][done[key]:]
             if to.size:
                 src = np.flatnonzero(side == key)[: to.size]
-                res[to[: src.size]] = x[src]
+                if gather is not None and gather.shape[0] >= src.size and gather.shape[1] == dim:
+                    res[to[: src.size]] = np.take(x, src, axis=0, out=gather[: src.size])
+                else:
+                    res[to[: src.size]] = x[src]
                 done[key] += src.size
     return res
 
 
-def signed_scaled(x: np.ndarray, r: np.ndarray, scale: float, bits: exact.SecureBits) -> np.ndarray:
-    """x (n, k) float64 -> scale * diag(s) x in place, s the sign vertex of rows r (|r_i| <= 1; overwritten):
-    s_i = +1 with probability ceil((1 + r_i) 2^31) / 2^32 (32 secure bits; E[s] = r within 2^-32, and the coins
-    need not be exact: any mixture of eps-LDP outputs is eps-LDP). Zeros come out as +0.0: a -0.0 would reveal
-    s_i where X_i = 0 (for the input e_1 vs -e_1, with certainty)."""
-    u = bits.words((r.size + 1) // 2).view(np.uint32)[: r.size].reshape(r.shape)
+def signed_scaled(x: np.ndarray, r: np.ndarray, scale: float, bits: exact.SecureBits,
+                  out: np.ndarray | None = None, scratch: np.ndarray | None = None) -> np.ndarray:
+    """x (n, k) float64 -> scale * diag(s) x (into ``out``, float32 by default; x is overwritten), s the sign vertex
+    of rows r (|r_i| <= 1; r is overwritten): s_i = +1 with probability ceil((1 + r_i) 2^31) / 2^32 (32 secure bits;
+    E[s] = r within 2^-32, and the coins need not be exact: any mixture of eps-LDP outputs is eps-LDP). Zeros come
+    out as +0.0: a -0.0 would reveal s_i where X_i = 0 (for the input e_1 vs -e_1, with certainty). ``scratch``: a
+    buffer of x.size 64-bit words or more."""
+    n = r.size
+    sb = np.empty(n, dtype=np.uint64) if scratch is None else scratch.reshape(-1).view(np.uint64)[:n]
+    u = bits.words((n + 1) // 2).view(np.uint32)[:n].reshape(r.shape)
     np.clip(r, -1.0, 1.0, out=r)
     r *= 2.0**31
     r += 2.0**31  # (1 + r) / 2 * 2^32
-    keep = u < r
-    x *= np.where(keep, scale, -scale)
-    x += 0.0  # -0.0 + 0.0 = +0.0
-    return x
+    flip = sb.reshape(r.shape)
+    np.greater_equal(u, r, out=flip, casting="unsafe")  # 1 where s_i = -1
+    flip <<= np.uint64(63)
+    xv = x.view(np.uint64)
+    xv ^= flip  # x_i -> -x_i where s_i = -1
+    res = np.empty(r.shape, dtype=np.float32) if out is None else out
+    np.multiply(x, scale, out=res, casting="same_kind")
+    res += np.float32(0.0)  # -0.0 + 0.0 = +0.0
+    return res
 
 
 def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
@@ -643,7 +656,7 @@ class PrivUnitG(CapMechanism):
         scale = self.clip_norm / cal.m
         step = max(1, exact.CHUNK // max(1, k))  # cache-sized blocks of rows
         draws = exact.LaplaceDraws(SECURE_SCALE, bits)
-        x = np.empty((step, k), dtype=np.float64)
+        x, r, gather = (np.empty((step, k), dtype=np.float64) for _ in range(3))
         zero_rows = 0
         for s in range(0, n, step):
             z = c[s:s + step]
@@ -654,8 +667,10 @@ class PrivUnitG(CapMechanism):
                 factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
             else:
                 factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
-            xb = sample_secure_caps(z.shape[0], k, cal, bits, x, draws)
-            out[s:s + step] = signed_scaled(xb, np.multiply(z, factor[:, None], dtype=np.float64), scale, bits)
+            rows = z.shape[0]
+            xb = sample_secure_caps(rows, k, cal, bits, x, draws, gather)
+            rb = np.multiply(z, factor[:, None], out=r[:rows], dtype=np.float64)
+            signed_scaled(xb, rb, scale, bits, out[s:s + step], gather)
         return Stage(out, {"method": "privunitg (secure: sign vertex, exact discrete cap sampling)",
                            "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
                            "p": cal.p, "scale": scale})
