@@ -2,18 +2,23 @@
 
 Distributions (Canonne, Kamath & Steinke, "The Discrete Gaussian for Differential Privacy", NeurIPS 2020):
 discrete Laplace DLap(t) on the integers, P(Y = y) = (1 - q)/(1 + q) q^|y| with q = e^(-1/t), and discrete Gaussian
-N_Z(0, sigma^2), P(Y = y) proportional to e^(-y^2 / (2 sigma^2)), sampled as in CKS Algorithm 3 (DLap(floor(sigma)+1)
-proposals accepted with probability e^(-(|Y| - sigma^2/t)^2 / (2 sigma^2))).
+N_Z(0, sigma^2), P(Y = y) proportional to e^(-y^2 / (2 sigma^2)), sampled as in CKS Algorithm 3 (discrete Laplace
+proposals accepted with probability e^(-(|Y| - sigma^2/t)^2 / (2 sigma^2)); see :func:`_dgauss_fill`).
 
-How it is exact, vectorized: a geometric G with ratio q is floor(-t ln U) for a uniform real U in (0, 1). U is drawn
-as a 63-bit prefix (the rest of its binary expansion is drawn only when needed). numpy evaluates -t ln U in float64;
-when the result is farther than ``MARGIN`` (2^-18) from an integer, and U >= 2^-16, the float64 error (< 2^-21 for
-t < 2^26: the 2^-64 width of U's prefix interval, one rounding of U, one ulp of the logarithm, one of the product)
-cannot move it across the integer, so floor() is the exact value for every U in the prefix interval. The rare rest
-(~2e-5 of the draws) is decided exactly by :func:`_geometric_exact`: correctly rounded decimal logarithms at growing
-precision, extending U by 64 random bits until the prefix interval lies inside one cell. The Gaussian's acceptance
-coin U < p is decided the same way (compare -ln U with the exponent; exact decimal arithmetic when they are close).
-The sign is one random bit; (negative, 0) is rejected so that 0 is not counted twice (CKS Algorithm 2).
+How it is exact, vectorized: a geometric G with ratio q is floor(-t ln U) for a uniform real U in (0, 1), and a
+coin "V < e^-x" is "ln V + x < 0". U (or V) is drawn as a binary prefix, the rest of its expansion only when needed.
+Each decision is made in stages, each with an error bound over the whole prefix interval (width, roundings, the
+logarithm's ulps); a decision farther than the bound (with >= 12x room) from the integer / from 0 is exact for
+every U in the interval, the rest goes to the next stage with more bits:
+1. float32 on a 24-bit prefix (small t <= SMALL_T, and the Gaussian's acceptance coin): ~1-4% go on;
+2. float64 on a 63-bit prefix (``MARGIN`` t from an integer; U >= 2^-16): ~3e-5 go on;
+3. long double on a 127-bit prefix (x86's 64-bit significand; skipped where long double is float64);
+4. correctly rounded decimal logarithms at growing precision, 64 more random bits per round, until the prefix
+   interval lies inside one cell (:func:`_interval_floor`, :func:`_accept_exact`).
+The sign is one random bit; (negative, 0) is rejected so that 0 is not counted twice (CKS Algorithm 2). The tests
+force every stage alone and compare the pmf with the closed form and with OpenDP (tests/privacy/test_privacy_exact).
+Speed: numpy passes over cache-sized chunks with reused buffers (fresh 512 KB temporaries cost page faults), the
+keystream written in place, 32-bit words where 32 bits suffice.
 
 Random bits: AES-256 in counter mode (`SecureBits`). Its key is secret and never reused: `SecureBits.keyed_by(rng)`
 derives it by SHA-256 from the caller's generator's SEED (its SeedSequence entropy and spawn key, which never
