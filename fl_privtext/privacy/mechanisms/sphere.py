@@ -26,7 +26,8 @@ All per-row scalars are float64; the (N, k) arrays are float32. Samplers are flo
   {-1, +1}^k with E[s] = x / C; X on the integer grid is drawn EXACTLY from the product discrete Laplace
   B = DLap(64)^k (CKS 2020; P(x) ~ e^(-|x|/64)) conditioned on the cap {sum_i X_i >= g} with an exact Bernoulli(p) coin (p a
   multiple of 2^-53, 53 secure bits), else on its complement; the upload is C/m * diag(s) X (float64 -> float32,
-  a deterministic post-processing).
+  a deterministic post-processing of diag(s) X; a zero is uploaded as +0.0: s_i X_i computed as a product would
+  give -0.0 where s_i = -1 and X_i = 0, revealing s_i, which for the input +-e_1 is the input itself).
 - Neighbouring relation: any two inputs (LDP, replacement). Sensitivity: none needed. Guarantee: B is invariant
   under coordinate sign flips, so the cap {<X', s> >= g} of every vertex s has the same B-probability q; the pmf of
   the output given s is B(diag(s) y) * (p/q on the cap, (1-p)/(1-q) off it), hence the ratio of any two inputs is
@@ -244,7 +245,8 @@ SECURE_PRIVUNITG = (
     "sampler='secure' (PrivUnitG): the input is rounded coordinate-wise to a sign vertex s in {-1, +1}^k, "
     "E[s] = x / C (Duchi et al. 2018); the output is C / m * diag(s) X with X on the integer grid, drawn exactly "
     "(CKS 2020 discrete Laplace, AES-256-CTR bits keyed from the OS) from DLap(64)^k conditioned on "
-    "{sum X >= g} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its complement. The base law "
+    "{sum X >= g} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its complement (zeros are "
+    "uploaded as +0.0, never -0.0, so the sign vertex is not revealed where X_i = 0). The base law "
     "is invariant under sign flips, so every vertex's cap has the same probability q and the likelihood ratio of "
     "any two inputs is e^eps', 1 or e^-eps', eps' = ln(p (1-q) / (q (1-p))) for the realised p and q: "
     "epsilon_worst_case is that of what is sampled (float_safe). The vertex rounding costs utility: the MSE is about "
