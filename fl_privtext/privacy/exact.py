@@ -95,7 +95,8 @@ class SecureBits:
         if out is not None and out.size >= n + 2:
             if len(self._zeros) < 8 * n:
                 self._zeros = bytes(8 * n)
-            self._enc.update_into(memoryview(self._zeros)[: 8 * n], out.view(np.uint8)[: 8 * n + 16])
+            dst = out.view(np.uint8)[: 8 * n + 16]  # update_into needs 15 bytes of room past the data
+            self._enc.update_into(memoryview(self._zeros)[: 8 * n], dst)  # type: ignore[arg-type]
             return out[:n]
         if n > len(self._zeros) // 8:
             if n > 4 * CHUNK:
