@@ -200,7 +200,7 @@ def _geometric(w: np.ndarray, t: float, bits: SecureBits, work: _Work | None = N
     margin = MARGIN * max(t, 1.0)
     np.less(x, margin, out=bad)
     bad |= np.greater(x, 1.0 - margin, out=tmp)
-    bad |= np.greater_equal(m, 11.0 * t, out=tmp)  # u < e^-11 (covers u < MIN_U = 2^-16); also u = 0 (x = inf)
+    bad |= np.less(v, np.uint64(int(MIN_U * 2.0**63)), out=tmp)  # U < MIN_U = 2^-16 (also u = 0: x = inf)
     if bad.any():
         idx = np.flatnonzero(bad)
         m[idx] = _refine(v[idx], t, bits)
@@ -229,7 +229,7 @@ def _geometric32(w: np.ndarray, t: float, bits: SecureBits, wk: _Work) -> np.nda
     margin = MARGIN32 * t
     np.less(x, margin, out=bad)
     bad |= np.greater(x, 1.0 - margin, out=tmp)
-    bad |= np.greater_equal(m32, np.float32(5.5 * t), out=tmp)  # u < e^-5.5 (covers u < 2^-8); also u = 0
+    bad |= np.less(v, np.uint32(1 << 16), out=tmp)  # U < 2^-8 (also u = 0: x = inf)
     m = wk.m[:k]
     np.copyto(m, m32)
     if bad.any():
