@@ -151,3 +151,37 @@ def test_secure_privunitg_refuses_epsilons_its_exact_sampler_cannot_reach_in_bou
     make_mechanism("privunitg", epsilon=8.0, dim=50, sampler="secure").report()  # ~200 draws per upload: fine
     with pytest.raises(ValueError, match=r"epsilon=16, dim=50 needs ~.* exact draws per upload .* sampler='float'"):
         make_mechanism("privunitg", epsilon=16.0, dim=50, sampler="secure").report()
+
+
+def test_secure_privunitg_never_uploads_a_negative_zero():
+    """A -0.0 would reveal the sign vertex s_i where X_i = 0: inputs e_1 and -e_1 (s_1 = +1 vs -1 surely) give
+    zeros in coordinate 1 in ~1% of rows, and those must be bitwise identical (+0.0). The old construction
+    (x * s with s = -1.0) fails the same check."""
+    from fl_privtext.privacy.mechanisms.sphere import signed_scaled
+
+    mech = make_mechanism("privunitg", epsilon=1.0, dim=16, sampler="secure")
+    zeros = []
+    for sign in (1.0, -1.0):
+        x = np.zeros((20_000, 16), np.float32)
+        x[:, 0] = sign
+        y = mech.privatize(x, np.random.default_rng(0))
+        z = y[:, 0][y[:, 0] == 0]
+        assert z.size > 50
+        zeros.append(np.signbit(z).sum())
+        assert not np.any(np.signbit(y) & (y == 0))
+    assert zeros == [0, 0]
+    # the check has power: multiplying by a -1.0 sign keeps the zero's sign bit
+    xs = np.array([[0.0, 3.0]])
+    assert np.signbit((xs * np.array([[-1.0, 1.0]]))[0, 0])
+    out = signed_scaled(xs.copy(), np.array([[-1.0, 1.0]]), 2.0, exact.SecureBits(bytes(range(32))))
+    assert out[0, 0] == 0 and not np.signbit(out[0, 0]) and out[0, 1] == 6.0
+
+
+def test_sign_vertex_is_unbiased():
+    """E[s] = r (the input rounding of the secure PrivUnitG), within the 32-bit coin's 2^-32."""
+    from fl_privtext.privacy.mechanisms.sphere import signed_scaled
+
+    r = np.tile(np.array([-0.9, -0.3, 0.0, 0.5, 1.0]), (200_000, 1))
+    s = signed_scaled(np.ones_like(r), r.copy(), 1.0, exact.SecureBits(bytes(range(32))))
+    se = np.sqrt((1 - r[0] ** 2) / r.shape[0]) + 1e-12
+    assert np.all(np.abs(s.mean(axis=0) - r[0]) < 5 * se + 1e-9)

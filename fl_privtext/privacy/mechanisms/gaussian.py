@@ -78,8 +78,8 @@ class Gaussian(Mechanism):
 
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         if self.sampler == "secure":
-            noisy64 = samplers.secure_gaussian(c, self.noise_std, rng)
-            return Stage(noisy64.astype(np.float32), {"method": "discrete-gaussian, " + samplers.SECURE_METHOD,
+            noisy32 = samplers.secure_gaussian(c, self.noise_std, rng, np.float32)  # float64 result, rounded
+            return Stage(noisy32, {"method": "discrete-gaussian, " + samplers.SECURE_METHOD,
                                                       "noise_std": self.noise_std})
         noisy = samplers.gaussian_noise(c.shape, self.noise_std, rng)
         noisy += c

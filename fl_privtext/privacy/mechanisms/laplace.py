@@ -63,8 +63,8 @@ class LaplaceMechanism(Mechanism):
 
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         if self.sampler == "secure":
-            noisy64 = samplers.secure_laplace(c, self.noise_scale, rng)
-            return Stage(noisy64.astype(np.float32), {"method": "discrete-laplace, " + samplers.SECURE_METHOD,
+            noisy32 = samplers.secure_laplace(c, self.noise_scale, rng, np.float32)  # float64 result, rounded
+            return Stage(noisy32, {"method": "discrete-laplace, " + samplers.SECURE_METHOD,
                                                       "noise_scale": self.noise_scale})
         noisy = samplers.laplace_noise(c.shape, self.noise_scale, rng)
         noisy += c

@@ -30,16 +30,19 @@ __all__ = [
 SECURE_METHOD = "exact discrete noise on a 2^-24-relative grid, AES-256-CTR keyed from the OS"
 
 
-def secure_laplace(values: np.ndarray, scale: float, rng: np.random.Generator | None = None) -> np.ndarray:
-    """values + i.i.d. exact discrete Laplace(scale) noise on the grid ``exact.grid_for(scale)`` (float64); bits
-    keyed by ``rng``'s secret seed (`exact.SecureBits.keyed_by`), so a replay or a client seed redraws them."""
-    return exact.laplace(values, scale, exact.SecureBits.keyed_by(rng))
+def secure_laplace(values: np.ndarray, scale: float, rng: np.random.Generator | None = None,
+                   dtype: type = np.float64) -> np.ndarray:
+    """values + i.i.d. exact discrete Laplace(scale) noise on the grid ``exact.grid_for(scale)`` (float64, or the
+    float64 result rounded to ``dtype``); bits keyed by ``rng``'s secret seed (`exact.SecureBits.keyed_by`), so a
+    replay or a client seed redraws them."""
+    return exact.laplace(values, scale, exact.SecureBits.keyed_by(rng), dtype)
 
 
-def secure_gaussian(values: np.ndarray, std: float, rng: np.random.Generator | None = None) -> np.ndarray:
-    """values + i.i.d. exact discrete Gaussian(std) noise on the grid ``exact.grid_for(std)`` (float64); bits keyed
-    as `secure_laplace`'s."""
-    return exact.gaussian(values, std, exact.SecureBits.keyed_by(rng))
+def secure_gaussian(values: np.ndarray, std: float, rng: np.random.Generator | None = None,
+                    dtype: type = np.float64) -> np.ndarray:
+    """values + i.i.d. exact discrete Gaussian(std) noise on the grid ``exact.grid_for(std)`` (float64, or rounded
+    to ``dtype``); bits keyed as `secure_laplace`'s."""
+    return exact.gaussian(values, std, exact.SecureBits.keyed_by(rng), dtype)
 
 
 def laplace_epsilon(scale: float, l1_sensitivity: float, dim: int) -> float:

@@ -26,7 +26,8 @@ All per-row scalars are float64; the (N, k) arrays are float32. Samplers are flo
   {-1, +1}^k with E[s] = x / C; X on the integer grid is drawn EXACTLY from the product discrete Laplace
   B = DLap(64)^k (CKS 2020; P(x) ~ e^(-|x|/64)) conditioned on the cap {sum_i X_i >= g} with an exact Bernoulli(p) coin (p a
   multiple of 2^-53, 53 secure bits), else on its complement; the upload is C/m * diag(s) X (float64 -> float32,
-  a deterministic post-processing).
+  a deterministic post-processing of diag(s) X; a zero is uploaded as +0.0: s_i X_i computed as a product would
+  give -0.0 where s_i = -1 and X_i = 0, revealing s_i, which for the input +-e_1 is the input itself).
 - Neighbouring relation: any two inputs (LDP, replacement). Sensitivity: none needed. Guarantee: B is invariant
   under coordinate sign flips, so the cap {<X', s> >= g} of every vertex s has the same B-probability q; the pmf of
   the output given s is B(diag(s) y) * (p/q on the cap, (1-p)/(1-q) off it), hence the ratio of any two inputs is
@@ -244,7 +245,8 @@ SECURE_PRIVUNITG = (
     "sampler='secure' (PrivUnitG): the input is rounded coordinate-wise to a sign vertex s in {-1, +1}^k, "
     "E[s] = x / C (Duchi et al. 2018); the output is C / m * diag(s) X with X on the integer grid, drawn exactly "
     "(CKS 2020 discrete Laplace, AES-256-CTR bits keyed from the OS) from DLap(64)^k conditioned on "
-    "{sum X >= g} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its complement. The base law "
+    "{sum X >= g} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its complement (zeros are "
+    "uploaded as +0.0, never -0.0, so the sign vertex is not revealed where X_i = 0). The base law "
     "is invariant under sign flips, so every vertex's cap has the same probability q and the likelihood ratio of "
     "any two inputs is e^eps', 1 or e^-eps', eps' = ln(p (1-q) / (q (1-p))) for the realised p and q: "
     "epsilon_worst_case is that of what is sampled (float_safe). The vertex rounding costs utility: the MSE is about "
@@ -325,42 +327,62 @@ def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCa
     return CapCalibration(p, q, float(g), m, ex2 / (m * m) - 1.0)
 
 
-def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.SecureBits) -> np.ndarray:
+def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.SecureBits,
+                       out: np.ndarray | None = None, draws: exact.LaplaceDraws | None = None,
+                       gather: np.ndarray | None = None) -> np.ndarray:
     """(n, dim) integer-valued float64 rows X ~ DLap(SECURE_SCALE)^dim conditioned on {sum X >= g} with an exact
-    Bernoulli(p) coin, else on {sum X < g}.
+    Bernoulli(p) coin, else on {sum X < g} (into ``out[:n]`` when given; ``draws`` reuses a sampler's buffers).
 
-    Exact: draws of the base law are split by side, and the i-th row needing a cap takes the i-th cap draw (order
-    only, never values), so each is an independent draw of the conditional law. The coin compares 53 secure bits
-    with p * 2^53 (p is a multiple of 2^-53).
+    Exact: base rows are drawn in cache-sized batches and split by side, and the i-th output row needing a cap takes
+    the i-th cap row drawn (order only, never values), so each is an independent draw of the conditional law. The
+    coin compares 53 secure bits with p * 2^53 (p is a multiple of 2^-53).
     """
     coins = (bits.words(n) >> np.uint64(11)) < np.uint64(round(cal.p * TWO53))
-    need_cap = int(coins.sum())
-    need = {True: need_cap, False: n - need_cap}
-    pools: dict[bool, list[np.ndarray]] = {True: [], False: []}
-    have = {True: 0, False: 0}
+    res = np.empty((n, dim), dtype=np.float64) if out is None else out[:n]
+    dest = {True: np.flatnonzero(coins), False: np.flatnonzero(~coins)}
+    done = {True: 0, False: 0}
+    draws = draws if draws is not None else exact.LaplaceDraws(SECURE_SCALE, bits)
     g = cal.threshold
-    while have[True] < need[True] or have[False] < need[False]:
-        m = max((need[True] - have[True]) / cal.q, (need[False] - have[False]) / (1.0 - cal.q))
-        m = int(min(1.02 * m + 8, max(16, (1 << 22) // dim)))
-        x = exact.discrete_laplace(m * dim, SECURE_SCALE, bits).reshape(m, dim)
+    batch = max(1, exact.CHUNK // dim)
+    while done[True] < dest[True].size or done[False] < dest[False].size:
+        want = max((dest[True].size - done[True]) / cal.q, (dest[False].size - done[False]) / (1.0 - cal.q))
+        rows = int(min(batch, 1.05 * want + 2))
+        x = draws(rows * dim).reshape(rows, dim)
         side = x.sum(axis=1) >= g  # exact: integers far below 2^53
         for key in (True, False):
-            take = x[side == key][: need[key] - have[key]]
-            pools[key].append(take)
-            have[key] += take.shape[0]
-    out = np.empty((n, dim), dtype=np.float64)
-    for key in (True, False):
-        if need[key]:
-            out[coins == key] = np.concatenate(pools[key])
-    return out
+            to = dest[key][done[key]:]
+            if to.size:
+                src = np.flatnonzero(side == key)[: to.size]
+                if gather is not None and gather.shape[0] >= src.size and gather.shape[1] == dim:
+                    res[to[: src.size]] = np.take(x, src, axis=0, out=gather[: src.size])
+                else:
+                    res[to[: src.size]] = x[src]
+                done[key] += src.size
+    return res
 
 
-def sign_vertices(r: np.ndarray, bits: exact.SecureBits) -> np.ndarray:
-    """Rows r with |r_i| <= 1 -> sign vectors s (n, k) float64, s_i = +1 with probability (1 + r_i) / 2 (E[s] = r).
-
-    The coins need not be exact: any mixture of eps-LDP outputs is eps-LDP."""
-    u = (bits.words(r.size) >> np.uint64(11)).astype(np.float64).reshape(r.shape) * 2.0 ** -53
-    return np.where(u < (1.0 + np.clip(r, -1.0, 1.0)) / 2.0, 1.0, -1.0)
+def signed_scaled(x: np.ndarray, r: np.ndarray, scale: float, bits: exact.SecureBits,
+                  out: np.ndarray | None = None, scratch: np.ndarray | None = None) -> np.ndarray:
+    """x (n, k) float64 -> scale * diag(s) x (into ``out``, float32 by default; x is overwritten), s the sign vertex
+    of rows r (|r_i| <= 1; r is overwritten): s_i = +1 with probability ceil((1 + r_i) 2^31) / 2^32 (32 secure bits;
+    E[s] = r within 2^-32, and the coins need not be exact: any mixture of eps-LDP outputs is eps-LDP). Zeros come
+    out as +0.0: a -0.0 would reveal s_i where X_i = 0 (for the input e_1 vs -e_1, with certainty). ``scratch``: a
+    buffer of x.size 64-bit words or more."""
+    n = r.size
+    sb = np.empty(n, dtype=np.uint64) if scratch is None else scratch.reshape(-1).view(np.uint64)[:n]
+    u = bits.words((n + 1) // 2).view(np.uint32)[:n].reshape(r.shape)
+    np.clip(r, -1.0, 1.0, out=r)
+    r *= 2.0**31
+    r += 2.0**31  # (1 + r) / 2 * 2^32
+    flip = sb.reshape(r.shape)
+    np.greater_equal(u, r, out=flip, casting="unsafe")  # 1 where s_i = -1
+    flip <<= np.uint64(63)
+    xv = x.view(np.uint64)
+    xv ^= flip  # x_i -> -x_i where s_i = -1
+    res = np.empty(r.shape, dtype=np.float32) if out is None else out
+    np.multiply(x, scale, out=res, casting="same_kind")
+    res += np.float32(0.0)  # -0.0 + 0.0 = +0.0
+    return res
 
 
 def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
@@ -634,22 +656,23 @@ class PrivUnitG(CapMechanism):
         bits = exact.SecureBits.keyed_by(rng)
         out = np.empty((n, k), dtype=np.float32)
         scale = self.clip_norm / cal.m
-        step = max(1, CHUNK_VALUES // max(1, k))
+        step = max(1, exact.CHUNK // max(1, k))  # cache-sized blocks of rows
+        draws = exact.LaplaceDraws(SECURE_SCALE, bits)
+        x, r, gather = (np.empty((step, k), dtype=np.float64) for _ in range(3))
         zero_rows = 0
         for s in range(0, n, step):
-            z = c[s:s + step].astype(np.float64)
-            norms = np.linalg.norm(z, axis=1)
+            z = c[s:s + step]
+            norms = np.sqrt(np.einsum("ij,ij->i", z, z, dtype=np.float64))
             zero = norms < TINY_NORM
             zero_rows += int(zero.sum())
             if self.sphere_map == "round":
                 factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
             else:
                 factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
-            signs = sign_vertices(z * factor[:, None], bits)
-            x = sample_secure_caps(z.shape[0], k, cal, bits)
-            x *= signs
-            x *= scale
-            out[s:s + step] = x
+            rows = z.shape[0]
+            xb = sample_secure_caps(rows, k, cal, bits, x, draws, gather)
+            rb = np.multiply(z, factor[:, None], out=r[:rows], dtype=np.float64)
+            signed_scaled(xb, rb, scale, bits, out[s:s + step], gather)
         return Stage(out, {"method": "privunitg (secure: sign vertex, exact discrete cap sampling)",
                            "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
                            "p": cal.p, "scale": scale})
