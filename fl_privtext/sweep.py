@@ -86,6 +86,9 @@ LATER_KEYS["server.on-device"] = False
 LATER_KEYS["federation.shuffle"] = False
 # Phase A through SecAgg+ (issue #24): every saved point was computed without it.
 LATER_KEYS.update({"train.secagg": False, "train.dp-mode": "server", "client.secagg-min-clients": 2})
+# Secure aggregation of Phase B (issue #24, server.aggregate): every saved point sent per-user uploads.
+LATER_KEYS.update({"server.aggregate": "uploads", "server.secagg-threshold": 0, "client.secagg-epsilon": 1.0,
+                   "client.secagg-delta": 1e-5})
 # Extraction precision (issue #14): every saved point was extracted in float32.
 LATER_KEYS["extractor.precision"] = "float32"
 # Keys whose default became "auto" after points were saved: the auto value is keyed as the value saved points used.

@@ -80,7 +80,7 @@ class ShufflingGrid(Grid):
     def __init__(self, inner: Grid, rng: np.random.Generator | None = None, *, on: bool = True,
                  cohorts: np.ndarray | None = None, first_pseudonym: int = 0, window: int = AUTO_WINDOW) -> None:
         self._inner = inner
-        self._rng = rng if rng is not None else np.random.default_rng()  # OS entropy: secret from the server
+        self._rng = rng if rng is not None else np.random.Generator(np.random.PCG64(np.random.SeedSequence()))  # OS entropy
         self.rounds_shuffled = 0
         self.window = window
         self.configure(on=on, cohorts=cohorts, first_pseudonym=first_pseudonym)
