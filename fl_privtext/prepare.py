@@ -52,8 +52,10 @@ def data_key(cfg: ExperimentConfig) -> tuple:
 @functools.lru_cache(maxsize=4)
 def _load(key: tuple) -> TextDataset:
     name, root, options = key
+    options = dict(options)
+    per_user = options.pop("records_per_user", None)  # any dataset: each user's first k records only
     try:
-        ds = load_dataset(name, data_root=root or None, **dict(options))
+        ds = load_dataset(name, data_root=root or None, **options)
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise ValueError(f"dataset {name!r}: a data file is a corrupt or truncated archive ({exc}); restore it "
                          "(e.g. re-download or re-copy the file).") from None
@@ -63,7 +65,25 @@ def _load(key: tuple) -> TextDataset:
     if len(ds) == 0:
         raise ValueError(f"dataset {name!r} (data.root={root!r}, options {dict(options)}) has no rows: the file "
                          "holds a header only, or every row was filtered out.")
-    return ds
+    return ds if per_user is None else first_records(ds, per_user)
+
+
+def first_records(ds: TextDataset, per_user: Any) -> TextDataset:
+    """``data.options.records_per_user = k``: each user's first k records (in the data's order), e.g. k = 1 so that
+    a user's release is one report under every trust model (simulations/trust_models.py)."""
+    try:
+        k = int(per_user)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or str(per_user).strip() != str(k):
+        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {per_user!r}.")
+    users = np.asarray(ds.user_index)
+    order = np.argsort(users, kind="stable")
+    sorted_users = users[order]
+    rank = np.arange(len(users)) - np.searchsorted(sorted_users, sorted_users, side="left")
+    keep = np.zeros(len(users), bool)
+    keep[order[rank < k]] = True
+    return ds if keep.all() else ds.select(np.flatnonzero(keep))
 
 
 def load(cfg: ExperimentConfig) -> TextDataset:

@@ -9,17 +9,18 @@ Writes docs/results/trust_models.md. Data and features as the frontier (`simulat
 (Ray backend), the clients' policy and ledgers on. For a target T, the epsilon AGAINST THE SERVER per user:
 
 - local DP: PrivUnitG (float sampler) on the representation at 0.75 T and k-ary randomized response on the label at
-  0.25 T; each client's ledger caps every user at T + 0.9 (``client.max-epsilon``), so a user releases ONE record
-  (a second would cost 2 T > T + 0.9) and a test user's on-device answer (``client.count-epsilon`` = 0.9) fits.
+  0.25 T.
 - local DP + shuffler (``federation.shuffle``): the same, at the local epsilon eps0 whose shuffled central epsilon
   (Wang et al. VLDB'24 bound, n = the smallest shuffled cohort's users, delta 1e-5) is T; the report's
   ``privacy.central`` is checked against T.
 - secure aggregation (``server.aggregate = secagg``): each client's noisy class statistics through Flower's
   SecAgg+, central epsilon T at delta 1e-5 (``client.secagg-epsilon``), every client required
-  (``client.secagg-min-clients`` = 10); same on-device answers.
+  (``client.secagg-min-clients`` = 10).
 
-The on-device answers (test users only, 0.9 each, the same protocol for all three) come on top of T. Repetitions:
-three role splits (``run.seed`` 0, 1, 2), one release each (a ledger never pays for a second seed), 95% t-intervals.
+Every user keeps ONE record (``data.options.records_per_user = 1``: blog has 6,510 users in its 10,000 posts), so
+a user's release is one report under every trust model and T is the per-user epsilon of the training release. The
+test users' on-device answers (one randomized-response bit each, ``client.count-epsilon`` = 1, the same protocol
+for all three) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), 95% t-intervals.
 The server's learner is chosen by ``server.learner = auto`` (cross-validated on uploads; from aggregates, the
 secure path's rule in `fl_privtext.server.aggregate`). The eavesdropper: the best attribute attack per upload and
 per named user, against its baseline (secure aggregation leaves it nothing per user).
@@ -47,7 +48,6 @@ FOLDER = RESULTS / "trust_models"
 STORE = FOLDER / "points"
 TARGETS = (1.0, 4.0)
 SPLITS = (0, 1, 2)
-COUNT_EPS = 0.9
 DELTA = 1e-5
 MODELS = ("no privacy", "local DP", "local DP + shuffler", "secure aggregation")
 COMMON: dict[str, Any] = {
@@ -55,7 +55,7 @@ COMMON: dict[str, Any] = {
     "run.baseline": False, "federation.num-clients": 10, "server.learner": "auto", "server.epochs": 20,
     "server.hidden": 128, "server.batch-size": 128, "server.lr": 0.05, "attack.epochs": 15,
     "attack.families": "logistic,likelihood", "attack.folds": 2, "attack.extra": False,
-    "privacy.sampler": "float", "privacy.delta": DELTA, "client.count-epsilon": COUNT_EPS,
+    "privacy.sampler": "float", "privacy.delta": DELTA, "data.options.records_per_user": 1,
     "client.secagg-delta": DELTA, "client.secagg-min-clients": 10,
 }
 
@@ -86,8 +86,7 @@ def local_for_central(target: float, n: int, delta: float) -> float:
 
 def local_point(b: ExperimentConfig, eps_user: float, **extra: Any) -> ExperimentConfig:
     return derive(b, **{"privacy.mechanism": "privunitg", "privacy.epsilon": 0.75 * eps_user,
-                        "privacy.label-epsilon": 0.25 * eps_user, "client.max-epsilon": eps_user + COUNT_EPS,
-                        **extra})
+                        "privacy.label-epsilon": 0.25 * eps_user, **extra})
 
 
 def points(data_root: str) -> dict[tuple[str, str, float, int], ExperimentConfig]:
