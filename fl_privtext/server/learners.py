@@ -249,6 +249,7 @@ class Linear:
     exported (clean) weights are corrected for the noise law (see ``fit``)."""
 
     name = "linear"
+    predicts_uploaded_labels = True  # fitted to the labels as uploaded (randomized ones included)
 
     def __init__(self, *, num_classes: int, seed: int = 0, noise: np.ndarray | None = None, **_: Any):
         self.k, self.seed, self.noise = num_classes, seed, noise
@@ -305,6 +306,7 @@ class MLP:
     """The task MLP of `fl_privtext.learn` (the platform's original learner), fitted on the noisy uploads."""
 
     name = "mlp"
+    predicts_uploaded_labels = True  # fitted to the labels as uploaded (randomized ones included)
 
     def __init__(self, *, num_classes: int, config: Any, generator: Any, progress: str | None = None, **_: Any):
         self.k, self.config, self.generator, self.progress = num_classes, config, generator, progress

@@ -9,6 +9,15 @@ to the clients (on-device) is chosen on it. The constant predictor (the log prio
 learner is chosen only when its out-of-fold log-loss is below the constant's with one-sided 95% confidence
 (a paired test on the per-user mean loss differences, Bonferroni over the candidates; users are the independent
 units), and then the lowest log-loss among those wins. ``utility.candidates`` holds every score.
+
+Randomized labels (``privacy.label-epsilon`` > 0, k-ary RR with known R[j, k] = Pr[uploaded k | true j]): the
+uploaded labels are noisy, so a learner that predicts the NOISE (near-uniform) would win a plain log-loss against
+them while being useless for the true label. The score is therefore forward-corrected (Patrini et al., CVPR 2017):
+the learner's predicted true-label distribution p is pushed through the known channel, q = p R, and scored by
+-log q[uploaded label], a proper score for p whenever R is invertible (learners fitted to the uploaded labels,
+linear and mlp, already predict q and are scored on it; under k-ary RR their argmax is the true label's); the accuracy is debiased by the backward
+correction (Natarajan et al., NeurIPS 2013): an upload predicted k with uploaded label l counts R^-1[l, k], whose
+expectation is the true-label correctness.
 """
 
 from __future__ import annotations
@@ -25,30 +34,42 @@ __all__ = ["cross_validate", "select"]
 FOLDS = 3
 
 
-def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int
-         ) -> tuple[np.ndarray, np.ndarray]:
-    """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``."""
+def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int,
+         label_rr: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``; with ``label_rr``
+    both against the true label (forward-corrected loss, backward-corrected correctness: module docstring)."""
     from sklearn.model_selection import GroupKFold
 
     n_groups = len(np.unique(groups))
     if n_groups < 2:
         raise ValueError(f"Cross-validation by user needs uploads of at least 2 users; got {n_groups}.")
-    hits = np.zeros(len(y), bool)
+    hits = np.zeros(len(y))
     loss = np.zeros(len(y))
+    inv = None if label_rr is None else np.linalg.inv(label_rr)
     for tr, te in GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups):
-        s = make().fit(x[tr], y[tr]).logits(x[te])
+        model = make().fit(x[tr], y[tr])
+        s = model.logits(x[te])
         s = s - s.max(axis=1, keepdims=True)
         logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
-        hits[te] = s.argmax(axis=1) == y[te]
-        loss[te] = -logp[np.arange(len(te)), y[te]]
+        pred = s.argmax(axis=1)
+        if inv is None:
+            hits[te] = pred == y[te]
+            loss[te] = -logp[np.arange(len(te)), y[te]]
+        else:
+            # the predicted law of the UPLOADED label: a learner fitted to the uploaded labels predicts it already
+            # (its argmax is the true label's under k-ary RR); a debiasing one predicts the true label's
+            p = np.exp(logp)
+            q = p if getattr(model, "predicts_uploaded_labels", False) else p @ label_rr
+            loss[te] = -np.log(np.maximum(q[np.arange(len(te)), y[te]], 1e-300))
+            hits[te] = inv[y[te], pred]
     return hits, loss
 
 
 def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
-                   folds: int = FOLDS) -> dict[str, float]:
+                   folds: int = FOLDS, label_rr: np.ndarray | None = None) -> dict[str, float]:
     """Out-of-fold accuracy and log-loss (nats per upload) of the learner ``make()`` over ``folds`` GroupKFold
-    folds (by ``groups``)."""
-    hits, loss = _oof(make, x, y, groups, folds)
+    folds (by ``groups``); ``label_rr``: the labels' RR matrix (scores against the true label)."""
+    hits, loss = _oof(make, x, y, groups, folds, label_rr)
     return {"accuracy": float(hits.mean()), "log_loss": float(loss.mean())}
 
 
@@ -65,13 +86,14 @@ def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray, tried: int) -
 
 
 def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
-           folds: int = FOLDS, order: Sequence[str] | None = None) -> tuple[str, dict[str, Any]]:
+           folds: int = FOLDS, order: Sequence[str] | None = None, label_rr: np.ndarray | None = None
+           ) -> tuple[str, dict[str, Any]]:
     """The candidate with the lowest out-of-fold log-loss among those that beat the constant (paired, per user,
     one-sided 95%, Bonferroni); the constant when none does. Returns (name, {name: {"accuracy", "log_loss",
-    "beats_constant"}}). ``makers`` must hold "constant"."""
+    "beats_constant"}}). ``makers`` must hold "constant". ``label_rr``: the uploaded labels' RR matrix, if any."""
     if "constant" not in makers:
         raise ValueError("select needs the constant predictor among the candidates.")
-    runs = {name: _oof(make, x, y, groups, folds) for name, make in makers.items()}
+    runs = {name: _oof(make, x, y, groups, folds, label_rr) for name, make in makers.items()}
     null = runs["constant"][1]
     tried = len(makers) - 1
     scores: dict[str, Any] = {}

@@ -84,7 +84,7 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
-        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv])
+        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr)
     return maker(chosen)().fit(x, y), chosen, scores
 
 
