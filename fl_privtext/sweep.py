@@ -202,8 +202,12 @@ def with_baselines(points: Sequence[ExperimentConfig]) -> list[ExperimentConfig]
 
 
 def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
+    """Points that can share one Flower simulation: same federation settings and the same clients' [client]
+    policy. The policy is the clients' own (fl_privtext.client.policy): two points whose requests look the same to
+    a client (same privacy and rounds) but whose [client] sections differ could not be told apart by it, so each
+    [client] section gets its own simulation."""
     flat = cfg.to_flat()
-    return tuple(flat.get(k) for k in SIMULATION_KEYS)
+    return (*(flat.get(k) for k in SIMULATION_KEYS), *sorted((k, v) for k, v in flat.items() if k.startswith("client.")))
 
 
 def headline(res: dict[str, Any]) -> str:
@@ -241,7 +245,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
     if len(groups) > 1:
-        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)})")
+        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)} or [client])")
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc="sweep points", unit="point",
                disable=None if progress else True,  # None: no bar when stderr is not a terminal (a log file)
                dynamic_ncols=True, file=sys.stderr)

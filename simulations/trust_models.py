@@ -49,6 +49,7 @@ STORE = FOLDER / "points"
 TARGETS = (1.0, 4.0)
 SPLITS = (0, 1, 2)
 DELTA = 1e-5
+STAGES = ("federation_s", "train_s", "on_device_s", "attack_s")  # the page's cost: traffic, training, answers, attack
 MODELS = ("no privacy", "local DP", "local DP + shuffler", "secure aggregation")
 COMMON: dict[str, Any] = {
     "extractor.name": "minilm", "run.seeds": 1, "run.client-seed": 918273645, "run.progress": False,
@@ -138,7 +139,8 @@ def _central(res: dict[str, Any]) -> str:
     if isinstance(c, dict):
         return f"{float(c['epsilon']):.3g} ({c.get('via')})"
     comp = res.get("privacy", {}).get("composition", {}).get("per_user", {})
-    return f"{comp.get('max_epsilon_total', '-')} (local)"
+    total = comp.get("max_epsilon_total", "-")
+    return (f"{float(total):.3g}" if isinstance(total, (int, float)) else str(total)) + " (local, incl. on-device)"
 
 
 def summarize(data_root: str) -> str:
@@ -158,7 +160,7 @@ def summarize(data_root: str) -> str:
                     rows.append([model, eps_str(t), "todo", "todo", "todo", "-", "-", "-", "-"])
                     continue
                 first = done[0]
-                cost = np.mean([r["timing"]["total_s"] for r in done])
+                cost = np.mean([sum(float(r["timing"].get(k, 0.0)) for k in STAGES) for r in done])
                 fed = first.get("federation", {})
                 rows.append([model, eps_str(t), _cell(od), _cell(pu) if model != "secure aggregation" else "-",
                              _central(first), str(first["utility"].get("learner", "-")), _attack(first),
@@ -166,7 +168,7 @@ def summarize(data_root: str) -> str:
                              f"{cost:.0f}"])
         lines += [md_table(["trust model", "target ε", "on device", "per upload", "ε against the server (via)",
                             "learner", "attack advantage, points (per upload / per user)", "rounds / bytes",
-                            "seconds"], rows), ""]
+                            "seconds (traffic + training + answers + attack)"], rows), ""]
         maj = [r["utility"]["majority_baseline"] for r in (store.get(c) for k, c in pts.items() if k[0] == ds)
                if r is not None]
         if maj:

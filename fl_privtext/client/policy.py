@@ -88,7 +88,18 @@ class ClientPolicy:
 
     @classmethod
     def from_points(cls, points: list[ExperimentConfig]) -> ClientPolicy:
-        return cls(tuple(_entry(entry_of(p)) for p in points))
+        """One entry per point; two points whose requests a client cannot tell apart (same pinned keys) must not
+        carry different [client] sections (the client would answer both under the first)."""
+        entries = tuple(_entry(entry_of(p)) for p in points)
+        seen: dict[str, PolicyEntry] = {}
+        for e in entries:
+            key = json.dumps(e.pinned, sort_keys=True, default=str)
+            other = seen.setdefault(key, e)
+            if other.client != e.client:
+                raise ValueError("Two points of one simulation differ only in their [client] policy, which the "
+                                 "clients could not tell apart from the requests; run them in separate simulations "
+                                 "(a sweep does: fl_privtext.sweep.simulation_group).")
+        return cls(entries)
 
     def to_json(self) -> str:
         return json.dumps([{**e.pinned, **_client_flat(e.client)} for e in self.entries], default=_json_default)

@@ -1,0 +1,32 @@
+"""Points whose requests a client cannot tell apart (same privacy, rounds, seeds) but whose [client] policies differ
+never share a simulation: the clients would answer both under the first entry (found by the trust-model page, where
+central epsilon 1 was answered at 4)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fl_privtext.client.policy import ClientPolicy
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.sweep import simulation_group
+
+
+def _secagg(eps: float) -> ExperimentConfig:
+    return ExperimentConfig.from_flat({"server.aggregate": "secagg", "privacy.mechanism": "none",
+                                       "client.secagg-epsilon": eps})
+
+
+def test_points_differing_only_in_the_client_policy_are_separate_simulations():
+    a, b = _secagg(1.0), _secagg(4.0)
+    assert simulation_group(a) != simulation_group(b)
+    assert simulation_group(a) == simulation_group(_secagg(1.0))
+    with pytest.raises(ValueError, match="differ only in their \\[client\\] policy"):
+        ClientPolicy.from_points([a, b])
+
+
+def test_points_the_requests_tell_apart_share_a_policy():
+    a = ExperimentConfig.from_flat({"privacy.epsilon": 1.0})
+    b = ExperimentConfig.from_flat({"privacy.epsilon": 2.0})
+    policy = ClientPolicy.from_points([a, b])
+    assert policy.entry_for(b).pinned["privacy.epsilon"] == 2.0
+    assert simulation_group(a) == simulation_group(b)
