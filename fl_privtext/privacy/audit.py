@@ -298,7 +298,8 @@ def _cap_plan(mech: CapMechanism) -> AuditPlan:
     sample = lambda c, rng: mech.randomise(c, rng).values
     if k < SHARED_BLOCK:
         x1, extra = -x0, ()
-        pair = f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit detector below 4)"
+        pair = (f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit "
+                "detector below 4 dimensions)")
     else:
         x1 = np.zeros(k)
         x1[:SHARED_BLOCK] = 0.5 * mech.clip_norm
