@@ -356,3 +356,20 @@ def test_shared_offset_statistic_is_exact_on_constructed_rows_and_has_power():
     assert shared_offset_consistent(shared).all()
     free = rng.normal(size=(n, 4)).astype(np.float32)  # no shared offset
     assert 0.05 < 1.0 - shared_offset_consistent(free).mean() < 0.5
+
+
+@pytest.mark.parametrize("name", ("privunit", "duchi"))
+def test_float_reports_carry_the_low_bit_bound_that_the_audit_reproduces(name):
+    """The report's documented low-bit lower bound is what its command measures (same seed, 1e6 samples)."""
+    from fl_privtext.privacy.commands import audit as cli_audit
+    from fl_privtext.privacy.commands import privacy_report
+
+    rep = privacy_report(name, {"epsilon": "1", "dim": "16"})
+    assert rep["float_safe"] is False
+    low = rep["low_bit_audit"]
+    assert low["epsilon_lower_bound"] > 10 * low["epsilon_claimed"]
+    assert low["command"] == f"fl-privtext audit {name} --set epsilon=1 --set dim=16 --seed 0"
+    res = cli_audit(name, {"epsilon": "1", "dim": "16"}, samples=None, seed=0)
+    assert res["samples"] == low["samples_per_input"] and res["verdict"] == "violation"
+    assert res["epsilon_lower_bound"] == pytest.approx(low["epsilon_lower_bound"], abs=0.01)
+    assert "low_bit_audit" not in make_mechanism("duchi", epsilon=1.0, dim=16, sampler="secure").report().to_json()

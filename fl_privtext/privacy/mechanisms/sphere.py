@@ -74,6 +74,18 @@ FLOAT_NOISE = (
     "(Mironov 2012), so float_safe is false. No secure sampler is offered for this mechanism (privacy.sampler does "
     "not apply)."
 )
+# What the audit's low-bit distinguisher certifies against the float PrivUnit / Duchi (fl_privtext.privacy.audit,
+# _cap_plan: a shared float32 offset on a block of coordinates), measured by the command given, and carried by their
+# reports (float_safe false). The bound is limited by the sample count (no output from x1 is ever inconsistent; ~18%
+# from x0 are, for every epsilon and dim >= 4 tried): the leak is at least this, not at most.
+LOW_BIT_AUDIT: dict[str, dict[str, Any]] = {
+    name: {"epsilon_lower_bound": bound, "epsilon_claimed": 1.0, "dim": 16, "samples_per_input": 1_000_000,
+           "alpha": 0.05, "command": f"fl-privtext audit {name} --set epsilon=1 --set dim=16 --seed 0",
+           "detector": "shared float32 offset of coordinates 0-3 (x1 = C(1/2,1/2,1/2,1/2,0,...) vs x0 = -C e_1)",
+           "note": "sample-limited lower bound on the float sampler's epsilon; the ideal mechanism's calibration "
+                   "passes the same audit"}
+    for name, bound in (("privunit", 10.14), ("duchi", 10.22))
+}
 CHUNK_VALUES = 1 << 20
 TINY_NORM = 1e-30  # rows shorter than this have no representable direction (1/norm would overflow float32)
 MAX_EPSILON = 20.0  # 1 - p >= 2e-9 >> 2^-53, the resolution of the uniforms deciding the cap
@@ -802,7 +814,9 @@ class PrivUnit(CapMechanism):
         out += u  # scale * (W u + sqrt(1 - W^2) v)
 
     def calibration_values(self) -> dict[str, Any]:
-        return {**super().calibration_values(), "gamma": self.calibration.threshold}
+        """Includes ``low_bit_audit``: what the audit certifies against the float sampler (LOW_BIT_AUDIT)."""
+        return {**super().calibration_values(), "gamma": self.calibration.threshold,
+                "low_bit_audit": dict(LOW_BIT_AUDIT[self.name])}
 
 
 @dataclass(frozen=True, kw_only=True)
