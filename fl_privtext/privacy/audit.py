@@ -295,7 +295,9 @@ def _cap_plan(mech: CapMechanism) -> AuditPlan:
     k = mech.work_dim
     x0 = np.zeros(k)
     x0[0] = -mech.clip_norm
-    sample = lambda c, rng: mech.randomise(c, rng).values
+    # float32 inputs, as the pipeline's normalise stage hands them over (a float64 batch would make u float64 and
+    # the offset b a float64 that no float32 grid holds, which is not what a client computes)
+    sample = lambda c, rng: mech.randomise(np.asarray(c, dtype=np.float32), rng).values
     if k < SHARED_BLOCK:
         x1, extra = -x0, ()
         pair = (f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit "

@@ -332,11 +332,14 @@ def test_to_sphere_handles_huge_and_tiny_rows(rule):
 
 
 # ------------------------------------------------------------------------------------ low-bit (float) audit
-@pytest.mark.parametrize("name", ("privunit", "duchi"))
-def test_low_bit_audit_flags_the_float_privunit_and_duchi(name):
+@pytest.mark.parametrize(("name", "params"), [
+    ("privunit", {}), ("duchi", {}), ("privunit", {"clip_norm": 0.7, "sphere_map": "normalise"}),
+    ("duchi", {"clip_norm": 3.0}),
+])
+def test_low_bit_audit_flags_the_float_privunit_and_duchi(name, params):
     """From x1 = C (1/2,1/2,1/2,1/2,0,...) the four block coordinates share one float32 offset: never inconsistent;
     from x0 = -C e_1 they are free products and ~18% of rows are inconsistent: certified far above eps = 1."""
-    res = audit(make_mechanism(name, epsilon=1.0, dim=16), 200_000, seed=3)
+    res = audit(make_mechanism(name, epsilon=1.0, dim=16, **params), 200_000, seed=3)
     assert res.verdict == "violation", res.to_json()
     (det,) = res.detectors
     assert det.bound.count_den == 0 and det.bound.lower_bound > 7.0
