@@ -281,6 +281,42 @@ def shared_offset_consistent(y: np.ndarray, block: int = SHARED_BLOCK) -> np.nda
     return ~(small & (np.floor(ratio) != ratio)).any(axis=1)
 
 
+def _secure_duchi_llr(mech: CapMechanism, k: int) -> Callable[[np.ndarray], np.ndarray]:
+    # Secure duchi, pair -C e_1 vs C (1/2,1/2,1/2,1/2,0,...): P(Y | x) = sum over the block's sign vertex s_b of
+    # P(s_b | x) 2^-k (p/q or (1-p)/(1-q) as <Y, s> >= 1), and <Y, s> = <a, s_b> + B with a the block's signs of Y
+    # and B a sum of k - 4 uniform signs (the other vertex coordinates are uniform from both inputs), so the ratio
+    # is a function of a: 16 values, computed exactly.
+    from itertools import product
+
+    from scipy import stats
+
+    cal = mech.calibration
+    rest = k - SHARED_BLOCK
+    inside, outside = cal.p / cal.q, (1.0 - cal.p) / (1.0 - cal.q)
+
+    def tail(t: int) -> float:  # Pr[B >= t], B = 2J - rest, J ~ Binomial(rest, 1/2)
+        return float(stats.binom.sf(math.ceil((t + rest) / 2) - 1, rest, 0.5)) if rest > 0 else float(t <= 0)
+
+    vertices = [np.array(v) for v in product((-1, 1), repeat=SHARED_BLOCK)]
+
+    def lik(a: np.ndarray, plus: tuple[float, ...]) -> float:
+        total = 0.0
+        for sb in vertices:
+            w = float(np.prod([pp if sj > 0 else 1.0 - pp for pp, sj in zip(plus, sb, strict=True)]))
+            c = tail(1 - int(a @ sb))
+            total += w * (inside * c + outside * (1.0 - c))
+        return total
+
+    table = np.array([math.log(lik(a, (0.0, 0.5, 0.5, 0.5))) - math.log(lik(a, (0.75,) * SHARED_BLOCK))
+                      for a in vertices])
+    weights = 1 << np.arange(SHARED_BLOCK)[::-1]  # the index of a in `vertices` (+1 -> bit 1, first = highest)
+
+    def llr(y: np.ndarray) -> np.ndarray:
+        return np.round(table[(y[:, :SHARED_BLOCK] > 0).astype(np.int64) @ weights], 9)
+
+    return llr
+
+
 def _cap_plan(mech: CapMechanism) -> AuditPlan:
     # PrivUnit and Duchi (float): pair x0 = -C e_1, x1 = C (1/2, 1/2, 1/2, 1/2, 0, ...) (k >= 4; else antipodal).
     # The likelihood ratio of two inputs depends only on which caps contain the output:
@@ -311,8 +347,11 @@ def _cap_plan(mech: CapMechanism) -> AuditPlan:
         pair = (f"-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) on the sphere of radius C in {k} dimensions "
                 "(randomiser stage)")
     if getattr(mech, "sampler", "float") == "secure":
-        # the vertex rounding mixes the inputs; coordinate 0's sign carries the signal
-        return AuditPlan(x0, x1, sample, k, (Component("coordinate 0", 1, _column(0)),), None, pair, extra=extra)
+        # secure duchi: the law of the output depends on the inputs only through the sign vertex; coordinate 0 is
+        # sufficient for the antipodal pair, the exact log-likelihood ratio of the block's signs for the block pair
+        comp = Component("coordinate 0", 1, _column(0)) if k < SHARED_BLOCK else \
+            Component("exact log-likelihood ratio of the signs of coordinates 0-3", 1, _secure_duchi_llr(mech, k))
+        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
     u0, u1 = x0 / mech.clip_norm, x1 / mech.clip_norm
     tau = mech.clip_norm / mech.calibration.m * mech.calibration.threshold
 

@@ -263,3 +263,23 @@ def test_cli_contract_for_duchi_and_privunit():
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="'privunit' has no secure sampler"):
         make_mechanism("privunit", epsilon=1.0, dim=16, sampler="secure")
+
+
+def test_secure_duchi_audit_statistic_is_the_exact_likelihood_ratio_and_the_audit_is_tight_for_the_pair():
+    """The 16-value log-likelihood ratio of the block signs matches sampled frequencies, and the certified bound
+    lies between 0.6 x and 1 x the pair's true privacy loss (max |LLR|), which is below epsilon."""
+    from fl_privtext.privacy.audit import plan_for
+
+    mech = make_mechanism("duchi", epsilon=1.0, dim=8, sampler="secure")
+    plan = plan_for(mech)
+    n = 200_000
+    v0 = plan.components[0].statistic(plan.sample(np.tile(plan.x0, (n, 1)), np.random.default_rng(1)))
+    v1 = plan.components[0].statistic(plan.sample(np.tile(plan.x1, (n, 1)), np.random.default_rng(2)))
+    for v in np.unique(v0):
+        c0, c1 = (v0 == v).sum(), (v1 == v).sum()
+        if min(c0, c1) > 2000:
+            se = math.sqrt(1 / c0 + 1 / c1)
+            assert abs(math.log(c0 / c1) - v) < 5 * se, v
+    loss = max(np.abs(np.unique(v0)).max(), np.abs(np.unique(v1)).max())
+    res = audit_mechanism(mech, np.random.default_rng(0), samples=n)
+    assert res.verdict == "pass" and 0.6 * loss < res.epsilon_lower_bound <= loss < 1.0
