@@ -334,8 +334,9 @@ def _cap_plan(mech: CapMechanism) -> AuditPlan:
     # float32 inputs, as the pipeline's normalise stage hands them over (a float64 batch would make u float64 and
     # the offset b a float64 that no float32 grid holds, which is not what a client computes)
     sample = lambda c, rng: mech.randomise(np.asarray(c, dtype=np.float32), rng).values
+    extra: tuple[Component, ...] = ()
     if k < SHARED_BLOCK:
-        x1, extra = -x0, ()
+        x1 = -x0
         pair = (f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit "
                 "detector below 4 dimensions)")
     else:
@@ -444,8 +445,9 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
     - none: 0 vs e_1, coordinate 0.
     - privunit, duchi: -C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) at full (working) dimension (k >= 4; antipodal and no
       low-bit detector below); the exact likelihood-ratio class 1[<y,u0> >= tau] - 1[<y,u1> >= tau] (the ratio is
-      e^eps, 1 or e^-eps; coordinate 0 for secure duchi), plus the low-bit distinguisher: the shared float32 offset
-      of coordinates 0-3 (see _cap_plan and shared_offset_consistent).
+      e^eps, 1 or e^-eps; for secure duchi the exact log-likelihood ratio of the signs of coordinates 0-3),
+      plus the low-bit distinguisher: the shared float32 offset of coordinates 0-3 (see _cap_plan and
+      shared_offset_consistent).
     - privunitg: C*e_1 vs C*e_2; the likelihood-ratio class 1[y_0 >= tau] - 1[y_1 >= tau] (float) or coordinate 0
       (secure), plus the low-bit distinguisher on coordinate 1 (float32 product image; see _privunitg_plan).
     - mvlaplace, purkayastha: C*e_1 vs -C*e_1; the exact whole-vector log-likelihood ratio. Their published
