@@ -27,10 +27,11 @@ CASES = (
     ("bitrr", {"epsilon": 1.0, "dim": 50}, (100_000, 50)),
     ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 384}, (100_000, 384)),
     ("privunitg", {"epsilon": 1.0, "dim": 384}, (100_000, 384)),
+    ("duchi", {"epsilon": 1.0, "dim": 384}, (100_000, 384)),
 )
 
 
-RATIO_CASES = ("laplace-l1", "gaussian", "privunitg")
+RATIO_CASES = ("laplace-l1", "gaussian", "privunitg", "duchi")
 
 
 def _time(mechs: list, x: np.ndarray, repeats: int) -> list[tuple[list[float], list[float], tuple[int, ...]]]:

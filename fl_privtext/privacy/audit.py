@@ -19,6 +19,9 @@ Method (in the style of DP-Sniper and Jagielski et al. 2020):
    x = -1, y in [1, 2) is exactly n - 1 with n on the coarser grid of [2, 4), so y's last mantissa bit is always 0,
    while from x = +1 it is 0 or 1; the event {T = 0} then has probability 0 under x1 and not under x0, and the
    certified bound is limited only by the samples. Exact discrete noise on a grid (sampler="secure") passes.
+   The sphere mechanisms get their own float-consistency statistic: PrivUnitG, whether a coordinate is a float32
+   product fl32(z * fl32(C/m)) (:func:`_privunitg_plan`); PrivUnit and Duchi, whether four coordinates share one
+   float32 additive offset (:func:`shared_offset_consistent`, :func:`_cap_plan`). Their secure variants pass.
 
 Verdict: "violation" when the lower bound exceeds the claimed epsilon (plus 1e-9 relative tolerance), else "pass".
 A correct mechanism passes with probability >= 1 - alpha. The largest bound that N samples can certify is about
@@ -254,23 +257,112 @@ def _laplace_plan(mech: LaplaceDPNR | LaplaceL1 | LaplaceBox | LaplaceDPNRCode, 
     return AuditPlan(x0, x1, mech.privatize, k, pair_comps, whole, pair, extra=(low_bit_component(x1),))
 
 
+SHARED_BLOCK = 4  # x1 = C (1/2, 1/2, 1/2, 1/2, 0, ...): a unit vector with equal float32 entries on 4 coordinates
+OFFSET_SLACK = 32.0  # error bound of the block mean, in units of 2^-23 (float32 rounding) times the magnitudes
+
+
+def shared_offset_consistent(y: np.ndarray, block: int = SHARED_BLOCK) -> np.ndarray:
+    """(n,) bool: whether y[:, :block] can be fl32(A_j + b) for float32 A_j and ONE float32 b (see _cap_plan).
+
+    b is estimated by the block mean b_hat; beta = |b_hat| - err is a certain lower bound on |b| (err: 32 x 2^-23
+    times the magnitudes, several times the float32 roundings of y_j, A_j and of the orthogonal-noise projection).
+    A coordinate with |y_i| <= beta/4 then satisfies |A_i| in (|b|/2, 2|b|), so y_i = A_i + b exactly (Sterbenz)
+    and y_i is a multiple of ulp(|b|/2) >= g = 2^(floor(log2(beta/2)) - 23). False (inconsistent) when such a
+    coordinate lies off the grid g: impossible under a shared additive float32 offset.
+    """
+    yb = np.asarray(y[:, :block], dtype=np.float32).astype(np.float64)
+    b_hat = yb.sum(axis=1) / block
+    err = 2.0 ** -23 * OFFSET_SLACK * (np.abs(yb).sum(axis=1) + block * np.abs(b_hat)) / block
+    beta = np.abs(b_hat) - err
+    ok = beta > 2.0 ** -120  # normal float32 range: the ulp formula holds
+    g = np.exp2(np.floor(np.log2(np.where(ok, beta / 2.0, 1.0))) - 23.0)
+    small = (np.abs(yb) <= (beta / 4.0)[:, None]) & ok[:, None]
+    ratio = yb / g[:, None]  # exact: g is a power of two
+    return ~(small & (np.floor(ratio) != ratio)).any(axis=1)
+
+
+def _secure_duchi_llr(mech: CapMechanism, k: int) -> Callable[[np.ndarray], np.ndarray]:
+    # Secure duchi, pair -C e_1 vs C (1/2,1/2,1/2,1/2,0,...): P(Y | x) = sum over the block's sign vertex s_b of
+    # P(s_b | x) 2^-k (p/q or (1-p)/(1-q) as <Y, s> >= 1), and <Y, s> = <a, s_b> + B with a the block's signs of Y
+    # and B a sum of k - 4 uniform signs (the other vertex coordinates are uniform from both inputs), so the ratio
+    # is a function of a: 16 values, computed exactly.
+    from itertools import product
+
+    from scipy import stats
+
+    cal = mech.calibration
+    rest = k - SHARED_BLOCK
+    inside, outside = cal.p / cal.q, (1.0 - cal.p) / (1.0 - cal.q)
+
+    def tail(t: int) -> float:  # Pr[B >= t], B = 2J - rest, J ~ Binomial(rest, 1/2)
+        return float(stats.binom.sf(math.ceil((t + rest) / 2) - 1, rest, 0.5)) if rest > 0 else float(t <= 0)
+
+    vertices = [np.array(v) for v in product((-1, 1), repeat=SHARED_BLOCK)]
+
+    def lik(a: np.ndarray, plus: tuple[float, ...]) -> float:
+        total = 0.0
+        for sb in vertices:
+            w = float(np.prod([pp if sj > 0 else 1.0 - pp for pp, sj in zip(plus, sb, strict=True)]))
+            c = tail(1 - int(a @ sb))
+            total += w * (inside * c + outside * (1.0 - c))
+        return total
+
+    table = np.array([math.log(lik(a, (0.0, 0.5, 0.5, 0.5))) - math.log(lik(a, (0.75,) * SHARED_BLOCK))
+                      for a in vertices])
+    weights = 1 << np.arange(SHARED_BLOCK)[::-1]  # the index of a in `vertices` (+1 -> bit 1, first = highest)
+
+    def llr(y: np.ndarray) -> np.ndarray:
+        return np.round(table[(y[:, :SHARED_BLOCK] > 0).astype(np.int64) @ weights], 9)
+
+    return llr
+
+
 def _cap_plan(mech: CapMechanism) -> AuditPlan:
-    # The likelihood ratio of two inputs depends only on which caps contain the output: with x1 = -x0 it is
-    # eps * (1[<y, x0> >= tau] - 1[<y, x1> >= tau]), tau = C/m * threshold (the cap boundary in output units).
-    # Audited on the randomiser's domain (the clipped ball in work_dim; a projection is public pre-processing).
+    # PrivUnit and Duchi (float): pair x0 = -C e_1, x1 = C (1/2, 1/2, 1/2, 1/2, 0, ...) (k >= 4; else antipodal).
+    # The likelihood ratio of two inputs depends only on which caps contain the output:
+    # eps * (1[<y, u0> >= tau] - 1[<y, u1> >= tau]), tau = C/m * threshold (the cap boundary in output units).
+    # Low-bit distinguisher (float sampler): the upload is fl32(f (Z - <Z,u> u)) + fl32(u_j * fl32(C/m W)) with a
+    # per-row float32 factor f; for u1 the four block coordinates get the SAME float32 offset b = fl32(C/(2m) W),
+    # so every block coordinate that nearly cancels b is exactly A_i + b and lies on b's coarser grid, whereas from
+    # x0 they are plain products fl32(f Z_j) with free low bits (:func:`shared_offset_consistent`: probability 1
+    # from x1, ~0.82 from x0 at k = 16). No known constant enters, so the per-row renormalisation f, which hides
+    # the single-coordinate product test of PrivUnitG, does not help. Secure Duchi (the sign-vector grid) passes:
+    # its coordinates are +-fl32(C/m). Audited on the randomiser's domain (a projection is public pre-processing).
     k = mech.work_dim
     x0 = np.zeros(k)
-    x0[0] = mech.clip_norm
+    x0[0] = -mech.clip_norm
+    # float32 inputs, as the pipeline's normalise stage hands them over (a float64 batch would make u float64 and
+    # the offset b a float64 that no float32 grid holds, which is not what a client computes)
+    sample = lambda c, rng: mech.randomise(np.asarray(c, dtype=np.float32), rng).values
+    extra: tuple[Component, ...] = ()
+    if k < SHARED_BLOCK:
+        x1 = -x0
+        pair = (f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit "
+                "detector below 4 dimensions)")
+    else:
+        x1 = np.zeros(k)
+        x1[:SHARED_BLOCK] = 0.5 * mech.clip_norm
+        low = Component("shared float32 offset of coordinates 0-3 (consistency with x1)", 1,
+                        lambda y: shared_offset_consistent(y).astype(np.float64))
+        extra = (low,)
+        pair = (f"-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) on the sphere of radius C in {k} dimensions "
+                "(randomiser stage)")
+    if getattr(mech, "sampler", "float") == "secure":
+        # secure duchi: the law of the output depends on the inputs only through the sign vertex; coordinate 0 is
+        # sufficient for the antipodal pair, the exact log-likelihood ratio of the block's signs for the block pair
+        comp = Component("coordinate 0", 1, _column(0)) if k < SHARED_BLOCK else \
+            Component("exact log-likelihood ratio of the signs of coordinates 0-3", 1, _secure_duchi_llr(mech, k))
+        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
+    u0, u1 = x0 / mech.clip_norm, x1 / mech.clip_norm
     tau = mech.clip_norm / mech.calibration.m * mech.calibration.threshold
 
     def indicator(y: np.ndarray) -> np.ndarray:
-        y0 = y[:, 0].astype(np.float64)
-        return (y0 >= tau).astype(np.float64) - (-y0 >= tau).astype(np.float64)
+        z = y.astype(np.float64)
+        return (z @ u0 >= tau).astype(np.float64) - (z @ u1 >= tau).astype(np.float64)
 
-    comp = Component(f"likelihood-ratio class 1[<y,x0> >= {tau:.6g}] - 1[<y,x1> >= {tau:.6g}] (full dimension {k})",
+    comp = Component(f"likelihood-ratio class 1[<y,u0> >= {tau:.6g}] - 1[<y,u1> >= {tau:.6g}] (full dimension {k})",
                      1, indicator)
-    return AuditPlan(x0, -x0, lambda c, rng: mech.randomise(c, rng).values, k, (comp,), None,
-                     f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage)")
+    return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
 
 
 def float32_product_image(y: np.ndarray, scale: float) -> np.ndarray:
@@ -351,9 +443,11 @@ def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
     - laplace-dpnr-code: the same pair; statistic y[1] - y[0], which equals the input's difference exactly.
     - laplace-box: low*1 vs high*1; coordinate 0 (x k); whole-vector LLR.
     - none: 0 vs e_1, coordinate 0.
-    - privunit, duchi: C*e_1 vs -C*e_1 at full (working) dimension; the exact likelihood-ratio class
-      1[<y,x0> >= tau] - 1[<y,x1> >= tau] (the ratio is e^eps, 1 or e^-eps). No low-bit detector (their float
-      outputs are renormalised per row; float_safe stays false).
+    - privunit, duchi: -C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) at full (working) dimension (k >= 4; antipodal and no
+      low-bit detector below); the exact likelihood-ratio class 1[<y,u0> >= tau] - 1[<y,u1> >= tau] (the ratio is
+      e^eps, 1 or e^-eps; for secure duchi the exact log-likelihood ratio of the signs of coordinates 0-3),
+      plus the low-bit distinguisher: the shared float32 offset of coordinates 0-3 (see _cap_plan and
+      shared_offset_consistent).
     - privunitg: C*e_1 vs C*e_2; the likelihood-ratio class 1[y_0 >= tau] - 1[y_1 >= tau] (float) or coordinate 0
       (secure), plus the low-bit distinguisher on coordinate 1 (float32 product image; see _privunitg_plan).
     - mvlaplace, purkayastha: C*e_1 vs -C*e_1; the exact whole-vector log-likelihood ratio. Their published

@@ -50,8 +50,10 @@ def parse_params(name: str, params: dict[str, str]) -> dict[str, Any]:
     for key, raw in params.items():
         py = key.strip().replace("-", "_")
         if py not in accepted:
+            extra = (f" {name!r} has no secure sampler (its report's float_safe says whether what it samples meets "
+                     "its epsilon)." if py == "sampler" else "")
             raise ValueError(f"Mechanism {name!r} does not accept {key!r}; accepted parameters: "
-                             f"{', '.join(sorted(k.replace('_', '-') for k in accepted))}.")
+                             f"{', '.join(sorted(k.replace('_', '-') for k in accepted))}.{extra}")
         hint = hints[py]
         args = set(typing.get_args(hint)) or {hint}
         text = raw.strip()

@@ -302,8 +302,9 @@ def test_miscalibrated_privunitg_is_caught():
 def test_privunit_with_approximate_cap_area_is_caught():
     mech = WrongCapPrivUnit(epsilon=2.0, dim=4)
     assert mech.report().epsilon_worst_case > 2.3  # 2.31: the report computes it from the realised cap
-    res = audit(mech, 200_000, seed=2)
+    res = audit(mech, 200_000, seed=2, low_bits=False)  # the calibration alone (the float low bits fail too)
     assert res.verdict == "violation", res.to_json()
+    assert 2.0 < res.composed_lower_bound <= 2.31
 
 
 @pytest.mark.parametrize("name", CAP)
@@ -328,3 +329,50 @@ def test_to_sphere_handles_huge_and_tiny_rows(rule):
     u, info = to_sphere(x, rng, rule)
     assert np.isfinite(u).all() and np.allclose(np.linalg.norm(u, axis=1), 1.0, atol=1e-6)
     assert np.allclose(np.abs(u[0]), [0.6, 0.8, 0.0]) and info["zero_rows"] == 2
+
+
+# ------------------------------------------------------------------------------------ low-bit (float) audit
+@pytest.mark.parametrize(("name", "params"), [
+    ("privunit", {}), ("duchi", {}), ("privunit", {"clip_norm": 0.7, "sphere_map": "normalise"}),
+    ("duchi", {"clip_norm": 3.0}),
+])
+def test_low_bit_audit_flags_the_float_privunit_and_duchi(name, params):
+    """From x1 = C (1/2,1/2,1/2,1/2,0,...) the four block coordinates share one float32 offset: never inconsistent;
+    from x0 = -C e_1 they are free products and ~18% of rows are inconsistent: certified far above eps = 1."""
+    res = audit(make_mechanism(name, epsilon=1.0, dim=16, **params), 200_000, seed=3)
+    assert res.verdict == "violation", res.to_json()
+    (det,) = res.detectors
+    assert det.bound.count_den == 0 and det.bound.lower_bound > 7.0
+    assert 0.9 < res.components[0].bound.lower_bound <= 1.0  # the calibration itself is tight and correct
+
+
+def test_shared_offset_statistic_is_exact_on_constructed_rows_and_has_power():
+    from fl_privtext.privacy.audit import shared_offset_consistent
+
+    rng = np.random.default_rng(4)
+    n = 100_000
+    b = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    a64 = 1.5 * rng.normal(size=(n, 4))
+    a = (a64 - a64.mean(axis=1, keepdims=True)).astype(np.float32)  # orthogonal to the block, as in the mechanism
+    shared = (a + b[:, None]).astype(np.float32)  # fl32(A_j + b): consistent by construction
+    assert np.abs(shared).min() < 1e-3  # and rows with cancelling coordinates (the tested case) do occur
+    assert shared_offset_consistent(shared).all()
+    free = rng.normal(size=(n, 4)).astype(np.float32)  # no shared offset
+    assert 0.05 < 1.0 - shared_offset_consistent(free).mean() < 0.5
+
+
+@pytest.mark.parametrize("name", ("privunit", "duchi"))
+def test_float_reports_carry_the_low_bit_bound_that_the_audit_reproduces(name):
+    """The report's documented low-bit lower bound is what its command measures (same seed, 1e6 samples)."""
+    from fl_privtext.privacy.commands import audit as cli_audit
+    from fl_privtext.privacy.commands import privacy_report
+
+    rep = privacy_report(name, {"epsilon": "1", "dim": "16"})
+    assert rep["float_safe"] is False
+    low = rep["low_bit_audit"]
+    assert low["epsilon_lower_bound"] > 10 * low["epsilon_claimed"]
+    assert low["command"] == f"fl-privtext audit {name} --set epsilon=1 --set dim=16 --seed 0"
+    res = cli_audit(name, {"epsilon": "1", "dim": "16"}, samples=None, seed=0)
+    assert res["samples"] == low["samples_per_input"] and res["verdict"] == "violation"
+    assert res["epsilon_lower_bound"] == pytest.approx(low["epsilon_lower_bound"], abs=0.01)
+    assert "low_bit_audit" not in make_mechanism("duchi", epsilon=1.0, dim=16, sampler="secure").report().to_json()

@@ -185,3 +185,101 @@ def test_sign_vertex_is_unbiased():
     s = signed_scaled(np.ones_like(r), r.copy(), 1.0, exact.SecureBits(bytes(range(32))))
     se = np.sqrt((1 - r[0] ** 2) / r.shape[0]) + 1e-12
     assert np.all(np.abs(s.mean(axis=0) - r[0]) < 5 * se + 1e-9)
+
+
+# ------------------------------------------------------------------------------------ secure Duchi (sign cube)
+@pytest.mark.parametrize(("eps", "k"), [(1.0, 3), (1.0, 4), (2.5, 7), (0.5, 16), (1.0, 384)])
+def test_secure_duchi_calibration_is_the_exact_binomial_tail(eps, k):
+    from fl_privtext.privacy.mechanisms.sphere import secure_duchi_calibration
+
+    cal = secure_duchi_calibration(eps, k)
+    j = np.arange(k + 1)
+    pmf = stats.binom.pmf(j, k, 0.5)
+    s = 2 * j - k
+    cap = s >= 1
+    assert cal.q == pytest.approx(pmf[cap].sum(), rel=1e-12)
+    assert cal.p * TWO53 == round(cal.p * TWO53)
+    assert eps - 1e-12 < cal.epsilon <= eps
+    es = cal.p * (pmf[cap] * s[cap]).sum() / cal.q + (1 - cal.p) * (pmf[~cap] * s[~cap]).sum() / (1 - cal.q)
+    assert cal.m == pytest.approx(es / k, rel=1e-9)
+    assert cal.mse == pytest.approx(k / cal.m**2 - 1, rel=1e-12)
+
+
+def test_secure_duchi_sampler_matches_the_exact_pmf_and_a_wrong_pmf_is_rejected():
+    from fl_privtext.privacy.mechanisms.sphere import SignDraws, secure_duchi_calibration
+
+    k, n = 4, 400_000
+    cal = secure_duchi_calibration(1.0, k)
+    bits = exact.SecureBits(bytes(range(32)))
+    x = sample_secure_caps(n, k, cal, bits, draws=SignDraws(bits))
+    assert set(np.unique(x)) == {-1.0, 1.0}
+    idx = ((x > 0).astype(np.int64) << np.arange(k)).sum(axis=1)
+    observed = np.bincount(idx, minlength=1 << k)
+    vertices = ((np.arange(1 << k)[:, None] >> np.arange(k)) & 1) * 2 - 1
+    cap = vertices.sum(axis=1) >= 1
+
+    def expected(q: float) -> np.ndarray:
+        return n * 2.0**-k * np.where(cap, cal.p / q, (1 - cal.p) / (1 - q))
+
+    assert stats.chisquare(observed, expected(cal.q)).pvalue > ALPHA
+    # power: the hemisphere's q = 1/2, wrong on the cube of even dimension (ties), is rejected
+    assert stats.chisquare(observed, expected(0.5) * n / expected(0.5).sum()).pvalue < ALPHA
+
+
+def test_secure_duchi_is_unbiased_float_safe_and_uploads_only_two_values():
+    k, n = 8, 100_000
+    mech = make_mechanism("duchi", epsilon=2.0, dim=k, clip_norm=1.5, sampler="secure")
+    x = np.linspace(-1.0, 1.0, k).astype(np.float32)
+    x *= 0.9 / np.linalg.norm(x)
+    y = mech.privatize(np.tile(x, (n, 1)), np.random.default_rng(3)).astype(np.float64)
+    se = y.std(axis=0) / math.sqrt(n)
+    assert (np.abs(y.mean(axis=0) - x) < 5 * se).all()
+    assert ((y - x) ** 2).sum(axis=1).mean() == pytest.approx(mech.mse(0.9), rel=0.03)
+    assert set(np.unique(np.abs(y))) == {float(np.float32(mech.clip_norm / mech.calibration.m))}
+    rep = mech.report().to_json()
+    assert rep["float_safe"] is True and 2.0 - 1e-12 < rep["epsilon_worst_case"] <= 2.0
+    assert any("half-cube" in a for a in rep["assumptions"])
+    flt = make_mechanism("duchi", epsilon=2.0, dim=k).report().to_json()
+    assert flt["float_safe"] is False and not any("No secure sampler" in a for a in flt["assumptions"])
+
+
+def test_secure_duchi_gives_no_false_violation_over_20_seeds():
+    mech = make_mechanism("duchi", epsilon=1.0, dim=8, sampler="secure")
+    results = [audit_mechanism(mech, np.random.default_rng(s), samples=5_000) for s in range(20)]
+    assert [r.verdict for r in results] == ["pass"] * 20
+    assert all(r.detectors and r.detectors[0].bound.lower_bound <= 1.0 for r in results)
+
+
+def test_cli_contract_for_duchi_and_privunit():
+    params = {"epsilon": "1", "dim": "16"}
+    flt = cli_audit("duchi", {**params, "sampler": "float"}, samples=200_000, seed=0)
+    sec = cli_audit("duchi", {**params, "sampler": "secure"}, samples=None, seed=0)
+    assert flt["verdict"] == "violation" and sec["verdict"] == "pass"
+    assert flt["epsilon_lower_bound"] > 7.0 and sec["epsilon_lower_bound"] <= 1.0
+    pu = cli_audit("privunit", params, samples=200_000, seed=0)
+    assert pu["verdict"] == "violation" and pu["epsilon_lower_bound"] > 7.0
+    with pytest.raises(ValueError, match="'privunit' has no secure sampler") as err:
+        cli_audit("privunit", {**params, "sampler": "secure"}, samples=None, seed=0)
+    assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="'privunit' has no secure sampler"):
+        make_mechanism("privunit", epsilon=1.0, dim=16, sampler="secure")
+
+
+def test_secure_duchi_audit_statistic_is_the_exact_likelihood_ratio_and_the_audit_is_tight_for_the_pair():
+    """The 16-value log-likelihood ratio of the block signs matches sampled frequencies, and the certified bound
+    lies between 0.6 x and 1 x the pair's true privacy loss (max |LLR|), which is below epsilon."""
+    from fl_privtext.privacy.audit import plan_for
+
+    mech = make_mechanism("duchi", epsilon=1.0, dim=8, sampler="secure")
+    plan = plan_for(mech)
+    n = 200_000
+    v0 = plan.components[0].statistic(plan.sample(np.tile(plan.x0, (n, 1)), np.random.default_rng(1)))
+    v1 = plan.components[0].statistic(plan.sample(np.tile(plan.x1, (n, 1)), np.random.default_rng(2)))
+    for v in np.unique(v0):
+        c0, c1 = (v0 == v).sum(), (v1 == v).sum()
+        if min(c0, c1) > 2000:
+            se = math.sqrt(1 / c0 + 1 / c1)
+            assert abs(math.log(c0 / c1) - v) < 5 * se, v
+    loss = max(np.abs(np.unique(v0)).max(), np.abs(np.unique(v1)).max())
+    res = audit_mechanism(mech, np.random.default_rng(0), samples=n)
+    assert res.verdict == "pass" and 0.6 * loss < res.epsilon_lower_bound <= loss < 1.0

@@ -69,8 +69,10 @@ def make_mechanism(name: str, **params: Any) -> Mechanism:
     cls = MECHANISMS[name]
     unknown = sorted(set(params) - set(accepted))
     if unknown:
+        hint = (f" {name!r} has no secure sampler (its report's float_safe says whether what it samples meets its "
+                "epsilon)." if "sampler" in unknown else "")
         raise ValueError(f"Mechanism {name!r} does not accept {', '.join(unknown)}; accepted parameters: "
-                         f"{', '.join(accepted)}.")
+                         f"{', '.join(accepted)}.{hint}")
     missing = [p for p in cls.required_params() if p not in params]
     if missing:
         raise ValueError(f"Mechanism {name!r} requires {', '.join(missing)}; accepted parameters: "

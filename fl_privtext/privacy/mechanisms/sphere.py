@@ -38,12 +38,16 @@ All per-row scalars are float64; the (N, k) arrays are float32. Samplers are flo
   and any sign-invariant base law keeps the argument) and the input rounding of Duchi, Jordan, Wainwright (2018).
 - Cost: the vertex rounding multiplies the MSE by about k (it is E||s - x/C||^2 = k - ||x/C||^2 of extra
   variance before the mechanism); rejection from B by side costs max(p/q, (1-p)/(1-q)) draws per row.
-PrivUnit and Duchi have no secure variant: float_safe is false and the audit checks their calibration only.
+Duchi's ``sampler="secure"`` (SECURE_DUCHI) is the same construction with the base law uniform on {-1, +1}^k and
+the half-cube {sum X >= 1} as the cap (its proof is in :class:`Duchi`). PrivUnit has no secure variant (its law,
+uniform on a cap of the sphere, has no exact finite sampler here: on a grid it becomes secure PrivUnitG or secure
+Duchi): float_safe is false, and the audit's low-bit distinguisher certifies the leak (docs/privacy.md).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -70,6 +74,18 @@ FLOAT_NOISE = (
     "(Mironov 2012), so float_safe is false. No secure sampler is offered for this mechanism (privacy.sampler does "
     "not apply)."
 )
+# What the audit's low-bit distinguisher certifies against the float PrivUnit / Duchi (fl_privtext.privacy.audit,
+# _cap_plan: a shared float32 offset on a block of coordinates), measured by the command given, and carried by their
+# reports (float_safe false). The bound is limited by the sample count (no output from x1 is ever inconsistent; ~18%
+# from x0 are, for every epsilon and dim >= 4 tried): the leak is at least this, not at most.
+LOW_BIT_AUDIT: dict[str, dict[str, Any]] = {
+    name: {"epsilon_lower_bound": bound, "epsilon_claimed": 1.0, "dim": 16, "samples_per_input": 1_000_000,
+           "alpha": 0.05, "command": f"fl-privtext audit {name} --set epsilon=1 --set dim=16 --seed 0",
+           "detector": "shared float32 offset of coordinates 0-3 (x1 = C(1/2,1/2,1/2,1/2,0,...) vs x0 = -C e_1)",
+           "note": "sample-limited lower bound on the float sampler's epsilon; the ideal mechanism's calibration "
+                   "passes the same audit"}
+    for name, bound in (("privunit", 10.14), ("duchi", 10.22))
+}
 CHUNK_VALUES = 1 << 20
 TINY_NORM = 1e-30  # rows shorter than this have no representable direction (1/norm would overflow float32)
 MAX_EPSILON = 20.0  # 1 - p >= 2e-9 >> 2^-53, the resolution of the uniforms deciding the cap
@@ -328,10 +344,11 @@ def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCa
 
 
 def sample_secure_caps(n: int, dim: int, cal: CapCalibration, bits: exact.SecureBits,
-                       out: np.ndarray | None = None, draws: exact.LaplaceDraws | None = None,
+                       out: np.ndarray | None = None, draws: Callable[[int], np.ndarray] | None = None,
                        gather: np.ndarray | None = None) -> np.ndarray:
     """(n, dim) integer-valued float64 rows X ~ DLap(SECURE_SCALE)^dim conditioned on {sum X >= g} with an exact
-    Bernoulli(p) coin, else on {sum X < g} (into ``out[:n]`` when given; ``draws`` reuses a sampler's buffers).
+    Bernoulli(p) coin, else on {sum X < g} (into ``out[:n]`` when given; ``draws`` reuses a sampler's buffers, or
+    gives another sign-invariant integer base law: :class:`SignDraws` for the secure Duchi).
 
     Exact: base rows are drawn in cache-sized batches and split by side, and the i-th output row needing a cap takes
     the i-th cap row drawn (order only, never values), so each is an independent draw of the conditional law. The
@@ -413,6 +430,68 @@ def duchi_calibration(epsilon: float, dim: int) -> CapCalibration:
              - math.log(math.tanh(epsilon / 2.0)))  # (e^eps+1)/(e^eps-1) = 1/tanh(eps/2)
     m = math.exp(-log_b)
     return CapCalibration(p, 0.5, 0.0, m, 1.0 / (m * m) - 1.0)
+
+
+SECURE_DUCHI = (
+    "sampler='secure' (Duchi): the input is rounded coordinate-wise to a sign vertex s in {-1, +1}^k, E[s] = x / C "
+    "(Duchi et al. 2018); X is uniform on {-1, +1}^k (k secure bits, AES-256-CTR keyed from the OS), conditioned "
+    "exactly on the half-cube {sum X >= 1} with an exact Bernoulli(p) coin (p a multiple of 2^-53), else on its "
+    "complement; the upload is C / m * diag(s) X, every coordinate +-fl32(C/m). The base law is invariant under "
+    "sign flips, so every vertex's half-cube has the same probability q (a binomial tail, exact in integers) and "
+    "the likelihood ratio of any two inputs is e^eps', 1 or e^-eps', eps' = ln(p (1-q) / (q (1-p))) for the "
+    "realised p and q: epsilon_worst_case is that of what is sampled (float_safe). This is the L-infinity sampler "
+    "of the same paper applied after the vertex rounding: its MSE is about k times that of the float Duchi (see "
+    "mse_unit_sphere)."
+)
+
+
+class SignDraws:
+    """``draws(n)``: n i.i.d. uniform signs in {-1.0, +1.0} (float64), one secure bit each: the base law of the
+    secure Duchi (uniform on the vertices of the cube, invariant under sign flips)."""
+
+    def __init__(self, bits: exact.SecureBits) -> None:
+        self.bits = bits
+
+    def __call__(self, n: int) -> np.ndarray:
+        w = self.bits.words((n + 63) // 64)
+        b = np.unpackbits(w.view(np.uint8), count=n).astype(np.float64)
+        b *= 2.0
+        b -= 1.0
+        return b
+
+
+def secure_duchi_calibration(epsilon: float, dim: int) -> CapCalibration:
+    """Calibration of the secure (sign-vector) Duchi in ``dim`` = k dimensions.
+
+    X uniform on {-1, +1}^k, S = sum X_i = 2J - k with J ~ Binomial(k, 1/2); cap {S >= 1} (the half-cube, Duchi's
+    hemisphere on the cube; ties S = 0 for even k go to the complement). In integers: A = 2^k q = sum_{j >= j0}
+    C(k, j), T = 2^k E[S; S >= 1] = sum_{j >= j0} (2j - k) C(k, j) (and E[S] = 0, so E[S; S < 1] = -T). p = the
+    largest multiple of 2^-53 with ln(P (2^k - A)) - ln((2^53 - P) A) <= epsilon (logarithms of exact integers).
+    m = E[S] / k = (p T/A - (1-p) T/(2^k - A)) / k makes C/m diag(s) X unbiased for C s; mse = k / m^2 - 1.
+    Returned with ``threshold`` = 1 (in units of S).
+    """
+    from scipy import special
+
+    k = int(dim)
+    total = 1 << k
+    j0 = k // 2 + 1  # 2j - k >= 1
+    combs = [math.comb(k, j) for j in range(j0, k + 1)]
+    a = sum(combs)
+    t = sum((2 * j - k) * c for j, c in zip(range(j0, k + 1), combs, strict=True))
+    q = a / total  # int / int: correctly rounded
+
+    def eps_of(pp: int) -> float:
+        return math.log(pp * (total - a)) - math.log((TWO53 - pp) * a)
+
+    big_p = math.floor(float(special.expit(epsilon + math.log(a) - math.log(total - a))) * TWO53)
+    big_p = min(big_p, TWO53 - 1)
+    while big_p > 0 and (eps_of(big_p) > epsilon or CapCalibration(big_p / TWO53, q, 1.0, 1.0, 0.0).epsilon > epsilon):
+        big_p -= 1
+    if big_p <= 0:
+        raise ValueError(f"duchi secure: epsilon={epsilon:g} gives no valid coin probability in dimension {k}.")
+    p = big_p / TWO53
+    m = (p * (t / a) - (1.0 - p) * (t / (total - a))) / k
+    return CapCalibration(p, q, 1.0, m, k / (m * m) - 1.0)
 
 
 # ------------------------------------------------------------------------------------------ projected base
@@ -735,7 +814,9 @@ class PrivUnit(CapMechanism):
         out += u  # scale * (W u + sqrt(1 - W^2) v)
 
     def calibration_values(self) -> dict[str, Any]:
-        return {**super().calibration_values(), "gamma": self.calibration.threshold}
+        """Includes ``low_bit_audit``: what the audit certifies against the float sampler (LOW_BIT_AUDIT)."""
+        return {**super().calibration_values(), "gamma": self.calibration.threshold,
+                "low_bit_audit": dict(LOW_BIT_AUDIT[self.name])}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -748,10 +829,75 @@ class Duchi(PrivUnit):
     - Neighbouring relation: any two inputs of the ball. Sensitivity: none needed (hemisphere densities differ by
       p/(1-p)). Guarantee: exactly eps-LDP (q = 1/2, p/(1-p) = e^eps).
     - Published claim: correct (nominal = worst case). MSE = Theta(d/eps^2) for small eps.
+    - ``sampler="secure"`` (SECURE_DUCHI; float_safe): the same paper's construction on the cube, exactly sampled
+      on the finite set {-1, +1}^k after a sign-vertex rounding of the input.
+      Neighbouring relation: any two inputs of the ball (LDP, replacement). Guarantee: for a vertex s the output
+      Y = diag(s) X has pmf P(y | s) = 2^-k (p/q if <y, s> >= 1 else (1-p)/(1-q)) (diag(s) is a bijection of
+      the cube and maps {sum X >= 1} onto {<Y, s> >= 1}); q is the same for every s (the base law is uniform), so
+      for any s, s' the ratio P(y | s) / P(y | s') is in {e^eps', 1, e^-eps'}, eps' = ln(p (1-q) / (q (1-p))) <=
+      epsilon for the realised p (a multiple of 2^-53, drawn with 53 secure bits) and q (exact integer binomial
+      tail). The input enters only through the law of s (a mixture), and a mixture of laws that are pairwise
+      within e^eps' keeps eps' (P(y|x) <= max_s P(y|s) <= e^eps' min_s P(y|s) <= e^eps' P(y|x')). The float32
+      upload fl32(+-C/m) is a deterministic function of Y (post-processing). X is exact: uniform signs from secure
+      bits, conditioned by rejection by side (:func:`sample_secure_caps`). Reference: Duchi, Jordan, Wainwright
+      (2018), L-infinity sampling strategy, applied after their input rounding to a vertex.
     """
 
     name: ClassVar[str] = "duchi"
     reference: ClassVar[str] = DUCHI_PAPER
 
+    sampler: str = "float"
+
+    def __post_init__(self) -> None:
+        _set(self, "sampler", _sampler(self.sampler))
+        super().__post_init__()
+
     def calibrate(self) -> CapCalibration:
+        if self.sampler == "secure":
+            return secure_duchi_calibration(self.epsilon, self.work_dim)
         return duchi_calibration(self.epsilon, self.work_dim)
+
+    @property
+    def float_safe(self) -> bool:
+        """True with sampler='secure' (exact sign-vector construction, SECURE_DUCHI); False with 'float'."""
+        return self.sampler == "secure"
+
+    def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
+        """sampler='secure': sign-vertex rounding and exact half-cube sampling (SECURE_DUCHI)."""
+        if self.sampler != "secure":
+            return super().randomise(c, rng)
+        n, k = c.shape
+        cal = self.calibration
+        bits = exact.SecureBits.keyed_by(rng)
+        out = np.empty((n, k), dtype=np.float32)
+        scale = self.clip_norm / cal.m
+        step = max(1, exact.CHUNK // max(1, k))
+        draws = SignDraws(bits)
+        x, r, gather = (np.empty((step, k), dtype=np.float64) for _ in range(3))
+        zero_rows = 0
+        for s in range(0, n, step):
+            z = c[s:s + step]
+            norms = np.sqrt(np.einsum("ij,ij->i", z, z, dtype=np.float64))
+            zero = norms < TINY_NORM
+            zero_rows += int(zero.sum())
+            if self.sphere_map == "round":
+                factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
+            else:
+                factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
+            rows = z.shape[0]
+            xb = sample_secure_caps(rows, k, cal, bits, x, draws, gather)
+            rb = np.multiply(z, factor[:, None], out=r[:rows], dtype=np.float64)
+            signed_scaled(xb, rb, scale, bits, out[s:s + step], gather)
+        return Stage(out, {"method": "duchi (secure: sign vertex, exact half-cube sampling)",
+                           "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
+                           "p": cal.p, "scale": scale})
+
+    def assumptions(self) -> tuple[str, ...]:
+        base = tuple(a for a in super().assumptions() if a != FLOAT_NOISE)
+        return (*base, SECURE_DUCHI if self.sampler == "secure" else FLOAT_SAMPLER)
+
+    def calibration_values(self) -> dict[str, Any]:
+        if self.sampler == "secure":
+            return {**CapMechanism.calibration_values(self), "sampler": "secure", "base_law": "uniform on {-1,+1}^k",
+                    "cap_threshold_sum": self.calibration.threshold}
+        return {**super().calibration_values(), "sampler": "float"}
