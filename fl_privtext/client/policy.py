@@ -23,9 +23,9 @@ from fl_privtext.config import ClientConfig, ExperimentConfig
 POLICY_ENV = "FL_PRIVTEXT_CLIENT_POLICY"  # how a simulation hands its clients their policy (JSON list of entries)
 STATE_ENV = "FL_PRIVTEXT_CLIENT_STATE"  # the clients' state directory in a simulation (their ledgers)
 # The request's keys an entry pins: the mechanism and its parameters, label handling, Phase A's DP, what is asked.
-_PINNED_PREFIXES = ("privacy.",)
+_PINNED_PREFIXES = ("privacy.", "data.options.")
 _PINNED_KEYS = ("train.dp-clip", "train.dp-noise-multiplier", "train.dp-delta", "federation.rounds",
-                "federation.schedule", "run.seed", "run.seeds")
+                "federation.schedule", "run.seed", "run.seeds", "data.name", "server.aggregate")
 
 
 class Refused(ValueError):
@@ -48,7 +48,7 @@ def entry_of(cfg: ExperimentConfig) -> dict[str, Any]:
 class PolicyEntry:
     """One point the client takes part in (see the module docstring)."""
 
-    pinned: dict[str, Any]  # privacy.*, train.dp-*, federation.rounds/schedule, run.seed/seeds
+    pinned: dict[str, Any]  # privacy.*, train.dp-*, federation.rounds/schedule, run.seed/seeds, the data asked for
     client: ClientConfig
 
     @property
