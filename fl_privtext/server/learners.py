@@ -148,22 +148,21 @@ def _linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
             "weight_0": np.asarray(w, np.float32), "bias_0": np.asarray(b, np.float32)}
 
 
-def _shrunk(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0, floor: float = 0.0) -> np.ndarray:
+def _shrunk(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0) -> np.ndarray:
     """Shrink ``cov`` towards (tr/D) I with the Ledoit-Wolf oracle weight a = err / (err + dist): err ~ the
     Frobenius error of a covariance estimated from n vectors of total variance ``scale`` ((scale^2 + tr S^2) / n),
     dist = ||S - (tr S / D) I||_F^2. The eigenvalues are first floored at a small positive value (a moment
-    estimate minus the noise law can be indefinite). ``floor``: a lower bound on the target's scale tr/D (the
-    clean trace's resolution: `_Moments.clean_scale`)."""
+    estimate minus the noise law can be indefinite)."""
     d = cov.shape[0]
     vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
     # the target's scale from the trace (unbiased; the mean of the clipped eigenvalues is inflated by the
     # negative ones a noisy moment estimate has), floored at a small share of the positive part
-    mu = max(float(vals.mean()), 1e-3 * float(vals.clip(0).mean()), floor, 1e-12)
+    mu = max(float(vals.mean()), 1e-3 * float(vals.clip(0).mean()), 1e-12)
     vals = np.maximum(vals, 1e-3 * mu)
     s = (vecs * vals) @ vecs.T
     err = (scale ** 2 + float((s * s).sum())) / max(n, 1.0) + extra_err  # + a known added noise's ||E||_F^2
     dist = float(((s - mu * np.eye(d)) ** 2).sum())
-    a = min(1.0, err / max(dist, 1e-300))  # Ledoit & Wolf (2004): b^2 / d^2, d^2 from the (noisy) estimate
+    a = min(1.0, err / max(err + dist, 1e-300))
     return (1 - a) * s + a * mu * np.eye(d)
 
 
@@ -270,8 +269,9 @@ class Centroid(_Moments):
         clean, se = self.clean_within()
         var_clean = self.clean_scale(float(np.trace(clean)) / d, se / d, var_up)
         self.w_noisy, self.b_noisy = ms / var_up, -(ms * ms).sum(1) / (2 * var_up) + lp
-        # ||mean_k||^2 is biased up by tr(S_w) / n_k (the mean's own noise): unbiased for ||mu_k||^2 after removal
-        sq = (m * m).sum(1) - tr_up / np.maximum(st.counts, 1.0)
+        # errors-in-variables: ||mean_k||^2 carries tr E[Cov(u | x)] / n_k of the mechanism's noise (the sampling
+        # error of clean data is left as in the plain plug-in rule)
+        sq = (m * m).sum(1) - float(np.trace(self.noise_covariance())) / np.maximum(st.counts, 1.0)
         self.w_clean, self.b_clean = m / var_clean, -sq / (2 * var_clean) + lp
 
 
@@ -302,8 +302,8 @@ class LDA(_Moments):
         for head, cov, m in (("noisy", clean + noise, st.shrunk_means()), ("clean", clean, st.means)):
             prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
             bias = -0.5 * (prec_m * m).sum(1) + lp
-            if head == "clean":  # m_k Sigma^-1 m_k is biased up by tr(Sigma^-1 S_w) / n_k (the mean's noise)
-                bias += 0.5 * float(np.trace(np.linalg.solve(cov, sw))) / np.maximum(st.counts, 1.0)
+            if head == "clean":  # m_k Sigma^-1 m_k carries tr(Sigma^-1 E[Cov(u | x)]) / n_k of the mechanism's noise
+                bias += 0.5 * float(np.trace(np.linalg.solve(cov, noise))) / np.maximum(st.counts, 1.0)
             if head == "noisy":
                 self.w_noisy, self.b_noisy = prec_m, bias
             else:
