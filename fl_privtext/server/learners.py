@@ -172,14 +172,16 @@ def _soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarra
     a symmetric noise matrix of Frobenius error^2 ``err`` (semicircle edge 2 sigma sqrt(D), sigma^2 = err / D^2).
     Deviations the noise could produce are removed, resolved ones (typically the few largest) kept, less
     edge^2 / deviation; with err -> 0 it is the estimate itself. mu is floored at ``floor`` (the clean scale's
-    resolution) and every eigenvalue at 1e-3 mu."""
+    resolution), and no eigenvalue is set below its own resolution edge / 2 (or mu, if smaller; at least 1e-3 mu):
+    a small eigenvalue is a large precision, and one the noise could have produced would weigh a noise direction
+    most in the discriminant."""
     d = cov.shape[0]
     vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
     mu = max(float(vals.mean()), floor, 1e-12)
     edge = 2.0 * math.sqrt(max(err, 0.0) / d)
     dev = vals - mu
     keep = np.clip(1.0 - edge * edge / np.maximum(dev * dev, 1e-300), 0.0, 1.0)
-    new = np.maximum(mu + dev * keep, 1e-3 * mu)
+    new = np.maximum(mu + dev * keep, max(min(mu, edge / 2), 1e-3 * mu))
     return (vecs * new) @ vecs.T
 
 
