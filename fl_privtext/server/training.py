@@ -152,8 +152,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "train_steps": int(getattr(getattr(model, "model", None), "steps", 0)),  # MLP: SGD steps (server.max-steps)
         "diverged": [r for r in [diverged(getattr(getattr(model, "model", None), "losses", []))] if r],
     }
-    if getattr(model, "record", None):  # moment learners: the noise law, its assumption, the clean variance used
-        out["clean_head"] = model.record
+    record = getattr(model, "record", None)
+    if record:  # moment learners: the noise law, its assumption, the clean variance used
+        out["clean_head"] = record
     fairness: dict[str, Any] = {}
     for spec in prep.ds.attributes:
         z = prep.ds.attribute(spec.name)[rows[te]]
