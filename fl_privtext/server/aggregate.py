@@ -113,8 +113,7 @@ def fit_from_aggregate(learner: str, agg: Aggregate) -> tuple[Any, str]:
     m, lp = st.means, np.log(st.priors)
     sw = st.within()
     if name == "lda":
-        err = (float(np.trace(sw)) ** 2 + float((sw * sw).sum())) / max(st.n, 1.0) + cov_error
-        prec = np.linalg.inv(_soft_spectrum(sw, err))  # (D, D), regularised as the LDA on uploads
+        prec = np.linalg.inv(_soft_spectrum(sw, cov_error))  # (D, D): regularised for the added noise's error
     else:
         prec = np.eye(d) * d / max(float(np.trace(sw)), 1e-12)
     m = denoised_means(agg)

@@ -292,13 +292,19 @@ class LDA(_Moments):
         d = sw.shape[0]
         noise = self.noise_covariance()
         tr_up = float(np.trace(sw))
-        scale = tr_up
-        if self.law.structured:  # clean = r2 (M - a I) / b - ...: the error of M, times r2 / b
-            mo = self.law.moments
-            scale = abs(self.law.input_norm2 / mo.rank_one) * float(np.trace(st.second)) / max(st.n, 1.0)
         raw, se = self.clean_within()
         floor = self.clean_scale(float(np.trace(raw)) / d, se / d, max(tr_up / d, 1e-12))
-        err = (scale ** 2 + float((raw * raw).sum())) / max(st.n, 1.0) + getattr(self, "cov_error", 0.0)
+        n = max(st.n, 1.0)
+        # the Frobenius error^2 the mechanism's noise adds to the estimate (Var S_ij = (U_ii U_jj + U_ij^2) / n for
+        # the uploads' covariance U, less what clean data of covariance Sigma would have: the plain plug-in's
+        # sampling error is left as it is, so without noise this is the plain LDA)
+        if self.law.structured:  # clean = r2 (M - a I) / b - ...: the error of M, times r2 / b
+            mo = self.law.moments
+            err = (self.law.input_norm2 / mo.rank_one * float(np.trace(st.second)) / n) ** 2 / n
+        else:
+            err = max(tr_up ** 2 - float(np.trace(raw)) ** 2 + float((sw * sw).sum()) - float((raw * raw).sum()),
+                      0.0) / n
+        err += getattr(self, "cov_error", 0.0)
         clean = _soft_spectrum(raw, err, floor)  # the means' within-class covariance
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
         for head, cov, m in (("noisy", clean + noise, st.shrunk_means()), ("clean", clean, st.means)):
