@@ -253,3 +253,26 @@ def test_the_clean_variance_is_floored_at_its_standard_error_never_clamped_negat
     bad = make_learner("centroid", num_classes=K, noise=over).fit(u, y).record["clean_variance"]
     assert bad["estimate"] < 0 < bad["used"] and not bad["resolved"]
     assert bad["used"] == pytest.approx(bad["standard_error"])
+
+
+def test_input_norms_from_public_data_enter_the_cap_law(gen):
+    """Round map: E[m m^T] = r2 E[v v^T] with the stated r2 (public data's E||m||^2, default C^2); its trace is r2
+    exactly and the noise's trace is a k + b - r2; an r2 outside [0, C^2] is refused."""
+    from fl_privtext.server.noise import noise_law
+
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=D)
+    x, _ = _sphere_data(20_000, gen)
+    u = np.asarray(mech.privatize(0.7 * x, gen), np.float64)  # every input at norm 0.7 < C = 1
+    second = u.T @ u / len(u)
+    mo = mech.noise_moments()
+    default = noise_law(mech, D, u.mean(0), gen)
+    public = noise_law(mech, D, u.mean(0), gen, input_norm2=0.49, norm_source="test")
+    assert "clipping sphere" in default.assumption and "0.49" in public.assumption
+    assert np.trace(public.input_second(second)) == pytest.approx(0.49)
+    assert np.trace(public.covariance(second)) == pytest.approx(mo.iso * D + mo.rank_one - 0.49)
+    # the public norm is the right one here: the implied E[m m^T] matches the inputs' (within sampling error)
+    m = 0.7 * x.astype(np.float64)
+    truth = m.T @ m / len(m)
+    assert np.abs(public.input_second(second) - truth).max() < np.abs(default.input_second(second) - truth).max()
+    with pytest.raises(ValueError, match="input_norm2"):
+        noise_law(mech, D, u.mean(0), gen, input_norm2=2.0)

@@ -91,6 +91,8 @@ class NoiseLaw:
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method}
+        if self.assumption and not self.structured:
+            out["assumption"] = self.assumption
         if self.structured:
             out.update({"structure": "a I + b E[v v^T] - E[m m^T]", "iso": self.moments.iso,
                         "rank_one": self.moments.rank_one, "input_second_moment": self.assumption})
