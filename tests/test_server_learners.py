@@ -8,6 +8,7 @@ import pytest
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.server import ClassStats, make_learner, noise_variance, select
 from fl_privtext.server.learners import label_rr_matrix
+from fl_privtext.server.noise import NoiseLaw
 
 D, K = 8, 3
 
@@ -127,3 +128,151 @@ def test_every_learner_exports_a_model_the_clients_can_apply(gen, name):
         assert (pred == np.bincount(y).argmax()).all()
     else:
         assert (pred == y).mean() > 0.8
+
+
+# ------------------------------------------------------------------------------------------- exact noise moments
+def _empirical_moments(mech, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
+    """(D, D) empirical E[(u - E[u | x])(u - E[u | x])^T] over the rows of x (one upload each)."""
+    e = np.asarray(mech.privatize(x, g), np.float64) - mech.expected(x)
+    return e.T @ e / len(e)
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 6}),
+    ("laplace-l1", {"epsilon": 2.0, "dim": 6}),
+    ("laplace-dpnr-code", {"epsilon": 2.0, "dim": 6}),
+    ("mvlaplace", {"epsilon": 2.0, "dim": 6}),
+])
+def test_additive_noise_moments_match_a_large_monte_carlo(name, params):
+    """Closed-form Cov(noise) = variance I + shared 1 1^T against 200,000 seeded draws (input-independent)."""
+    mech = make_mechanism(name, **params)
+    mo = mech.noise_moments()
+    assert mo is not None and mo.kind == "additive"
+    g = np.random.default_rng(11)
+    x = 0.2 * g.standard_normal((200_000, 6)).astype(np.float32)
+    emp = _empirical_moments(mech, x, g)
+    want = mo.variance * np.eye(6) + mo.shared * np.ones((6, 6))
+    scale = float(np.trace(want)) / 6
+    np.testing.assert_allclose(emp, want, atol=0.02 * scale)
+    assert make_mechanism(name, **params, sampler="secure").noise_moments() is None if name in (
+        "gaussian", "laplace-l1") else True  # secure samplers: no closed form here, Monte Carlo at the server
+
+
+@pytest.mark.parametrize(("name", "params"), [
+    ("privunitg", {"epsilon": 1.0}), ("privunitg", {"epsilon": 6.0}), ("privunitg", {"sphere_map": "normalise"}),
+    ("privunit", {"epsilon": 1.0}), ("privunit", {"epsilon": 6.0}), ("duchi", {"epsilon": 2.0}),
+])
+def test_cap_noise_moments_match_a_large_monte_carlo(name, params):
+    """E[u u^T | x] = iso I + rank_one v v^T (v = x / ||x||) against 300,000 seeded draws at one input on the
+    clipping sphere; and the trace equals the mechanism's own closed-form MSE (an independent formula)."""
+    kw = {"epsilon": 3.0, "dim": 12, "clip_norm": 2.0, **params}
+    mech = make_mechanism(name, **kw)
+    mo = mech.noise_moments()
+    assert mo is not None and mo.kind == "cap"
+    k, c = 12, 2.0
+    assert mo.iso * k + mo.rank_one - c * c == pytest.approx(mech.mse(), rel=1e-9)
+    g = np.random.default_rng(12)
+    x = np.zeros((300_000, k), np.float32)
+    x[:, 0] = c
+    u = np.asarray(mech.privatize(x, g), np.float64)
+    second = u.T @ u / len(u)
+    np.testing.assert_allclose(np.diag(second)[1:].mean(), mo.iso, rtol=0.01)
+    np.testing.assert_allclose(second[0, 0], mo.iso + mo.rank_one, rtol=0.03)
+    off = second - np.diag(np.diag(second))
+    assert np.abs(off).max() < 0.03 * mo.iso
+
+
+def test_the_noise_law_is_exact_where_the_mechanism_gives_its_moments():
+    """noise_variance is the closed form (no Monte Carlo error) where the mechanism has noise moments: the trace
+    at inputs on the clipping sphere is the closed-form MSE exactly; the secure PrivUnitG falls back to Monte Carlo."""
+    from fl_privtext.server.noise import noise_law
+
+    pug = make_mechanism("privunitg", epsilon=2.0, dim=32)
+    law = noise_law(pug, 32, np.zeros(32), np.random.default_rng(2))
+    assert law.method == "closed form" and law.structured
+    assert law.variance.sum() == pytest.approx(pug.mse(), rel=1e-12)
+    secure = make_mechanism("privunitg", epsilon=2.0, dim=8, sampler="secure")
+    assert noise_law(secure, 8, np.zeros(8), np.random.default_rng(3)).method == "monte carlo"
+
+
+def _sphere_data(n: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Clean inputs on the unit sphere (the clipping sphere, C = 1): normalised anisotropic class clouds."""
+    y = g.integers(0, K, n)
+    a = np.diag(np.linspace(0.3, 0.9, D))
+    x = 1.5 * np.eye(K, D)[y] + g.standard_normal((n, D)) @ a
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), y
+
+
+def _clean_bayes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    mu = np.array([x[y == c].mean(0) for c in range(K)], np.float64)
+    r = x - mu[y]
+    return _bayes(mu, r.T @ r / len(r))[0]
+
+
+def test_lda_converges_to_the_clean_bayes_rule_under_privunitg(gen):
+    """PrivUnitG (round map, inputs on the clipping sphere): with the exact noise law (E[u u^T | x] = a I + b v v^T,
+    E[m m^T] = E[v v^T]) the exported discriminant -> Sigma^-1 mu_k of the clean inputs as n grows; a noise law
+    with its moments scaled by 0.9 (known-bad) stays away; the clean variance used is never negative."""
+    from dataclasses import replace
+
+    from fl_privtext.server.noise import noise_law
+
+    mech = make_mechanism("privunitg", epsilon=8.0, dim=D)
+    errs, broken = [], []
+    for n in (5_000, 50_000, 500_000):
+        x, y = _sphere_data(n, gen)
+        u = mech.privatize(x, gen)
+        law = noise_law(mech, D, u.mean(0), gen)
+        w = _clean_bayes(x, y)
+        model = make_learner("lda", num_classes=K, noise=law).fit(u, y)
+        errs.append(_rel_err(model.export(), w))
+        assert model.record["clean_variance"]["used"] > 0
+        bad = replace(law, moments=replace(law.moments, iso=0.9 * law.moments.iso,
+                                           rank_one=0.9 * law.moments.rank_one))
+        broken.append(_rel_err(make_learner("lda", num_classes=K, noise=bad).fit(u, y).export(), w))
+    assert errs[2] < errs[1] < errs[0] and errs[2] < 0.1
+    assert broken[2] > 3 * errs[2]
+
+
+def test_the_clean_variance_is_floored_at_its_standard_error_never_clamped_negative(gen):
+    """A noise law that over-states the noise (by twice the clean variance) makes the method-of-moments clean
+    variance negative: the centroid then uses its standard error (> 0) and says so (resolved: false); with the
+    exact law at large n the estimate is resolved and within 3 standard errors of the clean inputs' variance."""
+    from fl_privtext.server.noise import noise_law
+
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=D)
+    x, y = _sphere_data(200_000, gen)
+    u = mech.privatize(x, gen)
+    law = noise_law(mech, D, u.mean(0), gen)
+    model = make_learner("centroid", num_classes=K, noise=law).fit(u, y)
+    rec = model.record["clean_variance"]
+    mu = np.array([x[y == c].mean(0) for c in range(K)])
+    truth = float(((x - mu[y]) ** 2).sum(1).mean()) / D
+    assert rec["resolved"] and abs(rec["estimate"] - truth) < 3 * rec["standard_error"]
+    over = NoiseLaw(law.variance + 2 * rec["estimate"], "over-stated (known-bad)")
+    bad = make_learner("centroid", num_classes=K, noise=over).fit(u, y).record["clean_variance"]
+    assert bad["estimate"] < 0 < bad["used"] and not bad["resolved"]
+    assert bad["used"] == pytest.approx(bad["standard_error"])
+
+
+def test_input_norms_from_public_data_enter_the_cap_law(gen):
+    """Round map: E[m m^T] = r2 E[v v^T] with the stated r2 (public data's E||m||^2, default C^2); its trace is r2
+    exactly and the noise's trace is a k + b - r2; an r2 outside [0, C^2] is refused."""
+    from fl_privtext.server.noise import noise_law
+
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=D)
+    x, _ = _sphere_data(20_000, gen)
+    u = np.asarray(mech.privatize(0.7 * x, gen), np.float64)  # every input at norm 0.7 < C = 1
+    second = u.T @ u / len(u)
+    mo = mech.noise_moments()
+    default = noise_law(mech, D, u.mean(0), gen)
+    public = noise_law(mech, D, u.mean(0), gen, input_norm2=0.49, norm_source="test")
+    assert "clipping sphere" in default.assumption and "0.49" in public.assumption
+    assert np.trace(public.input_second(second)) == pytest.approx(0.49)
+    assert np.trace(public.covariance(second)) == pytest.approx(mo.iso * D + mo.rank_one - 0.49)
+    # the public norm is the right one here: the implied E[m m^T] matches the inputs' (within sampling error)
+    m = 0.7 * x.astype(np.float64)
+    truth = m.T @ m / len(m)
+    assert np.abs(public.input_second(second) - truth).max() < np.abs(default.input_second(second) - truth).max()
+    with pytest.raises(ValueError, match="input_norm2"):
+        noise_law(mech, D, u.mean(0), gen, input_norm2=2.0)

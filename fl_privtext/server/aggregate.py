@@ -10,9 +10,10 @@ Learners (errors-in-variables: the sum's noise variance is known exactly from th
   second moment, the trace of the second moment is known without asking: every record is a unit vector, so
   tr(sum_u sum_r x_r x_r^T / n_u) = sum_k counts_k; the noise's contribution to sum_k counts_k ||m_k||^2
   (d sigma^2 / counts_k per class) is subtracted.
-- ``lda``: needs the second moment; the within-class covariance from it, shrunk towards isotropic with the
-  Ledoit-Wolf oracle weight whose error term includes the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric,
-  sigma^2 per diagonal entry, sigma^2 / 2 per off-diagonal). At full shrinkage the rule IS the centroid's.
+- ``lda``: needs the second moment; the within-class covariance from it, its eigenvalues' deviations from
+  their mean shrunk by the noise edge (`fl_privtext.server.learners._soft_spectrum`) whose error term includes
+  the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric, sigma^2 per diagonal entry, sigma^2 / 2 per
+  off-diagonal). At full shrinkage the rule IS the centroid's.
 - ``auto`` (no per-user cross-validation is possible: the server holds no per-user data): `wants_second` decides
   before the request, analytically: lda when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is
   below 1/d (an upper bound on the mean within-class eigenvalue of unit vectors), else centroid. The choice is
@@ -29,7 +30,7 @@ import numpy as np
 
 from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, central_epsilon, share_noise_std
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.server.learners import LDA, Centroid, ClassStats, _shrunk
+from fl_privtext.server.learners import LDA, Centroid, ClassStats, _soft_spectrum
 
 __all__ = ["Aggregate", "fit_from_aggregate", "learner_for", "wants_second"]
 
@@ -112,7 +113,7 @@ def fit_from_aggregate(learner: str, agg: Aggregate) -> tuple[Any, str]:
     m, lp = st.means, np.log(st.priors)
     sw = st.within()
     if name == "lda":
-        prec = np.linalg.inv(_shrunk(sw, st.n, float(np.trace(sw)), cov_error))  # (D, D)
+        prec = np.linalg.inv(_soft_spectrum(sw, cov_error))  # (D, D): regularised for the added noise's error
     else:
         prec = np.eye(d) * d / max(float(np.trace(sw)), 1e-12)
     m = denoised_means(agg)

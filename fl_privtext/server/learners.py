@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fl_privtext import rng
+from fl_privtext.server.noise import NoiseLaw
 
 __all__ = [
     "LDA",
@@ -69,13 +70,15 @@ def label_rr_matrix(num_classes: int, epsilon: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ClassStats:
-    """Sufficient statistics of labelled uploads: counts (K,), sums (K, D), second moment sum u u^T (D, D) and the
-    per-coordinate noise variance (D,) of the mechanism (`fl_privtext.server.noise`)."""
+    """Sufficient statistics of labelled uploads: counts (K,), sums (K, D), second moment sum u u^T (D, D), the
+    per-coordinate noise variance (D,) of the mechanism (`fl_privtext.server.noise`) and the sum of ||u||^4 (the
+    standard error of the trace; 0 where unknown)."""
 
     counts: np.ndarray
     sums: np.ndarray
     second: np.ndarray
     noise: np.ndarray
+    fourth: float = 0.0
 
     @classmethod
     def of(cls, x: np.ndarray, y: np.ndarray, num_classes: int, noise: np.ndarray,
@@ -84,16 +87,19 @@ class ClassStats:
         counts = np.bincount(y, minlength=num_classes).astype(np.float64)
         sums = np.zeros((num_classes, d))
         second = np.zeros((d, d))
+        fourth = 0.0
         eye = np.eye(num_classes)
         for s in range(0, n, CHUNK):
             c = np.asarray(x[s:s + CHUNK], np.float64)  # (chunk, D)
             sums += eye[y[s:s + CHUNK]].T @ c  # one-hot (chunk, K) -> per-class sums, a BLAS product
             second += c.T @ c
+            sq = np.einsum("ij,ij->i", c, c)
+            fourth += float(sq @ sq)
         if label_rr is not None and not np.allclose(label_rr, np.eye(num_classes)):
             inv_t = np.linalg.inv(label_rr.T)
             counts, sums = inv_t @ counts, inv_t @ sums
             counts = np.clip(counts, 1e-9, None)
-        return cls(counts, sums, second, np.asarray(noise, np.float64))
+        return cls(counts, sums, second, np.asarray(noise, np.float64), fourth)
 
     @property
     def n(self) -> float:
@@ -126,6 +132,15 @@ class ClassStats:
         k = len(self.counts)
         return (self.second - (m.T * self.counts) @ m) / max(self.n - k, 1.0)
 
+    def trace_standard_error(self) -> float:
+        """Standard error of tr(within()) from the uploads' fourth moment: sqrt(Var ||u||^2 / n) (an upper bound:
+        the between-class spread of ||u||^2 is included); 0 when the fourth moment was not accumulated."""
+        if self.fourth <= 0 or self.n <= 1:
+            return 0.0
+        n = self.n
+        m2 = float(np.trace(self.second)) / n
+        return float(np.sqrt(max(self.fourth / n - m2 * m2, 0.0) / n))
+
 
 def _linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
     d = w.shape[1]
@@ -151,6 +166,25 @@ def _shrunk(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0) -> 
     return (1 - a) * s + a * mu * np.eye(d)
 
 
+def _soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray:
+    """Regularise a noisy covariance estimate by shrinking each eigenvalue's deviation from their mean mu:
+    lambda -> mu + (lambda - mu) max(0, 1 - edge^2 / (lambda - mu)^2), edge = 2 sqrt(err / D) the spectral norm of
+    a symmetric noise matrix of Frobenius error^2 ``err`` (semicircle edge 2 sigma sqrt(D), sigma^2 = err / D^2).
+    Deviations the noise could produce are removed, resolved ones (typically the few largest) kept, less
+    edge^2 / deviation; with err -> 0 it is the estimate itself. mu is floored at ``floor`` (the clean scale's
+    resolution), and no eigenvalue is set below its own resolution edge / 2 (or mu, if smaller; at least 1e-3 mu):
+    a small eigenvalue is a large precision, and one the noise could have produced would weigh a noise direction
+    most in the discriminant."""
+    d = cov.shape[0]
+    vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
+    mu = max(float(vals.mean()), floor, 1e-12)
+    edge = 2.0 * math.sqrt(max(err, 0.0) / d)
+    dev = vals - mu
+    keep = np.clip(1.0 - edge * edge / np.maximum(dev * dev, 1e-300), 0.0, 1.0)
+    new = np.maximum(mu + dev * keep, max(min(mu, edge / 2), 1e-3 * mu))
+    return (vecs * new) @ vecs.T
+
+
 class _Moments:
     """Shared part of the moment learners: fit = sufficient statistics, heads from them."""
 
@@ -160,8 +194,12 @@ class _Moments:
     w_clean: np.ndarray  # the rule for E[upload | x] (exported)
     b_clean: np.ndarray
 
-    def __init__(self, *, num_classes: int, noise: np.ndarray, label_rr: np.ndarray | None = None):
-        self.k, self.noise, self.label_rr = num_classes, noise, label_rr
+    record: dict[str, Any]  # how the clean head was built: the noise law, its assumption, the clean scale
+
+    def __init__(self, *, num_classes: int, noise: np.ndarray | NoiseLaw, label_rr: np.ndarray | None = None):
+        self.law = noise if isinstance(noise, NoiseLaw) else NoiseLaw.diagonal(noise)
+        self.k, self.noise, self.label_rr = num_classes, self.law.variance, label_rr
+        self.record = {}
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> _Moments:
         self.stats = ClassStats.of(x, y, self.k, self.noise, self.label_rr)
@@ -170,6 +208,45 @@ class _Moments:
 
     def _heads(self) -> None:
         raise NotImplementedError
+
+    def noise_covariance(self) -> np.ndarray:
+        """(D, D) E[Cov(u | x)] from the noise law and the uploads' second moment."""
+        st = self.stats
+        return self.law.covariance(st.second / max(st.n, 1.0))
+
+    def clean_within(self) -> tuple[np.ndarray, float]:
+        """(D, D) within-class covariance of the clean means m = E[u | x] (method of moments) and the standard
+        error of its trace.
+
+        Cap mechanisms (structured law): Sigma = E[m m^T] - sum_k pi_k mu_k mu_k^T with E[m m^T] from the noise law
+        (`NoiseLaw.input_second`, trace r2 exactly) and mu_k mu_k^T = mean_k mean_k^T - S_w / n_k (unbiased);
+        the trace's error is that of the class means' squared norms, 2 sqrt(sum_k pi_k^2 mean_k S_w mean_k / n_k).
+        Otherwise: Sigma = S_w - E[Cov(u | x)], the trace's error from the uploads' fourth moment
+        (`ClassStats.trace_standard_error`)."""
+        st = self.stats
+        sw = st.within()
+        n = max(st.n, 1.0)
+        mm = self.law.input_second(st.second / n)
+        if mm is None:
+            return sw - self.noise_covariance(), st.trace_standard_error()
+        m, counts = st.means, np.maximum(st.counts, 1.0)
+        w = np.clip(st.counts, 0.0, None) / n
+        clean = mm - (m.T * w) @ m + sw * float((w / counts).sum())
+        se = 2.0 * float(np.sqrt(max(float((w * w / counts) @ np.einsum("kd,de,ke->k", m, sw, m)), 0.0)))
+        return (clean + clean.T) / 2, se
+
+    def clean_scale(self, est: float, se: float, var_up: float) -> float:
+        """The clean within-class variance per coordinate to use: the estimate ``est`` (tr Sigma / D) where it is
+        at least its standard error ``se``, else ``se`` (flagged ``resolved: false`` in ``record``): what the
+        data cannot tell from 0, never a clamped negative value. Over-estimating it costs more than
+        under-estimating (a large variance hands the rule to the prior), hence one standard error, not two. With no
+        standard error (aggregates without the fourth moment) the floor is 1e-3 var_up."""
+        floor = se if se > 0 else 1e-3 * var_up
+        used = max(est, floor, 1e-12)
+        self.record = {"noise_law": self.law.record(),
+                       "clean_variance": {"estimate": est, "standard_error": se, "used": used,
+                                          "resolved": bool(est >= floor)}}
+        return used
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x, np.float64) @ self.w_noisy.T + self.b_noisy
@@ -189,10 +266,15 @@ class Centroid(_Moments):
         st = self.stats
         ms, m, lp = st.shrunk_means(), st.means, np.log(st.priors)
         d = m.shape[1]
-        var_up = max(float(np.trace(st.within())) / d, 1e-12)
-        var_clean = max(var_up - float(st.noise.mean()), 1e-3 * var_up)
+        tr_up = float(np.trace(st.within()))
+        var_up = max(tr_up / d, 1e-12)
+        clean, se = self.clean_within()
+        var_clean = self.clean_scale(float(np.trace(clean)) / d, se / d, var_up)
         self.w_noisy, self.b_noisy = ms / var_up, -(ms * ms).sum(1) / (2 * var_up) + lp
-        self.w_clean, self.b_clean = m / var_clean, -(m * m).sum(1) / (2 * var_clean) + lp
+        # errors-in-variables: ||mean_k||^2 carries tr E[Cov(u | x)] / n_k of the mechanism's noise (the sampling
+        # error of clean data is left as in the plain plug-in rule)
+        sq = (m * m).sum(1) - float(np.trace(self.noise_covariance())) / np.maximum(st.counts, 1.0)
+        self.w_clean, self.b_clean = m / var_clean, -sq / (2 * var_clean) + lp
 
 
 class LDA(_Moments):
@@ -207,12 +289,29 @@ class LDA(_Moments):
         st = self.stats
         lp = np.log(st.priors)
         sw = st.within()
-        clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)),  # the means' within-class covariance
-                        getattr(self, "cov_error", 0.0))
+        d = sw.shape[0]
+        noise = self.noise_covariance()
+        tr_up = float(np.trace(sw))
+        raw, se = self.clean_within()
+        floor = self.clean_scale(float(np.trace(raw)) / d, se / d, max(tr_up / d, 1e-12))
+        n = max(st.n, 1.0)
+        # the Frobenius error^2 the mechanism's noise adds to the estimate (Var S_ij = (U_ii U_jj + U_ij^2) / n for
+        # the uploads' covariance U, less what clean data of covariance Sigma would have: the plain plug-in's
+        # sampling error is left as it is, so without noise this is the plain LDA)
+        if self.law.structured:  # clean = r2 (M - a I) / b - ...: the error of M, times r2 / b
+            mo = self.law.moments
+            err = (self.law.input_norm2 / mo.rank_one * float(np.trace(st.second)) / n) ** 2 / n
+        else:
+            err = max(tr_up ** 2 - float(np.trace(raw)) ** 2 + float((sw * sw).sum()) - float((raw * raw).sum()),
+                      0.0) / n
+        err += getattr(self, "cov_error", 0.0)
+        clean = _soft_spectrum(raw, err, floor)  # the means' within-class covariance
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
-        for head, cov, m in (("noisy", clean + np.diag(st.noise), st.shrunk_means()), ("clean", clean, st.means)):
+        for head, cov, m in (("noisy", clean + noise, st.shrunk_means()), ("clean", clean, st.means)):
             prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
             bias = -0.5 * (prec_m * m).sum(1) + lp
+            if head == "clean":  # m_k Sigma^-1 m_k carries tr(Sigma^-1 E[Cov(u | x)]) / n_k of the mechanism's noise
+                bias += 0.5 * float(np.trace(np.linalg.solve(cov, noise))) / np.maximum(st.counts, 1.0)
             if head == "noisy":
                 self.w_noisy, self.b_noisy = prec_m, bias
             else:
@@ -325,10 +424,11 @@ class MLP:
         return self.model.export()
 
 
-def make_learner(name: str, *, num_classes: int, noise: np.ndarray | None = None,
+def make_learner(name: str, *, num_classes: int, noise: np.ndarray | NoiseLaw | None = None,
                  label_rr: np.ndarray | None = None, seed: int = 0, mlp: dict[str, Any] | None = None) -> Learner:
-    """A fresh learner by name (``constant`` or one of `LEARNERS`); ``mlp``: MLP keyword arguments (config,
-    generator, progress)."""
+    """A fresh learner by name (``constant`` or one of `LEARNERS`); ``noise``: the mechanism's noise law
+    (`fl_privtext.server.noise.NoiseLaw`, or its per-coordinate variance); ``mlp``: MLP keyword arguments
+    (config, generator, progress)."""
     if name == "constant":
         return Constant(num_classes=num_classes, label_rr=label_rr)
     if name in ("centroid", "lda"):
@@ -337,7 +437,8 @@ def make_learner(name: str, *, num_classes: int, noise: np.ndarray | None = None
         cls = Centroid if name == "centroid" else LDA
         return cls(num_classes=num_classes, noise=noise, label_rr=label_rr)
     if name == "linear":
-        return Linear(num_classes=num_classes, seed=seed, noise=noise)
+        return Linear(num_classes=num_classes, seed=seed,
+                      noise=noise.variance if isinstance(noise, NoiseLaw) else noise)
     if name == "mlp":
         if mlp is None:
             raise ValueError("Learner 'mlp' needs its config and generator (mlp={...}).")

@@ -18,7 +18,7 @@ from fl_privtext import constant, metrics, rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.server.learners import LEARNERS, Learner, label_rr_matrix, make_learner
-from fl_privtext.server.noise import noise_variance
+from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.selection import select
 
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
@@ -59,15 +59,20 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
 
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, num_classes: int,
                 mechanism: Any, input_dim: int, seed: int, label_epsilon: float = 0.0,
-                mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",)
+                mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",),
+                input_norm2: float | None = None, norm_source: str = "", centered: bool = False
                 ) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
     """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
     grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
-    out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name)."""
+    out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
+    measured on public data named ``norm_source`` (`public_input_norm2`), for the cap mechanisms' noise law;
+    ``centered``: the uploads were centred (``server.center``), so only the per-coordinate variance applies."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
-    noise = noise_variance(mechanism, input_dim, x.mean(axis=0, dtype=np.float64),
-                           rng.generator(seed, *stream, "noise"))
+    noise = noise_law(mechanism, input_dim, x.mean(axis=0, dtype=np.float64), rng.generator(seed, *stream, "noise"),
+                      input_norm2=input_norm2, norm_source=norm_source)
+    if centered and noise.moments is not None:  # the exact structure is that of the uploads, not of P u
+        noise = NoiseLaw(noise.variance, f"{noise.method} (per-coordinate only: uploads centred by server.center)")
     rr = label_rr_matrix(num_classes, label_epsilon) if label_epsilon > 0 else None
 
     def maker(learner: str) -> Any:
@@ -86,6 +91,19 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             cv = np.flatnonzero(np.isin(groups, keep))
         chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr)
     return maker(chosen)().fit(x, y), chosen, scores
+
+
+def public_input_norm2(cfg: ExperimentConfig, mechanism: Any) -> tuple[float | None, str]:
+    """E||E[u | x]||^2 over ``privacy.public-data`` through the mechanism's own (public) projection and clipping,
+    for the cap mechanisms under the round map (whose uploads do not reveal the inputs' norms,
+    `fl_privtext.server.noise`); (None, "") when not applicable or no public data is configured."""
+    mo = mechanism.noise_moments() if hasattr(mechanism, "noise_moments") else None
+    if mo is None or mo.kind != "cap" or mo.sphere_map != "round" or not cfg.privacy.public_data.strip():
+        return None, ""
+    from fl_privtext.public import check_public_data, public_features
+
+    m = np.asarray(mechanism.expected(public_features(cfg)), np.float64)
+    return float(np.einsum("ij,ij->i", m, m).mean()), f"{check_public_data(cfg)!r} ({len(m)} rows)"
 
 
 def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
@@ -111,10 +129,13 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     input_dim = input_dim or int(getattr(mechanism, "dim", None) or features.shape[1])
     mlp = {"config": server_mlp_config(cfg, features.shape[1]), "generator": rng.torch_generator(seed, "server"),
            "progress": "server: task MLP" if cfg.run.progress else None}
+    norm2, norm_source = public_input_norm2(cfg, mechanism) if not cfg.server.center else (None, "")
+    centered = cfg.server.center
     model, chosen, candidates = fit_learner(
         cfg.server.learner, features[tr], labels[tr],
         (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr], num_classes=k,
-        mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp)
+        mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp,
+        input_norm2=norm2, norm_source=norm_source, centered=centered)
     pred = model.logits(features[te]).argmax(axis=1)
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
@@ -131,6 +152,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "train_steps": int(getattr(getattr(model, "model", None), "steps", 0)),  # MLP: SGD steps (server.max-steps)
         "diverged": [r for r in [diverged(getattr(getattr(model, "model", None), "losses", []))] if r],
     }
+    record = getattr(model, "record", None)
+    if record:  # moment learners: the noise law, its assumption, the clean variance used
+        out["clean_head"] = record
     fairness: dict[str, Any] = {}
     for spec in prep.ds.attributes:
         z = prep.ds.attribute(spec.name)[rows[te]]

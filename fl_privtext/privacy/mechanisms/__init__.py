@@ -25,6 +25,7 @@ from fl_privtext.privacy.mechanisms.base import (
     SECURE_MARGIN,
     SECURE_SAMPLER,
     Mechanism,
+    NoiseMoments,
     Release,
 )
 from fl_privtext.privacy.mechanisms.bits import OME, OUE, SUE, BitMechanism, BitRR, UnaryEncoding
@@ -50,8 +51,9 @@ __all__ = [
     "CALIBRATIONS", "COMPOSITION", "DPNR_PAPER", "FLOAT32_SLACK", "FLOAT_SAMPLER", "MECHANISMS",
     "MIN_BIT_PROBABILITY", "OME", "OME_PAPER", "OUE", "REPLACEMENT", "SAMPLERS", "SECURE_MARGIN", "SECURE_SAMPLER",
     "SUE", "BitMechanism", "BitRR", "CapMechanism", "Duchi", "Gaussian", "LaplaceBox", "LaplaceDPNR",
-    "LaplaceDPNRCode", "LaplaceL1", "LaplaceMechanism", "Mechanism", "MultivariateLaplace", "NoPrivacy", "PrivUnit",
-    "PrivUnitG", "Purkayastha", "Release", "UnaryEncoding", "make_mechanism", "mechanism_params",
+    "LaplaceDPNRCode", "LaplaceL1", "LaplaceMechanism", "Mechanism", "MultivariateLaplace", "NoPrivacy",
+    "NoiseMoments", "PrivUnit", "PrivUnitG", "Purkayastha", "Release", "UnaryEncoding", "make_mechanism",
+    "mechanism_params",
 ]
 
 

@@ -121,6 +121,28 @@ class Release:
         return {k: dict(s.info) for k, s in zip(("normalise", "encode", "randomise"), self.stages, strict=True)}
 
 
+# ------------------------------------------------------------------------------------------------ noise moments
+@dataclass(frozen=True)
+class NoiseMoments:
+    """Exact second moments of a mechanism's noise (public: the mechanism and its parameters are), for the
+    server's errors-in-variables corrections (`fl_privtext.server.noise`).
+
+    ``kind = "additive"``: upload = E[upload | x] + e with e independent of x, Cov(e) = ``variance`` I +
+    ``shared`` 1 1^T (i.i.d. coordinates; ``shared``: one scalar added to every coordinate).
+    ``kind = "cap"``: upload = s (W v + Z_perp) for the unit direction v the input is mapped to (``sphere_map``),
+    so E[u u^T | x] = ``iso`` I + ``rank_one`` v v^T exactly; E[u | x] = x (clipped, ``round``) or C v
+    (``normalise``), ``clip_norm`` = C.
+    """
+
+    kind: str
+    variance: float = 0.0
+    shared: float = 0.0
+    iso: float = 0.0
+    rank_one: float = 0.0
+    sphere_map: str = ""
+    clip_norm: float = 1.0
+
+
 # ---------------------------------------------------------------------------------------------------- base class
 @dataclass(frozen=True, kw_only=True)
 class Mechanism(ABC):
@@ -200,6 +222,11 @@ class Mechanism(ABC):
     def mean_output(self, c: np.ndarray) -> np.ndarray:
         """E[randomise(c)] for an encoded batch c. Default: c (zero-mean additive noise, or none)."""
         return c
+
+    def noise_moments(self) -> NoiseMoments | None:
+        """Exact second moments of the noise (`NoiseMoments`), or None where no closed form is given (the server
+        then estimates them by Monte Carlo)."""
+        return None
 
     # -- accounting --------------------------------------------------------------------------------------------
     @property

@@ -16,6 +16,7 @@ from fl_privtext.privacy.mechanisms.base import (
     FLOAT_SAMPLER,
     SECURE_SAMPLER,
     Mechanism,
+    NoiseMoments,
     _dim,
     _open_unit,
     _positive,
@@ -72,6 +73,11 @@ class Gaussian(Mechanism):
     def noise_std(self) -> float:
         """sigma of each coordinate's noise."""
         return self._noise_std
+
+    def noise_moments(self) -> NoiseMoments | None:
+        """Float sampler: i.i.d. N(0, sigma^2) per coordinate, independent of x (closed form). The secure sampler's
+        discrete Gaussian on its grid: None (the server estimates it)."""
+        return NoiseMoments("additive", variance=self.noise_std ** 2) if self.sampler == "float" else None
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.l2_clip(x, self.clip_norm)

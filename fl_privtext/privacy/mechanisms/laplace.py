@@ -17,6 +17,7 @@ from fl_privtext.privacy.mechanisms.base import (
     FLOAT_SAMPLER,
     SECURE_SAMPLER,
     Mechanism,
+    NoiseMoments,
     _dim,
     _positive,
     _real,
@@ -60,6 +61,11 @@ class LaplaceMechanism(Mechanism):
     @abstractmethod
     def l1_sensitivity(self) -> float:
         """max ||u - v||_1 over two normalised vectors."""
+
+    def noise_moments(self) -> NoiseMoments | None:
+        """Float sampler: i.i.d. Laplace(b) per coordinate, variance 2 b^2, independent of x (closed form). The
+        secure sampler's discrete Laplace on its grid: None (the server estimates it)."""
+        return NoiseMoments("additive", variance=2.0 * self.noise_scale ** 2) if self.sampler == "float" else None
 
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         if self.sampler == "secure":
@@ -161,6 +167,10 @@ class LaplaceDPNRCode(LaplaceMechanism):
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         shared = samplers.laplace_noise((c.shape[0], 1), self.noise_scale, rng)  # (N, 1): the same draw on every coordinate
         return Stage(c + shared, {"method": "laplace-shared-scalar", "noise_scale": self.noise_scale})
+
+    def noise_moments(self) -> NoiseMoments | None:
+        """One Laplace(b) scalar added to every coordinate: covariance 2 b^2 1 1^T (closed form)."""
+        return NoiseMoments("additive", shared=2.0 * self.noise_scale ** 2)
 
     @property
     def float_safe(self) -> bool:

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fl_privtext.privacy import normalise
-from fl_privtext.privacy.mechanisms.base import _positive, _set
+from fl_privtext.privacy.mechanisms.base import NoiseMoments, _positive, _set
 from fl_privtext.privacy.mechanisms.sphere import (
     CHUNK_VALUES,
     TINY_NORM,
@@ -91,6 +91,11 @@ class MultivariateLaplace(ProjectedMechanism):
             d += c[s:s + m]
             out[s:s + m] = d
         return Stage(out, {"method": "multivariate-laplace", "radius_shape": k, "radius_scale": 1.0 / self.epsilon})
+
+    def noise_moments(self) -> NoiseMoments | None:
+        """R D with R ~ Gamma(k, 1/eps), D uniform on the unit sphere: Cov = E[R^2] / k I = (k + 1) / eps^2 I,
+        independent of x (closed form)."""
+        return NoiseMoments("additive", variance=(self.work_dim + 1.0) / self.epsilon ** 2)
 
     @property
     def claimed_epsilon(self) -> float:

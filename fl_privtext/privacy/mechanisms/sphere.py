@@ -59,6 +59,7 @@ from fl_privtext.privacy.mechanisms.base import (
     FLOAT_SAMPLER,
     REPLACEMENT,
     Mechanism,
+    NoiseMoments,
     _dim,
     _positive,
     _sampler,
@@ -402,6 +403,31 @@ def signed_scaled(x: np.ndarray, r: np.ndarray, scale: float, bits: exact.Secure
     return res
 
 
+def privunitg_second_moment(cal: CapCalibration) -> float:
+    """E[W^2] of PrivUnitG's truncated N(0, 1) mixture (threshold t, cap side with probability p; closed form):
+    E[W^2 | W >= t] = 1 + t phi(t) / q, E[W^2 | W < t] = 1 - t phi(t) / (1 - q), q = Phi(-t)."""
+    t = cal.threshold
+    phi = math.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi)
+    return cal.p * (1.0 + t * phi / cal.q) + (1.0 - cal.p) * (1.0 - t * phi / (1.0 - cal.q))
+
+
+def cap_second_moment(cal: CapCalibration, dim: int) -> float:
+    """E[W^2] of PrivUnit's inner product W = <V, u> (V uniform on S^(dim-1) restricted to the cap {W >= gamma}
+    with probability p, to its complement otherwise; closed form). W = 1 - 2B, B ~ Beta(a, a), a = (dim - 1)/2, and
+    the cap is {B <= b}, b = (1 - gamma)/2; E[B^j; B <= b] = I_b(a + j, a) B(a + j, a) / B(a, a), so
+    E[W^2; cap] = I_b(a, a) - 4 I_b(a+1, a) / 2 + 4 I_b(a+2, a) (a + 1) / (2 (2a + 1)); the complement's from
+    E[W^2] = 1/dim (uniform V)."""
+    from scipy import special
+
+    a = (dim - 1) / 2.0
+    b = (1.0 - cal.threshold) / 2.0
+    q = float(special.betainc(a, a, b))
+    w2_cap = (q - 2.0 * float(special.betainc(a + 1.0, a, b))
+              + 2.0 * (a + 1.0) / (2.0 * a + 1.0) * float(special.betainc(a + 2.0, a, b)))
+    w2_rest = 1.0 / dim - w2_cap
+    return cal.p * w2_cap / q + (1.0 - cal.p) * w2_rest / (1.0 - q)
+
+
 def privunit_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
     """Closed form of PrivUnit for p = e^eps0/(1+e^eps0) (Bhowmick et al. 2018, Algorithm 1, exact calibration).
 
@@ -659,6 +685,27 @@ class CapMechanism(ProjectedMechanism):
     def epsilon_worst_case(self) -> float:
         return self.calibration.epsilon
 
+    def direction_second_moment(self) -> float | None:
+        """E[W^2] of the inner product W = <V, u> of the sampled direction with the input's (None: not given)."""
+        return None
+
+    def noise_moments(self) -> NoiseMoments | None:
+        """upload = s (W u + R) with s = C / m, u the unit direction of the sphere map and R orthogonal to u with a
+        rotation-invariant law given W: E[u u^T | x] = s^2 (E[W^2] u u^T + E[||R||^2] / (k - 1) (I - u u^T)) (exact;
+        E[||R||^2] = k - 1 for PrivUnitG's Gaussian, 1 - E[W^2] for PrivUnit's sphere)."""
+        ew2 = self.direction_second_moment()
+        if ew2 is None:
+            return None
+        k = self.work_dim
+        s2 = (self.clip_norm / self.calibration.m) ** 2
+        iso = s2 * (self.orthogonal_energy(ew2) / (k - 1.0))
+        return NoiseMoments("cap", iso=iso, rank_one=s2 * ew2 - iso, sphere_map=self.sphere_map,
+                            clip_norm=self.clip_norm)
+
+    def orthogonal_energy(self, ew2: float) -> float:
+        """E||R||^2 of the part of V orthogonal to the input direction (unit-sphere mechanisms: 1 - E[W^2])."""
+        return 1.0 - ew2
+
     def calibration_values(self) -> dict[str, Any]:
         cal = self.calibration
         return {"p": cal.p, "q": cal.q, "unbiasing_scale": 1.0 / cal.m,
@@ -725,6 +772,15 @@ class PrivUnitG(CapMechanism):
     def float_safe(self) -> bool:
         """True with sampler='secure' (exact grid construction, SECURE_PRIVUNITG); False with 'float'."""
         return self.sampler == "secure"
+
+    def direction_second_moment(self) -> float | None:
+        """Float sampler: E[W^2] of the truncated normal mixture (closed form, :func:`privunitg_second_moment`);
+        the secure sampler's sign-vertex construction: None (the server estimates its noise)."""
+        return privunitg_second_moment(self.calibration) if self.sampler == "float" else None
+
+    def orthogonal_energy(self, ew2: float) -> float:
+        """(I - u u^T) Z with Z ~ N(0, I_k): E||R||^2 = k - 1."""
+        return self.work_dim - 1.0
 
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         """sampler='secure': sign-vertex rounding and exact cap sampling on the grid (SECURE_PRIVUNITG)."""
@@ -817,6 +873,10 @@ class PrivUnit(CapMechanism):
         """Includes ``low_bit_audit``: what the audit certifies against the float sampler (LOW_BIT_AUDIT)."""
         return {**super().calibration_values(), "gamma": self.calibration.threshold,
                 "low_bit_audit": dict(LOW_BIT_AUDIT[self.name])}
+
+    def direction_second_moment(self) -> float | None:
+        """E[W^2] of the cap / complement mixture on the sphere (closed form, :func:`cap_second_moment`)."""
+        return cap_second_moment(self.calibration, self.work_dim)
 
 
 @dataclass(frozen=True, kw_only=True)
