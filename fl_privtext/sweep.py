@@ -205,9 +205,12 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     """Points that can share one Flower simulation: same federation settings and the same clients' [client]
     policy. The policy is the clients' own (fl_privtext.client.policy): two points whose requests look the same to
     a client (same privacy and rounds) but whose [client] sections differ could not be told apart by it, so each
-    [client] section gets its own simulation."""
+    [client] section gets its own simulation. Likewise each [server] section: a client answers on-device
+    evaluation once per (point, seed) whatever model it is sent (fl_privtext.client.guard), so two points that
+    differ only in the server's settings (e.g. server.learner) would share the first model's answer."""
     flat = cfg.to_flat()
-    return (*(flat.get(k) for k in SIMULATION_KEYS), *sorted((k, v) for k, v in flat.items() if k.startswith("client.")))
+    return (*(flat.get(k) for k in SIMULATION_KEYS),
+            *sorted((k, v) for k, v in flat.items() if k.startswith(("client.", "server."))))
 
 
 def headline(res: dict[str, Any]) -> str:
@@ -245,7 +248,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
     if len(groups) > 1:
-        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)} or [client])")
+        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)} or [client] / [server])")
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc="sweep points", unit="point",
                disable=None if progress else True,  # None: no bar when stderr is not a terminal (a log file)
                dynamic_ncols=True, file=sys.stderr)

@@ -30,3 +30,11 @@ def test_points_the_requests_tell_apart_share_a_policy():
     policy = ClientPolicy.from_points([a, b])
     assert policy.entry_for(b).pinned["privacy.epsilon"] == 2.0
     assert simulation_group(a) == simulation_group(b)
+
+
+def test_points_differing_only_in_the_server_learner_are_separate_simulations():
+    # a client answers on-device evaluation once per point and seed, whatever model it is sent: two learners in one
+    # simulation would both be reported with the first model's answer
+    a = ExperimentConfig.from_flat({"server.learner": "centroid"})
+    b = ExperimentConfig.from_flat({"server.learner": "lda"})
+    assert simulation_group(a) != simulation_group(b)
