@@ -16,6 +16,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
 from fl_privtext.client import merge_uploads
+from fl_privtext.federation.grid import DelegatingGrid
 
 
 def numpy_view(array: Array) -> np.ndarray:
@@ -52,32 +53,15 @@ class Observation:
     nbytes: int = 0
 
 
-class EavesdroppingGrid(Grid):
+class EavesdroppingGrid(DelegatingGrid):
     """Delegates to ``inner`` and records every reply it returns (its arrays as read-only views of the reply's
     bytes: the record costs no copy)."""
 
     def __init__(self, inner: Grid, *, record_sent: bool = False) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.observations: list[Observation] = []
         self.record_sent = record_sent
         self.sent: list[Observation] = []  # the server's own queries (record_sent=True): what the server knows
-
-    # -- delegation -------------------------------------------------------------------------------------------
-    def set_run(self, run: Any) -> None:  # pragma: no cover - the inner grid is already bound
-        self._inner.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self._inner.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self._inner.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
-    def get_nodes(self) -> Iterable[Any]:
-        return self._inner.get_nodes()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self._inner.push_messages(self._record_sent(messages))

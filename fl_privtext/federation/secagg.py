@@ -48,6 +48,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 from flwr.serverapp import Grid
 
 from fl_privtext.federation.faults import one_line
+from fl_privtext.federation.grid import DelegatingGrid
 
 RECORD = "secagg"  # our ConfigRecord in the masked-vector request: task, clipping range, quantization range
 SECAGG_CONFIGS = RECORD_KEY_CONFIGS  # Flower's protocol record ("secaggplus_configs")
@@ -110,39 +111,17 @@ def _content_bytes(content: RecordDict) -> int:
     return int(recorddict_to_proto(content).ByteSize())
 
 
-class _CountingGrid(Grid):
+class _CountingGrid(DelegatingGrid):
     """Delegates to ``inner``; counts message rounds and content bytes, keeps each failed node's reason."""
 
     def __init__(self, inner: Grid) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.rounds = 0
         self.bytes = 0
         self.reasons: dict[int, str] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
-
-    def set_run(self, run: Any) -> None:  # pragma: no cover
-        self._inner.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self._inner.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self._inner.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
-    def get_nodes(self) -> Iterable[Any]:
-        return self._inner.get_nodes()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # pragma: no cover - workflow uses s&r
-        return self._inner.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # pragma: no cover
-        return self._inner.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         messages = list(messages)

@@ -35,13 +35,13 @@ Windowing. The shuffler collects a whole round before it releases anything, so a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from fl_privtext.federation.eavesdropper import numpy_view
+from fl_privtext.federation.grid import DelegatingGrid
 from fl_privtext.federation.inflight import AUTO_WINDOW, send_windowed
 
 SHUFFLER_NODE_ID = 0  # the sender every shuffled message carries: no client has this id
@@ -72,14 +72,14 @@ def shuffle_reports(parts: list[dict[str, np.ndarray]], rng: np.random.Generator
             "rows": first_pseudonym + rng.permutation(len(labels)).astype(np.int64), "source": rows[order]}
 
 
-class ShufflingGrid(Grid):
+class ShufflingGrid(DelegatingGrid):
     """Delegates to ``inner``; while `configure`-d on (or built with no cohorts, as in the unit tests), every
     round's ``query.upload`` replies come back as one shuffled message per cohort from ``SHUFFLER_NODE_ID``
     (module docstring). Switched off, it passes every reply through unchanged."""
 
     def __init__(self, inner: Grid, rng: np.random.Generator | None = None, *, on: bool = True,
                  cohorts: np.ndarray | None = None, first_pseudonym: int = 0, window: int = AUTO_WINDOW) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._rng = rng if rng is not None else np.random.Generator(np.random.PCG64(np.random.SeedSequence()))  # OS entropy
         self.rounds_shuffled = 0
         self.window = window
@@ -97,26 +97,6 @@ class ShufflingGrid(Grid):
         self._key: list[np.ndarray] = []  # record id of pseudonym first + i, in blocks
         self._next = self._first
         self.sent_by: dict[int, np.ndarray] = {}  # the last round: node -> record ids it sent (referee only)
-
-    # -- delegation -------------------------------------------------------------------------------------------
-    def set_run(self, run: Any) -> None:  # pragma: no cover - the inner grid is already bound
-        self._inner.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self._inner.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self._inner.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
-    def get_nodes(self) -> Iterable[Any]:
-        return self._inner.get_nodes()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        return self._inner.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return self.shuffle(self._inner.pull_messages(message_ids))

@@ -23,6 +23,7 @@ from flwr.serverapp import Grid
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.grid import DelegatingGrid
 from fl_privtext.progress import progress_bar
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
@@ -110,32 +111,17 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
         raise ValueError("train.val-frac > 0 needs training users to hold out.")
 
 
-class InjectingGrid(Grid):
+class InjectingGrid(DelegatingGrid):
     """Delegates to ``inner`` and adds ``records`` to every outgoing message whose type is in ``message_types``
     (the trained encoder in Phase B's upload queries and in the on-device evaluation queries)."""
 
     def __init__(self, inner: Grid, records: dict[str, Any],
                  message_types: tuple[str, ...] = ("query.upload", "query.evaluate")) -> None:
-        self._inner, self._records, self._types = inner, records, message_types
+        super().__init__(inner)
+        self._records, self._types = records, message_types
 
     def __getattr__(self, name: str) -> Any:  # observations, uploads(), reset(), ... of the eavesdropper
         return getattr(self._inner, name)
-
-    def set_run(self, run: Any) -> None:  # pragma: no cover
-        self._inner.set_run(run)
-
-    @property
-    def run(self) -> Any:
-        return self._inner.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:
-        return self._inner.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
-    def get_nodes(self) -> Iterable[Any]:
-        return self._inner.get_nodes()
 
     def _inject(self, messages: Iterable[Message]) -> list[Message]:
         messages = list(messages)
@@ -147,9 +133,6 @@ class InjectingGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self._inner.push_messages(self._inject(messages))
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self._inner.pull_messages(message_ids)
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         return self._inner.send_and_receive(self._inject(messages), timeout=timeout)
