@@ -663,6 +663,36 @@ class CapMechanism(ProjectedMechanism):
         """Unit inputs u (n, k) float32 (overwritten) -> out = scale * V, (n, k) float32."""
         raise NotImplementedError
 
+    def secure_sign_vertex(self, c: np.ndarray, rng: np.random.Generator,
+                           make_draws: Callable[[exact.SecureBits], Any], method: str) -> Stage:
+        """The secure samplers' shared loop (secure PrivUnitG and Duchi): each row rounded to a sign vertex of its
+        (clipped) direction, times an exact draw from the mechanism's grid sampler (``make_draws(bits)``, consumed
+        by `sample_secure_caps`), scaled by C/m; cache-sized blocks of rows, AES-CTR bits keyed from ``rng``."""
+        n, k = c.shape
+        cal = self.calibration
+        bits = exact.SecureBits.keyed_by(rng)
+        out = np.empty((n, k), dtype=np.float32)
+        scale = self.clip_norm / cal.m
+        step = max(1, exact.CHUNK // max(1, k))  # cache-sized blocks of rows
+        draws = make_draws(bits)
+        x, r, gather = (np.empty((step, k), dtype=np.float64) for _ in range(3))
+        zero_rows = 0
+        for s in range(0, n, step):
+            z = c[s:s + step]
+            norms = np.sqrt(np.einsum("ij,ij->i", z, z, dtype=np.float64))
+            zero = norms < TINY_NORM
+            zero_rows += int(zero.sum())
+            if self.sphere_map == "round":
+                factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
+            else:
+                factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
+            rows = z.shape[0]
+            xb = sample_secure_caps(rows, k, cal, bits, x, draws, gather)
+            rb = np.multiply(z, factor[:, None], out=r[:rows], dtype=np.float64)
+            signed_scaled(xb, rb, scale, bits, out[s:s + step], gather)
+        return Stage(out, {"method": method, "sphere_map": self.sphere_map, "zero_rows": zero_rows,
+                           "flipped_rows": 0, "p": cal.p, "scale": scale})
+
     def randomise(self, c: np.ndarray, rng: np.random.Generator) -> Stage:
         n, k = c.shape
         out = np.empty((n, k), dtype=np.float32)
@@ -786,31 +816,8 @@ class PrivUnitG(CapMechanism):
         """sampler='secure': sign-vertex rounding and exact cap sampling on the grid (SECURE_PRIVUNITG)."""
         if self.sampler != "secure":
             return super().randomise(c, rng)
-        n, k = c.shape
-        cal = self.calibration
-        bits = exact.SecureBits.keyed_by(rng)
-        out = np.empty((n, k), dtype=np.float32)
-        scale = self.clip_norm / cal.m
-        step = max(1, exact.CHUNK // max(1, k))  # cache-sized blocks of rows
-        draws = exact.LaplaceDraws(SECURE_SCALE, bits)
-        x, r, gather = (np.empty((step, k), dtype=np.float64) for _ in range(3))
-        zero_rows = 0
-        for s in range(0, n, step):
-            z = c[s:s + step]
-            norms = np.sqrt(np.einsum("ij,ij->i", z, z, dtype=np.float64))
-            zero = norms < TINY_NORM
-            zero_rows += int(zero.sum())
-            if self.sphere_map == "round":
-                factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
-            else:
-                factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
-            rows = z.shape[0]
-            xb = sample_secure_caps(rows, k, cal, bits, x, draws, gather)
-            rb = np.multiply(z, factor[:, None], out=r[:rows], dtype=np.float64)
-            signed_scaled(xb, rb, scale, bits, out[s:s + step], gather)
-        return Stage(out, {"method": "privunitg (secure: sign vertex, exact discrete cap sampling)",
-                           "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
-                           "p": cal.p, "scale": scale})
+        return self.secure_sign_vertex(c, rng, lambda bits: exact.LaplaceDraws(SECURE_SCALE, bits),
+                                       "privunitg (secure: sign vertex, exact discrete cap sampling)")
 
     def assumptions(self) -> tuple[str, ...]:
         base = tuple(a for a in super().assumptions() if a != FLOAT_NOISE)
@@ -926,31 +933,7 @@ class Duchi(PrivUnit):
         """sampler='secure': sign-vertex rounding and exact half-cube sampling (SECURE_DUCHI)."""
         if self.sampler != "secure":
             return super().randomise(c, rng)
-        n, k = c.shape
-        cal = self.calibration
-        bits = exact.SecureBits.keyed_by(rng)
-        out = np.empty((n, k), dtype=np.float32)
-        scale = self.clip_norm / cal.m
-        step = max(1, exact.CHUNK // max(1, k))
-        draws = SignDraws(bits)
-        x, r, gather = (np.empty((step, k), dtype=np.float64) for _ in range(3))
-        zero_rows = 0
-        for s in range(0, n, step):
-            z = c[s:s + step]
-            norms = np.sqrt(np.einsum("ij,ij->i", z, z, dtype=np.float64))
-            zero = norms < TINY_NORM
-            zero_rows += int(zero.sum())
-            if self.sphere_map == "round":
-                factor = np.divide(1.0, np.maximum(norms, self.clip_norm), out=np.zeros_like(norms), where=~zero)
-            else:
-                factor = np.divide(1.0, norms, out=np.zeros_like(norms), where=~zero)
-            rows = z.shape[0]
-            xb = sample_secure_caps(rows, k, cal, bits, x, draws, gather)
-            rb = np.multiply(z, factor[:, None], out=r[:rows], dtype=np.float64)
-            signed_scaled(xb, rb, scale, bits, out[s:s + step], gather)
-        return Stage(out, {"method": "duchi (secure: sign vertex, exact half-cube sampling)",
-                           "sphere_map": self.sphere_map, "zero_rows": zero_rows, "flipped_rows": 0,
-                           "p": cal.p, "scale": scale})
+        return self.secure_sign_vertex(c, rng, SignDraws, "duchi (secure: sign vertex, exact half-cube sampling)")
 
     def assumptions(self) -> tuple[str, ...]:
         base = tuple(a for a in super().assumptions() if a != FLOAT_NOISE)
