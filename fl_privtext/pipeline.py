@@ -514,6 +514,29 @@ def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound
     return evaluate_point(prep, cfg, collected, trained, results)
 
 
+def plain_on_device(prep: Prepared, cfg: ExperimentConfig, trained: Trained, requests: dict[int, np.ndarray],
+                    seed: int) -> list[dict[str, Any]]:
+    """The plain loops' on-device round: each requested client's own answer (`fl_privtext.client.ondevice`) under
+    the driver's [client] section, the same stream as the Flower clients' (no ledger on these paths: their clients
+    are the driver itself); a refusal is listed as the Flower path lists it."""
+    from fl_privtext.client import Refused, client_generator, point_key
+    from fl_privtext.client.ondevice import on_device_answer
+
+    assert trained.model is not None
+    out: list[dict[str, Any]] = []
+    for c in requests:
+        if not cfg.client.on_device:
+            out.append({"node": c, "refused": "refused: client.on-device = false"})
+            continue
+        g = client_generator(cfg.run.client_seed, "on-device", point_key(cfg), seed, c)
+        try:
+            out.append({"node": c, "answer": on_device_answer(prep.client, c, trained.model, cfg,
+                                                              cfg.client.count_epsilon, cfg.client.min_count, g)})
+        except Refused as exc:
+            out.append({"node": c, "refused": str(exc)})
+    return out
+
+
 def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
     """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline and
     the reference the federated path must reproduce exactly."""
@@ -534,24 +557,7 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
                      senders=senders)
 
     def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
-        # the clients' own answer (`fl_privtext.client.ondevice`) under the driver's [client] section, the same
-        # stream as the Flower clients' (no ledger on this path: its clients are the driver itself)
-        from fl_privtext.client import Refused, client_generator, point_key
-        from fl_privtext.client.ondevice import on_device_answer
-
-        assert trained.model is not None
-        out: list[Any] = []
-        for c in requests:
-            if not cfg.client.on_device:
-                out.append({"node": c, "refused": "refused: client.on-device = false"})
-                continue
-            g = client_generator(cfg.run.client_seed, "on-device", point_key(cfg), seed, c)
-            try:
-                out.append({"node": c, "answer": on_device_answer(prep.client, c, trained.model, cfg,
-                                                                  cfg.client.count_epsilon, cfg.client.min_count, g)})
-            except Refused as exc:
-                out.append({"node": c, "refused": str(exc)})
-        return out
+        return plain_on_device(prep, cfg, trained, requests, seed)
 
     def eavesdrop() -> Observed:
         rounds = last.pop("rounds")

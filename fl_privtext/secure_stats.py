@@ -181,9 +181,7 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
     (the driver's ``[client]`` section) into ``transport`` (the exact sum, which is what SecAgg+ reveals); the
     on-device answers as in `fl_privtext.pipeline.run_plain`. The reference the federated path must match."""
     from fl_privtext import pipeline
-    from fl_privtext.client import ClientPolicy, client_generator, point_key
-    from fl_privtext.client.ondevice import on_device_answer
-    from fl_privtext.client.policy import Refused
+    from fl_privtext.client import ClientPolicy
 
     prep = prep or pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
     assert prep.features is not None
@@ -197,16 +195,7 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
         return SumResult(transport(vecs), list(range(len(vecs))), [], 1, sum(v.nbytes for v in vecs))
 
     def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
-        assert trained.model is not None
-        out: list[Any] = []
-        for c in requests:
-            g = client_generator(cfg.run.client_seed, "on-device", point_key(cfg), seed, c)
-            try:
-                out.append({"node": c, "answer": on_device_answer(prep.client, c, trained.model, cfg,
-                                                                  cfg.client.count_epsilon, cfg.client.min_count, g)})
-            except Refused as exc:
-                out.append({"node": c, "refused": str(exc)})
-        return out
+        return pipeline.plain_on_device(prep, cfg, trained, requests, seed)
 
     return run_secagg_point(prep, cfg, sum_round, evaluate_round, dim=int(prep.features.shape[1]))
 
