@@ -26,6 +26,7 @@ from fl_privtext.privacy import normalise
 from fl_privtext.privacy.mechanisms.base import NoiseMoments, _positive, _set
 from fl_privtext.privacy.mechanisms.sphere import (
     CHUNK_VALUES,
+    LOW_BIT_AUDIT,
     TINY_NORM,
     ProjectedMechanism,
     row_norms,
@@ -230,6 +231,15 @@ class Purkayastha(ProjectedMechanism):
       embeddings with the same per-radian eps, which NLP comparisons read as eps-LDP. As LDP of one upload it is
       pi x eps. Sentence-LDP's code integrates e^(-eps t) sin^(d-2)(t)
       numerically with 25 bisection steps; here the normaliser is the exact recursion in log space.
+    - Sampler: floating-point only (float64 angle and row scalars, float32 vectors), simulation grade:
+      float_safe is false. The upload fl32(f fl32(V - <V,u> u)) + fl32(fl32(C cos theta) u_j) has PrivUnit's
+      structure, and the audit's low-bit distinguisher (the shared float32 offset of coordinates 0-3 for
+      u = (1/2,1/2,1/2,1/2,0,...); fl_privtext.privacy.audit._metric_plan) certifies a lower bound far above both
+      eps and pi eps; the report carries it (``low_bit_audit``, sphere.LOW_BIT_AUDIT). No secure variant: the
+      density e^(-eps angle) has no exact finite sampler here (a grid version would need its own normaliser and
+      privacy proof over the grid). As for privunit and mvlaplace, ``sampler`` is not a parameter
+      (make_mechanism(..., sampler=...) refuses with a one-line error), and a run with privacy.sampler = secure
+      (the default) builds it without one; the run's summary labels it simulation-grade (float_safe false).
     """
 
     name: ClassVar[str] = "purkayastha"
@@ -280,11 +290,13 @@ class Purkayastha(ProjectedMechanism):
         return math.pi * self.epsilon
 
     def calibration_values(self) -> dict[str, Any]:
+        """Includes ``low_bit_audit``: what the audit certifies against the float sampler (sphere.LOW_BIT_AUDIT)."""
         c = purkayastha_mean_cosine(self.work_dim, self.epsilon)
         return {"noise_scale": 1.0 / self.epsilon, "epsilon_per_radian": self.epsilon, "angular_diameter": math.pi,
                 "mean_cosine": c,
                 "unbiasing_scale": 1.0 / c, "mse_unbiased_unit_sphere": 1.0 / (c * c) - 1.0,
-                "log_normaliser": log_angular_normaliser(self.work_dim - 2, self.epsilon), "work_dim": self.work_dim}
+                "log_normaliser": log_angular_normaliser(self.work_dim - 2, self.epsilon), "work_dim": self.work_dim,
+                "low_bit_audit": dict(LOW_BIT_AUDIT[self.name])}
 
     def claim_reason(self) -> str:
         return ("Weggenmann & Kerschbaum state eps per radian of angle (directional privacy; Sentence-LDP uses the "
