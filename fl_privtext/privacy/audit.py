@@ -426,8 +426,8 @@ def _metric_plan(mech: MultivariateLaplace | Purkayastha) -> AuditPlan:
     # Low-bit distinguisher (float sampler, k >= 4): the upload is fl32(f fl32(V - <V,u> u)) + fl32(fl32(C cos T) u_j)
     # with a per-row float32 factor f, the structure of the float PrivUnit; for u1 = (1/2, 1/2, 1/2, 1/2, 0, ...) the
     # four block coordinates get the SAME float32 offset b = fl32(C cos T) / 2 (a halving is exact), so the shared-
-    # offset statistic of _cap_plan (:func:`shared_offset_consistent`) never fails from x1, and fails for ~19% of
-    # the rows from x0 = -C e_1 (free products fl32(f V_j); measured at eps 0.1-5, k 4-384). The antipodal pair
+    # offset statistic of _cap_plan (:func:`shared_offset_consistent`) never fails from x1, and fails for 19-46% of
+    # the rows from x0 = -C e_1 (free products fl32(f V_j); measured at eps 0.1-20, k 4-384). The antipodal pair
     # +-C e_1 has no such artefact: its two output laws are exact mirror images in coordinate 0, float rounding
     # included, so it is kept only below 4 dimensions (where the pair is also the tightest for the calibration:
     # its ratio reaches pi eps, the block pair's 2 pi eps / 3). Audited on the randomiser's domain, float32 inputs

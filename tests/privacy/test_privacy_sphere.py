@@ -361,7 +361,7 @@ def test_shared_offset_statistic_is_exact_on_constructed_rows_and_has_power():
     assert 0.05 < 1.0 - shared_offset_consistent(free).mean() < 0.5
 
 
-@pytest.mark.parametrize("name", ("privunit", "duchi"))
+@pytest.mark.parametrize("name", ("privunit", "duchi", "purkayastha"))
 def test_float_reports_carry_the_low_bit_bound_that_the_audit_reproduces(name):
     """The report's documented low-bit lower bound is what its command measures (same seed, 1e6 samples)."""
     from fl_privtext.privacy.commands import audit as cli_audit
