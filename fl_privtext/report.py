@@ -128,7 +128,9 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})
         utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
                                 "macro_f1": s["utility"]["macro_f1"], "learner": s["utility"].get("learner"),
-                                "candidates": s["utility"].get("candidates", {})} for s in seeds]
+                                "candidates": s["utility"].get("candidates", {}),
+                                **({"clean_head": s["utility"]["clean_head"]} if "clean_head" in s["utility"] else {})}
+                               for s in seeds]
         # the server's learner (server.learner, or what auto chose: the most frequent over seeds) and, per
         # candidate, its out-of-fold accuracy and log-loss on the server's uploads (mean over seeds)
         chosen = [s["utility"].get("learner", "mlp") for s in seeds]
