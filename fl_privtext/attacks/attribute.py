@@ -443,5 +443,6 @@ def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
                      "learned_per_user_attacker": f"{fam_user[0]}+{fam_user[1]}" if fam_user else "none available",
                      "per_upload_test": v_up, "per_user_test": v_user, "folds": n_folds,
                      "uses_labels": use_labels,
-                     "likelihood_exact": likelihood.lookup(view.mechanism)[1]},
+                     "likelihood_exact": likelihood.lookup(view.mechanism)[1],
+                     "likelihood_note": likelihood.note(view.mechanism)},
     )
