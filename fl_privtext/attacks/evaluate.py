@@ -192,6 +192,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "leak_test": guess.diagnostics["per_upload_test"], "families": guess.diagnostics["families"],
         "likelihood_exact": guess.diagnostics["likelihood_exact"],
         "likelihood_note": guess.diagnostics["likelihood_note"],  # the approximation, when not exact
+        "noise_law": guess.diagnostics["noise_law"],  # the server learners' law (None: none of them ran)
     }
     if "majority_given_label" in guess.baselines:
         common["majority_given_label_baseline"] = metrics.accuracy(z, guess.baselines["majority_given_label"][0])
