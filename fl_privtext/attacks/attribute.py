@@ -328,11 +328,18 @@ def families_of(cfg: Any) -> list[str]:
     return [choice]
 
 
-def infer_attribute(view: AttackView, name: str, *, per_coordinate_law: bool = False) -> AttributeGuess:
+def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
     """Attack attribute ``name``: choose family and combination out of fold on aux users, then answer for every
-    target upload and target user (users not among the aux users). ``per_coordinate_law``: give the server's
-    learners only the diagonal of the noise law (a weaker attacker, for comparison; default the full law)."""
-    prob = _Problem(view, view.known[name], per_coordinate_law)
+    target upload and target user (users not among the aux users)."""
+    return infer_attribute_with_law(view, name, "full")
+
+
+def infer_attribute_with_law(view: AttackView, name: str, law: str) -> AttributeGuess:
+    """`infer_attribute` with the server's learners given the ``full`` noise law (the attack) or only its
+    ``per-coordinate`` diagonal (a weaker attacker, for comparison)."""
+    if law not in ("full", "per-coordinate"):
+        raise ValueError(f"law must be 'full' or 'per-coordinate'; got {law!r}.")
+    prob = _Problem(view, view.known[name], law == "per-coordinate")
     cfg = view.config
     families = families_of(cfg)
     if prob.multilabel and "likelihood" in families:

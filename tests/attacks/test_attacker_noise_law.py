@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fl_privtext.attacks import evaluate
-from fl_privtext.attacks.attribute import infer_attribute
+from fl_privtext.attacks.attribute import infer_attribute, infer_attribute_with_law
 from fl_privtext.attacks.noise import LabelledLaw, attacker_law
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import AttributeSpec
@@ -44,7 +44,7 @@ def _world(seed: int, *, eps: float = 8.0, users: int = 500, per_user: int = 4, 
 
 
 def _accuracy(view, truth, per_coordinate: bool) -> tuple[float, dict]:
-    guess = infer_attribute(view, "group", per_coordinate_law=per_coordinate)
+    guess = infer_attribute_with_law(view, "group", "per-coordinate" if per_coordinate else "full")
     z = truth.attributes["group"][guess.target_index]
     return float((guess.learned_upload_pred == z).mean()), guess.diagnostics
 
