@@ -9,7 +9,9 @@ Whenever task labels are observed (in the clear or randomized) the learned famil
 and the likelihood family adds log P[label | z]: labels are part of the traffic.
 
 - ``centroid``, ``lda``, ``linear``: the SERVER's learners (`fl_privtext.server.learners`, not a copy), fitted on
-  the aux uploads with the mechanism's noise law (`fl_privtext.server.noise`); the noisy-upload head answers.
+  the aux uploads with the server's full noise law (`fl_privtext.server.noise.noise_law`, structured for the cap
+  mechanisms, its input norm measured on the attacker's public texts), extended to the appended one-hot label
+  (`fl_privtext.attacks.noise`); the noisy-upload head answers; ``diagnostics["noise_law"]`` records the law.
 ``attack.learner``: auto = the families of ``attack.families`` plus centroid, lda and linear; a learner name =
 that learner alone (mlp: the ``mlp`` family).
 
@@ -44,8 +46,10 @@ from scipy import stats
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
 from fl_privtext.attacks.chunks import row_chunks
+from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
+from fl_privtext.server.noise import NoiseLaw
 
 FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
 # the one-standard-error rule's order (simplest first): the exact noise law, then models of growing capacity
@@ -151,7 +155,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, num_out: int, *, multilabel: bool
 class _Problem:
     """One attribute's training data: aux uploads with their values, their users, and the public codes."""
 
-    def __init__(self, view: AttackView, known: KnownAttribute):
+    def __init__(self, view: AttackView, known: KnownAttribute, per_coordinate: bool = False):
         self.view, self.known = view, known
         self.multilabel = known.spec.kind == "multilabel"
         self.k = len(known.spec.classes)
@@ -159,7 +163,8 @@ class _Problem:
         self.z = np.asarray(known.values)
         self.users = view.user[self.idx]
         self._codes: np.ndarray | None = None
-        self._noise: np.ndarray | None = None
+        self._law: NoiseLaw | None = None
+        self.per_coordinate = per_coordinate
 
     def inputs(self, rows: np.ndarray) -> np.ndarray:
         """(len(rows), D + L) float32: the uploads ``rows`` and, when labels are observed, their one-hot label (the
@@ -212,7 +217,7 @@ class _Problem:
                 raise _Unavailable("the server's learners are for one categorical secret")
             from fl_privtext.server import make_learner
 
-            learner = make_learner(family, num_classes=self.k, noise=self.noise(xs.shape[1]),
+            learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]),
                                    seed=int(rng.generator(self.view.seed, "attack", family).integers(2**31)))
             learner.fit(xs, z)
             return _log_softmax(self.score(rows, lambda x: learner.logits(x)))
@@ -229,16 +234,16 @@ class _Problem:
             raise ValueError(f"Unknown attacker family {family!r}; valid: {', '.join(FAMILIES)}.")
         return _log_sigmoid(s) if self.multilabel else _log_softmax(s)
 
-    def noise(self, width: int) -> np.ndarray:
-        """(width,) the mechanism's noise variance per input column (0 for the appended one-hot label)."""
-        if self._noise is None:
-            from fl_privtext.server import noise_variance
-
-            up = self.view.uploads[self.idx]
-            dim = int(getattr(self.view.mechanism, "dim", None) or up.shape[1])
-            self._noise = noise_variance(self.view.mechanism, dim, up.mean(axis=0, dtype=np.float64),
-                                         rng.generator(self.view.seed, "attack", "noise"))
-        return np.concatenate([self._noise, np.zeros(width - len(self._noise))])
+    def law(self, width: int) -> NoiseLaw:
+        """The server's noise law for inputs of ``width`` columns (the uploads, and the one-hot label when labels
+        are observed): `fl_privtext.attacks.noise.attacker_law` on every aux upload, built once. The learners get
+        the full law (structured for the cap mechanisms); ``per_coordinate`` keeps only its diagonal (the
+        comparison the tests make)."""
+        if self._law is None or self._law.variance.shape[0] != width:
+            self._law = attacker_law(self.view, self.idx, width, rng.generator(self.view.seed, "attack", "noise"))
+            if self.per_coordinate:
+                self._law = NoiseLaw.diagonal(self._law.variance, f"{self._law.method} (per-coordinate only)")
+        return self._law
 
     def codes(self) -> np.ndarray | None:
         if self._codes is None and self.view.public_features is not None:
@@ -326,7 +331,15 @@ def families_of(cfg: Any) -> list[str]:
 def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
     """Attack attribute ``name``: choose family and combination out of fold on aux users, then answer for every
     target upload and target user (users not among the aux users)."""
-    prob = _Problem(view, view.known[name])
+    return infer_attribute_with_law(view, name, "full")
+
+
+def infer_attribute_with_law(view: AttackView, name: str, law: str) -> AttributeGuess:
+    """`infer_attribute` with the server's learners given the ``full`` noise law (the attack) or only its
+    ``per-coordinate`` diagonal (a weaker attacker, for comparison)."""
+    if law not in ("full", "per-coordinate"):
+        raise ValueError(f"law must be 'full' or 'per-coordinate'; got {law!r}.")
+    prob = _Problem(view, view.known[name], law == "per-coordinate")
     cfg = view.config
     families = families_of(cfg)
     if prob.multilabel and "likelihood" in families:
@@ -443,5 +456,8 @@ def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
                      "learned_per_user_attacker": f"{fam_user[0]}+{fam_user[1]}" if fam_user else "none available",
                      "per_upload_test": v_up, "per_user_test": v_user, "folds": n_folds,
                      "uses_labels": use_labels,
-                     "likelihood_exact": likelihood.lookup(view.mechanism)[1]},
+                     "likelihood_exact": likelihood.lookup(view.mechanism)[1],
+                     "likelihood_note": likelihood.note(view.mechanism),
+                     # the noise law the server's learners used (as utility.clean_head records the server's)
+                     "noise_law": prob._law.record() if prob._law is not None else None},
     )

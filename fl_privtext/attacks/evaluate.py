@@ -191,6 +191,8 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "learned_accuracy": metrics.accuracy(z, guess.learned_upload_pred),
         "leak_test": guess.diagnostics["per_upload_test"], "families": guess.diagnostics["families"],
         "likelihood_exact": guess.diagnostics["likelihood_exact"],
+        "likelihood_note": guess.diagnostics["likelihood_note"],  # the approximation, when not exact
+        "noise_law": guess.diagnostics["noise_law"],  # the server learners' law (None: none of them ran)
     }
     if "majority_given_label" in guess.baselines:
         common["majority_given_label_baseline"] = metrics.accuracy(z, guess.baselines["majority_given_label"][0])
@@ -282,11 +284,12 @@ def score_linkage(view: AttackView, truth: Truth) -> dict[str, Any]:
     eps, delta = truth.epsilon, truth.delta
     ceil = ceilings.reidentification_ceiling(eps, m, delta)
     v = ceilings.verdict(top1 * q, q, ceil)
-    exact = likelihood.lookup(view.mechanism)[1]
+    exact, exact_note = likelihood.lookup(view.mechanism)[1], likelihood.note(view.mechanism)
     reid = {"top1": top1, f"top{k}": topk, "topk": topk, "k": k, "mrr": float(np.mean(1.0 / (rank_of_truth + 1))),
             "chance": 1.0 / m, "topk_chance": k / m, "pool": m, "queries": q, "ceiling": ceil,
             "ceiling_topk": ceilings.reidentification_topk_ceiling(eps, m, k, delta), "ci95": v["ci95"],
-            "ceiling_vacuous": v["ceiling_vacuous"], "violation": v["violation"], "likelihood_exact": exact}
+            "ceiling_vacuous": v["ceiling_vacuous"], "violation": v["violation"], "likelihood_exact": exact,
+            "likelihood_note": exact_note}
     s = membership_scores(view)  # (Q, M)
     is_pos = np.zeros_like(s, bool)
     is_pos[np.arange(q), truth_c] = True
@@ -299,7 +302,8 @@ def score_linkage(view: AttackView, truth: Truth) -> dict[str, Any]:
     memb = {"auc": _auc(pos, neg), "tpr_at_1pct_fpr": tpr, "fpr_at_threshold": fpr, "chance_auc": 0.5,
             "chance_tpr_at_1pct_fpr": 0.01, "ceiling_auc": ceilings.membership_auc_ceiling(eps, delta),
             "ceiling": tceil, "ci95": vm["ci95"], "ceiling_vacuous": vm["ceiling_vacuous"],
-            "violation": vm["violation"], "pairs": int(s.size), "likelihood_exact": exact}
+            "violation": vm["violation"], "pairs": int(s.size), "likelihood_exact": exact,
+            "likelihood_note": exact_note}
     return {"reidentification": reid, "membership": memb}
 
 

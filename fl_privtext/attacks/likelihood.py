@@ -10,6 +10,13 @@ exact likelihood of independent bits with Pr[1] = c p + (1 - c) q); the cap fami
 mvlaplace and purkayastha (each at its function below, with its density). A later mechanism plugs in with
 ``@register_log_likelihood(MyMechanism)``; the lookup walks the class hierarchy, so subclasses inherit. A mechanism
 with no registered likelihood falls back to the nearest-neighbour score -||y - c||^2, reported as not exact.
+
+The secure cap samplers (``sampler = "secure"``: PrivUnitG and Duchi, `fl_privtext.privacy.mechanisms.sphere`,
+``CapMechanism.secure_sign_vertex``) are other constructions than the float law of ``_cap``: the input is rounded
+to a sign vertex s (independent coordinates, Pr[s_i = +1] = (1 + r_i) / 2, r the clipped input over C) and the
+integer draw X is conditioned on {sum X >= g}; the upload is C / m diag(s) X. They are registered separately
+(``register_log_likelihood(cls, sampler="secure")``): secure Duchi exactly, secure PrivUnitG by a stated normal
+approximation (``likelihood_exact: false``; `note` names it).
 """
 
 from __future__ import annotations
@@ -24,23 +31,49 @@ from fl_privtext.privacy.normalise import as_batch
 
 LogLikelihood = Callable[[object, np.ndarray, np.ndarray], np.ndarray]
 _REGISTRY: dict[type, LogLikelihood] = {}
+_SECURE: dict[type, tuple[LogLikelihood, bool, str]] = {}  # sampler = "secure": (fn, exact, what it computes)
 _CHUNK = 2**24  # elements of the (n, m, d) broadcast computed at once
 
 
-def register_log_likelihood(cls: type) -> Callable[[LogLikelihood], LogLikelihood]:
-    """Decorator: ``fn(mech, uploads (N, D), codes (M, D)) -> (N, M)`` is the exact log-likelihood for ``cls``."""
+def register_log_likelihood(cls: type, *, sampler: str = "", exact: bool = True, note: str = ""
+                            ) -> Callable[[LogLikelihood], LogLikelihood]:
+    """Decorator: ``fn(mech, uploads (N, D), codes (M, D)) -> (N, M)`` is the log-likelihood for ``cls`` (exact
+    unless ``exact=False``, with ``note`` naming the approximation); ``sampler="secure"``: for instances whose
+    ``sampler`` is "secure" only (their law is another construction than the float sampler's)."""
+    if sampler not in ("", "secure"):
+        raise ValueError(f"sampler must be '' or 'secure'; got {sampler!r}.")
+
     def deco(fn: LogLikelihood) -> LogLikelihood:
-        _REGISTRY[cls] = fn
+        if sampler == "secure":
+            _SECURE[cls] = (fn, exact, note)
+        else:
+            _REGISTRY[cls] = fn
         return fn
     return deco
 
 
-def lookup(mech: object) -> tuple[LogLikelihood, bool]:
-    """The log-likelihood for ``mech`` and whether it is exact (False: nearest-neighbour fallback)."""
+def _find(mech: object) -> tuple[LogLikelihood, bool, str]:
+    secure = getattr(mech, "sampler", "float") == "secure"
     for klass in type(mech).__mro__:
+        if secure and klass in _SECURE:
+            return _SECURE[klass]
         if klass in _REGISTRY:
-            return _REGISTRY[klass], True
-    return _nearest, False
+            if secure and isinstance(mech, M.CapMechanism):  # a secure cap sampler without its own likelihood
+                return (_REGISTRY[klass], False, ("float cap law of the ideal mechanism; the secure sampler's "
+                                                  "sign-vertex construction is not modelled"))
+            return _REGISTRY[klass], True, ""
+    return _nearest, False, "nearest-neighbour score -||y - c||^2 (no likelihood registered)"
+
+
+def lookup(mech: object) -> tuple[LogLikelihood, bool]:
+    """The log-likelihood for ``mech`` and whether it is exact (False: an approximation, `note` names it)."""
+    fn, exact, _ = _find(mech)
+    return fn, exact
+
+
+def note(mech: object) -> str:
+    """What ``lookup(mech)`` computes when it is not exact ("" when exact)."""
+    return _find(mech)[2]
 
 
 def encode_candidates(mech: object, x: np.ndarray) -> np.ndarray:
@@ -178,3 +211,70 @@ def _purkayastha(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
     out = -kappa * theta - log_angular_normaliser(n, kappa) + log_i0
     out[:, zero] = 0.0
     return out
+
+
+def _secure_signs(mech: object, y: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The secure cap samplers' integer draw Y = diag(s) X recovered from the upload (N, D) (the upload is
+    fl32(C / m Y), Y integers far below 2^24) and the vertex-rounding means r (M, D) of the codes: r = c / max(|c|, C)
+    (``round``) or c / |c| (``normalise``), 0 for a zero code (as the sampler does)."""
+    clip = float(mech.clip_norm)  # type: ignore[attr-defined]
+    scale = clip / float(mech.calibration.m)  # type: ignore[attr-defined]
+    yy = np.rint(y / scale)
+    norms = np.sqrt((c * c).sum(axis=1))
+    zero = norms < 1e-30
+    denom = np.maximum(norms, clip) if mech.sphere_map == "round" else norms  # type: ignore[attr-defined]
+    r = np.where(zero[:, None], 0.0, c / np.where(zero, 1.0, denom)[:, None])
+    return yy, np.clip(r, -1.0, 1.0)
+
+
+def _cap_mixture(mech: object, cap: np.ndarray) -> np.ndarray:
+    """log(p/q Pr[cap] + (1-p)/(1-q) (1 - Pr[cap])): the density ratio to the base law B(Y), given the probability
+    ``cap`` (N, M) over the vertex rounding that <s, Y> >= g (B is sign-invariant: B(diag(s) Y) = B(Y))."""
+    cal = mech.calibration  # type: ignore[attr-defined]
+    cap = np.clip(cap, 0.0, 1.0)
+    return np.log(cal.p / cal.q * cap + (1.0 - cal.p) / (1.0 - cal.q) * (1.0 - cap))
+
+
+SECURE_PRIVUNITG_NOTE = ("normal approximation (continuity-corrected) of Pr[<s, Y> >= g] over the sign-vertex "
+                         "rounding s; the rest (the base law's sign invariance, the cap coin) is exact")
+
+
+@register_log_likelihood(M.Duchi, sampler="secure")
+def _secure_duchi(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Secure Duchi: Y in {-1, +1}^k, P(Y | x) = 2^-k E_s[p/q 1{<s, Y> >= 1} + (1-p)/(1-q) 1{<s, Y> < 1}]. The
+    terms s_i Y_i are independent +-1 with Pr[+1] = (1 + r_i Y_i) / 2, so <s, Y> = 2 J - k with J Poisson-binomial:
+    its law by the exact recursion over the k coordinates (O(k^2) per upload and code); exact but for the sampler's
+    coins, which realise (1 + r_i) / 2 within 2^-32."""
+    yy, r = _secure_signs(mech, y, c)
+    n, k = yy.shape
+    j0 = (int(mech.calibration.threshold) + k + 1) // 2  # type: ignore[attr-defined]  # 2J - k >= g
+    out = np.empty((n, len(r)))
+    step = max(1, (_CHUNK // 8) // max(1, len(r) * (k + 1)))  # (b, M, k + 1) float64 twice
+    for s in range(0, n, step):
+        pi = (1.0 + yy[s:s + step, None, :] * r[None, :, :]) / 2.0  # (b, M, k)
+        pmf = np.zeros(pi.shape[:2] + (k + 1,))
+        pmf[..., 0] = 1.0
+        for i in range(k):
+            p_i = pi[..., i:i + 1]
+            pmf[..., 1:i + 2] = pmf[..., 1:i + 2] * (1.0 - p_i) + pmf[..., 0:i + 1] * p_i
+            pmf[..., 0:1] *= 1.0 - p_i
+        out[s:s + step] = _cap_mixture(mech, pmf[..., j0:].sum(axis=2))
+    return out
+
+
+@register_log_likelihood(M.PrivUnitG, sampler="secure", exact=False, note=SECURE_PRIVUNITG_NOTE)
+def _secure_privunitg(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Secure PrivUnitG: Y integer (DLap(64)^k conditioned by side), P(Y | x) = B(Y) E_s[ratio(<s, Y>)]. <s, Y> is a
+    sum of independent +-|Y_i| terms (mean sum r_i Y_i, variance sum (1 - r_i^2) Y_i^2); its exact law needs a
+    convolution over ~k * 64 integers per upload and code, so Pr[<s, Y> >= g] is taken from the normal law with a
+    continuity correction (an approximation: ``lookup`` reports it as not exact)."""
+    from scipy.special import ndtr
+
+    yy, r = _secure_signs(mech, y, c)
+    g = float(mech.calibration.threshold)  # type: ignore[attr-defined]
+    mean = yy @ r.T  # (N, M)
+    var = (yy * yy) @ (1.0 - r * r).T
+    sd = np.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cap = np.where(sd > 0, ndtr((mean - (g - 0.5)) / np.where(sd > 0, sd, 1.0)), (mean >= g).astype(float))
+    return _cap_mixture(mech, cap)
