@@ -58,6 +58,12 @@ class SumResult:
 SumRound = Callable[[int, StatsLayout, int], SumResult]  # (seed, layout, min contributors) -> the sum
 
 
+import os
+
+# beta of the selection layout's second moment (StatsLayout.second_weight): its share of the sensitivity
+SELECTION_SECOND_WEIGHT = float(os.environ.get("FL_PRIVTEXT_SECOND_WEIGHT", "1.0"))  # TEMP: measuring
+
+
 def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     """The statistics the server asks for (public): classes, width (``privacy.proj-dim`` under a public projection,
     `fl_privtext.client.aggregate.stats_projection`), the second moment when its learner needs it, and for
@@ -66,7 +72,8 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     if cfg.privacy.projection != "none":
         dim = cfg.privacy.proj_dim
     if cfg.server.learner == "auto":
-        return StatsLayout(len(prep.ds.label_names), dim, True, folds=2, fold_seed=int(cfg.run.seed))
+        return StatsLayout(len(prep.ds.label_names), dim, True, folds=2, fold_seed=int(cfg.run.seed),
+                           second_weight=SELECTION_SECOND_WEIGHT)
     n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
     return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
 
@@ -75,7 +82,8 @@ def stats_request(cfg: ExperimentConfig, seed: int, layout: StatsLayout, min_con
     """The task record of the request (flat scalars): what the server asks and promises; the clients' noise and
     the contributors they require are their own policy (`release_statistics`)."""
     return {"seed": int(seed), "num-classes": layout.num_classes, "dim": layout.dim, "second": int(layout.second),
-            "folds": layout.folds, "fold-seed": layout.fold_seed, "min-contributors": int(min_contributors),
+            "folds": layout.folds, "fold-seed": layout.fold_seed, "second-weight": float(layout.second_weight),
+            "min-contributors": int(min_contributors),
             "epsilon": float(cfg.client.secagg_epsilon)}
 
 

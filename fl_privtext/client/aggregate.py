@@ -8,8 +8,16 @@ roles, the users whose uploads the server would train on) and per class k,
 - ``second``     (optional, ``StatsLayout.second``) = sum over users of sum_r x_r x_r^T / n_u, sent as its upper
   triangle with the off-diagonal entries scaled by sqrt(2) (so the vector's L2 norm is the matrix's Frobenius norm),
 
-where x_r = r(x) / ||r(x)||_2 (unit L2 norm) and n_u is the number of u's records this client holds. The label of
-each record is inside the statistic: no label leaves the client on its own.
+where x_r = r(x) / ||r(x)||_2 (unit L2 norm; r(x) = the representation, or its image under the public map of
+``privacy.projection`` = random | pca, `stats_projection`, applied before the normalisation: the layout's width is
+then ``privacy.proj-dim``, and the on-device evaluation maps the test users' records the same way, `stats_input`) and
+n_u is the number of u's records this client holds. The label of each record is inside the statistic: no label
+leaves the client on its own. The second moment may be sent scaled by a public weight beta
+(``StatsLayout.second_weight``, 1 by default).
+
+Two folds (``StatsLayout.folds = 2``, what ``server.learner = auto`` asks for: the server's model selection,
+`fl_privtext.server.aggregate_selection`): the vector is two such blocks, block f holding the statistics of the users
+whose `user_fold` (a keyed hash of the user id with the request's PUBLIC ``fold_seed``: no data enters) is f.
 
 Privacy contract (the mechanism, documented here where it is applied):
 - Neighbouring relation: user-level replacement; all records of one user are replaced by arbitrary records (any
@@ -17,8 +25,14 @@ Privacy contract (the mechanism, documented here where it is applied):
 - Sensitivity: a user contributes c_k = n_{u,k} / n_u (a probability vector over classes), s_k with
   ||s_k|| <= c_k and M with ||M||_F <= 1. Jointly over counts and sums, per class
   (c_k - c'_k)^2 + ||s_k - s'_k||^2 <= (c_k - c'_k)^2 + (c_k + c'_k)^2 = 2 (c_k^2 + c'_k^2), and
-  sum_k c_k^2 <= 1, so the squared distance is <= 4 (attained: one class, opposite unit vectors); ||M - M'||_F <= 2.
-  The vector's L2 sensitivity is 2, or sqrt(8) with ``second``.
+  sum_k c_k^2 <= 1, so the squared distance is <= 4 (attained: one class, opposite unit vectors); ||M - M'||_F <= 2,
+  i.e. <= 2 beta for the weighted block. The vector's L2 sensitivity is 2, or sqrt(4 + 4 beta^2) with ``second``.
+  Two folds: the same. A user's records all lie in the block of its fold; replacing them (the id kept) moves that
+  block only, by at most the bound above. Were the replacement also to change the id (a user of the other fold),
+  one block loses a contribution and the other gains one: squared distance <= |a|^2 + |b|^2, each user's own
+  contribution having squared norm sum_k (c_k^2 + ||s_k||^2) + beta^2 ||M||_F^2 <= 2 + beta^2, so <= 4 + 2 beta^2,
+  within the bound. Concatenating overlapping blocks (every user's statistics plus one fold's again) would not be:
+  a fold-0 user then moves two blocks, sqrt(2) times further (tested).
 - Noise: the sum over c >= t contributing clients carries N(0, c * sigma_share^2) per coordinate, with
   sigma_share = sigma(eps, delta, sensitivity) / sqrt(t), sigma from the analytic Gaussian mechanism (Balle & Wang,
   ICML 2018, Thm 8). t (``client.secagg-min-clients``), eps, delta (``client.secagg-epsilon`` / ``-delta``) are the
@@ -43,9 +57,9 @@ Why the second moment is optional and off by default: at d = 384 (MiniLM) the no
 spectral norm of about 2 sigma sqrt(d) (GOE), i.e. ~0.08 per user at eps 1 with blog's 5,208 training users, while the
 within-class covariance of unit vectors has mean eigenvalue <= 1/d ~ 0.003: LDA from it is mostly noise (measured on
 blog 10k: lda 0.53 vs centroid 0.58 on-device at eps 1), and it costs sqrt(2) more noise on the means.
-`fl_privtext.server.aggregate.wants_second` asks for it only when it is resolvable. A public low-dimensional
-projection (PCA of AG news, 16..128 dims) was tried and loses more than it saves (centroid without noise: 0.40..0.56
-against 0.60 in full width).
+`fl_privtext.server.aggregate.wants_second` asks for it only when it is resolvable (one fold). A public
+low-dimensional projection (``privacy.projection = pca`` on AG news, the public data for blog) loses more signal than
+it saves noise on blog 10k (docs/results/secagg_selection.md).
 """
 
 from __future__ import annotations
@@ -93,15 +107,19 @@ class StatsLayout:
     second: bool = False
     folds: int = 1
     fold_seed: int = 0
+    second_weight: float = 1.0  # beta: the second moment is sent as beta * M (public; its share of the sensitivity)
 
     def __post_init__(self) -> None:
         if self.num_classes < 1 or self.dim < 1:
             raise ValueError(f"StatsLayout needs num_classes >= 1 and dim >= 1; got {self.num_classes}, {self.dim}.")
         if self.folds not in (1, 2):
             raise ValueError(f"StatsLayout needs folds = 1 or 2; got {self.folds}.")
+        if not 0 < self.second_weight <= 1:
+            raise ValueError(f"StatsLayout needs 0 < second_weight <= 1; got {self.second_weight}.")
 
     def __repr__(self) -> str:  # one fold: the repr of the layouts before folds existed (the noise streams' key)
         extra = f", folds={self.folds}, fold_seed={self.fold_seed}" if self.folds > 1 else ""
+        extra += f", second_weight={self.second_weight!r}" if self.second and self.second_weight != 1 else ""
         return f"StatsLayout(num_classes={self.num_classes}, dim={self.dim}, second={self.second}{extra})"
 
     @property
@@ -122,7 +140,12 @@ class StatsLayout:
     def sensitivity(self) -> float:
         """L2 sensitivity of the statistics vector under user-level replacement (module docstring; the same
         with two folds: a user lies in one block)."""
-        return math.sqrt(8.0 if self.second else 4.0)
+        return math.sqrt(4.0 + (4.0 * self.second_weight ** 2 if self.second else 0.0))
+
+    @property
+    def second_var(self) -> float:
+        """Factor of the second moment's noise variance (as read, divided by beta) over the vector's."""
+        return 1.0 / self.second_weight ** 2 if self.second else 0.0
 
     def split(self, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """(counts (K,), sums (K, D), second (D, D) symmetric or None) of a statistics vector (tail ignored), summed
@@ -148,7 +171,7 @@ class StatsLayout:
             return counts, sums, None
         iu = np.triu_indices(d)
         m = np.zeros((d, d))
-        m[iu] = v[k + k * d:] / np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
+        m[iu] = v[k + k * d:] / np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0)) / self.second_weight
         m = m + np.triu(m, 1).T
         return counts, sums, m
 
@@ -218,7 +241,7 @@ def user_statistics(x: np.ndarray, y: np.ndarray, users: np.ndarray, layout: Sta
         if layout.second:
             m = (x * wf[:, None]).T @ x  # (D, D)
             iu = np.triu_indices(layout.dim)
-            blocks.append(m[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0)))
+            blocks.append(m[iu] * np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0)) * layout.second_weight)
     return np.concatenate(blocks)
 
 

@@ -14,10 +14,12 @@ Learners (errors-in-variables: the sum's noise variance is known exactly from th
   their mean shrunk by the noise edge (`fl_privtext.server.learners._soft_spectrum`) whose error term includes
   the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric, sigma^2 per diagonal entry, sigma^2 / 2 per
   off-diagonal). At full shrinkage the rule IS the centroid's.
-- ``auto`` (no per-user cross-validation is possible: the server holds no per-user data): `wants_second` decides
-  before the request, analytically: lda when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is
-  below 1/d (an upper bound on the mean within-class eigenvalue of unit vectors), else centroid. The choice is
-  checked afterwards by the clients' on-device evaluation, which works as for uploads.
+- ``auto``: the server asks for two folds of users (a public rule on the user id) and the second moment, and picks
+  among constant, centroid and lda by two-fold cross-validation on the aggregates
+  (`fl_privtext.server.aggregate_selection`; the constant is reported when nothing beats it). With one fold (a sum
+  requested without folds) `learner_for` keeps the analytic rule: lda when the second moment is in the sum, which
+  `wants_second` asks for when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is below 1/d (an
+  upper bound on the mean within-class eigenvalue of unit vectors), else centroid.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Aggregate:
     """The server's reading of one SecAgg+ sum: the class statistics, how many clients contributed, and the
     sum's noise variance per coordinate (the sum of the contributors' share variances). ``stats`` are every user's
     (the folds summed; their noise variance per coordinate is ``stats_var`` = folds x ``noise_var``) or, from
-    `Aggregate.fold`, one fold's (``stats_var`` = ``noise_var``)."""
+    ``Aggregate.of(total, layout, fold=f)``, one fold's (``stats_var`` = ``noise_var``)."""
 
     stats: ClassStats
     contributors: int
@@ -117,7 +119,8 @@ def fit_from_aggregate(learner: str, agg: Aggregate) -> tuple[Any, str]:
     st = agg.stats
     model: Any = (LDA if name == "lda" else Centroid)(num_classes=k, noise=np.zeros(d))
     model.stats = st
-    cov_error = agg.stats_var * d * (d + 1) / 2 / max(st.n - k, 1.0) ** 2 if name == "lda" else 0.0
+    cov_error = (agg.stats_var * agg.layout.second_var * d * (d + 1) / 2 / max(st.n - k, 1.0) ** 2
+                 if name == "lda" else 0.0)
     model.cov_error = cov_error
     model._heads()  # both heads as for uploads; the clean one is replaced below
     m, lp = st.means, np.log(st.priors)

@@ -107,14 +107,15 @@ def held_out_accuracy(w: np.ndarray, b: np.ndarray, counts: np.ndarray, sums: np
     return _score_model(w, b, counts, sums, second, noise_var, z)[0]
 
 
-def _redraw(g: np.random.Generator, counts: np.ndarray, sums: np.ndarray, second: np.ndarray, v: float
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The fold's statistics with a fresh draw of the sum's noise law added (second moment: v on the diagonal,
-    v / 2 off it, the unscaled upper triangle's law)."""
+def _redraw(g: np.random.Generator, counts: np.ndarray, sums: np.ndarray, second: np.ndarray, v: float,
+            second_var: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The fold's statistics with a fresh draw of the sum's noise law added (second moment: v second_var on the
+    diagonal, half that off it: the law of the unscaled upper triangle, divided by the layout's weight)."""
     sd = math.sqrt(v)
     d = second.shape[0]
-    e = np.triu(g.normal(0.0, sd / math.sqrt(2.0), (d, d)), 1)
-    e = e + e.T + np.diag(g.normal(0.0, sd, d))
+    sm = sd * math.sqrt(second_var)
+    e = np.triu(g.normal(0.0, sm / math.sqrt(2.0), (d, d)), 1)
+    e = e + e.T + np.diag(g.normal(0.0, sm, d))
     return counts + g.normal(0.0, sd, counts.shape), sums + g.normal(0.0, sd, sums.shape), second + e
 
 
@@ -145,7 +146,7 @@ def select_from_folds(total: np.ndarray, layout: StatsLayout, *, seed: int = 0, 
         g = generator(int(seed), "aggregate-selection-noise", fit)
         boot = {n: np.zeros(redraws) for n in names}
         for r in range(redraws):
-            c2, s2, m2 = _redraw(g, held[0], held[1], held[2], v)
+            c2, s2, m2 = _redraw(g, held[0], held[1], held[2], v, layout.second_var)
             for n, (w, b) in rules.items():
                 boot[n][r] = _score_model(w, b, c2, s2, m2, v, z)[0]
         c = np.clip(held[0], 1e-9, None)
