@@ -1,4 +1,5 @@
-"""Secure aggregation of Phase B statistics on blog (10k posts, MiniLM): on-device accuracy against central epsilon.
+"""Secure aggregation of Phase B statistics on blog (10k posts, MiniLM; or AG news): on-device accuracy against
+central epsilon.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 FL_PRIVTEXT_CACHE=/tmp/secstats_cache python simulations/secagg_blog.py \
         [--data-root /work/shared/data] [--epsilons 1,2,4,8] [--learner auto] [--proj-dim 64]
@@ -26,14 +27,20 @@ def main() -> None:
     ap.add_argument("--data-root", default="/work/shared/data")
     ap.add_argument("--epsilons", default="1,2,4,8,1e6")
     ap.add_argument("--learner", default="auto")
-    ap.add_argument("--proj-dim", type=int, default=0, help="> 0: privacy.projection = pca on ag_news (public)")
+    ap.add_argument("--proj-dim", type=int, default=0, help="> 0: privacy.projection = pca on the public data set "
+                    "(ag_news for blog, imdb for ag_news)")
+    ap.add_argument("--dataset", default="blog", choices=("blog", "ag_news"), help="ag_news: all 14,571 articles")
+    ap.add_argument("--one-record", action="store_true", help="data.options.records_per_user = 1 (the trust page)")
     args = ap.parse_args()
-    base = {"data.name": "blog", "data.options.max_rows": 10000, "data.root": args.data_root,
+    data = ({"data.name": "blog", "data.options.max_rows": 10000} if args.dataset == "blog" else
+            {"data.name": "ag_news"}) | ({"data.options.records_per_user": 1} if args.one_record else {})
+    base = {**data, "data.root": args.data_root,
             "extractor.name": "minilm", "federation.num-clients": 10, "client.secagg-min-clients": 10,
             "run.seeds": 3, "run.client-seed": 7, "run.progress": False, "server.aggregate": "secagg",
             "server.learner": args.learner}
     if args.proj_dim:
-        base |= {"privacy.projection": "pca", "privacy.proj-dim": args.proj_dim, "privacy.public-data": "ag_news"}
+        base |= {"privacy.projection": "pca", "privacy.proj-dim": args.proj_dim,
+                 "privacy.public-data": "ag_news" if args.dataset == "blog" else "imdb"}
     prep = pipeline.prepare(ExperimentConfig.from_flat(base), features="extract")
     for eps in (float(e) for e in args.epsilons.split(",")):
         cfg = ExperimentConfig.from_flat({**base, "client.secagg-epsilon": eps})
