@@ -97,6 +97,21 @@ def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
     assert json.dumps(res["privacy"]["central"])  # serialisable
 
 
+def test_a_public_projection_reaches_the_clients_and_the_on_device_answers(cache_dir, tmp_path, monkeypatch):
+    """privacy.projection = random on the secagg path: the clients sum the projected, unit-normalised records (the
+    layout's width is proj-dim) and the test clients apply the same map before the model (a model of another width
+    would be refused by the on-device validation); the plain loop reads the same sum."""
+    cfg = _cfg(cache_dir, **{"run.client-seed": 5, "server.learner": "centroid", "privacy.projection": "random",
+                             "privacy.proj-dim": 4})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")
+    point, _grid, prep = _serve(cfg, tmp_path, monkeypatch)
+    agg = point["per_seed"][0]["utility"]["aggregate"]
+    assert agg["dim"] == 4 and agg["projection"] == "random" and agg["folds"] == 1
+    assert aggregate(point, 0.0)["utility"]["on_device"]["available"]
+    plain = run_plain_secagg(cfg, prep, state_dir=str(tmp_path / "plain"))
+    assert plain["per_seed"][0]["utility"]["aggregate"]["dim"] == 4
+
+
 def test_a_refusing_client_is_dropped_and_the_epsilon_grows(cache_dir, tmp_path, monkeypatch):
     cfg = _cfg(cache_dir)
     # the clients' own policy wants 4 contributors; the server's request promises only 3 (cfg's view): refused
