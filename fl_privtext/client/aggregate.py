@@ -153,7 +153,7 @@ class StatsLayout:
         parts = [self.split_fold(vec, f) for f in range(self.folds)]
         counts = np.sum([p[0] for p in parts], axis=0)
         sums = np.sum([p[1] for p in parts], axis=0)
-        second = np.sum([p[2] for p in parts], axis=0) if self.second else None
+        second = np.sum([p[2] for p in parts if p[2] is not None], axis=0) if self.second else None
         return counts, sums, second
 
     def split_fold(self, vec: np.ndarray, fold: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
