@@ -149,3 +149,15 @@ def test_secagg_config_is_checked():
     with pytest.raises(ValueError, match="must be auto, centroid or lda"):
         ExperimentConfig.from_flat({"server.aggregate": "secagg", "server.learner": "mlp"})
     assert np.isfinite(ExperimentConfig().client.secagg_epsilon)
+
+
+def test_preflight_lets_the_secagg_clients_apply_the_projection(cache_dir):
+    """The runner's check builds the mechanism; on the secagg path no mechanism takes the projection (the
+    statistics' clients apply it), so the check passes there and still refuses it for uploads without a mechanism
+    that takes one."""
+    from fl_privtext.federation.runner import validate
+
+    sets = {"privacy.projection": "random", "privacy.proj-dim": 4}
+    validate(_cfg(cache_dir, **sets))
+    with pytest.raises(ValueError, match="not supported by mechanism"):
+        validate(_cfg(cache_dir, **sets, **{"server.aggregate": "uploads"}))
