@@ -92,6 +92,13 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+def _candidate_metrics(seeds: list[dict[str, Any]], name: str) -> list[str]:
+    """The scores recorded for candidate ``name`` (uploads: accuracy, log_loss, beats_constant; from aggregates:
+    accuracy, advantage, standard_error, beats_constant), from the first seed that has it."""
+    first = next(s["utility"]["candidates"][name] for s in seeds if name in s["utility"].get("candidates", {}))
+    return [m for m in first if isinstance(first[m], (bool, int, float))]
+
+
 def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
     """utility.on_device: the server's model applied on the test clients to clean features (ondevice.py)."""
     runs = [s["utility"].get("on_device", {"available": False, "reason": "not run"}) for s in seeds]
@@ -138,7 +145,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         names = {n for s in seeds for n in s["utility"].get("candidates", {})}
         utility["candidates"] = {n: {m: float(np.mean([s["utility"]["candidates"][n][m] for s in seeds
                                                        if n in s["utility"].get("candidates", {})]))
-                                     for m in ("accuracy", "log_loss", "beats_constant")} for n in sorted(names)}
+                                     for m in _candidate_metrics(seeds, n)} for n in sorted(names)}
         utility["protocol"] = point.get("protocol", "per-upload: the server classifies the noisy uploads of test users")
         utility["on_device"] = _on_device(seeds)
     else:

@@ -27,7 +27,8 @@ from fl_privtext import metrics
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.report import json_number
-from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, plain_sum, wants_second
+from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, learner_for, plain_sum, wants_second
+from fl_privtext.server.aggregate_selection import ConstantRule, candidate_rule, select_from_folds
 from fl_privtext.server.training import Trained
 
 if TYPE_CHECKING:
@@ -57,9 +58,24 @@ class SumResult:
 SumRound = Callable[[int, StatsLayout, int], SumResult]  # (seed, layout, min contributors) -> the sum
 
 
+# beta of the selection layout's second moment (StatsLayout.second_weight): the sum's sensitivity is sqrt(5) instead
+# of sqrt(8), the noise on the class means 1.26x that of a sum without the second moment instead of 1.41x; the
+# second moment (read only through K x K projections by the selection, and by lda) carries 2x the noise. Measured on
+# blog 10k at central epsilon 1 (docs/results/secagg_selection.md): on device 0.44 (beta 1), 0.54 (0.5), 0.54 (0.25),
+# 0.44 (0.1: the held-out scores too noisy, the constant on one split).
+SELECTION_SECOND_WEIGHT = 0.5
+
+
 def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
-    """The statistics the server asks for (public): classes, width, and the second moment when its learner needs
-    it (`fl_privtext.server.aggregate.wants_second`)."""
+    """The statistics the server asks for (public): classes, width (``privacy.proj-dim`` under a public projection,
+    `fl_privtext.client.aggregate.stats_projection`), the second moment when its learner needs it, and for
+    ``server.learner = auto`` two folds (public seed ``run.seed``) and the second moment: the model selection from
+    aggregates (`fl_privtext.server.aggregate_selection`)."""
+    if cfg.privacy.projection != "none":
+        dim = cfg.privacy.proj_dim
+    if cfg.server.learner == "auto":
+        return StatsLayout(len(prep.ds.label_names), dim, True, folds=2, fold_seed=int(cfg.run.seed),
+                           second_weight=SELECTION_SECOND_WEIGHT)
     n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
     return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
 
@@ -68,7 +84,9 @@ def stats_request(cfg: ExperimentConfig, seed: int, layout: StatsLayout, min_con
     """The task record of the request (flat scalars): what the server asks and promises; the clients' noise and
     the contributors they require are their own policy (`release_statistics`)."""
     return {"seed": int(seed), "num-classes": layout.num_classes, "dim": layout.dim, "second": int(layout.second),
-            "min-contributors": int(min_contributors), "epsilon": float(cfg.client.secagg_epsilon)}
+            "folds": layout.folds, "fold-seed": layout.fold_seed, "second-weight": float(layout.second_weight),
+            "min-contributors": int(min_contributors),
+            "epsilon": float(cfg.client.secagg_epsilon)}
 
 
 def clipping_range(prep: Prepared, layout: StatsLayout, cfg: ExperimentConfig) -> float:
@@ -87,18 +105,28 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
         Trained, Aggregate]:
     """The server's model from one secure sum (and the sum as the server reads it)."""
     agg = Aggregate.of(total, layout)
-    model, name = fit_from_aggregate(cfg.server.learner, agg)
+    candidates: dict[str, Any] = {}
+    if layout.folds == 2 and cfg.server.learner == "auto":
+        name, candidates = select_from_folds(total, layout, seed=int(cfg.run.seed))
+        rule = "auto: two-fold cross-validation from aggregates (fl_privtext.server.aggregate_selection)"
+    else:
+        name = learner_for(cfg.server.learner, layout)
+        rule = f"server.learner = {cfg.server.learner}" + (" (one fold: lda when the second moment is in the sum, "
+                                                           "else centroid)" if cfg.server.learner == "auto" else "")
+    if name == "constant":
+        model: Any = ConstantRule(*candidate_rule("constant", agg))
+    else:
+        model, name = fit_from_aggregate(name, agg)
     counts = agg.stats.counts
     truth = prep.ds.labels[prep.roles == "test"]
     majority = int(np.argmax(counts))
     utility: dict[str, Any] = {
-        "available": True, "learner": name, "candidates": {},
-        "learner_rule": ("auto: lda when the second moment is resolvable (fl_privtext.server.aggregate."
-                         "wants_second), else centroid; no per-user cross-validation exists from aggregates"),
+        "available": True, "learner": name, "candidates": candidates, "learner_rule": rule,
         "majority_baseline": metrics.accuracy(truth, np.full(len(truth), majority)),
         "num_train_uploads": 0, "num_test_uploads": 0, "fairness": {}, "diverged": [],
         "aggregate": {"contributors": agg.contributors, "noise_std": math.sqrt(agg.noise_var),
-                      "second_moment": layout.second, "vector_size": layout.size},
+                      "second_moment": layout.second, "vector_size": layout.size, "folds": layout.folds,
+                      "dim": layout.dim, "projection": cfg.privacy.projection},
     }
     return Trained(utility, model.export(), majority), agg
 

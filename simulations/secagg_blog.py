@@ -1,7 +1,8 @@
-"""Secure aggregation of Phase B statistics on blog (10k posts, MiniLM): on-device accuracy against central epsilon.
+"""Secure aggregation of Phase B statistics on blog (10k posts, MiniLM; or AG news): on-device accuracy against
+central epsilon.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 FL_PRIVTEXT_CACHE=/tmp/secstats_cache python simulations/secagg_blog.py \
-        [--data-root /work/shared/data] [--epsilons 1,2,4,8] [--learner auto]
+        [--data-root /work/shared/data] [--epsilons 1,2,4,8] [--learner auto] [--proj-dim 64]
 
 The plain in-process loop (`fl_privtext.secure_stats.run_plain_secagg`): every client releases its noisy class
 statistics under its own policy (client.secagg-epsilon, client.secagg-min-clients = 10 = every client) and the sum
@@ -26,11 +27,20 @@ def main() -> None:
     ap.add_argument("--data-root", default="/work/shared/data")
     ap.add_argument("--epsilons", default="1,2,4,8,1e6")
     ap.add_argument("--learner", default="auto")
+    ap.add_argument("--proj-dim", type=int, default=0, help="> 0: privacy.projection = pca on the public data set "
+                    "(ag_news for blog, imdb for ag_news)")
+    ap.add_argument("--dataset", default="blog", choices=("blog", "ag_news"), help="ag_news: all 14,571 articles")
+    ap.add_argument("--one-record", action="store_true", help="data.options.records_per_user = 1 (the trust page)")
     args = ap.parse_args()
-    base = {"data.name": "blog", "data.options.max_rows": 10000, "data.root": args.data_root,
+    data = ({"data.name": "blog", "data.options.max_rows": 10000} if args.dataset == "blog" else
+            {"data.name": "ag_news"}) | ({"data.options.records_per_user": 1} if args.one_record else {})
+    base = {**data, "data.root": args.data_root,
             "extractor.name": "minilm", "federation.num-clients": 10, "client.secagg-min-clients": 10,
             "run.seeds": 3, "run.client-seed": 7, "run.progress": False, "server.aggregate": "secagg",
             "server.learner": args.learner}
+    if args.proj_dim:
+        base |= {"privacy.projection": "pca", "privacy.proj-dim": args.proj_dim,
+                 "privacy.public-data": "ag_news" if args.dataset == "blog" else "imdb"}
     prep = pipeline.prepare(ExperimentConfig.from_flat(base), features="extract")
     for eps in (float(e) for e in args.epsilons.split(",")):
         cfg = ExperimentConfig.from_flat({**base, "client.secagg-epsilon": eps})
@@ -39,7 +49,11 @@ def main() -> None:
         print(json.dumps({"epsilon": eps, "central": r["privacy"]["central"]["epsilon"],
                           "on_device_accuracy": round(od["accuracy"], 4),
                           "per_seed": [round(s["accuracy"], 4) for s in od["per_seed"]],
-                          "learner": r["utility"]["learner"], "majority": round(r["utility"]["majority_baseline"], 4)}),
+                          "learner": r["utility"]["learner"], "per_seed_learner": [s["learner"] for s in
+                                                                                   r["utility"]["per_seed"]],
+                          "candidates": {n: {m: round(v, 4) for m, v in c.items()}
+                                         for n, c in r["utility"].get("candidates", {}).items()},
+                          "proj_dim": args.proj_dim, "majority": round(r["utility"]["majority_baseline"], 4)}),
               flush=True)
 
 

@@ -77,9 +77,10 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: 
         raise ValueError(f"client {client}: no cached features and no texts to evaluate on.")
     if not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations among its test records.")
-    if cfg.server.aggregate == "secagg":  # the model was fitted on unit-normalised records (client/aggregate.py)
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        expected = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0).astype(np.float32)
+    if cfg.server.aggregate == "secagg":  # fitted on projected, unit-normalised records (client/aggregate.py)
+        from fl_privtext.client.aggregate import stats_input, stats_projection
+
+        expected = stats_input(x, stats_projection(cfg, x.shape[1])).astype(np.float32)
     else:
         mech = mechanism_for(cfg, x.shape[1])
         expected = np.asarray(mech.expected(x.astype(np.float32)), np.float32)

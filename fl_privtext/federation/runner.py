@@ -66,7 +66,10 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
         )
     try:
         # unknown mechanism / bad parameters fail here, before any work (a pca projection needs the real width)
-        mechanism_for(cfg, int(prep.extractor.dim) if cfg.privacy.projection != "none" else 8)
+        # server.aggregate = secagg: the statistics' clients apply the projection, no mechanism does
+        check = cfg if cfg.server.aggregate != "secagg" else dataclasses.replace(
+            cfg, privacy=dataclasses.replace(cfg.privacy, projection="none", proj_dim=0))
+        mechanism_for(check, int(prep.extractor.dim) if check.privacy.projection != "none" else 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
     if cfg.train.rounds > 0 and cfg.client.max_epsilon != float("inf"):

@@ -34,7 +34,9 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     data = _data_for(msg, cfg)
-    layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]))  # type: ignore[arg-type]
+    layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]),  # type: ignore[arg-type]
+                         int(task.get("folds", 1)), int(task.get("fold-seed", 0)),  # type: ignore[arg-type]
+                         float(task.get("second-weight", 1.0)))  # type: ignore[arg-type]
     nc = dict(context.node_config)
     vec, _charged = release_statistics(
         data, client, cfg, int(task["seed"]), layout=layout,  # type: ignore[arg-type]

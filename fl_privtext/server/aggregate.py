@@ -14,10 +14,12 @@ Learners (errors-in-variables: the sum's noise variance is known exactly from th
   their mean shrunk by the noise edge (`fl_privtext.server.learners._soft_spectrum`) whose error term includes
   the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric, sigma^2 per diagonal entry, sigma^2 / 2 per
   off-diagonal). At full shrinkage the rule IS the centroid's.
-- ``auto`` (no per-user cross-validation is possible: the server holds no per-user data): `wants_second` decides
-  before the request, analytically: lda when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is
-  below 1/d (an upper bound on the mean within-class eigenvalue of unit vectors), else centroid. The choice is
-  checked afterwards by the clients' on-device evaluation, which works as for uploads.
+- ``auto``: the server asks for two folds of users (a public rule on the user id) and the second moment, and picks
+  among constant, centroid and lda by two-fold cross-validation on the aggregates
+  (`fl_privtext.server.aggregate_selection`; the constant is reported when nothing beats it). With one fold (a sum
+  requested without folds) `learner_for` keeps the analytic rule: lda when the second moment is in the sum, which
+  `wants_second` asks for when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is below 1/d (an
+  upper bound on the mean within-class eigenvalue of unit vectors), else centroid.
 """
 
 from __future__ import annotations
@@ -38,32 +40,42 @@ __all__ = ["Aggregate", "fit_from_aggregate", "learner_for", "wants_second"]
 @dataclass(frozen=True)
 class Aggregate:
     """The server's reading of one SecAgg+ sum: the class statistics, how many clients contributed, and the
-    sum's noise variance per coordinate (the sum of the contributors' share variances)."""
+    sum's noise variance per coordinate (the sum of the contributors' share variances). ``stats`` are every user's
+    (the folds summed; their noise variance per coordinate is ``stats_var`` = folds x ``noise_var``) or, from
+    ``Aggregate.of(total, layout, fold=f)``, one fold's (``stats_var`` = ``noise_var``)."""
 
     stats: ClassStats
     contributors: int
     noise_var: float
     layout: StatsLayout
     seeded: int = 0  # contributors that ran the reproducible mode (their own statement)
+    stats_var: float = -1.0  # noise variance per coordinate of ``stats`` (-1: noise_var, one block)
+
+    def __post_init__(self) -> None:
+        if self.stats_var < 0:
+            object.__setattr__(self, "stats_var", self.noise_var)
 
     @classmethod
-    def of(cls, total: np.ndarray, layout: StatsLayout) -> Aggregate:
+    def of(cls, total: np.ndarray, layout: StatsLayout, fold: int | None = None) -> Aggregate:
+        """The sum as the server reads it: every user's statistics (``fold`` None) or one fold's."""
         total = np.asarray(total, np.float64)
         if total.shape != (layout.size + PUBLIC_TAIL,):
             raise ValueError(f"a secure sum of this layout has {layout.size + PUBLIC_TAIL} entries; got "
                              f"{total.shape}.")
         contributors = round(float(total[layout.size]))
         noise_var = max(float(total[layout.size + 1]), 0.0)
-        counts, sums, second = layout.split(total)
+        counts, sums, second = layout.split(total) if fold is None else layout.split_fold(total, fold)
+        stats_var = noise_var * (layout.folds if fold is None else 1)
         counts = np.clip(counts, 1e-9, None)  # noisy counts of a rare class can fall below 0
         d = layout.dim
         if second is None:  # tr(second) = sum of counts (unit vectors); only the trace is read (centroid)
             second = np.eye(d) * (float(counts.sum()) / d)
         # errors-in-variables: E[sum_k counts_k ||m_k||^2] carries d sigma^2 / counts_k per class; put it back
         # into the second moment so that within() estimates the records' within-class covariance
-        second = second + np.eye(d) * (noise_var * float((1.0 / counts).sum()))
+        second = second + np.eye(d) * (stats_var * float((1.0 / counts).sum()))
         seeded = round(float(total[layout.size + 2]))
-        return cls(ClassStats(counts, sums, second, np.zeros(d)), contributors, noise_var, layout, seeded)
+        return cls(ClassStats(counts, sums, second, np.zeros(d)), contributors, noise_var, layout, seeded,
+                   stats_var)
 
     @property
     def randomness(self) -> str:
@@ -107,7 +119,8 @@ def fit_from_aggregate(learner: str, agg: Aggregate) -> tuple[Any, str]:
     st = agg.stats
     model: Any = (LDA if name == "lda" else Centroid)(num_classes=k, noise=np.zeros(d))
     model.stats = st
-    cov_error = agg.noise_var * d * (d + 1) / 2 / max(st.n - k, 1.0) ** 2 if name == "lda" else 0.0
+    cov_error = (agg.stats_var * agg.layout.second_var * d * (d + 1) / 2 / max(st.n - k, 1.0) ** 2
+                 if name == "lda" else 0.0)
     model.cov_error = cov_error
     model._heads()  # both heads as for uploads; the clean one is replaced below
     m, lp = st.means, np.log(st.priors)
@@ -131,7 +144,7 @@ def denoised_means(agg: Aggregate) -> np.ndarray:
     m = st.means
     grand = (st.counts @ m) / max(float(st.counts.sum()), 1e-9)
     dev = m - grand
-    s2 = agg.noise_var / st.counts ** 2
+    s2 = agg.stats_var / st.counts ** 2
     factor = np.clip(1.0 - agg.layout.dim * s2 / np.maximum((dev * dev).sum(1), 1e-300), 0.0, 1.0)
     return grand + factor[:, None] * dev
 

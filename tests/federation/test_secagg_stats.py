@@ -73,7 +73,12 @@ def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
     assert central["against"] == "server" and central["via"] == "secagg"
     # four contributors where the clients' policy calibrated for three: more noise, a smaller epsilon than 1
     assert 0.5 < central["epsilon"] < 1.0 and central["delta"] == 1e-5
-    assert res["utility"]["learner"] == "centroid"
+    # server.learner = auto: two-fold selection from the sum, the constant among the candidates
+    cands = res["utility"]["candidates"]
+    assert set(cands) == {"constant", "centroid", "lda"} and not cands["constant"]["beats_constant"]
+    learner = res["utility"]["learner"]
+    assert learner == "constant" or cands[learner]["beats_constant"] > 0
+    assert point["per_seed"][0]["utility"]["aggregate"]["folds"] == 2
     assert res["utility"]["on_device"]["available"]
     assert res["attacks"] == {} and "nothing to work on" in res["attacks_note"]
     seed0 = point["per_seed"][0]["utility"]["aggregate"]
@@ -90,6 +95,21 @@ def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
     b = plain["per_seed"][0]["utility"]["aggregate"]
     assert a["noise_std"] == pytest.approx(b["noise_std"], rel=1e-3)
     assert json.dumps(res["privacy"]["central"])  # serialisable
+
+
+def test_a_public_projection_reaches_the_clients_and_the_on_device_answers(cache_dir, tmp_path, monkeypatch):
+    """privacy.projection = random on the secagg path: the clients sum the projected, unit-normalised records (the
+    layout's width is proj-dim) and the test clients apply the same map before the model (a model of another width
+    would be refused by the on-device validation); the plain loop reads the same sum."""
+    cfg = _cfg(cache_dir, **{"run.client-seed": 5, "server.learner": "centroid", "privacy.projection": "random",
+                             "privacy.proj-dim": 4})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")
+    point, _grid, prep = _serve(cfg, tmp_path, monkeypatch)
+    agg = point["per_seed"][0]["utility"]["aggregate"]
+    assert agg["dim"] == 4 and agg["projection"] == "random" and agg["folds"] == 1
+    assert aggregate(point, 0.0)["utility"]["on_device"]["available"]
+    plain = run_plain_secagg(cfg, prep, state_dir=str(tmp_path / "plain"))
+    assert plain["per_seed"][0]["utility"]["aggregate"]["dim"] == 4
 
 
 def test_a_refusing_client_is_dropped_and_the_epsilon_grows(cache_dir, tmp_path, monkeypatch):
@@ -129,3 +149,15 @@ def test_secagg_config_is_checked():
     with pytest.raises(ValueError, match="must be auto, centroid or lda"):
         ExperimentConfig.from_flat({"server.aggregate": "secagg", "server.learner": "mlp"})
     assert np.isfinite(ExperimentConfig().client.secagg_epsilon)
+
+
+def test_preflight_lets_the_secagg_clients_apply_the_projection(cache_dir):
+    """The runner's check builds the mechanism; on the secagg path no mechanism takes the projection (the
+    statistics' clients apply it), so the check passes there and still refuses it for uploads without a mechanism
+    that takes one."""
+    from fl_privtext.federation.runner import validate
+
+    sets = {"privacy.projection": "random", "privacy.proj-dim": 4}
+    validate(_cfg(cache_dir, **sets))
+    with pytest.raises(ValueError, match="not supported by mechanism"):
+        validate(_cfg(cache_dir, **sets, **{"server.aggregate": "uploads"}))
