@@ -163,19 +163,46 @@ def _cell(m: float, h: float) -> str:
     return "-" if m is None or math.isnan(m) else (f"{100 * m:.1f}" + ("" if math.isnan(h) else f" ± {100 * h:.1f}"))
 
 
+OLD_MARK = "†"
+OLD_NOTE = (f"{OLD_MARK} not yet regenerated: the point as the OLD server computed it (the MLP alone, no model "
+            "selection, no constant candidate; issue #11), shown until `python simulations/frontier.py` reruns it "
+            "with `server.learner = auto`. In brackets: the learner `auto` chose (over the 3 seeds).")
+
+
+def old_point(store: Store, cfg: ExperimentConfig) -> dict[str, Any] | None:
+    """The point as saved before issue #23 (server.learner = mlp, the then only learner; attack.inversion-vocab was
+    100 then, inversion being off here it changed nothing), if any."""
+    res = store.get(derive(cfg, **{"server.learner": "mlp", "attack.inversion-vocab": 100}))
+    return None if res is None else {**res, "old_server": True}
+
+
+def chosen(res: dict[str, Any]) -> str:
+    """'[lda]' when every seed chose it, else e.g. '[lda 2/3]'; '' for an old-server point."""
+    if res.get("old_server"):
+        return ""
+    names = [s.get("learner") or "?" for s in res["utility"]["per_seed"]]
+    top = max(set(names), key=names.count)
+    return f" [{top}]" if names.count(top) == len(names) else f" [{top} {names.count(top)}/{len(names)}]"
+
+
+def mark(res: dict[str, Any]) -> str:
+    return f" {OLD_MARK}" if res.get("old_server") else ""
+
+
 def summarize(data_root: str) -> str:
     store = Store(STORE)
     pts = points(data_root)
-    lines = ["# The honest privacy-utility frontier (issue #11)\n", (__doc__ or "").split("\n\n", 1)[1], ""]
+    lines = ["# The honest privacy-utility frontier (issues #11, #23)\n", (__doc__ or "").split("\n\n", 1)[1], ""]
     for ds in DATASETS:
-        results = {(line, x): store.get(cfg) for (d, line, x), cfg in pts.items() if d == ds}
+        results = {(line, x): store.get(cfg) or old_point(store, cfg) for (d, line, x), cfg in pts.items()
+                   if d == ds}
         done = {k: r for k, r in results.items() if r is not None}
         lines.append(f"## {ds}: task accuracy (%) per upload / on device, mean ± 95% CI over 3 seeds\n")
         clear = done.get(("no privacy", math.inf))
         if clear:
             pu, od = task(clear, "per_upload"), task(clear, "on_device")
-            lines.append(f"No privacy: per upload {_cell(*pu)}, on device {_cell(*od)}; majority "
-                         f"{100 * clear['utility']['majority_baseline']:.1f}.\n")
+            lines.append(f"No privacy: per upload {_cell(*pu)}, on device {_cell(*od)}{chosen(clear)}{mark(clear)}; "
+                         f"majority {100 * clear['utility']['majority_baseline']:.1f}.\n")
         header = ["mechanism"] + [f"true ε {eps_str(e)}" for e in TRUE_EPS]
         rows = []
         for label in LINES:
@@ -183,9 +210,9 @@ def summarize(data_root: str) -> str:
             for eps in TRUE_EPS:
                 r = done.get((label, eps))
                 row.append("todo" if r is None else
-                           f"{_cell(*task(r, 'per_upload'))} / {_cell(*task(r, 'on_device'))}")
+                           f"{_cell(*task(r, 'per_upload'))} / {_cell(*task(r, 'on_device'))}{chosen(r)}{mark(r)}")
             rows.append(row)
-        lines += [md_table(header, rows), ""]
+        lines += [md_table(header, rows), "", OLD_NOTE, ""]
         pub_rows = []
         for label, (_, _, nominal) in PUBLISHED.items():
             for eps in nominal:
@@ -193,8 +220,8 @@ def summarize(data_root: str) -> str:
                 if r is None:
                     pub_rows.append([label, eps_str(eps), "todo", "todo", "todo"])
                     continue
-                pub_rows.append([label, eps_str(eps), eps_str(r["privacy"]["epsilon_worst_case"]),
-                                 _cell(*task(r, "per_upload")), _cell(*task(r, "on_device"))])
+                pub_rows.append([label + mark(r), eps_str(eps), eps_str(r["privacy"]["epsilon_worst_case"]),
+                                 _cell(*task(r, "per_upload")), _cell(*task(r, "on_device")) + chosen(r)])
         lines += ["Published mechanisms at their true epsilon:\n",
                   md_table(["mechanism", "nominal ε", "TRUE ε", "per upload", "on device"], pub_rows), ""]
         lines.append(f"### {ds}: what the privatized representation adds to the attacker (points), mean ± 95% CI\n")
@@ -211,18 +238,19 @@ def summarize(data_root: str) -> str:
                 if r is None:
                     continue
                 adv = advantage(r)
-                arows.append([label, eps_str(eps)] + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
+                arows.append([label + mark(r), eps_str(eps)] + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
         for label, (_, _, nominal) in PUBLISHED.items():
             for eps in nominal:
                 r = done.get((label, eps))
                 if r is not None:
                     adv = advantage(r)
-                    arows.append([f"{label}, nominal ε {eps_str(eps)}", eps_str(r["privacy"]["epsilon_worst_case"])]
+                    arows.append([f"{label}, nominal ε {eps_str(eps)}{mark(r)}", eps_str(r["privacy"]["epsilon_worst_case"])]
                                  + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
         lines += [md_table(["mechanism", "true ε", *attrs], arows), ""]
-        if done:
+        fresh = {k: r for k, r in done.items() if not r.get("old_server")}
+        if fresh:  # the plot shows regenerated points only
             lines.append(f"![{ds} frontier](frontier_{ds}.png)\n")
-            plot(ds, done)
+            plot(ds, fresh)
     disc = FOLDER / "discussion.md"
     if disc.is_file():
         lines.append(disc.read_text())
@@ -277,10 +305,12 @@ def main() -> None:
     ap = common_args(__doc__ or "")
     ap.add_argument("--dataset", choices=sorted(DATASETS), help="run only this data set's points")
     ap.add_argument("--line", action="append", help="run only these lines (labels as in the table; repeatable)")
+    ap.add_argument("--eps", action="append", type=float,
+                    help="run only these true epsilons (published lines: nominal; repeatable; 'no privacy' is inf)")
     args = ap.parse_args()
     pts = points(args.data_root)
-    chosen = [cfg for (ds, line, _), cfg in pts.items() if args.dataset in (None, ds)
-              and (not args.line or line in args.line)]
+    chosen = [cfg for (ds, line, x), cfg in pts.items() if args.dataset in (None, ds)
+              and (not args.line or line in args.line) and (not args.eps or x in args.eps)]
     run_command(args, chosen, Store(STORE), name="frontier" + (f" --dataset {args.dataset}" if args.dataset else ""),
                 folder=FOLDER, summarize=summarize)
 
