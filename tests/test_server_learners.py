@@ -276,3 +276,21 @@ def test_input_norms_from_public_data_enter_the_cap_law(gen):
     assert np.abs(public.input_second(second) - truth).max() < np.abs(default.input_second(second) - truth).max()
     with pytest.raises(ValueError, match="input_norm2"):
         noise_law(mech, D, u.mean(0), gen, input_norm2=2.0)
+
+
+def test_linear_c_is_chosen_by_user_folds_strong_without_signal_weak_with_it(gen):
+    from fl_privtext.server.learners import LINEAR_CS, Linear
+
+    n, d = 3000, 40
+    groups = np.repeat(np.arange(n // 3), 3)  # 3 uploads per user
+    y = gen.integers(0, 3, n)
+    noise_only = gen.normal(size=(n, d))
+    assert Linear(num_classes=3).choose_c(noise_only, y, groups) == min(LINEAR_CS)  # nothing to fit: shrink most
+    means = gen.normal(size=(3, d))
+    clean = means[y] + 0.3 * gen.normal(size=(n, d))
+    learner = Linear(num_classes=3)
+    c = learner.choose_c(clean, y, groups)
+    assert c >= 1e-2  # a separable signal: weak regularisation
+    assert (learner.fit(clean, y).logits(clean).argmax(axis=1) == y).mean() > 0.95  # the fit uses the chosen C
+    with pytest.raises(ValueError, match="C must be > 0"):
+        Linear(num_classes=3, C=0.0)

@@ -19,8 +19,10 @@ multiplied by R^-T (unbiased; the total second moment does not depend on labels)
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -343,6 +345,19 @@ class Constant:
         return _linear_export(np.zeros((self.k, self.d)), self.b)
 
 
+@contextlib.contextmanager
+def _quiet_solver() -> Iterator[None]:
+    """scikit-learn 1.8's notices of future defaults (we set scoring), and lbfgs stopping at max_iter at the
+    weakest regularisation on noisy uploads: the cross-validation scores each fit as it is, so an unconverged C
+    is judged by its held-out score, not trusted."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
+
+
 class Linear:
     """Multinomial logistic regression on standardised uploads, L2 strength chosen by sklearn's
     LogisticRegressionCV (3 folds, C in ``LINEAR_CS``); at most ``MAX_LINEAR_ROWS`` uploads (a seeded
@@ -356,29 +371,54 @@ class Linear:
     name = "linear"
     predicts_uploaded_labels = True  # fitted to the labels as uploaded (randomized ones included)
 
-    def __init__(self, *, num_classes: int, seed: int = 0, noise: np.ndarray | None = None, **_: Any):
-        self.k, self.seed, self.noise = num_classes, seed, noise
+    def __init__(self, *, num_classes: int, seed: int = 0, noise: np.ndarray | None = None, C: float | None = None,
+                 **_: Any):
+        if C is not None and not C > 0:
+            raise ValueError(f"Linear's C must be > 0; got {C!r}.")
+        self.k, self.seed, self.noise, self.C = num_classes, seed, noise, C
+
+    def _rows(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """At most ``MAX_LINEAR_ROWS`` uploads (a seeded subsample), as float64."""
+        if len(x) > MAX_LINEAR_ROWS:
+            keep = np.sort(rng.generator(self.seed, "server", "linear-rows").choice(len(x), MAX_LINEAR_ROWS,
+                                                                                   replace=False))
+            x, y, groups = x[keep], y[keep], None if groups is None else groups[keep]
+        return (np.asarray(x, np.float64), y) + (() if groups is None else (groups,))
+
+    def choose_c(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int = 3) -> float:
+        """The L2 strength by out-of-fold log-loss over ``LINEAR_CS``, folds by user (GroupKFold on ``groups``; one
+        warm-started regularisation path per fold), and fix it for later fits: `select` then scores this C on
+        the same folds instead of re-running the search inside each of its folds (4x the fits). The choice of
+        one of 5 values on the folds that then score it is the usual, small optimism of a tuned
+        hyperparameter; the per-upload folds of LogisticRegressionCV's default would also have split users."""
+        from sklearn.linear_model import LogisticRegressionCV
+        from sklearn.model_selection import GroupKFold
+
+        x, y, groups = self._rows(x, y, groups)
+        z = (x - x.mean(0)) / (x.std(0) + 1e-6)
+        splits = list(GroupKFold(n_splits=min(folds, len(np.unique(groups)))).split(z, y, groups))
+        if len(np.unique(y)) < 2 or len(splits) < 2 or any(len(np.unique(y[tr])) < 2 for tr, _ in splits):
+            self.C = 1.0
+            return self.C
+        clf = LogisticRegressionCV(Cs=list(LINEAR_CS), cv=splits, max_iter=200, scoring="neg_log_loss", refit=False)
+        with _quiet_solver():
+            clf.fit(z, y)
+        self.C = float(clf.C_[0])
+        return self.C
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Linear:
-        from sklearn.exceptions import ConvergenceWarning
-        from sklearn.linear_model import LogisticRegressionCV
+        from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
 
-        if len(x) > MAX_LINEAR_ROWS:
-            keep = np.sort(rng.generator(self.seed, "server", "linear-rows").choice(len(x), MAX_LINEAR_ROWS, replace=False))
-            x, y = x[keep], y[keep]
-        x = np.asarray(x, np.float64)
+        x, y = self._rows(x, y)
         self.mean, self.std = x.mean(0), x.std(0) + 1e-6
         present = np.unique(y)
         if len(present) < 2:
             self.w, self.b = np.zeros((self.k, x.shape[1])), np.where(np.arange(self.k) == present[0], 0.0, -1.0)
             return self
         folds = int(min(3, np.bincount(y)[present].min()))
-        clf = LogisticRegressionCV(Cs=list(LINEAR_CS), cv=max(folds, 2), max_iter=200, scoring="accuracy")
-        with warnings.catch_warnings():  # scikit-learn 1.8's notices of future defaults (we set scoring)
-            warnings.simplefilter("ignore", FutureWarning)
-            # at the weakest regularisation lbfgs may stop at max_iter on noisy uploads; the cross-validation
-            # scores each fit as it is, so an unconverged C is judged by its held-out accuracy, not trusted
-            warnings.simplefilter("ignore", ConvergenceWarning)
+        clf: Any = (LogisticRegression(C=self.C, max_iter=200) if self.C is not None else
+                    LogisticRegressionCV(Cs=list(LINEAR_CS), cv=max(folds, 2), max_iter=200, scoring="accuracy"))
+        with _quiet_solver():
             clf.fit((x - self.mean) / self.std, y)
         coef, icpt = clf.coef_, clf.intercept_
         if len(present) == 2 and coef.shape[0] == 1:
@@ -431,10 +471,11 @@ class MLP:
 
 
 def make_learner(name: str, *, num_classes: int, noise: np.ndarray | NoiseLaw | None = None,
-                 label_rr: np.ndarray | None = None, seed: int = 0, mlp: dict[str, Any] | None = None) -> Learner:
+                 label_rr: np.ndarray | None = None, seed: int = 0, mlp: dict[str, Any] | None = None,
+                 linear_c: float | None = None) -> Learner:
     """A fresh learner by name (``constant`` or one of `LEARNERS`); ``noise``: the mechanism's noise law
     (`fl_privtext.server.noise.NoiseLaw`, or its per-coordinate variance); ``mlp``: MLP keyword arguments
-    (config, generator, progress)."""
+    (config, generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation)."""
     if name == "constant":
         return Constant(num_classes=num_classes, label_rr=label_rr)
     if name in ("centroid", "lda"):
@@ -444,7 +485,7 @@ def make_learner(name: str, *, num_classes: int, noise: np.ndarray | NoiseLaw | 
         return cls(num_classes=num_classes, noise=noise, label_rr=label_rr)
     if name == "linear":
         return Linear(num_classes=num_classes, seed=seed,
-                      noise=noise.variance if isinstance(noise, NoiseLaw) else noise)
+                      noise=noise.variance if isinstance(noise, NoiseLaw) else noise, C=linear_c)
     if name == "mlp":
         if mlp is None:
             raise ValueError("Learner 'mlp' needs its config and generator (mlp={...}).")

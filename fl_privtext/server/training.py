@@ -17,9 +17,9 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.learn import MLPConfig, diverged
-from fl_privtext.server.learners import LEARNERS, Learner, label_rr_matrix, make_learner
+from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
 from fl_privtext.server.noise import NoiseLaw, noise_law
-from fl_privtext.server.selection import select
+from fl_privtext.server.selection import FOLDS, select
 
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
 
@@ -75,8 +75,11 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
         noise = NoiseLaw(noise.variance, f"{noise.method} (per-coordinate only: uploads centred by server.center)")
     rr = label_rr_matrix(num_classes, label_epsilon) if label_epsilon > 0 else None
 
+    linear_c: float | None = None
+
     def maker(learner: str) -> Any:
-        return lambda: make_learner(learner, num_classes=num_classes, noise=noise, label_rr=rr, seed=seed, mlp=mlp)
+        return lambda: make_learner(learner, num_classes=num_classes, noise=noise, label_rr=rr, seed=seed, mlp=mlp,
+                                    linear_c=linear_c)
 
     scores: dict[str, dict[str, Any]] = {}
     chosen = name
@@ -89,7 +92,10 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
+        # Linear's L2 strength: chosen once on the selection's folds by user, then fixed (Linear.choose_c)
+        linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x[cv], y[cv], groups[cv], FOLDS)
         chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr)
+        scores["linear"]["C"] = linear_c
     return maker(chosen)().fit(x, y), chosen, scores
 
 
