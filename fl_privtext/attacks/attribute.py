@@ -164,6 +164,7 @@ class _Problem:
         self.users = view.user[self.idx]
         self._codes: np.ndarray | None = None
         self._law: NoiseLaw | None = None
+        self._linear_c: float | None = None
         self.per_coordinate = per_coordinate
 
     def inputs(self, rows: np.ndarray) -> np.ndarray:
@@ -206,6 +207,16 @@ class _Problem:
         return _log_softmax(s)
 
     # -- learned families ---------------------------------------------------------------------------------------
+    def linear_c(self, seed: int) -> float:
+        """The server's Linear's L2 strength for this attribute: chosen once by out-of-fold log-loss over every
+        aux upload, folds by user (`Linear.choose_c`, as the server's auto does), then fixed in every fold."""
+        if self._linear_c is None:
+            from fl_privtext.server.learners import Linear
+
+            self._linear_c = Linear(num_classes=self.k, seed=seed).choose_c(
+                self.inputs(self.idx), self.z, self.users, max(2, int(self.view.config.folds)))
+        return self._linear_c
+
     def fit_predict(self, family: str, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
         """Fit ``family`` on aux uploads ``train`` (positions into idx); log posteriors for uploads ``rows``."""
         xs, z = self.inputs(self.idx[train]), self.z[train]
@@ -217,8 +228,9 @@ class _Problem:
                 raise _Unavailable("the server's learners are for one categorical secret")
             from fl_privtext.server import make_learner
 
-            learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]),
-                                   seed=int(rng.generator(self.view.seed, "attack", family).integers(2**31)))
+            seed = int(rng.generator(self.view.seed, "attack", family).integers(2**31))
+            learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
+                                   linear_c=self.linear_c(seed) if family == "linear" else None)
             learner.fit(xs, z)
             return _log_softmax(self.score(rows, lambda x: learner.logits(x)))
         mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
