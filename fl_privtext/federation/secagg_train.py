@@ -223,6 +223,7 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
     step = 0.0
     declared: list[dict[str, float]] = []  # what every contributor said it added (public, beside its vector)
     rhos: list[float] = []  # each completed round's zCDP rho from its contributors' declarations
+    ledger: dict[int, float] = {}  # node -> what it declared its ledger charged, summed over the rounds it contributed
     # dp-mode = client: no per-client validation metric may travel in the clear (see the module text)
     validate = t.val_frac > 0 and t.dp_mode != "client"
     for rnd in range(1, t.rounds + 1):
@@ -246,6 +247,8 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         mean = _unflat(total / len(s.contributors), glob)
         glob = {kk: (glob[kk].astype(np.float64) + mean[kk]).astype(np.float32) for kk in glob}
         declared.extend(s.declared.values())
+        for node, d in s.declared.items():
+            ledger[node] = ledger.get(node, 0.0) + float(d.get("charged", math.inf))
         rhos.append(declared_rho([(d.get("noise-multiplier", 0.0), d.get("clip", math.inf),
                                    int(d.get("min-clients", 1))) for d in s.declared.values()], step=s.step, dim=dim))
         entry.update(contributors=s.contributors, dropped=s.dropped, reasons=s.reasons, message_rounds=s.rounds,
@@ -276,7 +279,11 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         guarantee = {**g, "declared": how, "client_charged_per_round": sorted({d.get("charged", math.inf)
                                                                               for d in declared}),
                      "protects": "every released sum and model, against the server and any eavesdropper"}
-        central = {"epsilon": g["epsilon"], "delta": g["delta"], "against": "server", "via": "secagg"}
+        central = {"epsilon": g["epsilon"], "delta": g["delta"], "against": "server", "via": "secagg",
+                   "rounds": len(done), "contributors": contributors,
+                   # the clients' own ledgers (basic composition, n = their secagg-min-clients per round): never
+                   # below the accountant's epsilon (RDP composition, each round's actual contributors >= that n)
+                   "client_ledger_max_epsilon": max(ledger.values(), default=0.0)}
     elif noise == "server" and done:
         g = dp_fedavg_guarantee(noise_multiplier=t.dp_noise_multiplier, num_clients=n, clients_per_round=k,
                                 rounds=len(done), delta=t.dp_delta)
