@@ -164,6 +164,9 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         total.charge(users[np.asarray(rows, np.int64)], od)
         od_eps = eps
     phase_a = phase_a_rows is not None and len(phase_a_rows) > 0
+    if phase_a_central is not None and not (cfg.train.secagg and cfg.train.dp_mode == "client"):
+        raise ValueError("phase_a_central applies only under train.secagg = true with train.dp-mode = client (every "
+                         "other Phase A mode shows the server updates or metrics in the clear: charged inf).")
     pa = phase_a_report(phase_a_central) if phase_a else None
     if phase_a and pa is not None:
         total.charge(np.unique(users[np.asarray(phase_a_rows, np.int64)]), pa)
@@ -184,7 +187,7 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
             "): the noisy secure sums' epsilon at train.dp-delta, composed over the completed rounds with each "
             "round's actual contributors" if secagg_a else
             "inf: the server sees Phase A's updates (and validation metrics) in the clear"
-            + (" (DP-FedAvg's noise is the server's own)" if cfg.train.dp_mode == "server" else ""))
+            + (" (DP-FedAvg's noise is the server's own)" if cfg.train.dp_noise_multiplier > 0 else ""))
         if phase_a_central is not None and "client_ledger_max_epsilon" in phase_a_central:
             per_user["max_epsilon_phase_a_ledger"] = json_number(float(phase_a_central["client_ledger_max_epsilon"]))
     per_user["max_epsilon_total"] = json_number(total.max_epsilon())

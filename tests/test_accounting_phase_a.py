@@ -80,6 +80,11 @@ def test_shuffled_uploads_compose_with_phase_a_central():
     assert "central_phase_a" in per_user["max_epsilon_total_guarantee"]
 
 
+def test_a_central_figure_is_refused_outside_client_mode():
+    with pytest.raises(ValueError, match="dp-mode = client"):
+        _summary(_cfg(**{**SECAGG, "train.dp-mode": "server"}), _central())
+
+
 def test_phase_a_report_accepts_only_the_secure_sums_guarantee():
     assert phase_a_report(None).epsilon_worst_case == math.inf
     with pytest.raises(ValueError, match="via secagg"):
