@@ -91,3 +91,18 @@ def test_phase_a_report_accepts_only_the_secure_sums_guarantee():
         phase_a_report({"epsilon": 1.0, "delta": 1e-6, "against": "server", "via": "shuffle"})
     r = phase_a_report({"epsilon": 2.0, "delta": 1e-5, "against": "server", "via": "secagg"})
     assert (r.epsilon_worst_case, r.delta) == (2.0, 1e-5)
+
+
+def test_the_summary_table_names_phase_a_central_guarantee():
+    from fl_privtext.report import table
+
+    central = {**_central(), "rounds": 3, "contributors": [4, 3, 4], "client_ledger_max_epsilon": 9.9}
+    out = _summary(_cfg(**{**SECAGG, "train.dp-mode": "client"}), central)
+    results = {"privacy": {**out, "randomness": "secret", "central": central},
+               "utility": {"available": False, "reason": "x"},
+               "federation": {"num_users": 3, "num_records": 4, "num_clients": 1, "rounds": 1, "seeds": 1,
+                              "uploads_observed": 4, "messages_observed": 1, "bytes_observed": 10},
+               "dataset": {"name": "d"}, "attacks": {}, "fairness": {}, "timing": {"total_s": 1.0}}
+    text = table(results)
+    assert "Phase A central against the server via secagg" in text and "[4, 3, 4]" in text
+    assert "uploads' local epsilon + Phase A's central epsilon" in text and "users shuffled" not in text
