@@ -195,7 +195,9 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
     # Phase A's finite central charge composes with the rest by basic composition: epsilons and deltas add up
     tight = _tight_max(rep, label, users, released_rows, on_device_rows, od_eps, phase_a and not secagg_a,
                        num_classes, cfg.privacy.delta)
-    per_user["max_epsilon_tight"] = json_number(tight + (pa_eps if secagg_a else 0.0))
+    # the most releases of each kind plus Phase A may belong to different users (e.g. on-device answers come from
+    # test users, Phase A from train users): the largest basic total, also an upper bound, caps it
+    per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps, total.max_epsilon()) if secagg_a else tight)
     per_user["delta_tight"] = cfg.privacy.delta + (pa_delta if secagg_a else 0.0)
     if secagg_a and not cfg.federation.shuffle:
         per_user["max_epsilon_total_guarantee"] = (

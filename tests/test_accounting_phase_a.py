@@ -63,6 +63,17 @@ def test_client_mode_charges_the_composed_central_epsilon():
     assert per_user["delta_tight"] == pytest.approx(cfg.privacy.delta + 1e-5)
 
 
+def test_the_tight_figure_never_exceeds_the_basic_total():
+    """On-device answers (test users) and Phase A (train users) concern different users: the tight figure must not
+    add Phase A to the test users' releases (caught on a real run: tight 34.2 above basic 32.0)."""
+    cfg = _cfg(**{**SECAGG, "train.dp-mode": "client"})
+    central = _central()
+    on_device = [(np.array([3]), 20.0)]  # user 2's (test) record: 0.5 + 1.0 uploaded, 20 on-device
+    per_user = _summary(cfg, central, on_device_rows=on_device)["composition"]["per_user"]
+    assert per_user["max_epsilon_total"] == pytest.approx(21.5)  # user 2, who took no part in Phase A
+    assert per_user["max_epsilon_tight"] <= per_user["max_epsilon_total"]
+
+
 def test_dropouts_raise_the_charge():
     cfg = _cfg(**{**SECAGG, "train.dp-mode": "client"})
     full = _summary(cfg, _central((4, 4, 4)))["composition"]["per_user"]["max_epsilon_phase_a"]
