@@ -7,12 +7,23 @@ Charged per released record and round (basic composition, `fl_privtext.privacy.A
 "Sent" is what the server received, plus, conservatively, what a client that timed out may have sent; a client that
 failed before replying sent nothing and is not charged. Other values a user reveals without a formal guarantee
 (record ids, counts, which client holds it) are listed under ``also_released``.
+
+Phase A (the federated encoder, ``train.rounds > 0``) is charged to every train and aux user: inf (the server sees
+each update, and the validation metrics, in the clear; also under DP-FedAvg with server-side noise), EXCEPT under
+``train.secagg = true`` with ``train.dp-mode = client`` and client noise, where the server only ever holds the noisy
+secure sums and no per-client metric leaves in the clear (`fl_privtext.federation.secagg_train`): there each user is
+charged the central (epsilon, delta) of those sums against the server (`phase_a_central`: KLS'21 distributed
+discrete Gaussian, each round with its actual contributors, composed over the rounds in dp-accounting's RDP
+accountant, `fl_privtext.privacy.distributed`), composed with the uploads by basic composition. That charge is an
+upper bound for a user whose client sat out some rounds (its sensitivity there is 0). The clients' own ledgers
+charge more, never less: per round the epsilon of a sum of only ``client.secagg-min-clients`` contributors,
+composed by basic composition (``max_epsilon_phase_a_ledger``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -117,12 +128,15 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
 def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndarray, num_classes: int,
                     released_rows: Sequence[np.ndarray], releases_per_record: int, *,
                     on_device_rows: Sequence[tuple[np.ndarray, float]] = (),
-                    phase_a_rows: np.ndarray | None = None, shuffled_users: int | None = None) -> dict[str, Any]:
+                    phase_a_rows: np.ndarray | None = None, shuffled_users: int | None = None,
+                    phase_a_central: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The mechanism's report plus what each USER spent over EVERY release of the point (issue #22): every round
     of every repetition (``released_rows``, one array per seed), the on-device answers (``on_device_rows``: the
     records each answer covered and the epsilon charged per record) and Phase A (``phase_a_rows``: records whose
-    users' model updates the server saw in the clear: inf). Basic composition (what a client's ledger enforces)
-    with its parts, and beside it the tight composition (`tight_epsilon`) at ``privacy.delta``.
+    users' model updates the server saw in the clear: inf; or, given ``phase_a_central``, the Phase A summary's
+    ``central`` guarantee against the server of the noisy secure sums, see the module text). Basic composition
+    (what a client's ledger enforces) with its parts, and beside it the tight composition (`tight_epsilon`) at
+    ``privacy.delta`` (plus Phase A's delta when it is charged a finite central epsilon).
     ``shuffled_users`` (federation.shuffle): the users shuffled together per round, for ``privacy.central``."""
     users = np.asarray(user_ids)
     reps, labels_acc, od_acc, total = Accountant(), Accountant(), Accountant(), Accountant()
@@ -150,22 +164,46 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         total.charge(users[np.asarray(rows, np.int64)], od)
         od_eps = eps
     phase_a = phase_a_rows is not None and len(phase_a_rows) > 0
-    if phase_a:
-        clear = PrivacyReport(mechanism="phase-a-update-in-the-clear", epsilon_nominal=math.inf,
-                              epsilon_worst_case=math.inf)
-        total.charge(np.unique(users[np.asarray(phase_a_rows, np.int64)]), clear)
+    if phase_a_central is not None and not (cfg.train.secagg and cfg.train.dp_mode == "client"):
+        raise ValueError("phase_a_central applies only under train.secagg = true with train.dp-mode = client (every "
+                         "other Phase A mode shows the server updates or metrics in the clear: charged inf).")
+    pa = phase_a_report(phase_a_central) if phase_a else None
+    if phase_a and pa is not None:
+        total.charge(np.unique(users[np.asarray(phase_a_rows, np.int64)]), pa)
+    pa_eps = (pa.epsilon_worst_case if pa is not None else 0.0)
+    pa_delta = pa.delta if pa is not None else 0.0
     out = rep.to_json()
     per_user = reps.to_json(per_user=False)  # a summary: a table of every user's epsilon would be megabytes
     _, eps_u = reps.epsilons("worst_case")
     per_user["median_epsilon_worst_case"] = float(np.median(eps_u)) if len(eps_u) else 0.0
     per_user["max_epsilon_labels"] = json_number(labels_acc.max_epsilon()) if num_classes > 0 else 0.0
     per_user["max_epsilon_on_device"] = json_number(od_acc.max_epsilon())
-    per_user["max_epsilon_phase_a"] = "inf" if phase_a else 0.0
+    per_user["max_epsilon_phase_a"] = json_number(pa_eps)
+    secagg_a = pa is not None and math.isfinite(pa_eps)
+    if pa is not None:
+        per_user["max_delta_phase_a"] = pa_delta
+        per_user["phase_a_guarantee"] = (
+            f"central against the server via secagg (privacy.{'central_phase_a' if cfg.federation.shuffle else 'central'}"
+            "): the noisy secure sums' epsilon at train.dp-delta, composed over the completed rounds with each "
+            "round's actual contributors" if secagg_a else
+            "inf: the server sees Phase A's updates (and validation metrics) in the clear"
+            + (" (DP-FedAvg's noise is the server's own)" if cfg.train.dp_noise_multiplier > 0 else ""))
+        if phase_a_central is not None and "client_ledger_max_epsilon" in phase_a_central:
+            per_user["max_epsilon_phase_a_ledger"] = json_number(float(phase_a_central["client_ledger_max_epsilon"]))
     per_user["max_epsilon_total"] = json_number(total.max_epsilon())
     per_user["max_delta_total"] = total.max_delta()
-    per_user["max_epsilon_tight"] = json_number(_tight_max(rep, label, users, released_rows, on_device_rows, od_eps,
-                                                           phase_a, num_classes, cfg.privacy.delta))
-    per_user["delta_tight"] = cfg.privacy.delta
+    # Phase A's finite central charge composes with the rest by basic composition: epsilons and deltas add up
+    tight = _tight_max(rep, label, users, released_rows, on_device_rows, od_eps, phase_a and not secagg_a,
+                       num_classes, cfg.privacy.delta)
+    # the most releases of each kind plus Phase A may belong to different users (e.g. on-device answers come from
+    # test users, Phase A from train users): the largest basic total, also an upper bound, caps it
+    per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps, total.max_epsilon()) if secagg_a else tight)
+    per_user["delta_tight"] = cfg.privacy.delta + (pa_delta if secagg_a else 0.0)
+    if secagg_a and not cfg.federation.shuffle:
+        per_user["max_epsilon_total_guarantee"] = (
+            "basic composition of the uploads' and on-device answers' local epsilon (they hold against the server "
+            "too) and Phase A's central epsilon against the server via secagg (privacy.central); max_delta_total "
+            "adds train.dp-delta")
     if num_classes == 0:
         labels: Any = "no labels uploaded"
     elif label is None:
@@ -183,11 +221,13 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         od_max = od_acc.max_epsilon() if len(on_device_rows) else 0.0
         central = out["central"]["epsilon"]
         per_user["max_epsilon_total"] = json_number(
-            (math.inf if central == "inf" else float(central)) + od_max + (math.inf if phase_a else 0.0))
+            (math.inf if central == "inf" else float(central)) + od_max + pa_eps)
         per_user["max_epsilon_total_guarantee"] = (
             "against the server: the shuffled uploads' central epsilon (privacy.central, via shuffle), plus, by basic "
-            "composition, the on-device answers' local epsilon (they do not pass through the shuffler) and Phase A "
-            "(inf: updates in the clear); max_epsilon_total_local is the local-DP total the clients' ledgers charge")
+            "composition, the on-device answers' local epsilon (they do not pass through the shuffler) and Phase A ("
+            + ("its central epsilon against the server via secagg, privacy.central_phase_a" if secagg_a else
+               "inf: updates in the clear") + "); max_epsilon_total_local is the local-DP total the clients' ledgers "
+            "charge")
     out["composition"] = {
         "releases_per_record": releases_per_record,
         "repetitions": len(released_rows),
@@ -195,13 +235,30 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         "labels": labels,
         "charged": ("what was sent: rows the server received (every round of every repetition), plus rows a "
                     "timed-out client may have sent; the on-device answers; Phase A's updates (inf: the server "
-                    "sees them in the clear, also under DP-FedAvg, whose noise the server itself adds)"),
+                    "sees them in the clear, also under DP-FedAvg, whose noise the server itself adds; under "
+                    "train.secagg with train.dp-mode = client, the central epsilon of the noisy secure sums)"),
         "tight": ("max_epsilon_tight: the most releases of each kind any user made, composed by "
                   "dp-accounting's privacy-loss-distribution accountant at privacy.delta; basic composition "
                   "(max_epsilon_total, what the clients' ledgers enforce) bounds it from above"),
         "also_released": list(ALSO_RELEASED),
     }
     return out
+
+
+def phase_a_report(central: Mapping[str, Any] | None) -> PrivacyReport:
+    """What Phase A costs each of its users over the whole phase: ``central`` (the Phase A summary's ``central``,
+    present only under train.secagg with client-side noise: {"epsilon", "delta", "against": "server", "via":
+    "secagg"}) as one (epsilon, delta) release; without it inf (updates in the clear)."""
+    if central is None:
+        return PrivacyReport(mechanism="phase-a-update-in-the-clear", epsilon_nominal=math.inf,
+                             epsilon_worst_case=math.inf)
+    if central.get("via") != "secagg" or central.get("against") != "server":
+        raise ValueError(f"phase_a_central must be the secure sums' guarantee against the server (via secagg); got "
+                         f"{dict(central)!r}.")
+    eps = float(central["epsilon"])  # "inf" parses to inf
+    delta = float(central["delta"])
+    return PrivacyReport(mechanism="phase-a-secagg-distributed-discrete-gaussian", epsilon_nominal=eps,
+                         epsilon_worst_case=eps, delta=delta if math.isfinite(eps) else 0.0)
 
 
 def _tight_max(rep: PrivacyReport, label: PrivacyReport | None, users: np.ndarray,

@@ -362,10 +362,12 @@ def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained:
 
 def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected],
                    trained: Sequence[Trained] | None = None,
-                   on_device_results: Sequence[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   on_device_results: Sequence[dict[str, Any]] | None = None, *,
+                   phase_a_central: dict[str, Any] | None = None) -> dict[str, Any]:
     """The computation phase of one point: per seed, the server trains and evaluates on what it received (unless
     ``trained`` already holds it, with ``on_device_results`` of the on-device protocol) and the eavesdropper
-    attacks what it observed (checked to be the same uploads)."""
+    attacks what it observed (checked to be the same uploads). ``phase_a_central``: Phase A's ``central``
+    guarantee (SecAgg+ with client noise), charged to its users instead of inf (`fl_privtext.accounting`)."""
     t_start = time.perf_counter()
     trained = list(trained) if trained is not None else train_point(prep, cfg, collected)
     with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
@@ -378,7 +380,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     # Phase A's updates and validation metrics concern the train and aux users (never test users)
     phase_a = np.flatnonzero(prep.roles != "test") if cfg.train.rounds > 0 else None
     privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases,
-                              on_device_rows=od_rows, phase_a_rows=phase_a,
+                              on_device_rows=od_rows, phase_a_rows=phase_a, phase_a_central=phase_a_central,
                               shuffled_users=shuffled_cohort_users(prep, cfg) if cfg.federation.shuffle else None)
     privacy["randomness"] = randomness_of(cfg, collected)
     privacy["ledger"] = ledger_summary(collected, on_device_results or [])

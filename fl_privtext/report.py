@@ -319,6 +319,16 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}f}" if abs(x) < 1e5 else f"{x:.3g}"
 
 
+def _total_label(p: dict[str, Any]) -> str:
+    """How the per-user TOTAL is composed (issue #24)."""
+    central = p.get("central")
+    if isinstance(central, dict) and central.get("via") == "shuffle":
+        return "(against the server: central + on-device" + (" + Phase A central)" if "central_phase_a" in p else ")")
+    if isinstance(central, dict) and central.get("via") == "secagg":
+        return "(basic: uploads' local epsilon + Phase A's central epsilon against the server)"
+    return "(basic)"
+
+
 def table(results: dict[str, Any]) -> str:
     """A readable plain-text summary (stdout and summary.md)."""
     p, u, f = results["privacy"], results["utility"], results["federation"]
@@ -344,10 +354,17 @@ def table(results: dict[str, Any]) -> str:
                      f"{_fmt(per_user.get('max_epsilon_on_device', 0.0))} | Phase A "
                      f"{_fmt(per_user.get('max_epsilon_phase_a', 0.0))} | TOTAL "
                      f"{_fmt(per_user.get('max_epsilon_total', '-'))} "
-                     f"{'(against the server: central + on-device)' if 'central' in p else '(basic)'} | tight "
+                     f"{_total_label(p)} | tight "
                      f"{_fmt(per_user.get('max_epsilon_tight', '-'))} at delta {_fmt(per_user.get('delta_tight'), 6)}")
     central = p.get("central")
-    if isinstance(central, dict):  # issue #24: the shuffler's central guarantee against the server
+    for pa in (p.get("central_phase_a"), central):  # issue #24: Phase A's noisy secure sums against the server
+        if isinstance(pa, dict) and pa.get("via") == "secagg" and "rounds" in pa:
+            lines.append(f"Phase A central against the server via secagg: epsilon {_fmt(pa.get('epsilon'))} at delta "
+                         f"{_fmt(pa.get('delta'), 8)} over {pa.get('rounds')} round(s), contributors "
+                         f"{pa.get('contributors')} | the clients' ledgers charge up to "
+                         f"{_fmt(pa.get('client_ledger_max_epsilon', '-'))} (basic composition at their "
+                         f"secagg-min-clients) | no federated validation in the clear")
+    if isinstance(central, dict) and central.get("via") != "secagg":  # the shuffler's central guarantee
         lines.append(f"central against the server via {central.get('via')}: epsilon {_fmt(central.get('epsilon'))} "
                      f"at delta {_fmt(central.get('delta'), 8)} over {central.get('rounds', '-')} round(s) "
                      f"({_fmt(central.get('epsilon_per_round', '-'))} per round) | applied to one user's local "

@@ -16,9 +16,26 @@ noise multiplier 0) the server sees the exact sum: charged inf.
 Server (`train_phase_secagg`): each round ``train.clients-per-round`` clients (the server's seeded choice; no
 amplification by sampling is claimed, the server knows whom it picked), one secure sum, the global model moves by
 the sum over the number of contributors (FedAvg, unweighted as DP-FedAvg). Dropouts are survived and accounted
-(the central epsilon uses each round's actual number of contributors). Model selection: the best round by federated
-validation accuracy where clients answer it (the metrics are released in the clear: clients with a finite
-``client.max-epsilon`` refuse, and the last round is kept).
+(the central epsilon uses each round's actual number of contributors). Model selection: under ``train.dp-mode =
+server`` the best round by federated validation accuracy where clients answer it (the metrics are released in the
+clear: clients with a finite ``client.max-epsilon`` refuse, and the last round is kept).
+
+What leaves a client in the clear under ``train.dp-mode = client`` (the mode whose guarantee against the server is
+the central epsilon of the noisy sums, `fl_privtext.accounting`): NO federated validation. Per-client validation
+loss and accuracy are statistics of the client's users' data, computed on the model the noisy sums produced; sent in
+the clear they are a release outside the sum's guarantee (an unbounded one: an exact accuracy over a handful of
+users). Rather than a second secure sum with its own noise share, the server does not ask (`_evaluate` is not
+called: the last round is kept, ``federated_validation`` says so) and the client refuses if asked
+(`fl_privtext.federation.train_handlers`: a Phase A evaluate, or a plain update outside SecAgg+, under a request in
+this mode). Every other Phase A message of this mode is SecAgg+'s: the protocol's public keys, its encrypted shares
+(readable only by the addressed client), the masked vector (uniform modulo 2^32 to the server), the unmasking shares,
+and beside the masked vector ``FitRes.num_examples = 1`` (a constant: the weight is not the client's example count)
+and `declare`'s metrics: the client's noise multiplier, clip, secagg-min-clients and the epsilon its ledger charged
+for the round, all functions of the client's POLICY (public: the server's accountant needs them), none of its data.
+Still public, and not protected (no user's data in them): which clients were selected, which completed or dropped
+and the reason a dropout gives (a refusal names the policy rule it applies), message sizes (fixed by the model's
+dimension) and timings (local training time grows with the client's number of training records: a coarse,
+unprotected signal of its shard size, as the Phase B uploads' counts are, `fl_privtext.accounting.ALSO_RELEASED`).
 """
 
 from __future__ import annotations
@@ -206,6 +223,9 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
     step = 0.0
     declared: list[dict[str, float]] = []  # what every contributor said it added (public, beside its vector)
     rhos: list[float] = []  # each completed round's zCDP rho from its contributors' declarations
+    ledger: dict[int, float] = {}  # node -> what it declared its ledger charged, summed over the rounds it contributed
+    # dp-mode = client: no per-client validation metric may travel in the clear (see the module text)
+    validate = t.val_frac > 0 and t.dp_mode != "client"
     for rnd in range(1, t.rounds + 1):
         # by index: node ids are uint64 (numpy would turn a list of them into float64)
         chosen = sorted(nodes[int(i)] for i in select.choice(len(nodes), size=k, replace=False))
@@ -227,13 +247,15 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         mean = _unflat(total / len(s.contributors), glob)
         glob = {kk: (glob[kk].astype(np.float64) + mean[kk]).astype(np.float32) for kk in glob}
         declared.extend(s.declared.values())
+        for node, d in s.declared.items():
+            ledger[node] = ledger.get(node, 0.0) + float(d.get("charged", math.inf))
         rhos.append(declared_rho([(d.get("noise-multiplier", 0.0), d.get("clip", math.inf),
                                    int(d.get("min-clients", 1))) for d in s.declared.values()], step=s.step, dim=dim))
         entry.update(contributors=s.contributors, dropped=s.dropped, reasons=s.reasons, message_rounds=s.rounds,
                      bytes=s.bytes, grid_step=s.step, updates_observed=len(chosen) - len(s.dropped),
                      update_bytes_observed=s.bytes)
         val = _evaluate(grid, nodes, ArrayRecord({kk: Array(v) for kk, v in glob.items()}), cfg, rnd) \
-            if t.val_frac > 0 else {}
+            if validate else {}
         acc = float(val.get("val_accuracy", -1.0))
         entry["val_accuracy"] = acc
         entry.update({kk if kk.startswith("val") else f"val_{kk}": v for kk, v in val.items() if kk != "val_accuracy"})
@@ -257,7 +279,11 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         guarantee = {**g, "declared": how, "client_charged_per_round": sorted({d.get("charged", math.inf)
                                                                               for d in declared}),
                      "protects": "every released sum and model, against the server and any eavesdropper"}
-        central = {"epsilon": g["epsilon"], "delta": g["delta"], "against": "server", "via": "secagg"}
+        central = {"epsilon": g["epsilon"], "delta": g["delta"], "against": "server", "via": "secagg",
+                   "rounds": len(done), "contributors": contributors,
+                   # the clients' own ledgers (basic composition, n = their secagg-min-clients per round): never
+                   # below the accountant's epsilon (RDP composition, each round's actual contributors >= that n)
+                   "client_ledger_max_epsilon": max(ledger.values(), default=0.0)}
     elif noise == "server" and done:
         g = dp_fedavg_guarantee(noise_multiplier=t.dp_noise_multiplier, num_clients=n, clients_per_round=k,
                                 rounds=len(done), delta=t.dp_delta)
@@ -274,6 +300,10 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
         "noise_added_where": NOISE_AT.get(noise, "nowhere: no noise"),
         "phase_b_guarantee": "per-upload LDP of privacy.mechanism on r(x), composed per user (see privacy)",
         "selected_round": best["round"], "selected_val_accuracy": best["val_accuracy"],
+        "federated_validation": ("yes: per-client validation metrics in the clear (clients with a finite "
+                                 "client.max-epsilon refuse)" if validate else
+                                 "none: train.dp-mode = client sends no per-client metric in the clear (the last "
+                                 "round is kept)" if t.dp_mode == "client" else "none: train.val-frac = 0"),
         "clients_per_round": k, "per_round": per_round,
         "updates_observed": int(sum(r.get("updates_observed", 0) for r in per_round)),
         "update_bytes_observed": int(sum(r.get("update_bytes_observed", 0) for r in per_round)),

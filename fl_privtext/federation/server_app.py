@@ -272,7 +272,8 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
         on_device = pipeline.on_device(prep, cfg, collected, trained, ask)
 
     def evaluate() -> dict[str, Any]:
-        point = pipeline.evaluate_point(prep, cfg, collected, trained, on_device)
+        point = pipeline.evaluate_point(prep, cfg, collected, trained, on_device,
+                                        phase_a_central=training.get("central"))
         point["training"] = training
         if keep_observations:
             point["observations"] = observations

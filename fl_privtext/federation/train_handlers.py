@@ -95,6 +95,18 @@ def _client(context: Context, cfg: ExperimentConfig) -> int:
     return client
 
 
+def _clear_release_refused(kind: str, cfg: ExperimentConfig) -> Refused | None:
+    """A refusal for a Phase A message in the clear under ``train.secagg`` with ``train.dp-mode = client``: there
+    the client's guarantee against the server is the central epsilon of the noisy secure sums (its ledger charges
+    that, `fl_privtext.federation.secagg_train`), so neither a plain update nor per-client validation metrics may
+    leave in the clear (they would be unbounded releases outside it)."""
+    if cfg.train.secagg and cfg.train.dp_mode == "client":
+        what = "a Phase A update in the clear" if kind == "train" else "Phase A validation metrics in the clear"
+        return Refused(f"{what} under train.secagg = true, train.dp-mode = client (only noisy secure sums leave "
+                       f"this client in that mode)")
+    return None
+
+
 def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, users: np.ndarray, rnd: int,
              compute: Any) -> Message:
     """A Phase A reply released through the client's policy and ledger (charged inf per user concerned: the server
@@ -127,6 +139,8 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
     rnd = int(config["server-round"])  # type: ignore[arg-type]
     clip = config.get("clipping_norm")
     if defend:  # Phase A's DP settings are the client's own: the clipping is its policy's, never the server's
+        if (no := _clear_release_refused("train", cfg)) is not None:
+            return refusal(msg, no)
         try:
             own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
         except Refused as exc:
@@ -190,6 +204,8 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     if not defend:
         metrics_only: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in compute().items()}
         return Message(RecordDict({"metrics": MetricRecord(metrics_only)}), reply_to=msg)
+    if (no := _clear_release_refused("evaluate", cfg)) is not None:
+        return refusal(msg, no)
     try:
         phase_a_allowed(policy_from(dict(context.node_config)), cfg)
     except Refused as exc:

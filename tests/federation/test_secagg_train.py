@@ -15,6 +15,7 @@ from fl_privtext.config import ClientConfig, ExperimentConfig
 from fl_privtext.federation import secagg
 from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.secagg_train import train_phase_secagg
+from fl_privtext.privacy import PrivacyReport
 from fl_privtext.privacy.distributed import distributed_guarantee
 from tests.federation.secagg_grid import InProcessGrid
 
@@ -123,3 +124,68 @@ def test_config_rules():
         ExperimentConfig.from_flat({"train.dp-mode": "both"})
     with pytest.raises(ValueError, match="secagg-min-clients"):
         ExperimentConfig.from_flat({"client.secagg-min-clients": 1})
+
+
+PUBLIC_DECLARATIONS = {"noise-multiplier", "clip", "min-clients", "charged"}  # the client's policy, no user data
+
+
+def test_no_per_client_metric_reaches_the_server_in_the_clear(run):
+    """dp-mode = client: the server's Grid receives SecAgg+ protocol messages only; beside each masked vector, a
+    constant example count and the client's policy declarations; no validation loss/accuracy, no per-client count."""
+    cfg, out, grid, _ = run
+    assert {m.metadata.message_type for m in grid.sent} == {"train"}  # no federated validation was asked for
+    assert all(secagg.SECAGG_CONFIGS in m.content.config_records for m in grid.sent)
+    assert out["federated_validation"].startswith("none: train.dp-mode = client")
+    assert out["selected_round"] == cfg.train.rounds and all(r["val_accuracy"] == -1.0 for r in out["per_round"])
+    replies = [r for r in grid.replies if not r.has_error()]
+    assert len(replies) == 4 * 4 + (4 + 4 + 3 + 3)  # round 1: 4 stages x 4 clients; round 2: 404 fails at stage 3
+    for r in replies:
+        declared = r.content.config_records.get("fitres.metrics")
+        assert declared is None or set(declared) == PUBLIC_DECLARATIONS
+        assert set(r.content.metric_records) <= {"fitres.num_examples"}
+        assert all(dict(m) == {"num_examples": 1} for m in r.content.metric_records.values())
+    # the dropout's reply is its error, one line: no metric either
+    assert [r.error.reason for r in grid.replies if r.has_error()] == ["RuntimeError: node 404 lost its connection"]
+
+
+def test_a_client_refuses_clear_phase_a_messages_in_client_mode(run):
+    """Asked anyway (a server that departs from the protocol), the client refuses both a plain update and
+    validation metrics in the clear: only noisy secure sums leave it in this mode."""
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+
+    cfg, _, grid, _ = run
+    arrays = ArrayRecord({"w": Array(np.zeros(2, np.float32))})
+    content = RecordDict({"arrays": arrays, "config": ConfigRecord({**cfg.to_flat(), "server-round": 1})})
+    for kind in ("train", "evaluate"):  # straight to the node's ClientApp: the recorded server view stays as it was
+        msg = Message(content, dst_node_id=NODES[0], message_type=kind, group_id="clear")
+        msg.metadata.__dict__["_message_id"] = f"clear-{kind}"
+        reply = grid.app(msg, grid.contexts[NODES[0]])
+        assert reply.has_error() and reply.error.reason.startswith("refused:")
+        assert "train.dp-mode = client" in reply.error.reason
+
+
+def test_accounting_charges_the_accountants_composed_epsilon_and_the_ledgers_agree(run):
+    """results.json's per-user Phase A charge is the accountant's central epsilon of this run (RDP-composed over
+    its rounds, each with its actual contributors); the clients' ledgers (basic composition at n = min clients)
+    charge at least that, and the summary states their largest total."""
+    from fl_privtext import pipeline
+    from fl_privtext.accounting import privacy_summary
+    from fl_privtext.privacy.distributed import epsilon_of, round_rho
+
+    cfg, out, _, state = run
+    g, c = out["guarantee"], out["central"]
+    rhos = [round_rho(noise_multiplier=4.0, clip=0.5, min_clients=3, contributors=k, step=g["grid_step"],
+                      dim=g["dim"]) for k in (4, 3)]
+    assert c["epsilon"] == pytest.approx(epsilon_of(rhos, cfg.train.dp_delta))
+    prep = pipeline.prepare(cfg, features="none")
+    rep = PrivacyReport(mechanism="rr", epsilon_nominal=1.0, epsilon_worst_case=1.0)
+    phase_a = np.flatnonzero(prep.roles != "test")
+    per_user = privacy_summary(rep, cfg, prep.ds.user_index, 0, [], 1, phase_a_rows=phase_a,
+                               phase_a_central=c)["composition"]["per_user"]
+    assert per_user["max_epsilon_phase_a"] == pytest.approx(c["epsilon"])
+    assert per_user["max_epsilon_total"] == pytest.approx(c["epsilon"])  # nothing else released here
+    assert per_user["max_delta_phase_a"] == cfg.train.dp_delta
+    scope = ClientPolicy.from_points([cfg]).entries[0].scope
+    largest = max(float(Ledger(state, part, scope).totals()[1].max()) for part in range(len(NODES)))
+    assert c["client_ledger_max_epsilon"] == pytest.approx(largest) == per_user["max_epsilon_phase_a_ledger"]
+    assert largest >= c["epsilon"]
