@@ -21,10 +21,19 @@ their clean features; only confusion counts come back). Attack: the eavesdropper
 (entities: per-entity presence accuracy) minus the best guess without the representation (the majority given the
 task label where the label is uploaded in the clear, else the majority).
 
-CPU budget (2 shared cores; say so): the server's task MLP has 128 hidden units, batch 128, lr 0.05, 20 epochs;
-the attacker families are logistic + likelihood (the 512-unit MLP attacker is left out), 2 folds, 15 epochs;
-re-identification / membership / inversion are off. bitrr / sue / oue (3,840 uploaded bits per MiniLM vector) are
-left out.
+The server (issue #23): ``server.learner = auto`` chooses, per point and seed, among the constant predictor, the
+noise-aware class means (centroid), LDA with a method-of-moments covariance from the mechanism's noise law, a
+cross-validated logistic regression (linear) and the MLP, by cross-validated log-loss on its own uploads grouped by
+user; a learner is kept only where it beats the constant with one-sided 95% confidence (fl_privtext/server/
+selection.py). The cell names the chosen learner. The attacker likewise tries logistic, the exact likelihood and
+the server's centroid, LDA and linear learners, chosen out of fold.
+
+CPU budget (2 shared cores; say so): the server's MLP candidate has 128 hidden units, batch 128, lr 0.05, 20
+epochs; the attacker families are logistic + likelihood + the server's learners (the 512-unit MLP attacker is left
+out), 2 folds, 15 epochs; re-identification / membership / inversion are off. bitrr / sue / oue (3,840 uploaded
+bits per MiniLM vector) are left out. A point with the selecting server takes 4-10 minutes on this machine (it
+was 10-20 s with the MLP alone), so the session of 2026-11-25 regenerated no privacy, the PrivUnitG lines at true
+epsilon 1 and every line at 4 and 16 that its time allowed; the other cells show the old server's point, marked †.
 """
 
 from __future__ import annotations
