@@ -190,8 +190,13 @@ def chosen(res: dict[str, Any]) -> str:
     if res.get("old_server"):
         return ""
     names = [s.get("learner") or "?" for s in res["utility"]["per_seed"]]
-    top = max(set(names), key=names.count)
-    return f" [{top}]" if names.count(top) == len(names) else f" [{top} {names.count(top)}/{len(names)}]"
+    ranked = sorted(set(names), key=lambda n: (-names.count(n), n))
+    top = ranked[0]
+    if names.count(top) == len(names):
+        return f" [{top}]"
+    if names.count(top) == 1:  # every seed chose another learner
+        return f" [{'/'.join(ranked)}]"
+    return f" [{top} {names.count(top)}/{len(names)}]"
 
 
 def mark(res: dict[str, Any]) -> str:
