@@ -32,8 +32,9 @@ CPU budget (2 shared cores; say so): the server's MLP candidate has 128 hidden u
 epochs; the attacker families are logistic + likelihood + the server's learners (the 512-unit MLP attacker is left
 out), 2 folds, 15 epochs; re-identification / membership / inversion are off. bitrr / sue / oue (3,840 uploaded
 bits per MiniLM vector) are left out. A point with the selecting server takes 4-10 minutes on this machine (it
-was 10-20 s with the MLP alone), so the session of 2026-11-25 regenerated no privacy, the PrivUnitG lines at true
-epsilon 1 and every line at 4 and 16 that its time allowed; the other cells show the old server's point, marked †.
+was 10-20 s with the MLP alone; 1-3 minutes on a quiet machine), so the session of 2026-11-25 regenerated no
+privacy, the two PrivUnitG lines at every true epsilon from 1 to 16 and every line at 4 and 16; the other cells
+show the old server's point, marked †.
 """
 
 from __future__ import annotations
