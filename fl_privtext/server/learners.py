@@ -359,8 +359,8 @@ def _quiet_solver() -> Iterator[None]:
 
 
 class Linear:
-    """Multinomial logistic regression on standardised uploads, L2 strength chosen by sklearn's
-    LogisticRegressionCV (3 folds, C in ``LINEAR_CS``); at most ``MAX_LINEAR_ROWS`` uploads (a seeded
+    """Multinomial logistic regression on standardised uploads, L2 strength chosen by out-of-fold log-loss over
+    C in ``LINEAR_CS`` (`choose_c`: sklearn's LogisticRegressionCV, 3 folds by user where users are known); at most ``MAX_LINEAR_ROWS`` uploads (a seeded
     subsample). The exported (clean) weights are corrected for the noise law (see ``fit``).
 
     Why C <= 1: scikit-learn's objective is the SUM of the per-upload losses plus ||w||^2 / (2C), so with the
@@ -407,7 +407,8 @@ class Linear:
         return self.C
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Linear:
-        from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
+        """Fit at ``C`` (None: `choose_c` first, each upload its own group, as no users are known here)."""
+        from sklearn.linear_model import LogisticRegression
 
         x, y = self._rows(x, y)
         self.mean, self.std = x.mean(0), x.std(0) + 1e-6
@@ -415,9 +416,9 @@ class Linear:
         if len(present) < 2:
             self.w, self.b = np.zeros((self.k, x.shape[1])), np.where(np.arange(self.k) == present[0], 0.0, -1.0)
             return self
-        folds = int(min(3, np.bincount(y)[present].min()))
-        clf: Any = (LogisticRegression(C=self.C, max_iter=200) if self.C is not None else
-                    LogisticRegressionCV(Cs=list(LINEAR_CS), cv=max(folds, 2), max_iter=200, scoring="accuracy"))
+        if self.C is None:
+            self.choose_c(x, y, np.arange(len(y)))
+        clf = LogisticRegression(C=self.C, max_iter=200)
         with _quiet_solver():
             clf.fit((x - self.mean) / self.std, y)
         coef, icpt = clf.coef_, clf.intercept_

@@ -96,6 +96,8 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
         linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x[cv], y[cv], groups[cv], FOLDS)
         chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr)
         scores["linear"]["C"] = linear_c
+    elif name == "linear":  # the L2 strength by folds over users, as auto chooses it
+        linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x, y, groups, FOLDS)
     return maker(chosen)().fit(x, y), chosen, scores
 
 
