@@ -88,12 +88,46 @@ def cosine_min(a: np.ndarray, b: np.ndarray) -> float:
     return float((num / den).min())
 
 
+def measure(
+    args: argparse.Namespace, texts: list[str], precision: str, bs: int
+) -> tuple[dict[str, Any], np.ndarray]:
+    """One (precision, batch size): extract vs raw forward timings, and the extracted features."""
+    ext = HFExtractor(
+        model=args.model, device=args.device, precision=precision, batch_size=bs, max_length=args.max_length
+    )
+    _, net, _ = load_model(ext.model, ext.device, ext._weight_dtype)
+    ext.extract(texts[:512], progress=False)  # warm-up: weights, kernels
+    holder: dict[str, np.ndarray] = {}
+    t_extract = best_of(lambda: holder.update(x=ext.extract(texts, progress=False)), args.repeats)
+    batches = sorted_batches(ext, texts)
+    with torch.inference_mode():
+        t_forward = best_of(lambda: [net(**b).last_hidden_state for b in batches], args.repeats)
+    tokens = int(sum(int(b["attention_mask"].sum()) for b in batches))
+    padded = int(sum(b["attention_mask"].numel() for b in batches))
+    cuda = torch.cuda.is_available()
+    run = {
+        "precision": precision,
+        "batch_size": bs,
+        "extract_s": round(t_extract, 4),
+        "extract_texts_per_s": round(len(texts) / t_extract),
+        "forward_s": round(t_forward, 4),
+        "forward_texts_per_s": round(len(texts) / t_forward),
+        "extract_over_forward": round(t_forward / t_extract, 3),
+        "tokens": tokens,
+        "padding_share": round(1 - tokens / padded, 4),
+        "peak_mem_mb": round(torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
+    }
+    return run, holder["x"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--texts", help="JSON (or .json.gz) list of strings")
     p.add_argument("--dataset", default="ag_news")
     p.add_argument("--data-root", default=None)
-    p.add_argument("--model", default=None, help="local model folder (default: the packaged all-MiniLM-L6-v2)")
+    p.add_argument(
+        "--model", default=None, help="local model folder (default: the packaged all-MiniLM-L6-v2)"
+    )
     p.add_argument("--ref", help="CPU float32 features of the first rows (.npy), same weights")
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[256])
@@ -104,7 +138,9 @@ def main() -> None:
     p.add_argument("--json", help="also write the results here")
     args = p.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("bench_extract_cuda.py needs a CUDA device; torch sees none (--device cpu to try it).")
+        raise SystemExit(
+            "bench_extract_cuda.py needs a CUDA device; torch sees none (--device cpu to try it)."
+        )
 
     texts = read_texts(args)
     texts = texts[: args.limit] if args.limit > 0 else texts
@@ -118,38 +154,18 @@ def main() -> None:
     ext0 = HFExtractor(model=args.model, device=args.device, max_length=args.max_length)
     tokenizer, _, _ = load_model(ext0.model, ext0.device, torch.float32)
     res["tokenize_s"] = round(
-        best_of(lambda: tokenizer(texts, truncation=True, max_length=args.max_length, padding=False), args.repeats), 4
+        best_of(
+            lambda: tokenizer(texts, truncation=True, max_length=args.max_length, padding=False), args.repeats
+        ),
+        4,
     )
     feats: dict[str, np.ndarray] = {}
     for precision in args.precisions:
         for bs in args.batch_sizes:
-            ext = HFExtractor(
-                model=args.model, device=args.device, precision=precision, batch_size=bs, max_length=args.max_length
-            )
-            _, net, _ = load_model(ext.model, ext.device, ext._weight_dtype)
-            ext.extract(texts[:512], progress=False)  # warm-up: weights, kernels
-            holder: dict[str, np.ndarray] = {}
-            t_extract = best_of(lambda: holder.update(x=ext.extract(texts, progress=False)), args.repeats)
-            batches = sorted_batches(ext, texts)
-            with torch.inference_mode():
-                t_forward = best_of(lambda: [net(**b).last_hidden_state for b in batches], args.repeats)
-            tokens = int(sum(int(b["attention_mask"].sum()) for b in batches))
-            padded = int(sum(b["attention_mask"].numel() for b in batches))
-            run = {
-                "precision": precision,
-                "batch_size": bs,
-                "extract_s": round(t_extract, 4),
-                "extract_texts_per_s": round(len(texts) / t_extract),
-                "forward_s": round(t_forward, 4),
-                "forward_texts_per_s": round(len(texts) / t_forward),
-                "extract_over_forward": round(t_forward / t_extract, 3),
-                "tokens": tokens,
-                "padding_share": round(1 - tokens / padded, 4),
-                "peak_mem_mb": round(torch.cuda.max_memory_allocated() / 2**20) if torch.cuda.is_available() else None,
-            }
+            run, x = measure(args, texts, precision, bs)
             res["runs"].append(run)
             print(json.dumps(run), flush=True)
-            feats.setdefault(precision, holder["x"])
+            feats.setdefault(precision, x)
     if "float32" in feats:
         f32 = feats["float32"]
         if args.ref:
