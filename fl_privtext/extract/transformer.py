@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ PRECISIONS = ("float32", "bf16", "fp16")
 _TORCH_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CPU_BATCH_SIZE = 64
 CUDA_BATCH_SIZE = 256
+CUDA_TOKENIZE_CHUNK = 4096  # texts tokenised per step on CUDA (the next chunk meanwhile, on a worker thread)
 
 # Files whose content changes outputs: weights, config, tokenizer. Hashed (sha256, memoised) into identity().
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -182,6 +184,8 @@ class HFExtractor:
         self.pooling = pooling
         self.max_length = max_length
         self.batch_size = default_batch_size(self.device) if batch_size is None else batch_size
+        # texts tokenised per step, the next step on a worker thread meanwhile (None: all at once, the CPU default)
+        self.tokenize_chunk: int | None = CUDA_TOKENIZE_CHUNK if self.device.type == "cuda" else None
         self.forward_passes = 0  # batches run through the model by this instance (cache tests count these)
         self._identity: dict[str, Any] | None = None
         self.dim = self._hidden_size()
@@ -265,52 +269,90 @@ class HFExtractor:
     def extract(
         self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
     ) -> np.ndarray:
-        """(N, dim) float32 pooled encodings, in input order."""
+        """(N, dim) float32 pooled encodings, in input order.
+
+        On CUDA the texts go in chunks of ``tokenize_chunk`` (`CUDA_TOKENIZE_CHUNK`): a worker thread tokenises the
+        next chunk while the GPU runs this one (the fast tokenizers' batch call leaves the GIL), inputs go through pinned memory with
+        non-blocking copies, and the pooled rows come back once per chunk, so the CPU queues the chunk's batches
+        without waiting for each. On CPU everything is one chunk (tokenise, then batch by batch), as before."""
         texts, pairs = text_lists(texts, text_pairs)
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
         tokenizer, net, _ = load_model(self.model, self.device, self._weight_dtype)
-        enc = tokenizer(
-            texts,
-            pairs,
-            truncation=True,
-            max_length=self.max_length,
-            padding=False,
-            return_attention_mask=False,
-        )
-        ids: list[list[int]] = enc["input_ids"]
-        types: list[list[int]] | None = enc.get("token_type_ids")
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        order = np.argsort([-len(x) for x in ids], kind="stable")  # longest first: an OOM shows up at once
-        with progress_bar(total=len(texts), desc=self.name, unit="text", enabled=progress) as bar:
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                width = max(len(ids[i]) for i in idx)
-                input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-                mask = np.zeros((len(idx), width), dtype=np.int64)
-                token_types = np.zeros((len(idx), width), dtype=np.int64)
-                for row, i in enumerate(idx):
-                    n = len(ids[i])
-                    input_ids[row, :n] = ids[i]
-                    mask[row, :n] = 1
-                    if types is not None:
-                        token_types[row, :n] = types[i]
-                inputs = {
-                    "input_ids": torch.from_numpy(input_ids).to(self.device),
-                    "attention_mask": torch.from_numpy(mask).to(self.device),
-                }
-                if types is not None:
-                    inputs["token_type_ids"] = torch.from_numpy(token_types).to(self.device)
-                with self._forward_context():
-                    hidden = net(**inputs).last_hidden_state  # (B, T, dim)
-                hidden = hidden.float()  # pooling in float32 whatever the precision
-                self.forward_passes += 1
-                if self.pooling == "cls":
-                    pooled = hidden[:, 0]
-                else:
-                    m = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
-                    pooled = (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
-                out[idx] = pooled.cpu().numpy()
-                bar.update(len(idx))
+        cuda = self.device.type == "cuda"
+        step = self.tokenize_chunk or len(texts)
+        bounds = [(s, min(s + step, len(texts))) for s in range(0, len(texts), step)]
+
+        def tokenize(start: int, stop: int) -> tuple[list[list[int]], list[list[int]] | None]:
+            enc = tokenizer(
+                texts[start:stop],
+                None if pairs is None else pairs[start:stop],
+                truncation=True,
+                max_length=self.max_length,
+                padding=False,
+                return_attention_mask=False,
+            )
+            return enc["input_ids"], enc.get("token_type_ids")
+
+        with (
+            progress_bar(total=len(texts), desc=self.name, unit="text", enabled=progress) as bar,
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-tokenize") as pool,
+        ):
+            ahead = pool.submit(tokenize, *bounds[0])
+            for j, (start, stop) in enumerate(bounds):
+                ids, types = ahead.result()
+                if j + 1 < len(bounds):
+                    ahead = pool.submit(tokenize, *bounds[j + 1])
+                pending: list[tuple[np.ndarray, torch.Tensor]] = []
+                for idx, inputs in self._batches(ids, types, pad_id):
+                    pooled = self._pooled(net, inputs, pinned=cuda)
+                    if cuda:  # copied back after the chunk is queued
+                        pending.append((idx + start, pooled))
+                    else:
+                        out[idx + start] = pooled.cpu().numpy()
+                        bar.update(len(idx))
+                for idx, pooled in pending:  # the first copy waits for the chunk; the rest are ready
+                    out[idx] = pooled.cpu().numpy()
+                    bar.update(len(idx))
         return out
+
+    def _batches(
+        self, ids: list[list[int]], types: list[list[int]] | None, pad_id: int
+    ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+        """(positions in ``ids``, padded numpy inputs) per batch, longest first (an OOM shows up at once)."""
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            width = max(len(ids[i]) for i in idx)
+            input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            token_types = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                n = len(ids[i])
+                input_ids[row, :n] = ids[i]
+                mask[row, :n] = 1
+                if types is not None:
+                    token_types[row, :n] = types[i]
+            inputs = {"input_ids": input_ids, "attention_mask": mask}
+            if types is not None:
+                inputs["token_type_ids"] = token_types
+            yield idx, inputs
+
+    def _pooled(self, net: Any, arrays: dict[str, np.ndarray], *, pinned: bool) -> torch.Tensor:
+        """The pooled float32 encodings (B, dim) of one padded batch, left on the device (not waited for)."""
+        if pinned:  # page-locked host memory: the copy is asynchronous and the CPU moves on
+            inputs = {
+                k: torch.from_numpy(v).pin_memory().to(self.device, non_blocking=True) for k, v in arrays.items()
+            }
+        else:
+            inputs = {k: torch.from_numpy(v).to(self.device) for k, v in arrays.items()}
+        with self._forward_context():
+            hidden = net(**inputs).last_hidden_state  # (B, T, dim)
+        hidden = hidden.float()  # pooling in float32 whatever the precision
+        self.forward_passes += 1
+        if self.pooling == "cls":
+            return hidden[:, 0]
+        m = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+        return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)

@@ -76,6 +76,18 @@ def test_length_sorted_batches_are_restored_to_input_order(minilm: HFExtractor) 
     np.testing.assert_allclose(x, one_by_one, atol=2e-5)
 
 
+def test_chunked_tokenisation_gives_the_same_rows_in_input_order(minilm: HFExtractor) -> None:
+    # the CUDA path's chunks (tokenised ahead on a worker thread), exercised on CPU with 3-text chunks
+    a = [f"sentence number {i} " + "word " * (i % 5) for i in range(8)]
+    b = [f"and its pair {i}" for i in range(8)]
+    chunked = HFExtractor(batch_size=2)
+    chunked.tokenize_chunk = 3
+    x = chunked.extract(a, b, progress=False)
+    assert chunked.forward_passes == 5  # chunks of 3, 3, 2 texts in batches of 2
+    np.testing.assert_allclose(x, minilm.extract(a, b, progress=False), atol=2e-5)
+    assert HFExtractor(device="cpu").tokenize_chunk is None  # CPU: one chunk, as before
+
+
 def test_pairs_go_through_the_tokenizer_as_pairs(minilm: HFExtractor) -> None:
     a = ["The cat sat on the mat.", "He bought a car."]
     b = ["A cat was sitting on a mat.", "The weather is nice."]
