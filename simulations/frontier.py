@@ -31,10 +31,10 @@ the server's centroid, LDA and linear learners, chosen out of fold.
 CPU budget (2 shared cores; say so): the server's MLP candidate has 128 hidden units, batch 128, lr 0.05, 20
 epochs; the attacker families are logistic + likelihood + the server's learners (the 512-unit MLP attacker is left
 out), 2 folds, 15 epochs; re-identification / membership / inversion are off. bitrr / sue / oue (3,840 uploaded
-bits per MiniLM vector) are left out. A point with the selecting server takes 4-10 minutes on this machine (it
-was 10-20 s with the MLP alone; 1-3 minutes on a quiet machine), so the session of 2026-11-25 regenerated no
-privacy, the two PrivUnitG lines at every true epsilon from 1 to 16 and every line at 4 and 16; the other cells
-show the old server's point, marked †.
+bits per MiniLM vector) are left out. A point with the selecting server takes 40-100 s on this machine with
+another job beside it (2026-11-26; 4-10 minutes before `Linear.choose_c`, 10-20 s with the MLP alone); every cell
+was regenerated with `server.learner = auto` on 2026-11-25/26 (106 points, 3 seeds each). A cell whose point is
+missing shows the old server's point where one is saved, marked †.
 """
 
 from __future__ import annotations
