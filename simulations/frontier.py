@@ -33,8 +33,9 @@ epochs; the attacker families are logistic + likelihood + the server's learners 
 out), 2 folds, 15 epochs; re-identification / membership / inversion are off. bitrr / sue / oue (3,840 uploaded
 bits per MiniLM vector) are left out. A point with the selecting server takes 40-100 s on this machine with
 another job beside it (2026-11-26; 4-10 minutes before `Linear.choose_c`, 10-20 s with the MLP alone); every cell
-was regenerated with `server.learner = auto` on 2026-11-25/26 (106 points, 3 seeds each). A cell whose point is
-missing shows the old server's point where one is saved, marked †.
+but OME's four was regenerated with `server.learner = auto` on 2026-11-25/26 (102 of 106 points, 3 seeds each; OME's
+3,840-bit uploads take the selecting server over 11 minutes a point). A cell whose point is missing shows the old
+server's point where one is saved, marked †.
 """
 
 from __future__ import annotations
