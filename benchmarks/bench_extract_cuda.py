@@ -59,27 +59,17 @@ def best_of(fn: Any, repeats: int) -> float:
 
 
 def sorted_batches(ext: HFExtractor, texts: list[str]) -> list[dict[str, torch.Tensor]]:
-    """The batches ``extract`` builds (longest first, padded to each batch's longest), moved to the GPU once."""
+    """The batches ``extract`` builds (`HFExtractor._batches`: longest first, padded to each batch's longest), moved
+    to the GPU once."""
     tokenizer, _, _ = load_model(ext.model, ext.device, ext._weight_dtype)
-    ids = tokenizer(texts, truncation=True, max_length=ext.max_length, padding=False)["input_ids"]
-    order = np.argsort([-len(x) for x in ids], kind="stable")
-    out = []
-    for start in range(0, len(order), ext.batch_size):
-        idx = order[start : start + ext.batch_size]
-        width = max(len(ids[i]) for i in idx)
-        input_ids = np.zeros((len(idx), width), dtype=np.int64)
-        mask = np.zeros((len(idx), width), dtype=np.int64)
-        for row, i in enumerate(idx):
-            input_ids[row, : len(ids[i])] = ids[i]
-            mask[row, : len(ids[i])] = 1
-        out.append(
-            {
-                "input_ids": torch.from_numpy(input_ids).to(ext.device),
-                "attention_mask": torch.from_numpy(mask).to(ext.device),
-                "token_type_ids": torch.zeros_like(torch.from_numpy(input_ids)).to(ext.device),
-            }
-        )
-    return out
+    enc = tokenizer(
+        texts, truncation=True, max_length=ext.max_length, padding=False, return_attention_mask=False
+    )
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return [
+        {k: torch.from_numpy(v).to(ext.device) for k, v in arrays.items()}
+        for _, arrays in ext._batches(enc["input_ids"], enc.get("token_type_ids"), pad_id)
+    ]
 
 
 def cosine_min(a: np.ndarray, b: np.ndarray) -> float:
