@@ -145,7 +145,10 @@ def main() -> None:
     tokenizer, _, _ = load_model(ext0.model, ext0.device, torch.float32)
     res["tokenize_s"] = round(
         best_of(
-            lambda: tokenizer(texts, truncation=True, max_length=args.max_length, padding=False), args.repeats
+            lambda: tokenizer(
+                texts, truncation=True, max_length=args.max_length, padding=False, return_attention_mask=False
+            ),
+            args.repeats,
         ),
         4,
     )
