@@ -22,7 +22,8 @@ PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square",
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
-AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
+AGGREGATES = ("uploads", "secagg")
+SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
 DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
@@ -250,9 +251,18 @@ class ServerConfig(MLPConfig):
     # secagg: the contributors the server promises (SecAgg+'s reconstruction threshold; below it nothing is
     # unmasked); 0 = every client. A client whose policy (client.secagg-min-clients) needs more refuses.
     secagg_threshold: int = 0
+    # which evidence chooses the on-device model among auto's candidates: uploads (cross-validation on the server's
+    # uploads, server.selection) or clients (half of the test users answer, one randomized-response bit per record,
+    # for one candidate each; the other half reports the chosen one: fl_privtext.ondevice_selection)
+    select_on: str = "uploads"
 
     def __post_init__(self) -> None:
         self._check("server.")
+        _check_choice("server.select-on", self.select_on, SELECT_ON)
+        if self.select_on == "clients" and (self.learner != "auto" or not self.on_device):
+            raise ValueError(f"server.select-on = clients lets the test clients choose among server.learner = auto's "
+                             f"candidates for on-device inference: it needs server.learner = auto and "
+                             f"server.on-device = true; got learner {self.learner!r}, on-device {self.on_device}.")
         if self.learner not in LEARNER_CHOICES:
             raise ValueError(f"server.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
         _check_choice("server.aggregate", self.aggregate, AGGREGATES)

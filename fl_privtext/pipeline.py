@@ -35,6 +35,7 @@ from fl_privtext.privacy import PrivacyReport
 from fl_privtext.privacy.report import json_number
 from fl_privtext.progress import progress_bar
 from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
+from fl_privtext.server.ondevice_selection import choose
 from fl_privtext.threads import driver_threads, limited
 
 # ---- the eavesdropper (attacks live in fl_privtext.attacks; this builds their view from the point's data) ----------
@@ -301,29 +302,57 @@ def on_device_requests(prep: Prepared, c: Collected) -> dict[int, np.ndarray]:
     return {node: rows for node, rows in merged.items() if len(rows)}
 
 
-OnDeviceRound = Callable[[Trained, dict[int, np.ndarray], int], list[Any]]  # (model, rows per node, seed) -> replies
+OnDeviceRound = Callable[..., list[Any]]  # (model, rows per node, seed, stage="all") -> replies
+
+
+def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int, evaluate_round: OnDeviceRound,
+                   users_of: Callable[[np.ndarray], np.ndarray]) -> dict[str, Any]:
+    """One seed of the on-device protocol; with ``trained.candidates`` (server.select-on = clients) in two stages:
+    the select half of the test users chooses (`fl_privtext.server.ondevice_selection`), the report half
+    measures the chosen model. ``users_of(rows)``: the users of record ids (the server's accounting of who was
+    charged, by the public half rule). Keys starting with "_" are internal (charged rows, raw replies)."""
+    from fl_privtext.client.ondevice import answer_half
+    from fl_privtext.ondevice import summarize, summarize_private
+
+    def eps_of(r: dict[str, Any]) -> float:
+        return float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0])
+
+    def charged_rows(replies: list[Any], half: int | None) -> list[tuple[np.ndarray, float]]:
+        out = []
+        for r in replies:
+            if "answer" in r and r["node"] in requests:
+                rows = requests[r["node"]]
+                out.append((rows if half is None else rows[answer_half(users_of(rows)) == half], eps_of(r)))
+        return out
+
+    t0 = time.perf_counter()
+    if trained.candidates:
+        names = list(trained.candidates)
+        picked = evaluate_round(trained, requests, seed, "select")
+        chosen, selection = choose(picked, names)
+        replies = evaluate_round(replace(trained, model=trained.candidates[chosen]), requests, seed, "report")
+        result = {**summarize_private(replies), "learner": chosen, "selection": selection}
+        charged = charged_rows(picked, 0) + charged_rows(replies, 1)
+        replies = picked + replies
+    else:
+        replies = evaluate_round(trained, requests, seed)
+        if any("counts" in r for r in replies):  # old clients (no policy): confusion counts over the listed rows
+            result = summarize([r["counts"] for r in replies if "counts" in r], trained.majority_class,
+                               len(requests))
+        else:
+            result = summarize_private(replies)
+        charged = charged_rows(replies, None)
+    return {**result, "seconds": time.perf_counter() - t0, "_charged": charged, "_replies": replies}
 
 
 def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected], trained: Sequence[Trained],
               evaluate_round: OnDeviceRound) -> list[dict[str, Any]]:
     """The on-device protocol of every seed (`fl_privtext.ondevice`): ``evaluate_round`` ships the model to the
     test clients and returns their replies (randomized-response answers, `fl_privtext.client.ondevice`; refusals;
-    confusion counts of an old client); the server debiases and sums them."""
-    from fl_privtext.ondevice import summarize, summarize_private
-
-    out = []
-    for c, t in zip(collected, trained, strict=True):
-        t0 = time.perf_counter()
-        requests = on_device_requests(prep, c)
-        replies = evaluate_round(t, requests, c.seed)
-        if any("counts" in r for r in replies):  # old clients (no policy): confusion counts over the listed rows
-            result = summarize([r["counts"] for r in replies if "counts" in r], t.majority_class, len(requests))
-        else:
-            result = summarize_private(replies)
-        charged = [(requests[r["node"]], float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0])) for r in replies
-                   if "answer" in r and r["node"] in requests]
-        out.append({**result, "seconds": time.perf_counter() - t0, "_charged": charged, "_replies": replies})
-    return out
+    confusion counts of an old client); the server debiases and sums them (`on_device_seed`)."""
+    users = prep.ds.user_index.reshape(-1)
+    return [on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, lambda rows: users[rows])
+            for c, t in zip(collected, trained, strict=True)]
 
 
 def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained: Trained,
@@ -517,7 +546,7 @@ def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound
 
 
 def plain_on_device(prep: Prepared, cfg: ExperimentConfig, trained: Trained, requests: dict[int, np.ndarray],
-                    seed: int) -> list[dict[str, Any]]:
+                    seed: int, stage: str = "all") -> list[dict[str, Any]]:
     """The plain loops' on-device round: each requested client's own answer (`fl_privtext.client.ondevice`) under
     the driver's [client] section, the same stream as the Flower clients' (no ledger on these paths: their clients
     are the driver itself); a refusal is listed as the Flower path lists it."""
@@ -530,10 +559,12 @@ def plain_on_device(prep: Prepared, cfg: ExperimentConfig, trained: Trained, req
         if not cfg.client.on_device:
             out.append({"node": c, "refused": "refused: client.on-device = false"})
             continue
-        g = client_generator(cfg.run.client_seed, "on-device", point_key(cfg), seed, c)
+        staged = () if stage == "all" else (stage,)  # the stream of guard.release_on_device
+        g = client_generator(cfg.run.client_seed, "on-device", *staged, point_key(cfg), seed, c)
+        model = list((trained.candidates or {}).values()) if stage == "select" else trained.model
         try:
-            out.append({"node": c, "answer": on_device_answer(prep.client, c, trained.model, cfg,
-                                                              cfg.client.count_epsilon, cfg.client.min_count, g)})
+            out.append({"node": c, "answer": on_device_answer(prep.client, c, model, cfg, cfg.client.count_epsilon,
+                                                              cfg.client.min_count, g, stage=stage)})
         except Refused as exc:
             out.append({"node": c, "refused": str(exc)})
     return out
@@ -558,8 +589,9 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
         return Round(arrays, max(u.input_dim for u in ups), seeded=[cfg.run.client_seed is not None] * len(ups),
                      senders=senders)
 
-    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
-        return plain_on_device(prep, cfg, trained, requests, seed)
+    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int, stage: str = "all"
+                       ) -> list[Any]:
+        return plain_on_device(prep, cfg, trained, requests, seed, stage)
 
     def eavesdrop() -> Observed:
         rounds = last.pop("rounds")

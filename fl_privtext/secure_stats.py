@@ -73,9 +73,11 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     aggregates (`fl_privtext.server.aggregate_selection`)."""
     if cfg.privacy.projection != "none":
         dim = cfg.privacy.proj_dim
-    if cfg.server.learner == "auto":
+    if cfg.server.learner == "auto" and cfg.server.select_on == "uploads":
         return StatsLayout(len(prep.ds.label_names), dim, True, folds=2, fold_seed=int(cfg.run.seed),
                            second_weight=SELECTION_SECOND_WEIGHT)
+    # one fold: an explicit learner, or auto choosing through the clients (server.select-on = clients: the whole
+    # sum fits every candidate, no fold doubles the noise)
     n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
     return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
 
@@ -106,7 +108,15 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     """The server's model from one secure sum (and the sum as the server reads it)."""
     agg = Aggregate.of(total, layout)
     candidates: dict[str, Any] = {}
-    if layout.folds == 2 and cfg.server.learner == "auto":
+    exports: dict[str, dict[str, np.ndarray]] | None = None
+    if cfg.server.select_on == "clients":  # every candidate of the whole sum; the test clients choose (two stages)
+        names = ["constant", "centroid"] + (["lda"] if layout.second else [])
+        exports = {n: (ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg)[0]
+                       ).export() for n in names}
+        name = learner_for("auto", layout)  # reported as the upload-side default; the clients' choice is
+        rule = ("auto, chosen by the test clients' answers (server.select-on = clients, "  # utility.on_device.learner
+                "fl_privtext.server.ondevice_selection) among " + ", ".join(names))
+    elif layout.folds == 2 and cfg.server.learner == "auto":
         name, candidates = select_from_folds(total, layout, seed=int(cfg.run.seed))
         rule = "auto: two-fold cross-validation from aggregates (fl_privtext.server.aggregate_selection)"
     else:
@@ -128,7 +138,9 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
                       "second_moment": layout.second, "vector_size": layout.size, "folds": layout.folds,
                       "dim": layout.dim, "projection": cfg.privacy.projection},
     }
-    return Trained(utility, model.export(), majority), agg
+    if exports is not None:
+        utility["learner"] = "chosen on device"  # replaced by the clients' choice (run_secagg_point)
+    return Trained(utility, model.export(), majority, exports), agg
 
 
 def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound, evaluate_round: OnDeviceRound,
@@ -157,14 +169,17 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         test = prep.roles == "test"
         requests = {c: np.sort(np.asarray(rows)[test[np.asarray(rows)]]) for c, rows in enumerate(prep.shards)}
         requests = {c: r for c, r in requests.items() if len(r)}
-        replies = evaluate_round(trained, requests, seed)
-        from fl_privtext.ondevice import summarize_private
-
-        od = summarize_private(replies)
+        users = prep.ds.user_index.reshape(-1)
+        od = pipeline.on_device_seed(trained, requests, seed, evaluate_round, lambda rows: users[rows])
+        replies = od.pop("_replies")
+        od = {k: v for k, v in od.items() if not k.startswith("_") and k != "seconds"}
         od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies
                        if "answer" in r]
         t3 = time.perf_counter()
         utility = dict(trained.utility)
+        if "selection" in od:  # the clients chose the model (server.select-on = clients)
+            utility["learner"] = od["learner"]
+            utility["candidates"] = od["selection"]["candidates"]
         utility["accuracy"] = od.get("accuracy", math.nan)
         utility["macro_f1"] = math.nan  # the on-device answers carry correctness only
         utility["on_device"] = od
@@ -222,8 +237,9 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
                                    client_seed=cfg.run.client_seed)[0] for c in range(cfg.federation.num_clients)]
         return SumResult(transport(vecs), list(range(len(vecs))), [], 1, sum(v.nbytes for v in vecs))
 
-    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
-        return pipeline.plain_on_device(prep, cfg, trained, requests, seed)
+    def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int, stage: str = "all"
+                       ) -> list[Any]:
+        return pipeline.plain_on_device(prep, cfg, trained, requests, seed, stage)
 
     return run_secagg_point(prep, cfg, sum_round, evaluate_round, dim=int(prep.features.shape[1]))
 

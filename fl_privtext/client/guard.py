@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.client.ledger import Ledger
-from fl_privtext.client.ondevice import on_device_answer
+from fl_privtext.client.ondevice import on_device_answer, stage_rows
 from fl_privtext.client.policy import ClientPolicy, PolicyEntry, Refused
 from fl_privtext.client.upload import (
     ClientData,
@@ -129,23 +129,24 @@ def _subset(up: Upload, keep: np.ndarray) -> Upload:
 
 
 def release_on_device(data: ClientData, client: int, request: ExperimentConfig, seed: int,
-                      model: dict[str, np.ndarray], *, policy: ClientPolicy, state_dir: str, client_seed: int | None,
-                      data_key: str = "", features: Any = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """The on-device answer (`fl_privtext.client.ondevice`) of ``client`` for repetition ``seed``: refused unless
-    the policy opts in; one answer per (point, seed): a second request gets the first answer back."""
+                      model: dict[str, np.ndarray] | list[dict[str, np.ndarray]], *, policy: ClientPolicy,
+                      state_dir: str, client_seed: int | None, data_key: str = "", features: Any = None,
+                      stage: str = "all") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The on-device answer (`fl_privtext.client.ondevice`) of ``client`` for repetition ``seed`` and ``stage``:
+    refused unless the policy opts in; one answer per (point, seed, stage): a second request gets the first answer
+    back. The users charged are those whose records answer in ``stage``."""
     entry, cfg = _entry(policy, request, seed)
     if not entry.client.on_device:
         raise Refused("this client does not answer on-device evaluation (client.on-device = false)")
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("on-device", seed, point_key(cfg), data_key)  # the model is not in the key: one answer per seed
+    staged = () if stage == "all" else (stage,)  # "all" keeps the key (and stream) it always had
+    key = _key("on-device", *staged, seed, point_key(cfg), data_key)  # the model is not in the key
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
-        g = client_generator(client_seed, "on-device", point_key(cfg), seed, client)
+        g = client_generator(client_seed, "on-device", *staged, point_key(cfg), seed, client)
         answer = on_device_answer(data, client, model, cfg, entry.client.count_epsilon, entry.client.min_count, g,
-                                  features=features)
-        rows = np.asarray(data.shards[client], np.int64)
-        rows = rows[np.asarray(data.test, bool)[rows]]
-        return answer, data.user_of(rows), entry.client.count_epsilon
+                                  features=features, stage=stage)
+        return answer, data.user_of(stage_rows(data, client, stage)), entry.client.count_epsilon
 
     answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
     return answer, _stats(entry.scope, charged, top, replayed)

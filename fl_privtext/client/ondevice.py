@@ -15,6 +15,15 @@ see one RR bit per record). A user with m records is charged m * count-epsilon i
 
 The server debiases: accuracy = (S / n - (1 - p)) / (2p - 1), whose standard deviation from the noise alone is
 sqrt(p (1 - p) / n) / (2p - 1) (`fl_privtext.ondevice.debiased_accuracy`, the server's side).
+
+Stages (``server.select-on = clients``, `fl_privtext.server.ondevice_selection`): the request names a stage.
+``all`` (the default) answers for every test record as above. ``select`` and ``report`` answer for one HALF of the
+client's test users each, the half fixed by a public hash of the user id (`answer_half`: neither the server nor the
+data chooses it): in ``select`` the server sends up to `MAX_CANDIDATES` models, the client assigns each record to ONE
+of them with its own randomness and releases that record's RR bit for that model, summed per model; in ``report`` the
+one chosen model, as in ``all``. Each record still releases exactly one RR bit per stage it belongs to, and a user
+belongs to one half, so a user with m records is charged m * count-epsilon once over both stages, as in ``all``.
+Each (point, seed, stage) is answered once: a repeated request gets the first answer back (`guard.release_on_device`).
 """
 
 from __future__ import annotations
@@ -28,6 +37,16 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import check_model, keep_probability, mlp_logits
 
 MAX_LAYERS = 2  # the server's learner: logistic regression (1 layer) or a one-hidden-layer MLP (2)
+MAX_CANDIDATES = 8  # select stage: the most models one request may name
+STAGES = ("all", "select", "report")
+
+
+def answer_half(users: np.ndarray) -> np.ndarray:
+    """0 (the select half) or 1 (the report half) per user id: a fixed public hash (the golden-ratio multiplier of
+    Fibonacci hashing, bit 40 of the 64-bit product), so neither the server's messages nor the data choose it."""
+    u = np.asarray(users, np.int64).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        return ((u * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(40)).astype(np.int64) & 1
 
 
 def validate_model(model: dict[str, np.ndarray], in_width: int, num_classes: int) -> None:
@@ -55,13 +74,29 @@ def test_rows(data: Any, client: int) -> np.ndarray:
     return rows[np.asarray(data.test, bool)[rows]]
 
 
-def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: ExperimentConfig,
-                     count_epsilon: float, min_count: int, g: np.random.Generator,
-                     features: Any = None) -> dict[str, np.ndarray]:
-    """The client's answer: ``{"noisy-correct": S, "n": n, "count-epsilon": eps}`` over all its test records."""
+def stage_rows(data: Any, client: int, stage: str = "all") -> np.ndarray:
+    """This client's test records that answer in ``stage`` (all of them, or those of one half of its test users)."""
+    if stage not in STAGES:
+        raise Refused(f"unknown on-device stage {stage!r}; expected one of {', '.join(STAGES)}")
+    rows = test_rows(data, client)
+    if stage == "all":
+        return rows
+    return rows[answer_half(data.user_of(rows)) == (0 if stage == "select" else 1)]
+
+
+def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
+                     cfg: ExperimentConfig, count_epsilon: float, min_count: int, g: np.random.Generator,
+                     features: Any = None, stage: str = "all") -> dict[str, np.ndarray]:
+    """The client's answer: ``{"noisy-correct": S, "n": n, "count-epsilon": eps}`` over its test records of
+    ``stage``; for ``select`` (``model`` a list of models) S and n hold one entry per model."""
     from fl_privtext.client.upload import mechanism_for
 
-    rows = test_rows(data, client)
+    models = model if isinstance(model, list) else [model]
+    if stage == "select" and not 1 <= len(models) <= MAX_CANDIDATES:
+        raise Refused(f"a select request must name 1 to {MAX_CANDIDATES} models; got {len(models)}")
+    if stage != "select" and len(models) != 1:
+        raise Refused(f"an on-device {stage!r} request carries one model; got {len(models)}")
+    rows = stage_rows(data, client, stage)
     users = data.user_of(rows)
     if len(np.unique(users)) < min_count:
         raise Refused(f"this client holds {len(np.unique(users))} test users, fewer than its client.min-count = "
@@ -84,10 +119,19 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray], cfg: 
     else:
         mech = mechanism_for(cfg, x.shape[1])
         expected = np.asarray(mech.expected(x.astype(np.float32)), np.float32)
-    validate_model(model, expected.shape[1], data.num_classes)
-    correct = mlp_logits(model, expected).argmax(axis=1) == np.asarray(data.labels, np.int64)[rows]
+    for m in models:
+        validate_model(m, expected.shape[1], data.num_classes)
+    truth = np.asarray(data.labels, np.int64)[rows]
+    # select: each record answers for ONE model, drawn with the client's own randomness
+    pick = g.integers(len(models), size=len(rows)) if stage == "select" else np.zeros(len(rows), np.int64)
+    correct = np.zeros(len(rows), bool)
+    for j, m in enumerate(models):
+        mine = pick == j
+        if mine.any():
+            correct[mine] = mlp_logits(m, expected[mine]).argmax(axis=1) == truth[mine]
     p = keep_probability(count_epsilon)
     flip = g.random(len(correct)) >= p
     noisy = np.where(flip, ~correct, correct)
-    return {"noisy-correct": np.array([int(noisy.sum())], np.int64), "n": np.array([len(rows)], np.int64),
+    return {"noisy-correct": np.bincount(pick, weights=noisy, minlength=len(models)).astype(np.int64),
+            "n": np.bincount(pick, minlength=len(models)).astype(np.int64),
             "count-epsilon": np.array([float(count_epsilon)], np.float64)}

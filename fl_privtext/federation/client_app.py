@@ -152,23 +152,44 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
 
         data = encoded_client_data(data, msg, cfg)
         data_key = array_digest(msg.content.array_records["encoder"])
-    model = {k: a.numpy() for k, a in msg.content.array_records["model"].items()}
+    task = msg.content.config_records.get("task")
+    stage = str(task.get("stage", "all")) if task is not None else "all"
+    try:
+        model = _models(msg, stage)
+    except Refused as exc:
+        return refusal(msg, exc)
     if not defend:
         rows = msg.content.array_records["rows"]["rows"].numpy()
         counts = client_on_device(data, client, rows, model, cfg)
         return Message(RecordDict({"counts": ArrayRecord({"confusion": Array(np.ascontiguousarray(counts))})}),
                        reply_to=msg)
-    task = msg.content.config_records.get("task")
     seed = int(task["seed"]) if task is not None else cfg.run.seed  # type: ignore[arg-type]
     nc = dict(context.node_config)
     try:
         answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc),
                                             state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
-                                            data_key=data_key)
+                                            data_key=data_key, stage=stage)
     except Refused as exc:
         return refusal(msg, exc)
     return Message(RecordDict({"answer": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in answer.items()}),
                                "ledger": ledger_record(charged)}), reply_to=msg)
+
+
+def _models(msg: Message, stage: str) -> Any:
+    """The model of an ``all`` / ``report`` request (ArrayRecord ``model``), or the list of a ``select`` request
+    (``model.0`` .. ``model.{m-1}``, m <= `MAX_CANDIDATES`); `Refused` when the request does not hold them."""
+    from fl_privtext.client.ondevice import MAX_CANDIDATES
+
+    records = msg.content.array_records
+    if stage != "select":
+        if "model" not in records:
+            raise Refused(f"an on-device {stage!r} request needs its ArrayRecord 'model'")
+        return {k: a.numpy() for k, a in records["model"].items()}
+    names = sorted((k for k in records if k.startswith("model.")), key=lambda k: int(k.split(".", 1)[1]))
+    if not 1 <= len(names) <= MAX_CANDIDATES or names != [f"model.{i}" for i in range(len(names))]:
+        raise Refused(f"a select request carries model.0 .. model.{{m-1}} with 1 <= m <= {MAX_CANDIDATES}; got "
+                      f"{sorted(records)[:12]}")
+    return [{k: a.numpy() for k, a in records[n].items()} for n in names]
 
 
 def build_app(defend: bool = True) -> ClientApp:

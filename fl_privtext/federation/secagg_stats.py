@@ -85,11 +85,12 @@ def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *
     prep = pipeline.prepare(cfg, features="none")  # users, roles and shards; never texts or features
     dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
 
-    def evaluate_round(trained: Any, requests: dict[int, np.ndarray], seed: int) -> list[Any]:
+    def evaluate_round(trained: Any, requests: dict[int, np.ndarray], seed: int, stage: str = "all") -> list[Any]:
         # the server does not know which node holds which partition (no uploads, no row ids): the model goes to
         # every node, each answers for all its test users or refuses (fewer than client.min-count of them)
         del requests
-        return evaluate_on_device(grid, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot, seed)
+        return evaluate_on_device(grid, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot, seed,
+                                  stage)
 
     point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot), evaluate_round, dim=dim)
     point["server_s"] = time.perf_counter() - t0

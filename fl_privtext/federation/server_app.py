@@ -136,16 +136,23 @@ def ledger_of(reply: Message) -> dict[str, Any]:
 
 
 def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trained,
-                       requests: dict[int, Any], snapshot: str = "", seed: int | None = None) -> list[Any]:
+                       requests: dict[int, Any], snapshot: str = "", seed: int | None = None,
+                       stage: str = "all") -> list[Any]:
     """On-device inference (`fl_privtext.ondevice`): send the server's model to every node that holds test users
     (the client answers for ALL its test users, the listed rows are what the server believes; `fl_privtext.client.
     ondevice`). Each reply is a dict: ``{"node", "answer": arrays}`` or ``{"node", "refused": reason}``; a node
     that fails otherwise is an error (the accuracy would silently describe a different population)."""
     if trained.model is None:
         raise ValueError("On-device evaluation needs a trained task model.")
-    model = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in trained.model.items()})
-    task = ConfigRecord({"seed": cfg.run.seed if seed is None else int(seed)})
-    msgs = [Message(_query(cfg, snapshot, model=model, task=task,
+    def record(m: dict[str, np.ndarray]) -> ArrayRecord:
+        return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in m.items()})
+
+    # select stage (server.select-on = clients): every candidate, in trained.candidates' order, as model.i
+    models = ({f"model.{i}": record(m) for i, m in enumerate((trained.candidates or {}).values())}
+              if stage == "select" else {"model": record(trained.model)})
+    task = ConfigRecord({"seed": cfg.run.seed if seed is None else int(seed),
+                         **({"stage": stage} if stage != "all" else {})})
+    msgs = [Message(_query(cfg, snapshot, **models, task=task,
                            rows=ArrayRecord({"rows": Array(np.asarray(rows, np.int64))})),
                     dst_node_id=node, message_type="query.evaluate")
             for node, rows in requests.items()]
@@ -264,10 +271,10 @@ def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: st
     trained = on_device = None
     if pipeline.on_device_wanted(prep, cfg):  # the model must reach the clients while the federation runs
         trained = pipeline.train_point(prep, cfg, collected)
-        def ask(t: pipeline.Trained, req: dict[int, Any], seed: int) -> list[Any]:
+        def ask(t: pipeline.Trained, req: dict[int, Any], seed: int, stage: str = "all") -> list[Any]:
             if cfg.federation.shuffle:  # the server cannot name a client's rows: every node, no rows
                 req = {int(n): np.zeros(0, np.int64) for n in nodes}
-            return evaluate_on_device(phase_b, cfg, t, req, snapshot, seed)  # type: ignore[arg-type]
+            return evaluate_on_device(phase_b, cfg, t, req, snapshot, seed, stage)  # type: ignore[arg-type]
 
         on_device = pipeline.on_device(prep, cfg, collected, trained, ask)
 

@@ -49,6 +49,8 @@ class Trained:
     utility: dict[str, Any]
     model: dict[str, np.ndarray] | None = None
     majority_class: int = 0
+    # server.select-on = clients: every candidate's exported model (the constant included), for the clients' choice
+    candidates: dict[str, dict[str, np.ndarray]] | None = None
 
 
 def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
@@ -60,13 +62,14 @@ def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray,
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, num_classes: int,
                 mechanism: Any, input_dim: int, seed: int, label_epsilon: float = 0.0,
                 mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",),
-                input_norm2: float | None = None, norm_source: str = "", centered: bool = False
-                ) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
+                input_norm2: float | None = None, norm_source: str = "", centered: bool = False,
+                fit_all: dict[str, Learner] | None = None) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
     """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
     grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
     out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
     measured on public data named ``norm_source`` (`public_input_norm2`), for the cap mechanisms' noise law;
-    ``centered``: the uploads were centred (``server.center``), so only the per-coordinate variance applies."""
+    ``centered``: the uploads were centred (``server.center``), so only the per-coordinate variance applies.
+    ``fit_all`` (auto only): filled with every candidate fitted on all of ``x`` (the chosen one is the same object)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
     noise = noise_law(mechanism, input_dim, x.mean(axis=0, dtype=np.float64), rng.generator(seed, *stream, "noise"),
@@ -96,6 +99,9 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
         linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x[cv], y[cv], groups[cv], FOLDS)
         chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr)
         scores["linear"]["C"] = linear_c
+        if fit_all is not None:
+            fit_all.update({n: maker(n)().fit(x, y) for n in names})
+            return fit_all[chosen], chosen, scores
     elif name == "linear":  # the L2 strength by folds over users, as auto chooses it
         linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x, y, groups, FOLDS)
     return maker(chosen)().fit(x, y), chosen, scores
@@ -120,7 +126,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`).
     ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law.
     ``groups``: the user pseudonym the server can attach to each upload (its cross-validation folds), default
-    the record's account; under federation.shuffle one fresh pseudonym per report (`pipeline.server_users`)."""
+    the record's account; under federation.shuffle one fresh pseudonym per report (`pipeline.server_users`).
+    ``server.select-on = clients``: every candidate of auto is also fitted on all training uploads and exported
+    (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`)."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     roles = prep.roles[rows]
@@ -139,11 +147,13 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
            "progress": "server: task MLP" if cfg.run.progress else None}
     norm2, norm_source = public_input_norm2(cfg, mechanism) if not cfg.server.center else (None, "")
     centered = cfg.server.center
+    fitted: dict[str, Learner] = {}
     model, chosen, candidates = fit_learner(
         cfg.server.learner, features[tr], labels[tr],
         (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr], num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp,
-        input_norm2=norm2, norm_source=norm_source, centered=centered)
+        input_norm2=norm2, norm_source=norm_source, centered=centered,
+        fit_all=fitted if cfg.server.select_on == "clients" else None)
     pred = model.logits(features[te]).argmax(axis=1)
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
@@ -181,7 +191,11 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
             fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
     out["fairness"] = fairness
     values, counts = np.unique(labels[tr], return_counts=True)
-    exported = model.export()  # a dict of arrays (fl_privtext.server.learners: the exported format)
-    if cfg.server.center:  # the clients must centre E[upload | x] as the server centred the uploads
-        exported["center"] = np.ones(1, np.float32)
-    return Trained(out, exported, int(values[counts.argmax()]))
+    def export(m: Learner) -> dict[str, np.ndarray]:
+        e = m.export()  # a dict of arrays (fl_privtext.server.learners: the exported format)
+        if cfg.server.center:  # the clients must centre E[upload | x] as the server centred the uploads
+            e["center"] = np.ones(1, np.float32)
+        return e
+
+    return Trained(out, export(model), int(values[counts.argmax()]),
+                   {n: export(m) for n, m in fitted.items()} if fitted else None)

@@ -41,6 +41,10 @@ def points(cache_dir, request):
         # count-epsilon 40: the on-device answers' randomized response flips a bit with probability e^-40
         "none": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0}),
         "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
+        # the clients choose the on-device model (two stages of the on-device round)
+        "none_select": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0,
+                                          "server.learner": "auto", "server.select-on": "clients",
+                                          "attack.enabled": False}),
     }
     root = staged_data_root()
     if root is not None:
@@ -123,6 +127,16 @@ def test_flower_path_reproduces_the_plain_loop_exactly(points):
     # tr S_w / n_k, the float32 export): near-ties only, one test record of 603 on this point (centroid chosen)
     gap = abs(fl_seed["utility"]["on_device"]["accuracy"] - fl_seed["utility"]["accuracy"])
     assert gap <= 0.01, gap
+
+
+def test_the_clients_choice_through_flower_equals_the_plain_loop(points):
+    cfg, point = points["none_select"]
+    fl = point["per_seed"][0]["utility"]["on_device"]
+    assert fl == pipeline.run_plain(cfg)["per_seed"][0]["utility"]["on_device"]
+    assert fl["learner"] != "constant" and set(fl["selection"]["candidates"]) == {
+        "constant", "centroid", "lda", "linear", "mlp"}
+    # every test client answered both stages (select: every candidate as model.i; report: the chosen one)
+    assert fl["selection"]["clients"] == fl["clients"] == 4 and not fl["selection"]["refusals"]
 
 
 def test_private_uploads_through_flower_equal_the_plain_clients(points):

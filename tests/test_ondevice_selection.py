@@ -1,0 +1,158 @@
+"""The on-device model chosen by the test clients (``server.select-on = clients``): the client's two stages, the
+server's decision, and the whole point on the plain loop and from a secure sum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_privtext import pipeline
+from fl_privtext.client import ClientData, ClientPolicy, Refused, release_on_device
+from fl_privtext.client.ondevice import MAX_CANDIDATES, answer_half, on_device_answer
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.server.ondevice_selection import choose
+
+CFG = {"privacy.mechanism": "none", "client.min-count": 1, "federation.num-clients": 1}
+
+
+def _data(n: int = 4000, dim: int = 3, seed: int = 0) -> ClientData:
+    g = np.random.default_rng(seed)
+    labels = g.integers(0, 2, n)
+    x = (np.where(labels[:, None] == 1, 1.0, -1.0) * np.eye(dim)[0] + 0.1 * g.normal(size=(n, dim)))
+    return ClientData(shards=[np.arange(n)], labels=labels, num_classes=2, features=x.astype(np.float32),
+                      users=np.arange(n, dtype=np.int64) // 2, test=np.ones(n, bool))
+
+
+def _linear(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    d = w.shape[1]
+    return {"mean": np.zeros(d), "std": np.ones(d), "weight_0": w, "bias_0": b}
+
+
+PERFECT = _linear(np.array([[-1.0, 0, 0], [1.0, 0, 0]]), np.zeros(2))  # the sign of x_0: the true label
+WRONG = _linear(np.array([[1.0, 0, 0], [-1.0, 0, 0]]), np.zeros(2))  # always the other label
+CONSTANT = _linear(np.zeros((2, 3)), np.array([0.0, 1.0]))  # always class 1
+
+
+def test_the_halves_are_a_fixed_public_split_of_the_users_near_one_half():
+    users = np.arange(100_000)
+    half = answer_half(users)
+    assert set(np.unique(half)) == {0, 1}
+    assert abs(half.mean() - 0.5) < 0.01
+    np.testing.assert_array_equal(answer_half(users[::-1]), half[::-1])  # a function of the id alone
+
+
+def test_a_select_answer_spends_one_bit_per_record_whatever_the_number_of_models(tmp_path):
+    cfg = ExperimentConfig.from_flat({**CFG, "client.count-epsilon": 40.0})
+    data = _data()
+    select = (answer_half(data.users) == 0).sum()
+    g = np.random.default_rng(1)
+    ans = on_device_answer(data, 0, [CONSTANT, PERFECT, WRONG], cfg, 40.0, 1, g, stage="select")
+    # each record of the select half answers for exactly one model, drawn by the client
+    assert int(ans["n"].sum()) == select and (ans["n"] > 0.3 * select / 3).all()
+    acc = ans["noisy-correct"] / ans["n"]
+    assert acc[1] == 1.0 and acc[2] == 0.0 and abs(acc[0] - data.labels.mean()) < 0.05
+    report = on_device_answer(data, 0, PERFECT, cfg, 40.0, 1, g, stage="report")
+    assert int(report["n"][0]) + select == len(data.labels)  # the halves cover the test records once
+    # the ledger: a user is charged count-epsilon per record in the stage of its half, and once only
+    policy = ClientPolicy.from_points([cfg])
+    _, first = release_on_device(data, 0, cfg, 0, [CONSTANT, PERFECT], policy=policy, state_dir=str(tmp_path),
+                                 client_seed=None, stage="select")
+    again, second = release_on_device(data, 0, cfg, 0, [WRONG] * MAX_CANDIDATES, policy=policy,
+                                      state_dir=str(tmp_path), client_seed=None, stage="select")
+    assert second["replayed"] and again["n"].shape == (2,)  # the first answer back, nothing new released
+    _, third = release_on_device(data, 0, cfg, 0, PERFECT, policy=policy, state_dir=str(tmp_path), client_seed=None,
+                                 stage="report")
+    assert first["charged"] == pytest.approx(2 * 40.0) and third["charged"] == pytest.approx(2 * 40.0)
+    assert first["ledger-max"] == pytest.approx(80.0) and third["ledger-max"] == pytest.approx(80.0)
+
+
+def test_a_select_request_outside_the_protocol_is_refused():
+    cfg = ExperimentConfig.from_flat(CFG)
+    data, g = _data(200), np.random.default_rng(0)
+    with pytest.raises(Refused, match="1 to 8 models"):
+        on_device_answer(data, 0, [PERFECT] * (MAX_CANDIDATES + 1), cfg, 1.0, 1, g, stage="select")
+    with pytest.raises(Refused, match="carries one model"):
+        on_device_answer(data, 0, [PERFECT, WRONG], cfg, 1.0, 1, g, stage="report")
+    with pytest.raises(Refused, match="unknown on-device stage"):
+        on_device_answer(data, 0, PERFECT, cfg, 1.0, 1, g, stage="everything")
+    with pytest.raises(Refused, match="shape"):
+        on_device_answer(data, 0, [PERFECT, _linear(np.zeros((3, 3)), np.zeros(3))], cfg, 1.0, 1, g, stage="select")
+
+
+def _replies(data: ClientData, models: list[dict[str, np.ndarray]], eps: float, seed: int) -> list[dict]:
+    cfg = ExperimentConfig.from_flat(CFG)
+    g = np.random.default_rng(seed)
+    return [{"node": 0, "answer": on_device_answer(data, 0, models, cfg, eps, 1, g, stage="select")}]
+
+
+def test_the_server_keeps_a_better_model_only_when_the_answers_resolve_it():
+    data = _data()
+    names = ["constant", "perfect", "wrong"]
+    chosen, rec = choose(_replies(data, [CONSTANT, PERFECT, WRONG], 1.0, 0), names)
+    assert chosen == "perfect" and rec["by"] == "clients"
+    est = rec["candidates"]
+    # the debiased estimates are unbiased within their stated standard errors (closed form of the RR noise)
+    assert abs(est["perfect"]["accuracy"] - 1.0) < 4 * est["perfect"]["se"]
+    assert abs(est["wrong"]["accuracy"]) < 4 * est["wrong"]["se"]
+    # known-bad: at count-epsilon 0.01 no candidate is resolved from the constant: the server says so
+    misses = [choose(_replies(data, [CONSTANT, PERFECT, WRONG], 0.01, s), names)[0] for s in range(20)]
+    assert misses.count("constant") >= 18
+    with pytest.raises(ValueError, match="constant"):
+        choose(_replies(data, [PERFECT, WRONG], 1.0, 0), ["perfect", "wrong"])
+
+
+def test_the_choice_is_calibrated_when_every_candidate_equals_the_constant():
+    # the null: every candidate IS the constant; one-sided 5% with Bonferroni -> picks another <= ~5% of the time
+    data = _data(1000)
+    names = ["constant", "a", "b", "c"]
+    picks = [choose(_replies(data, [CONSTANT] * 4, 1.0, s), names)[0] for s in range(200)]
+    assert sum(p != "constant" for p in picks) <= 20
+
+
+def test_config_needs_auto_and_on_device():
+    with pytest.raises(ValueError, match="server.select-on = clients"):
+        ExperimentConfig.from_flat({"server.select-on": "clients", "server.learner": "lda"})
+    with pytest.raises(ValueError, match="server.select-on = clients"):
+        ExperimentConfig.from_flat({"server.select-on": "clients", "server.on-device": False})
+    with pytest.raises(ValueError, match="server.select-on must be one of"):
+        ExperimentConfig.from_flat({"server.select-on": "test"})
+
+
+FAST = {"run.progress": False, "attack.enabled": False, "server.epochs": 5, "run.client-seed": 7,
+        "server.select-on": "clients", "client.count-epsilon": 8.0}
+
+
+def test_plain_point_the_clients_choose_and_the_other_half_reports():
+    cfg = ExperimentConfig.from_flat({**FAST, "privacy.mechanism": "none"})
+    prep = pipeline.prepare(cfg, features="extract")
+    point = pipeline.run_plain(cfg, prep)
+    od = point["per_seed"][0]["utility"]["on_device"]
+    sel = od["selection"]
+    assert set(sel["candidates"]) == {"constant", "centroid", "lda", "linear", "mlp"}
+    # without privacy every learner beats the constant by far: the clients resolve it at count-epsilon 8
+    assert od["learner"] != "constant" and sel["candidates"][od["learner"]]["beats_constant"]
+    assert od["accuracy"] > sel["candidates"]["constant"]["accuracy"] + 0.1
+    test = np.flatnonzero(prep.roles == "test")
+    halves = answer_half(prep.ds.user_index.reshape(-1)[test])
+    assert sel["records"] == int((halves == 0).sum()) and od["num_test_records"] == int((halves == 1).sum())
+    # the privacy bill of the test users is that of the one-stage protocol
+    one = pipeline.run_plain(ExperimentConfig.from_flat({"server.select-on": "uploads"}, cfg), prep)
+    per_user = point["privacy"]["composition"]["per_user"]
+    assert per_user["max_epsilon_on_device"] == one["privacy"]["composition"]["per_user"]["max_epsilon_on_device"]
+
+
+def test_secure_sum_point_fits_on_one_fold_and_the_clients_choose():
+    from fl_privtext.secure_stats import layout_for, run_plain_secagg
+
+    # a central epsilon of 1000 and count-epsilon 40: near noise-free, the held-out half of the users decides
+    cfg = ExperimentConfig.from_flat({**FAST, "server.aggregate": "secagg", "client.secagg-epsilon": 1000.0,
+                                      "client.count-epsilon": 40.0, "data.test-frac": 0.5,
+                                      "federation.num-clients": 4})
+    prep = pipeline.prepare(cfg, features="extract")
+    assert layout_for(prep, cfg, prep.features.shape[1]).folds == 1
+    point = run_plain_secagg(cfg, prep)
+    u = point["per_seed"][0]["utility"]
+    sel = u["on_device"]["selection"]
+    assert u["learner"] == u["on_device"]["learner"] and set(sel["candidates"]) >= {"constant", "centroid"}
+    assert u["accuracy"] == u["on_device"]["accuracy"]
+    assert u["learner"] != "constant"
