@@ -113,7 +113,14 @@ def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
             out[key] = runs[0][key]
     if all("ci95" in r for r in runs):  # randomized-response answers: the noise and a CI per seed
         out["accuracy_noise_std"] = float(np.mean([r["accuracy_noise_std"] for r in runs]))
-    out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"], **({"ci95": r["ci95"]} if "ci95" in r else {})}
+    if all("learner" in r for r in runs):  # server.select-on = clients: the clients chose (most frequent over seeds)
+        chosen = [str(r["learner"]) for r in runs]
+        out["learner"] = max(set(chosen), key=chosen.count)
+        out["selection"] = {"by": "clients", "rule": runs[0]["selection"]["rule"],
+                            "records": int(np.mean([r["selection"]["records"] for r in runs]))}
+    out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"], **({"ci95": r["ci95"]} if "ci95" in r else {}),
+                        **({"learner": r["learner"], "candidates": r["selection"]["candidates"]} if "learner" in r
+                           else {})}
                        for s, r in zip(seeds, runs, strict=True)]
     return out
 

@@ -76,8 +76,9 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     if cfg.server.learner == "auto" and cfg.server.select_on == "uploads":
         return StatsLayout(len(prep.ds.label_names), dim, True, folds=2, fold_seed=int(cfg.run.seed),
                            second_weight=SELECTION_SECOND_WEIGHT)
-    # one fold: an explicit learner, or auto choosing through the clients (server.select-on = clients: the whole
-    # sum fits every candidate, no fold doubles the noise)
+    if cfg.server.learner == "auto":  # server.select-on = clients: ONE fold fits every candidate (no fold doubles
+        # the noise), the second moment weighted as for the selection, so that lda is among the candidates
+        return StatsLayout(len(prep.ds.label_names), dim, True, second_weight=SELECTION_SECOND_WEIGHT)
     n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
     return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
 

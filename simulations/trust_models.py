@@ -50,7 +50,9 @@ TARGETS = (1.0, 4.0)
 SPLITS = (0, 1, 2)
 DELTA = 1e-5
 STAGES = ("federation_s", "train_s", "on_device_s", "attack_s")  # the page's cost: traffic, training, answers, attack
-MODELS = ("no privacy", "local DP", "local DP + shuffler", "secure aggregation")
+MODELS = ("no privacy", "local DP", "local DP + shuffler", "secure aggregation", "local DP, clients choose",
+          "secure aggregation, clients choose")
+CHOOSE = {"server.select-on": "clients"}  # the test clients choose the on-device model (server/ondevice_selection.py)
 COMMON: dict[str, Any] = {
     "extractor.name": "minilm", "run.seeds": 1, "run.client-seed": 918273645, "run.progress": False,
     "run.baseline": False, "federation.num-clients": 10, "server.learner": "auto", "server.epochs": 20,
@@ -104,6 +106,10 @@ def points(data_root: str) -> dict[tuple[str, str, float, int], ExperimentConfig
                     b, local_for_central(t, n, DELTA), **{"federation.shuffle": True})
                 out[(ds, "secure aggregation", t, split)] = derive(
                     b, **{"privacy.mechanism": "none", "server.aggregate": "secagg", "client.secagg-epsilon": t})
+                out[(ds, "local DP, clients choose", t, split)] = local_point(b, t, **CHOOSE)
+                out[(ds, "secure aggregation, clients choose", t, split)] = derive(
+                    b, **{"privacy.mechanism": "none", "server.aggregate": "secagg", "client.secagg-epsilon": t,
+                          **CHOOSE})
     return out
 
 
@@ -162,8 +168,10 @@ def summarize(data_root: str) -> str:
                 first = done[0]
                 cost = np.mean([sum(float(r["timing"].get(k, 0.0)) for k in STAGES) for r in done])
                 fed = first.get("federation", {})
-                rows.append([model, eps_str(t), _cell(od), _cell(pu) if model != "secure aggregation" else "-",
-                             _central(first), str(first["utility"].get("learner", "-")), _attack(first),
+                learners = sorted({str(r["utility"].get("on_device", {}).get("learner")
+                                       or r["utility"].get("learner", "-")) for r in done})
+                rows.append([model, eps_str(t), _cell(od), _cell(pu) if not model.startswith("secure") else "-",
+                             _central(first), " / ".join(learners), _attack(first),
                              f"{fed.get('rounds', '-')} / {_mb(fed.get('bytes_observed'))}",
                              f"{cost:.0f}"])
         lines += [md_table(["trust model", "target ε", "on device", "per upload", "ε against the server (via)",
@@ -187,11 +195,13 @@ def main() -> None:
     ap = common_args(__doc__ or "")
     ap.add_argument("--dataset", choices=sorted(DATASETS), help="run only this data set's points")
     ap.add_argument("--target", type=float, action="append", help="run only these targets (and no privacy)")
+    ap.add_argument("--model", action="append", choices=MODELS, help="run only these trust models")
     args = ap.parse_args()
     pts = points(args.data_root)
-    todo = [c for (ds, _m, t, _s), c in pts.items()
+    todo = [c for (ds, m, t, _s), c in pts.items()
             if (args.dataset is None or ds == args.dataset) and (args.target is None or t in args.target
-                                                                 or math.isinf(t))]
+                                                                 or math.isinf(t))
+            and (args.model is None or m in args.model)]
     store = Store(STORE)
     if args.list:
         list_points(todo, store)

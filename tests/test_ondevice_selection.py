@@ -10,6 +10,7 @@ from fl_privtext import pipeline
 from fl_privtext.client import ClientData, ClientPolicy, Refused, release_on_device
 from fl_privtext.client.ondevice import MAX_CANDIDATES, answer_half, on_device_answer
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.report import aggregate
 from fl_privtext.server.ondevice_selection import choose
 
 CFG = {"privacy.mechanism": "none", "client.min-count": 1, "federation.num-clients": 1}
@@ -135,6 +136,10 @@ def test_plain_point_the_clients_choose_and_the_other_half_reports():
     test = np.flatnonzero(prep.roles == "test")
     halves = answer_half(prep.ds.user_index.reshape(-1)[test])
     assert sel["records"] == int((halves == 0).sum()) and od["num_test_records"] == int((halves == 1).sum())
+    res = aggregate(point, 1.0)["utility"]  # results.json: the clients' choice beside the per-upload one
+    assert res["on_device"]["learner"] == od["learner"] and res["on_device"]["selection"]["by"] == "clients"
+    assert res["on_device"]["per_seed"][0]["candidates"] == sel["candidates"] and res["learner"] == \
+        point["per_seed"][0]["utility"]["learner"]
     # the privacy bill of the test users is that of the one-stage protocol
     one = pipeline.run_plain(ExperimentConfig.from_flat({"server.select-on": "uploads"}, cfg), prep)
     per_user = point["privacy"]["composition"]["per_user"]

@@ -41,7 +41,8 @@ _NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
               "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
               "client.secagg-min-clients",  # the [client] policy never changes an upload's stream
-              "federation.shuffle")  # the shuffler acts after the client (issue #24)
+              "federation.shuffle",  # the shuffler acts after the client (issue #24)
+              "server.select-on")  # which model the clients evaluate; each stage has its own stream
 # Keys added after the saved tables' client streams were drawn: left out of the key while they hold the value those
 # streams were drawn with (an "auto" value is keyed as what it resolves to on the CPU), so every table saved under
 # docs/results regenerates exactly. A new config key that changes what a client computes is listed here with its
