@@ -330,6 +330,7 @@ def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int,
         names = list(trained.candidates)
         picked = evaluate_round(trained, requests, seed, "select")
         chosen, selection = choose(picked, names)
+        selection["dropped"] = trained.utility.get("on_device_candidates_dropped", [])  # export not finite
         replies = evaluate_round(replace(trained, model=trained.candidates[chosen]), requests, seed, "report")
         result = {**summarize_private(replies), "learner": chosen, "selection": selection}
         charged = charged_rows(picked, 0) + charged_rows(replies, 1)

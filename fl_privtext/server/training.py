@@ -197,5 +197,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
             e["center"] = np.ones(1, np.float32)
         return e
 
-    return Trained(out, export(model), int(values[counts.argmax()]),
-                   {n: export(m) for n, m in fitted.items()} if fitted else None)
+    sendable: dict[str, dict[str, np.ndarray]] | None = None
+    if fitted:  # a head whose float32 export overflows would have every client refuse the whole select request
+        sendable = {n: e for n, e in ((n, export(m)) for n, m in fitted.items())
+                    if all(np.isfinite(v).all() for v in e.values())}
+        out["on_device_candidates_dropped"] = sorted(set(fitted) - set(sendable))  # not finite in float32
+    return Trained(out, export(model), int(values[counts.argmax()]), sendable)
