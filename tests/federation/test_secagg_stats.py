@@ -112,6 +112,25 @@ def test_a_public_projection_reaches_the_clients_and_the_on_device_answers(cache
     assert plain["per_seed"][0]["utility"]["aggregate"]["dim"] == 4
 
 
+def test_the_clients_choose_through_the_real_client_app_as_in_the_plain_loop(cache_dir, tmp_path, monkeypatch):
+    """server.select-on = clients on the secure path: one fold with the second moment, then the select and report
+    stages through the real ClientApp's query.evaluate; the same choice and answers as the plain loop."""
+    cfg = _cfg(cache_dir, **{"run.client-seed": 5, "server.select-on": "clients", "client.count-epsilon": 40.0,
+                             "client.secagg-epsilon": 1000.0, "data.test-frac": 0.5})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")
+    point, _grid, prep = _serve(cfg, tmp_path, monkeypatch)
+    u = point["per_seed"][0]["utility"]
+    assert u["aggregate"]["folds"] == 1 and u["aggregate"]["second_moment"]
+    od = u["on_device"]
+    assert set(od["selection"]["candidates"]) == {"constant", "centroid", "lda"} and u["learner"] == od["learner"]
+    assert od["selection"]["clients"] == od["clients"] == len(NODES) and not od["selection"]["refusals"]
+    plain = run_plain_secagg(cfg, prep, state_dir=str(tmp_path / "plain"))["per_seed"][0]["utility"]["on_device"]
+    assert plain["learner"] == od["learner"]
+    for name, est in od["selection"]["candidates"].items():  # SecAgg+'s rounding aside, the same heads
+        assert est["records"] == plain["selection"]["candidates"][name]["records"]
+        assert est["accuracy"] == pytest.approx(plain["selection"]["candidates"][name]["accuracy"], abs=0.02)
+
+
 def test_a_refusing_client_is_dropped_and_the_epsilon_grows(cache_dir, tmp_path, monkeypatch):
     cfg = _cfg(cache_dir)
     # the clients' own policy wants 4 contributors; the server's request promises only 3 (cfg's view): refused
