@@ -319,3 +319,22 @@ def test_clean_heads_do_not_hand_the_decision_to_the_rarest_class(name):
         pred = (xt @ e["weight_0"].T + e["bias_0"]).argmax(1)
         assert (pred == yt).mean() > 0.6 + 0.15, seed
         assert (pred == 3).mean() < 0.05, seed
+
+
+@pytest.mark.parametrize("name", ["centroid", "lda"])
+def test_an_unresolved_class_under_label_rr_gets_the_grand_mean_and_a_finite_head(name):
+    # strong label RR on 10 classes, one class almost absent: its debiased count falls below one upload (here
+    # negative), and dividing its debiased sum by a count clipped near 0 made the exported head overflow float32
+    g = np.random.default_rng(3)
+    k, d, n = 10, 8, 3000
+    y = g.choice(k, n, p=np.r_[0.0005, np.full(k - 1, 0.9995 / (k - 1))])
+    rr = label_rr_matrix(k, 0.25)
+    noisy_y = np.array([g.choice(k, p=rr[c]) for c in y])
+    x = g.normal(size=(n, d)) + np.eye(k, d)[y]
+    stats = ClassStats.of(x, noisy_y, k, np.ones(d), label_rr=rr)
+    low = stats.counts < 1.0
+    assert low.any()  # the case this test is about
+    grand = stats.sums.sum(axis=0) / stats.counts.sum()
+    np.testing.assert_allclose(stats.means[low], np.broadcast_to(grand, (int(low.sum()), d)))
+    exported = make_learner(name, num_classes=k, noise=np.ones(d), label_rr=rr).fit(x, noisy_y).export()
+    assert all(np.isfinite(np.asarray(v, np.float32)).all() for v in exported.values())

@@ -121,7 +121,11 @@ class ClassStats:
 
     @property
     def means(self) -> np.ndarray:
-        return self.sums / np.maximum(self.counts, 1e-9)[:, None]
+        """(K, D) class means; a class whose (label-RR debiased) count is below one upload has no resolved mean
+        and gets the grand mean (dividing its debiased sum by a count clipped near 0 overflowed the exported head)."""
+        grand = self.sums.sum(axis=0) / max(float(self.counts.sum()), 1e-9)
+        resolved = (self.counts >= 1.0)[:, None]
+        return np.where(resolved, self.sums / np.maximum(self.counts, 1.0)[:, None], grand)
 
     def shrunk_means(self) -> np.ndarray:
         """(K, D) class means with each deviation from the grand mean shrunk by the positive-part James-Stein
