@@ -6,8 +6,9 @@ membership and keyword inversion, next to the LDP ceilings of the true epsilon.
 GloVe features (extracted once into the cache), 4 clients, 1 round, seed 0, default attack settings. Uploads come
 from the plain in-process clients (`fl_privtext.client.client_upload`, identical to the Flower path, see
 tests/federation/test_simulation.py); the server's task training is skipped (only the eavesdropper is measured).
-Writes docs/results/attacks/blog.json and prints a markdown table. ``--max-rows`` subsamples posts (uniformly: it
-cuts posts per user, so per-user gains shrink); ``--points`` restricts to e.g. ``laplace-l1:1,none:0``.
+Writes docs/results/attacks/blog.json (or ``--out``) and prints a markdown table. ``--max-rows`` subsamples posts
+(uniformly: it cuts posts per user, so per-user gains shrink); ``--points`` restricts to e.g.
+``laplace-l1:1,none:0``.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--points", default="")
     ap.add_argument("--set", action="append", default=[], help="extra KEY=VALUE config overrides")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core box)")
+    ap.add_argument("--out", type=Path, default=OUT / "blog.json", help="where the JSON results go")
     args = ap.parse_args()
     import torch
 
@@ -49,7 +51,7 @@ def main() -> None:
     prep = pipeline.prepare(ExperimentConfig.from_flat(base), features="extract")
     print(f"prepare (load + split + GloVe extraction/cache): {time.perf_counter() - t0:.1f} s; "
           f"{len(prep.ds)} posts, {len(np.unique(prep.ds.user_ids))} users")
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     results = []
     for mech_name, eps in points:
         flat = {**base, "privacy.mechanism": mech_name}
@@ -68,7 +70,7 @@ def main() -> None:
                         "attacks": attacks, "attacks_extra": extra,
                         "timing": {"privatize_s": t2 - t1, "attack_s": t3 - t2}})
         print(f"{mech_name} eps={eps}: privatize {t2 - t1:.1f} s, attacks {t3 - t2:.1f} s", flush=True)
-        (OUT / "blog.json").write_text(json.dumps(_json_safe({"config": base, "points": results}), indent=1))
+        args.out.write_text(json.dumps(_json_safe({"config": base, "points": results}), indent=1))
     print(table(results))
     print(f"total {time.perf_counter() - t0:.1f} s")
 

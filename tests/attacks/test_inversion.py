@@ -1,5 +1,6 @@
-"""Keyword inversion: the vocabulary keeps entity words, the baseline's j is the best one, and the nearest-neighbour
-decoder reads averaged word embeddings (and needs the right word vectors to do so)."""
+"""Keyword inversion: the vocabulary keeps entity words, the baseline's j is the best one, the nearest-neighbour
+decoder reads averaged word embeddings (and needs the right word vectors to do so), and the public texts'
+neighbour votes add what co-occurring words tell (and never count the querying user's own texts)."""
 
 from __future__ import annotations
 
@@ -58,16 +59,72 @@ def test_nearest_neighbour_decoder_reads_averaged_embeddings_and_needs_the_right
     fit, held = np.arange(240), np.arange(240, 300)
 
     def f1(model) -> float:
-        thr = inv._best_threshold(model.probs(xp[held]), yp[held])
-        return inv.set_prf(yt, model.probs(xt) > thr)[2]
+        thr = inv._best_threshold(model.probs(xp[held], held), yp[held])
+        return inv.set_prf(yt, model.probs(xt, -1 - np.arange(len(xt))) > thr)[2]
 
     order = np.argsort(-yp.mean(axis=0), kind="stable")
     base = np.zeros(k, np.int8)
     base[order[: inv._best_topj(order, yp)]] = 1
     f_base = inv.set_prf(yt, np.broadcast_to(base, yt.shape))[2]
-    f_near = f1(inv._Nearest(xp[fit], xp[fit], yp[fit], vectors))
+    users = np.arange(len(xp))
+    f_near = f1(inv._Nearest(xp[fit], xp[fit], yp[fit], vectors, users[fit]))
     f_learned = f1(inv._Learned(xp[fit], yp[fit]))
-    f_wrong = f1(inv._Nearest(xp[fit], xp[fit], yp[fit], vectors[g.permutation(k)]))
+    f_wrong = f1(inv._Nearest(xp[fit], xp[fit], yp[fit], vectors[g.permutation(k)], users[fit]))
     assert f_near > f_base + 0.15, (f_near, f_base)
     assert f_near > f_learned + 0.05, (f_near, f_learned)
     assert f_wrong < f_base + 0.05, (f_wrong, f_base)
+
+
+def _topical_texts(g, n, vectors, stop, topics, words=(6, 16)):
+    """Texts of one topic each (``topics``: (T, K) 0/1 word sets) with 6-15 of its words and twice as many stopword
+    tokens: word presence co-occurs within topics; their mean vectors. ``topics`` with one row of all words gives
+    texts without co-occurrence structure."""
+    x = np.empty((n, vectors.shape[1]))
+    y = np.zeros((n, vectors.shape[0]), np.int8)
+    for i in range(n):
+        pool = np.flatnonzero(topics[g.integers(len(topics))])
+        words_i = g.choice(pool, size=g.integers(*words), replace=False)
+        y[i, words_i] = 1
+        stops = stop[g.integers(0, len(stop), size=2 * len(words_i))]
+        x[i] = np.concatenate([vectors[words_i], stops]).mean(axis=0)
+    return x, y
+
+
+def test_neighbour_votes_read_the_public_texts_words_and_need_the_right_ones():
+    """Texts of 15 topics (20 words each): the neighbour votes add much to the nearest-neighbour decoder; with the
+    pool's presence rows shuffled among public texts (votes from texts that are not the neighbours) they do not."""
+    g = np.random.default_rng(2)
+    k, d = 300, 50
+    topics = np.kron(np.eye(15, dtype=np.int8), np.ones((1, 20), np.int8))  # (15, 300) disjoint word sets
+    vectors = g.normal(size=(k, d))
+    stop = g.normal(size=(20, d)) * 0.5 + 2.0
+    xp, yp = _topical_texts(g, 1500, vectors, stop, topics)
+    xt, yt = _topical_texts(g, 1000, vectors, stop, topics)
+    users = np.arange(len(xp)) // 3  # three public texts per user
+    fit, held = np.arange(1200), np.arange(1200, 1500)
+
+    def f1(votes: tuple[int, ...] = (), shuffle: bool = False) -> float:
+        m = inv._Nearest(xp[fit], xp[fit], yp[fit], vectors, users[fit], votes=votes)
+        if shuffle:
+            m.pool_y = m.pool_y[g.permutation(len(fit))]
+        thr = inv._best_threshold(m.probs(xp[held], users[held]), yp[held])
+        return inv.set_prf(yt, m.probs(xt, np.full(len(xt), -1)) > thr)[2]
+
+    near, votes, shuffled = f1(), f1(inv.VOTES), f1(inv.VOTES, shuffle=True)
+    assert votes > near + 0.15, (votes, near)
+    assert shuffled < near + 0.02, (shuffled, near)
+
+
+def test_neighbour_votes_never_count_the_querying_users_own_texts():
+    g = np.random.default_rng(3)
+    x = g.normal(size=(40, 8))
+    y = (g.random((40, 12)) < 0.3).astype(np.int8)
+    users = np.arange(40) // 2  # two texts per user
+    m = inv._Nearest(x, x, y, g.normal(size=(12, 8)), users, votes=(1,))
+    q = m.pool[:1]
+    sims = m.pool @ q[0]
+    other = int(np.argmax(np.where(users == users[0], -np.inf, sims)))  # nearest text of another user
+    own = m._neighbour_votes(q, users[:1])[0][0]
+    np.testing.assert_allclose(own, np.log(y[other] + 0.5))
+    stranger = m._neighbour_votes(q, np.array([-1]))[0][0]  # a target's user: text 0 itself is its nearest
+    np.testing.assert_allclose(stranger, np.log(y[0] + 0.5))
