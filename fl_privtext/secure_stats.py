@@ -171,7 +171,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         requests = {c: np.sort(np.asarray(rows)[test[np.asarray(rows)]]) for c, rows in enumerate(prep.shards)}
         requests = {c: r for c, r in requests.items() if len(r)}
         users = prep.ds.user_index.reshape(-1)
-        od = pipeline.on_device_seed(trained, requests, seed, evaluate_round, lambda rows: users[rows])
+        od = pipeline.on_device_seed(trained, requests, seed, evaluate_round, users.__getitem__)
         replies = od.pop("_replies")
         od = {k: v for k, v in od.items() if not k.startswith("_") and k != "seconds"}
         od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies

@@ -308,7 +308,7 @@ def test_clean_heads_do_not_hand_the_decision_to_the_rarest_class(name):
     for seed in range(3):
         g = np.random.default_rng(seed)
 
-        def clean(m: int) -> tuple[np.ndarray, np.ndarray]:
+        def clean(m: int, g: np.random.Generator = g) -> tuple[np.ndarray, np.ndarray]:
             y = g.choice(k, m, p=priors)
             return mu[y] + g.standard_normal((m, d)) * scales, y
 

@@ -32,7 +32,7 @@ def test_without_signal_the_corrected_score_keeps_the_constant_the_plain_one_doe
     assert best == "constant"
     # known-bad: the plain log-loss against the randomized labels prefers a model of the noise (the linear fit to
     # the uploaded labels predicts their near-uniform law) over the debiased prior
-    plain_best, plain = select(makers, x, noisy, groups)
+    _, plain = select(makers, x, noisy, groups)
     assert plain["linear"]["log_loss"] < plain["constant"]["log_loss"]
     # the corrected accuracy estimates the true one: the constant's is the true majority share
     assert abs(scores["constant"]["accuracy"] - np.mean(y == 0)) < 0.05
