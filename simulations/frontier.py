@@ -76,6 +76,9 @@ LINES: dict[str, tuple[str, dict[str, Any]]] = {
     "laplace-l1": ("laplace-l1", {}),
     "mvlaplace (Feyisetan)": ("mvlaplace", {}),
     "purkayastha": ("purkayastha", {}),
+    # the test clients choose the on-device model (server.select-on = clients: half the test users choose by
+    # randomized-response answers, the other half reports; the cell's learner is then the clients' choice)
+    "privunitg, clients choose": ("privunitg", {"server.select-on": "clients"}),
 }
 PUBLISHED: dict[str, tuple[str, dict[str, Any], tuple[float, ...]]] = {  # label -> (mechanism, sets, nominal eps)
     "OME (published, lam 100)": ("ome", {"privacy.lam": 100.0}, (1.0, 10.0)),
@@ -191,7 +194,9 @@ def chosen(res: dict[str, Any]) -> str:
     """'[lda]' when every seed chose it, else e.g. '[lda 2/3]'; '' for an old-server point."""
     if res.get("old_server"):
         return ""
-    names = [s.get("learner") or "?" for s in res["utility"]["per_seed"]]
+    od = res["utility"].get("on_device", {}).get("per_seed", [])
+    by_clients = bool(od) and all("learner" in s for s in od)  # server.select-on = clients: the clients' choice
+    names = [s.get("learner") or "?" for s in (od if by_clients else res["utility"]["per_seed"])]
     ranked = sorted(set(names), key=lambda n: (-names.count(n), n))
     top = ranked[0]
     if names.count(top) == len(names):
