@@ -34,7 +34,8 @@ out), 2 folds, 15 epochs; re-identification / membership / inversion are off. bi
 bits per MiniLM vector) are left out. A point with the selecting server takes 40-100 s on this machine with
 another job beside it (2026-11-26; 4-10 minutes before `Linear.choose_c`, 10-20 s with the MLP alone); every cell
 but OME's four was regenerated with `server.learner = auto` on 2026-11-25/26 (102 of 106 points, 3 seeds each; OME's
-3,840-bit uploads take the selecting server over 11 minutes a point). A cell whose point is missing shows the old
+3,840-bit uploads take the selecting server over 11 minutes a point); the line "privunitg, clients choose"
+(``server.select-on = clients``, 12 points) was added on 2026-11-26. A cell whose point is missing shows the old
 server's point where one is saved, marked †.
 """
 
