@@ -415,8 +415,10 @@ def table(results: dict[str, Any]) -> str:
                      f"[{_fmt(od['per_seed'][0]['ci95'][0])}, {_fmt(od['per_seed'][0]['ci95'][1])}]"
                      if "accuracy_noise_std" in od else "")
             major = f" (majority {_fmt(od['majority_baseline'])}{clear})" if "majority_baseline" in od else clear
+            chooser = (f"; learner {od['learner']}, chosen by half of the test clients' answers, the other half "
+                       f"reports" if "learner" in od else "")
             lines.append(f"task on device: accuracy {_fmt(od['accuracy'])} +- {_fmt(od['accuracy_std'])}{major}"
-                         f"{noise} [the server's model applied by the test clients to their clean features]")
+                         f"{noise} [the server's model applied by the test clients to their clean features{chooser}]")
     else:
         lines.append(f"task: none ({u.get('reason', '')})")
     lines.append("")

@@ -10,7 +10,7 @@ from fl_privtext import pipeline
 from fl_privtext.client import ClientData, ClientPolicy, Refused, release_on_device
 from fl_privtext.client.ondevice import MAX_CANDIDATES, answer_half, on_device_answer
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.report import aggregate
+from fl_privtext.report import aggregate, table
 from fl_privtext.server.ondevice_selection import choose
 
 CFG = {"privacy.mechanism": "none", "client.min-count": 1, "federation.num-clients": 1}
@@ -136,7 +136,9 @@ def test_plain_point_the_clients_choose_and_the_other_half_reports():
     test = np.flatnonzero(prep.roles == "test")
     halves = answer_half(prep.ds.user_index.reshape(-1)[test])
     assert sel["records"] == int((halves == 0).sum()) and od["num_test_records"] == int((halves == 1).sum())
-    res = aggregate(point, 1.0)["utility"]  # results.json: the clients' choice beside the per-upload one
+    full = aggregate(point, 1.0)
+    assert f"learner {od['learner']}, chosen by half of the test clients' answers" in table(full)  # the summary
+    res = full["utility"]  # results.json: the clients' choice beside the per-upload one
     assert res["on_device"]["learner"] == od["learner"] and res["on_device"]["selection"]["by"] == "clients"
     assert res["on_device"]["per_seed"][0]["candidates"] == sel["candidates"] and res["learner"] == \
         point["per_seed"][0]["utility"]["learner"]
