@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MODEL_KEYS", "check_model", "confusion", "mlp_logits", "on_device_counts", "summarize"]
+__all__ = ["MODEL_KEYS", "check_model", "confusion", "is_finite", "mlp_logits", "on_device_counts", "summarize"]
 
 MODEL_KEYS = ("mean", "std")  # plus weight_i / bias_i for i = 0 .. layers-1; optional "center" (server.center)
 APPLIED_TO = ("E[upload | x] on the client (the mechanism's noise-free mean: the clipped / normalised input for "
@@ -53,6 +53,11 @@ def check_model(params: dict[str, np.ndarray]) -> int:
                              f"(out, {width}) / (out,).")
         width = w.shape[0]
     return layers
+
+
+def is_finite(params: dict[str, np.ndarray]) -> bool:
+    """Whether every value of an exported model is finite (the client refuses any other; the server sends none)."""
+    return all(np.isfinite(np.asarray(v, np.float64)).all() for v in params.values())
 
 
 def mlp_logits(params: dict[str, np.ndarray], x: np.ndarray, batch_size: int = 8192) -> np.ndarray:

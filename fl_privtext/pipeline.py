@@ -306,11 +306,11 @@ OnDeviceRound = Callable[..., list[Any]]  # (model, rows per node, seed, stage="
 
 
 def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int, evaluate_round: OnDeviceRound,
-                   users_of: Callable[[np.ndarray], np.ndarray]) -> dict[str, Any]:
+                   users: np.ndarray) -> dict[str, Any]:
     """One seed of the on-device protocol; with ``trained.candidates`` (server.select-on = clients) in two stages:
     the select half of the test users chooses (`fl_privtext.server.ondevice_selection`), the report half
-    measures the chosen model. ``users_of(rows)``: the users of record ids (the server's accounting of who was
-    charged, by the public half rule). Keys starting with "_" are internal (charged rows, raw replies)."""
+    measures the chosen model. ``users``: the user of each record id (the server's accounting of who was charged,
+    by the public half rule). Keys starting with "_" are internal (charged rows, raw replies)."""
     from fl_privtext.client.ondevice import answer_half
     from fl_privtext.ondevice import summarize, summarize_private
 
@@ -322,7 +322,7 @@ def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int,
         for r in replies:
             if "answer" in r and r["node"] in requests:
                 rows = requests[r["node"]]
-                out.append((rows if half is None else rows[answer_half(users_of(rows)) == half], eps_of(r)))
+                out.append((rows if half is None else rows[answer_half(users[rows]) == half], eps_of(r)))
         return out
 
     t0 = time.perf_counter()
@@ -351,8 +351,7 @@ def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collect
     """The on-device protocol of every seed (`fl_privtext.ondevice`): ``evaluate_round`` ships the model to the
     test clients and returns their replies (randomized-response answers, `fl_privtext.client.ondevice`; refusals;
     confusion counts of an old client); the server debiases and sums them (`on_device_seed`)."""
-    users = prep.ds.user_index.reshape(-1)
-    return [on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, lambda rows: users[rows])
+    return [on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
             for c, t in zip(collected, trained, strict=True)]
 
 
@@ -552,7 +551,7 @@ def plain_on_device(prep: Prepared, cfg: ExperimentConfig, trained: Trained, req
     the driver's [client] section, the same stream as the Flower clients' (no ledger on these paths: their clients
     are the driver itself); a refusal is listed as the Flower path lists it."""
     from fl_privtext.client import Refused, client_generator, point_key
-    from fl_privtext.client.ondevice import on_device_answer
+    from fl_privtext.client.ondevice import on_device_answer, stage_keys
 
     assert trained.model is not None
     out: list[dict[str, Any]] = []
@@ -560,8 +559,7 @@ def plain_on_device(prep: Prepared, cfg: ExperimentConfig, trained: Trained, req
         if not cfg.client.on_device:
             out.append({"node": c, "refused": "refused: client.on-device = false"})
             continue
-        staged = () if stage == "all" else (stage,)  # the stream of guard.release_on_device
-        g = client_generator(cfg.run.client_seed, "on-device", *staged, point_key(cfg), seed, c)
+        g = client_generator(cfg.run.client_seed, "on-device", *stage_keys(stage), point_key(cfg), seed, c)
         model = list((trained.candidates or {}).values()) if stage == "select" else trained.model
         try:
             out.append({"node": c, "answer": on_device_answer(prep.client, c, model, cfg, cfg.client.count_epsilon,

@@ -112,8 +112,9 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     exports: dict[str, dict[str, np.ndarray]] | None = None
     if cfg.server.select_on == "clients":  # every candidate of the whole sum; the test clients choose (two stages)
         names = ["constant", "centroid"] + (["lda"] if layout.second else [])
-        exports = {n: (ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg)[0]
-                       ).export() for n in names}
+        fitted = {n: ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg)[0]
+                  for n in names}
+        exports = {n: m.export() for n, m in fitted.items()}
         name = learner_for("auto", layout)  # reported as the upload-side default; the clients' choice is
         rule = ("auto, chosen by the test clients' answers (server.select-on = clients, "  # utility.on_device.learner
                 "fl_privtext.server.ondevice_selection) among " + ", ".join(names))
@@ -124,8 +125,10 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
         name = learner_for(cfg.server.learner, layout)
         rule = f"server.learner = {cfg.server.learner}" + (" (one fold: lda when the second moment is in the sum, "
                                                            "else centroid)" if cfg.server.learner == "auto" else "")
-    if name == "constant":
-        model: Any = ConstantRule(*candidate_rule("constant", agg))
+    if exports is not None:  # fitted above with every candidate
+        model: Any = fitted[name]
+    elif name == "constant":
+        model = ConstantRule(*candidate_rule("constant", agg))
     else:
         model, name = fit_from_aggregate(name, agg)
     counts = agg.stats.counts
@@ -141,7 +144,7 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     }
     if exports is not None:
         utility["learner"] = "chosen on device"  # replaced by the clients' choice (run_secagg_point)
-    return Trained(utility, model.export(), majority, exports), agg
+    return Trained(utility, exports[name] if exports is not None else model.export(), majority, exports), agg
 
 
 def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound, evaluate_round: OnDeviceRound,
@@ -170,8 +173,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         test = prep.roles == "test"
         requests = {c: np.sort(np.asarray(rows)[test[np.asarray(rows)]]) for c, rows in enumerate(prep.shards)}
         requests = {c: r for c, r in requests.items() if len(r)}
-        users = prep.ds.user_index.reshape(-1)
-        od = pipeline.on_device_seed(trained, requests, seed, evaluate_round, users.__getitem__)
+        od = pipeline.on_device_seed(trained, requests, seed, evaluate_round, prep.ds.user_index.reshape(-1))
         replies = od.pop("_replies")
         od = {k: v for k, v in od.items() if not k.startswith("_") and k != "seconds"}
         od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.client.ledger import Ledger
-from fl_privtext.client.ondevice import on_device_answer, stage_rows
+from fl_privtext.client.ondevice import on_device_answer, stage_keys, stage_rows
 from fl_privtext.client.policy import ClientPolicy, PolicyEntry, Refused
 from fl_privtext.client.upload import (
     ClientData,
@@ -139,11 +139,10 @@ def release_on_device(data: ClientData, client: int, request: ExperimentConfig, 
     if not entry.client.on_device:
         raise Refused("this client does not answer on-device evaluation (client.on-device = false)")
     ledger = Ledger(state_dir, client, entry.scope)
-    staged = () if stage == "all" else (stage,)  # "all" keeps the key (and stream) it always had
-    key = _key("on-device", *staged, seed, point_key(cfg), data_key)  # the model is not in the key
+    key = _key("on-device", *stage_keys(stage), seed, point_key(cfg), data_key)  # the model is not in the key
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
-        g = client_generator(client_seed, "on-device", *staged, point_key(cfg), seed, client)
+        g = client_generator(client_seed, "on-device", *stage_keys(stage), point_key(cfg), seed, client)
         answer = on_device_answer(data, client, model, cfg, entry.client.count_epsilon, entry.client.min_count, g,
                                   features=features, stage=stage)
         return answer, data.user_of(stage_rows(data, client, stage)), entry.client.count_epsilon

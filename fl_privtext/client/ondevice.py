@@ -34,7 +34,7 @@ import numpy as np
 
 from fl_privtext.client.policy import Refused
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.ondevice import check_model, keep_probability, mlp_logits
+from fl_privtext.ondevice import check_model, is_finite, keep_probability, mlp_logits
 
 MAX_LAYERS = 2  # the server's learner: logistic regression (1 layer) or a one-hidden-layer MLP (2)
 MAX_CANDIDATES = 8  # select stage: the most models one request may name
@@ -62,7 +62,7 @@ def validate_model(model: dict[str, np.ndarray], in_width: int, num_classes: int
     if extra or layers > MAX_LAYERS or width != in_width or out != num_classes or model["std"].shape != (width,):
         raise Refused(f"the model's shape ({layers} layers, input {width}, output {out}, extra keys {extra}) is not "
                       f"the server learner's (<= {MAX_LAYERS} layers, input {in_width}, output {num_classes})")
-    if not all(np.isfinite(np.asarray(v, np.float64)).all() for v in model.values()):
+    if not is_finite(model):
         raise Refused("the model holds non-finite values")
 
 
@@ -72,6 +72,12 @@ def test_rows(data: Any, client: int) -> np.ndarray:
     if data.test is None:
         raise Refused("this client does not know which of its users are test users; no on-device answer")
     return rows[np.asarray(data.test, bool)[rows]]
+
+
+def stage_keys(stage: str) -> tuple[str, ...]:
+    """The stage's part of the answer's ledger key and noise stream: none for ``all`` (the key and stream it always
+    had), the stage's name otherwise. The Flower client (`guard.release_on_device`) and the plain loop share it."""
+    return () if stage == "all" else (stage,)
 
 
 def stage_rows(data: Any, client: int, stage: str = "all") -> np.ndarray:

@@ -185,8 +185,8 @@ def _models(msg: Message, stage: str) -> Any:
         if "model" not in records:
             raise Refused(f"an on-device {stage!r} request needs its ArrayRecord 'model'")
         return {k: a.numpy() for k, a in records["model"].items()}
-    names = sorted((k for k in records if k.startswith("model.")), key=lambda k: int(k.split(".", 1)[1]))
-    if not 1 <= len(names) <= MAX_CANDIDATES or names != [f"model.{i}" for i in range(len(names))]:
+    names = [f"model.{i}" for i in range(sum(k.startswith("model.") for k in records))]
+    if not 1 <= len(names) <= MAX_CANDIDATES or not set(names) <= set(records):
         raise Refused(f"a select request carries model.0 .. model.{{m-1}} with 1 <= m <= {MAX_CANDIDATES}; got "
                       f"{sorted(records)[:12]}")
     return [{k: a.numpy() for k, a in records[n].items()} for n in names]

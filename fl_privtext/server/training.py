@@ -17,6 +17,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.learn import MLPConfig, diverged
+from fl_privtext.ondevice import is_finite
 from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
 from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.selection import FOLDS, select
@@ -197,9 +198,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
             e["center"] = np.ones(1, np.float32)
         return e
 
+    exports = {n: export(m) for n, m in fitted.items()}  # server.select-on = clients: every candidate
     sendable: dict[str, dict[str, np.ndarray]] | None = None
-    if fitted:  # a head whose float32 export overflows would have every client refuse the whole select request
-        sendable = {n: e for n, e in ((n, export(m)) for n, m in fitted.items())
-                    if all(np.isfinite(v).all() for v in e.values())}
-        out["on_device_candidates_dropped"] = sorted(set(fitted) - set(sendable))  # not finite in float32
-    return Trained(out, export(model), int(values[counts.argmax()]), sendable)
+    if exports:  # a head whose float32 export overflows would have every client refuse the whole select request
+        sendable = {n: e for n, e in exports.items() if is_finite(e)}
+        out["on_device_candidates_dropped"] = sorted(set(exports) - set(sendable))  # not finite in float32
+    return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable)
