@@ -22,8 +22,8 @@ PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square",
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
-AGGREGATES = ("uploads", "secagg")
-SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
+AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
+SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model
 DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
@@ -253,7 +253,7 @@ class ServerConfig(MLPConfig):
     secagg_threshold: int = 0
     # which evidence chooses the on-device model among auto's candidates: uploads (cross-validation on the server's
     # uploads, server.selection) or clients (half of the test users answer, one randomized-response bit per record,
-    # for one candidate each; the other half reports the chosen one: fl_privtext.ondevice_selection)
+    # for one candidate each; the other half reports the chosen one: fl_privtext.server.ondevice_selection)
     select_on: str = "uploads"
 
     def __post_init__(self) -> None:

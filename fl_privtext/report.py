@@ -119,8 +119,8 @@ def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
         out["selection"] = {"by": "clients", "rule": runs[0]["selection"]["rule"],
                             "records": int(np.mean([r["selection"]["records"] for r in runs]))}
     out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"], **({"ci95": r["ci95"]} if "ci95" in r else {}),
-                        **({"learner": r["learner"], "candidates": r["selection"]["candidates"]} if "learner" in r
-                           else {})}
+                        **({"learner": r["learner"], "candidates": r["selection"]["candidates"],
+                            "dropped": r["selection"].get("dropped", [])} if "learner" in r else {})}
                        for s, r in zip(seeds, runs, strict=True)]
     return out
 

@@ -140,6 +140,7 @@ def test_plain_point_the_clients_choose_and_the_other_half_reports():
     assert f"learner {od['learner']}, chosen by half of the test clients' answers" in table(full)  # the summary
     res = full["utility"]  # results.json: the clients' choice beside the per-upload one
     assert res["on_device"]["learner"] == od["learner"] and res["on_device"]["selection"]["by"] == "clients"
+    assert res["on_device"]["per_seed"][0]["dropped"] == sel["dropped"] == []  # every export was finite
     assert res["on_device"]["per_seed"][0]["candidates"] == sel["candidates"] and res["learner"] == \
         point["per_seed"][0]["utility"]["learner"]
     # the privacy bill of the test users is that of the one-stage protocol
