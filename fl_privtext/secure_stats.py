@@ -27,7 +27,14 @@ from fl_privtext import metrics
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.report import json_number
-from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, learner_for, plain_sum, wants_second
+from fl_privtext.server.aggregate import (
+    Aggregate,
+    fit_from_aggregate,
+    learner_for,
+    plain_sum,
+    public_within,
+    wants_second,
+)
 from fl_privtext.server.aggregate_selection import ConstantRule, candidate_rule, select_from_folds
 from fl_privtext.server.training import Trained
 
@@ -70,15 +77,18 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     """The statistics the server asks for (public): classes, width (``privacy.proj-dim`` under a public projection,
     `fl_privtext.client.aggregate.stats_projection`), the second moment when its learner needs it, and for
     ``server.learner = auto`` two folds (public seed ``run.seed``) and the second moment: the model selection from
-    aggregates (`fl_privtext.server.aggregate_selection`)."""
+    aggregates (`fl_privtext.server.aggregate_selection`). With public data (``privacy.projection = pca``) no second
+    moment: lda and the selection take the public covariance (`fl_privtext.server.aggregate.public_within`)."""
     if cfg.privacy.projection != "none":
         dim = cfg.privacy.proj_dim
+    second = cfg.privacy.projection != "pca"
+    weight = SELECTION_SECOND_WEIGHT if second else 1.0
     if cfg.server.learner == "auto" and cfg.server.select_on == "uploads":
-        return StatsLayout(len(prep.ds.label_names), dim, True, folds=2, fold_seed=int(cfg.run.seed),
-                           second_weight=SELECTION_SECOND_WEIGHT)
+        return StatsLayout(len(prep.ds.label_names), dim, second, folds=2, fold_seed=int(cfg.run.seed),
+                           second_weight=weight)
     if cfg.server.learner == "auto":  # server.select-on = clients: ONE fold fits every candidate (no fold doubles
         # the noise), the second moment weighted as for the selection, so that lda is among the candidates
-        return StatsLayout(len(prep.ds.label_names), dim, True, second_weight=SELECTION_SECOND_WEIGHT)
+        return StatsLayout(len(prep.ds.label_names), dim, second, second_weight=weight)
     n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
     return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
 
@@ -104,25 +114,28 @@ def clipping_range(prep: Prepared, layout: StatsLayout, cfg: ExperimentConfig) -
     return max(n * math.sqrt(2.0), 1.0) + 12.0 * math.sqrt(total_var) + total_var + cfg.federation.num_clients
 
 
-def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, layout: StatsLayout) -> tuple[
-        Trained, Aggregate]:
-    """The server's model from one secure sum (and the sum as the server reads it)."""
+def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, layout: StatsLayout,
+                   public: np.ndarray | None = None) -> tuple[Trained, Aggregate]:
+    """The server's model from one secure sum (and the sum as the server reads it); ``public``: the public
+    covariance lda takes when the sum has no second moment (`fl_privtext.server.aggregate.public_within`)."""
     agg = Aggregate.of(total, layout)
+    if layout.second:
+        public = None
     candidates: dict[str, Any] = {}
     exports: dict[str, dict[str, np.ndarray]] | None = None
     if cfg.server.select_on == "clients":  # every candidate of the whole sum; the test clients choose (two stages)
-        names = ["constant", "centroid"] + (["lda"] if layout.second else [])
-        fitted = {n: ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg)[0]
+        names = ["constant", "centroid"] + (["lda"] if layout.second or public is not None else [])
+        fitted = {n: ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg, public)[0]
                   for n in names}
         exports = {n: m.export() for n, m in fitted.items()}
-        name = learner_for("auto", layout)  # reported as the upload-side default; the clients' choice is
+        name = learner_for("auto", layout, public is not None)  # reported as the upload-side default; the clients' choice is
         rule = ("auto, chosen by the test clients' answers (server.select-on = clients, "  # utility.on_device.learner
                 "fl_privtext.server.ondevice_selection) among " + ", ".join(names))
     elif layout.folds == 2 and cfg.server.learner == "auto":
-        name, candidates = select_from_folds(total, layout, seed=int(cfg.run.seed))
+        name, candidates = select_from_folds(total, layout, seed=int(cfg.run.seed), public=public)
         rule = "auto: two-fold cross-validation from aggregates (fl_privtext.server.aggregate_selection)"
     else:
-        name = learner_for(cfg.server.learner, layout)
+        name = learner_for(cfg.server.learner, layout, public is not None)
         rule = f"server.learner = {cfg.server.learner}" + (" (one fold: lda when the second moment is in the sum, "
                                                            "else centroid)" if cfg.server.learner == "auto" else "")
     if exports is not None:  # fitted above with every candidate
@@ -130,7 +143,7 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     elif name == "constant":
         model = ConstantRule(*candidate_rule("constant", agg))
     else:
-        model, name = fit_from_aggregate(name, agg)
+        model, name = fit_from_aggregate(name, agg, public)
     counts = agg.stats.counts
     truth = prep.ds.labels[prep.roles == "test"]
     majority = int(np.argmax(counts))
@@ -140,7 +153,9 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
         "num_train_uploads": 0, "num_test_uploads": 0, "fairness": {}, "diverged": [],
         "aggregate": {"contributors": agg.contributors, "noise_std": math.sqrt(agg.noise_var),
                       "second_moment": layout.second, "vector_size": layout.size, "folds": layout.folds,
-                      "dim": layout.dim, "projection": cfg.privacy.projection},
+                      "dim": layout.dim, "projection": cfg.privacy.projection,
+                      "covariance": ("second moment" if layout.second else "public data " +
+                                     cfg.privacy.public_data if public is not None else "none (centroid)")},
     }
     if exports is not None:
         utility["learner"] = "chosen on device"  # replaced by the clients' choice (run_secagg_point)
@@ -155,6 +170,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
 
     t_start = time.perf_counter()
     layout = layout_for(prep, cfg, dim)
+    public = None if layout.second else public_within(cfg, dim)
     need = min_contributors or cfg.server.secagg_threshold or cfg.federation.num_clients
     per_seed: list[dict[str, Any]] = []
     central: list[float] = []
@@ -165,7 +181,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         t0 = time.perf_counter()
         got = sum_round(seed, layout, need)
         t1 = time.perf_counter()
-        trained, agg = train_from_sum(prep, cfg, got.total, layout)
+        trained, agg = train_from_sum(prep, cfg, got.total, layout, public)
         eps = agg.epsilon(cfg.client.secagg_delta)
         randomness.add(agg.randomness)
         central.append(eps)

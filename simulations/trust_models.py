@@ -16,6 +16,12 @@ Writes docs/results/trust_models.md. Data and features as the frontier (`simulat
 - secure aggregation (``server.aggregate = secagg``): each client's noisy class statistics through Flower's
   SecAgg+, central epsilon T at delta 1e-5 (``client.secagg-epsilon``), every client required
   (``client.secagg-min-clients`` = 10).
+- secure aggregation + public data: the same, with the clients projecting onto the top 32 principal directions of
+  public rows before summing (``privacy.projection = pca``) and the server's lda taking the public rows' covariance
+  instead of a second moment in the sum (`fl_privtext.server.aggregate.public_within`). Public rows: blog = 10,000
+  posts of the corpus's bloggers who are NOT simulated (``privacy.public-data = blog:other-users``: unlabelled text of
+  the task's domain from people outside the federation); AG news = IMDB sentences (no in-domain rows remain: every
+  article is a simulated user).
 
 Every user keeps ONE record (``data.options.records_per_user = 1``: blog has 6,510 users in its 10,000 posts), so
 a user's release is one report under every trust model and T is the per-user epsilon of the training release. The
@@ -51,7 +57,10 @@ SPLITS = (0, 1, 2)
 DELTA = 1e-5
 STAGES = ("federation_s", "train_s", "on_device_s", "attack_s")  # the page's cost: traffic, training, answers, attack
 MODELS = ("no privacy", "local DP", "local DP + shuffler", "secure aggregation", "local DP, clients choose",
-          "secure aggregation, clients choose")
+          "secure aggregation, clients choose", "secure aggregation + public data",
+          "secure aggregation + public data, clients choose")
+PUBLIC = {"blog": "blog:other-users", "ag_news": "imdb"}  # the public rows of "+ public data" (module docstring)
+PUBLIC_DIM = 32
 CHOOSE = {"server.select-on": "clients"}  # the test clients choose the on-device model (server/ondevice_selection.py)
 COMMON: dict[str, Any] = {
     "extractor.name": "minilm", "run.seeds": 1, "run.client-seed": 918273645, "run.progress": False,
@@ -110,6 +119,10 @@ def points(data_root: str) -> dict[tuple[str, str, float, int], ExperimentConfig
                 out[(ds, "secure aggregation, clients choose", t, split)] = derive(
                     b, **{"privacy.mechanism": "none", "server.aggregate": "secagg", "client.secagg-epsilon": t,
                           **CHOOSE})
+                public = {"privacy.mechanism": "none", "server.aggregate": "secagg", "client.secagg-epsilon": t,
+                          "privacy.projection": "pca", "privacy.proj-dim": PUBLIC_DIM, "privacy.public-data": PUBLIC[ds]}
+                out[(ds, "secure aggregation + public data", t, split)] = derive(b, **public)
+                out[(ds, "secure aggregation + public data, clients choose", t, split)] = derive(b, **public, **CHOOSE)
     return out
 
 

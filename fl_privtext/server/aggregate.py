@@ -14,6 +14,12 @@ Learners (errors-in-variables: the sum's noise variance is known exactly from th
   their mean shrunk by the noise edge (`fl_privtext.server.learners._soft_spectrum`) whose error term includes
   the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric, sigma^2 per diagonal entry, sigma^2 / 2 per
   off-diagonal). At full shrinkage the rule IS the centroid's.
+- ``lda`` from PUBLIC data (``privacy.projection = pca``: the server holds the public rows the projection was fitted
+  on, `public_within`): the second moment is not asked for; the covariance is the public rows' total covariance in
+  the statistics' space (projected, unit-normalised; no public label is read), shrunk halfway to its mean eigenvalue
+  (`PUBLIC_SHRINK`). The total covariance (within + between) gives the same discriminant directions as the within-class
+  one up to a scale along the class-mean span (Fisher 1936; Hastie, Tibshirani & Friedman, ESL 4.3.3), and the
+  shrinkage bounds the amplification of the class means' added noise in the public data's weak directions.
 - ``auto``: the server asks for two folds of users (a public rule on the user id) and the second moment, and picks
   among constant, centroid and lda by two-fold cross-validation on the aggregates
   (`fl_privtext.server.aggregate_selection`; the constant is reported when nothing beats it). With one fold (a sum
@@ -34,7 +40,11 @@ from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, central_epsil
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.server.learners import LDA, Centroid, ClassStats, _soft_spectrum
 
-__all__ = ["Aggregate", "fit_from_aggregate", "learner_for", "wants_second"]
+__all__ = ["PUBLIC_SHRINK", "Aggregate", "fit_from_aggregate", "learner_for", "public_within", "wants_second"]
+
+# lda from public data: the public covariance C is used as (1 - a) C + a tr(C) / D I. Measured on blog 10k (MiniLM,
+# in-domain public rows 'blog:other-users', pca 32, central epsilon 1, docs/results/secagg_selection.md)
+PUBLIC_SHRINK = 0.5
 
 
 @dataclass(frozen=True)
@@ -90,10 +100,31 @@ class Aggregate:
         return central_epsilon(math.sqrt(self.noise_var), delta, self.layout.sensitivity)
 
 
+def public_within(cfg: ExperimentConfig, in_dim: int) -> np.ndarray | None:
+    """(D, D) covariance of the public rows as the statistics hold them (`stats_input` of the public projection:
+    projected, then unit-normalised), the server's covariance for lda without a second moment; None unless
+    ``privacy.projection = pca`` (the only projection fitted on public rows)."""
+    if cfg.privacy.projection != "pca":
+        return None
+    from fl_privtext.client.aggregate import stats_input, stats_projection
+    from fl_privtext.public import public_features
+
+    x = stats_input(public_features(cfg), stats_projection(cfg, in_dim))
+    return np.atleast_2d(np.cov(x, rowvar=False))
+
+
+def _shrunk_public(cov: np.ndarray) -> np.ndarray:
+    d = cov.shape[0]
+    return (1.0 - PUBLIC_SHRINK) * cov + PUBLIC_SHRINK * float(np.trace(cov)) / d * np.eye(d)
+
+
 def wants_second(learner: str, num_users: int, dim: int, cfg: ExperimentConfig) -> bool:
-    """Whether the server asks for the second moment: always for lda, never for centroid; for auto, when its
-    noise is resolvable (module docstring) at the clients' announced noise (``cfg.client``, the driver's view;
-    the clients use their own policy)."""
+    """Whether the server asks for the second moment: never with public data (``privacy.projection = pca``: lda
+    takes the public covariance) nor for centroid, else always for lda; for auto, when its noise is resolvable
+    (module docstring) at the clients' announced noise (``cfg.client``, the driver's view; the clients use their own
+    policy)."""
+    if cfg.privacy.projection == "pca":
+        return False
     if learner in ("lda", "centroid"):
         return learner == "lda"
     c = cfg.client
@@ -101,32 +132,41 @@ def wants_second(learner: str, num_users: int, dim: int, cfg: ExperimentConfig) 
     return 2.0 * sigma * math.sqrt(dim) / max(num_users, 1) < 1.0 / dim
 
 
-def learner_for(learner: str, layout: StatsLayout) -> str:
-    if learner == "lda" and not layout.second:
-        raise ValueError("server.learner = lda needs the second moment in the secure sum (StatsLayout.second).")
+def learner_for(learner: str, layout: StatsLayout, public: bool = False) -> str:
+    """The learner trained from a sum of ``layout`` (``public``: the server holds a public covariance)."""
+    if learner == "lda" and not (layout.second or public):
+        raise ValueError("server.learner = lda needs the second moment in the secure sum (StatsLayout.second) or "
+                         "public data (privacy.projection = pca).")
     if learner not in ("auto", "centroid", "lda"):
         raise ValueError(f"from aggregates the server can train auto, centroid or lda; got {learner!r}.")
-    return learner if learner != "auto" else ("lda" if layout.second else "centroid")
+    return learner if learner != "auto" else ("lda" if layout.second or public else "centroid")
 
 
-def fit_from_aggregate(learner: str, agg: Aggregate) -> tuple[Any, str]:
+def fit_from_aggregate(learner: str, agg: Aggregate, public: np.ndarray | None = None) -> tuple[Any, str]:
     """The fitted learner (``logits`` on unit-normalised records, ``export`` for on-device inference) and its
     name. The exported (clean) head is the learner's rule on `denoised_means` (errors-in-variables: the class means
     carry the known added noise; a raw noisy mean inflates ||m_k||^2 by d s_k^2, the most for the smallest
-    classes), with the within-class covariance (lda) or its trace (centroid) from the sum."""
-    name = learner_for(learner, agg.layout)
+    classes), with the within-class covariance (lda) or its trace (centroid) from the sum; lda without a second moment
+    takes the ``public`` covariance (`public_within`), shrunk (`PUBLIC_SHRINK`)."""
+    name = learner_for(learner, agg.layout, public is not None)
+    if public is not None and public.shape != (agg.layout.dim,) * 2:
+        raise ValueError(f"the public covariance is {public.shape}; the sum's records are {agg.layout.dim}-dimensional.")
     k, d = agg.layout.num_classes, agg.layout.dim
     st = agg.stats
     model: Any = (LDA if name == "lda" else Centroid)(num_classes=k, noise=np.zeros(d))
     model.stats = st
+    from_second = name == "lda" and agg.layout.second
     cov_error = (agg.stats_var * agg.layout.second_var * d * (d + 1) / 2 / max(st.n - k, 1.0) ** 2
-                 if name == "lda" else 0.0)
+                 if from_second else 0.0)
     model.cov_error = cov_error
     model._heads()  # both heads as for uploads; the clean one is replaced below
     m, lp = st.means, np.log(st.priors)
     sw = st.within()
-    if name == "lda":
+    if from_second:
         prec = np.linalg.inv(_soft_spectrum(sw, cov_error))  # (D, D): regularised for the added noise's error
+    elif name == "lda":
+        assert public is not None
+        prec = np.linalg.inv(_shrunk_public(public))
     else:
         prec = np.eye(d) * d / max(float(np.trace(sw)), 1e-12)
     m = denoised_means(agg)

@@ -19,7 +19,10 @@ errors-in-variables for the known noise of variance v per coordinate in the clas
 Accuracy_k = P(argmax(z + b) = k) by Monte Carlo from a public seed (common random numbers across candidates); the
 held-out accuracy is sum_k c_k accuracy_k / n. For the constant it is exactly fold b's share of fold a's majority
 class. Only K x K projections of fold b's moments enter, which keeps the criterion resolvable where the D x D second
-moment is not. What the model assumes: Gaussian class-conditional scores with a shared covariance (a projection of
+moment is not. Without the second moment in the sum (public data, ``privacy.projection = pca``:
+`fl_privtext.server.aggregate.public_within`) S_w is the public rows' total covariance: wider than the within-class one
+by the between-class part, so every candidate's held-out accuracy is understated alike (the constant's is exact).
+What the model assumes: Gaussian class-conditional scores with a shared covariance (a projection of
 D-dimensional embeddings onto K directions; the check is the on-device evaluation, which is exact).
 
 Decision (as on uploads): a learner is chosen only when its held-out accuracy, averaged over both directions, beats
@@ -63,25 +66,32 @@ class ConstantRule:
         return _linear_export(self.w, self.b)
 
 
-def candidate_rule(name: str, agg: Aggregate) -> tuple[np.ndarray, np.ndarray]:
-    """(W (K, D), b (K,)): the clean linear head of candidate ``name`` fitted on ``agg``."""
+def candidate_rule(name: str, agg: Aggregate, public: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(W (K, D), b (K,)): the clean linear head of candidate ``name`` fitted on ``agg`` (``public``: the public
+    covariance, `fl_privtext.server.aggregate.public_within`)."""
     k, d = agg.layout.num_classes, agg.layout.dim
     if name == "constant":
         return np.zeros((k, d)), np.log(agg.stats.priors)
-    model, _ = fit_from_aggregate(name, agg)
+    model, _ = fit_from_aggregate(name, agg, public)
     return np.asarray(model.w_clean, np.float64), np.asarray(model.b_clean, np.float64)
 
 
-def _score_model(w: np.ndarray, b: np.ndarray, counts: np.ndarray, sums: np.ndarray, second: np.ndarray,
-                 noise_var: float, z: np.ndarray) -> tuple[float, np.ndarray]:
-    """(held-out accuracy, per-class prediction shares (K, K): row k = the law of the predicted class of class k)."""
+def _score_model(w: np.ndarray, b: np.ndarray, counts: np.ndarray, sums: np.ndarray, second: np.ndarray | None,
+                 noise_var: float, z: np.ndarray, public: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """(held-out accuracy, per-class prediction shares (K, K): row k = the law of the predicted class of class k);
+    the within-class covariance from ``second``, else the ``public`` covariance."""
     k = len(counts)
     c = np.clip(counts, 1e-9, None)
     n = float(c.sum())
     u = sums @ w.T  # (K classes, K scores)
-    q = w @ second @ w.T
-    ww = w @ w.T
-    within = (q - (u.T / c) @ u + noise_var * ww * float((1.0 / c).sum())) / max(n - k, 1.0)
+    if second is None:
+        if public is None:
+            raise ValueError("scoring a held-out fold needs its second moment or a public covariance.")
+        within = w @ public @ w.T
+    else:
+        q = w @ second @ w.T
+        ww = w @ w.T
+        within = (q - (u.T / c) @ u + noise_var * ww * float((1.0 / c).sum())) / max(n - k, 1.0)
     within = (within + within.T) / 2
     lam, vec = np.linalg.eigh(within)
     root = vec * np.sqrt(np.clip(lam, 0.0, None))  # (K, K): within = root root^T (negative noise eigenvalues cut)
@@ -107,11 +117,13 @@ def held_out_accuracy(w: np.ndarray, b: np.ndarray, counts: np.ndarray, sums: np
     return _score_model(w, b, counts, sums, second, noise_var, z)[0]
 
 
-def _redraw(g: np.random.Generator, counts: np.ndarray, sums: np.ndarray, second: np.ndarray, v: float,
-            second_var: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _redraw(g: np.random.Generator, counts: np.ndarray, sums: np.ndarray, second: np.ndarray | None, v: float,
+            second_var: float) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """The fold's statistics with a fresh draw of the sum's noise law added (second moment: v second_var on the
     diagonal, half that off it: the law of the unscaled upper triangle, divided by the layout's weight)."""
     sd = math.sqrt(v)
+    if second is None:
+        return counts + g.normal(0.0, sd, counts.shape), sums + g.normal(0.0, sd, sums.shape), None
     d = second.shape[0]
     sm = sd * math.sqrt(second_var)
     e = np.triu(g.normal(0.0, sm / math.sqrt(2.0), (d, d)), 1)
@@ -120,13 +132,15 @@ def _redraw(g: np.random.Generator, counts: np.ndarray, sums: np.ndarray, second
 
 
 def select_from_folds(total: np.ndarray, layout: StatsLayout, *, seed: int = 0, alpha: float = ALPHA,
-                      redraws: int = REDRAWS, draws: int = DRAWS) -> tuple[str, dict[str, dict[str, Any]]]:
+                      redraws: int = REDRAWS, draws: int = DRAWS, public: np.ndarray | None = None
+                      ) -> tuple[str, dict[str, dict[str, Any]]]:
     """The learner ``auto`` picks from a two-fold secure sum (module docstring) and, per candidate, its held-out
     accuracy (mean of both directions), its advantage over the constant, that advantage's standard error and
-    whether it beats the constant. ``seed``: the public seed of the Monte-Carlo and bootstrap draws."""
-    if layout.folds != 2 or not layout.second:
+    whether it beats the constant. ``seed``: the public seed of the Monte-Carlo and bootstrap draws; ``public``:
+    the public covariance standing in for the second moment (`fl_privtext.server.aggregate.public_within`)."""
+    if layout.folds != 2 or not (layout.second or public is not None):
         raise ValueError("selection from aggregates needs a two-fold layout with the second moment "
-                         f"(StatsLayout(folds=2, second=True)); got {layout!r}.")
+                         f"(StatsLayout(folds=2, second=True)) or a public covariance; got {layout!r}.")
     names = ("constant", "centroid", "lda")
     k = layout.num_classes
     z = generator(int(seed), "aggregate-selection-draws", k).standard_normal((draws, k))
@@ -135,20 +149,19 @@ def select_from_folds(total: np.ndarray, layout: StatsLayout, *, seed: int = 0, 
     for fit in (0, 1):
         agg = Aggregate.of(total, layout, fold=fit)
         held = layout.split_fold(total, 1 - fit)
-        assert held[2] is not None
         v = agg.noise_var
-        rules = {n: candidate_rule(n, agg) for n in names}
+        rules = {n: candidate_rule(n, agg, public) for n in names}
         base: dict[str, float] = {}
         shares: dict[str, np.ndarray] = {}
         for n, (w, b) in rules.items():
-            base[n], shares[n] = _score_model(w, b, held[0], held[1], held[2], v, z)
+            base[n], shares[n] = _score_model(w, b, held[0], held[1], held[2], v, z, public)
             acc[n].append(base[n])
         g = generator(int(seed), "aggregate-selection-noise", fit)
         boot = {n: np.zeros(redraws) for n in names}
         for r in range(redraws):
             c2, s2, m2 = _redraw(g, held[0], held[1], held[2], v, layout.second_var)
             for n, (w, b) in rules.items():
-                boot[n][r] = _score_model(w, b, c2, s2, m2, v, z)[0]
+                boot[n][r] = _score_model(w, b, c2, s2, m2, v, z, public)[0]
         c = np.clip(held[0], 1e-9, None)
         n_users = max(float(c.sum()), 1.0)
         j = int(np.argmax(rules["constant"][1]))

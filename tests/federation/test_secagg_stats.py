@@ -112,6 +112,26 @@ def test_a_public_projection_reaches_the_clients_and_the_on_device_answers(cache
     assert plain["per_seed"][0]["utility"]["aggregate"]["dim"] == 4
 
 
+def test_public_data_replaces_the_second_moment_through_the_real_client_app(cache_dir, tmp_path, monkeypatch,
+                                                                           data_root):
+    """privacy.projection = pca on the secagg path: the server asks for no second moment (a smaller sensitivity)
+    and its lda and two-fold selection take the public rows' covariance; the Flower path and the plain loop agree."""
+    cfg = _cfg(cache_dir, **{"run.client-seed": 5, "server.learner": "auto", "privacy.projection": "pca",
+                             "privacy.proj-dim": 8, "privacy.public-data": "imdb", "data.root": str(data_root),
+                             "client.secagg-epsilon": 1000.0})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")
+    point, _grid, prep = _serve(cfg, tmp_path, monkeypatch)
+    u = point["per_seed"][0]["utility"]
+    agg = u["aggregate"]
+    assert agg["dim"] == 8 and agg["folds"] == 2 and not agg["second_moment"]
+    assert agg["covariance"] == "public data imdb" and set(u["candidates"]) == {"constant", "centroid", "lda"}
+    assert point["privacy"]["central"]["sensitivity"] == pytest.approx(2.0)  # counts and sums only
+    plain = run_plain_secagg(cfg, prep, state_dir=str(tmp_path / "plain"))["per_seed"][0]["utility"]
+    assert plain["learner"] == u["learner"]  # the same selection, up to SecAgg+'s rounding of the sum
+    for name, c in u["candidates"].items():
+        assert plain["candidates"][name]["accuracy"] == pytest.approx(c["accuracy"], abs=1e-3)
+
+
 def test_the_clients_choose_through_the_real_client_app_as_in_the_plain_loop(cache_dir, tmp_path, monkeypatch):
     """server.select-on = clients on the secure path: one fold with the second moment, then the select and report
     stages through the real ClientApp's query.evaluate; the same choice and answers as the plain loop."""
