@@ -105,7 +105,8 @@ class PrivacyConfig:
     projection: str = "none"  # none | random | pca
     proj_dim: int = 0  # k, the projected width (0 = no projection)
     proj_seed: int = 0  # PUBLIC seed of the random projection
-    public_data: str = ""  # pca: the public dataset (disjoint from every simulated user) the PCA is fitted on
+    public_data: str = ""  # pca: the public dataset (disjoint from every simulated user) the PCA is fitted on, or
+    # "NAME:other-users" (NAME = data.name): that corpus's rows by users who are not simulated (fl_privtext/public.py)
     sphere_map: str = "round"  # round (unbiased for the ball) | normalise: how inputs reach the unit sphere
 
     def __post_init__(self) -> None:

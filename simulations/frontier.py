@@ -80,7 +80,18 @@ LINES: dict[str, tuple[str, dict[str, Any]]] = {
     # the test clients choose the on-device model (server.select-on = clients: half the test users choose by
     # randomized-response answers, the other half reports; the cell's learner is then the clients' choice)
     "privunitg, clients choose": ("privunitg", {"server.select-on": "clients"}),
+    # the projection fitted on IN-DOMAIN public rows: the corpus's posts by bloggers who are not simulated
+    # (privacy.public-data = blog:other-users); AG news has none left (every article is a simulated user)
+    "privunitg + pca 32, in-domain public": ("privunitg", {"privacy.projection": "pca", "privacy.proj-dim": 32}),
+    "privunitg + pca 32, in-domain public, clients choose": ("privunitg", {
+        "privacy.projection": "pca", "privacy.proj-dim": 32, "server.select-on": "clients"}),
 }
+IN_DOMAIN: dict[str, str] = {"blog": "blog:other-users"}  # data set -> its in-domain public rows
+
+
+def lines_for(ds: str) -> list[str]:
+    """The lines drawn for data set ``ds`` (an in-domain public line only where in-domain public rows exist)."""
+    return [label for label in LINES if "in-domain" not in label or ds in IN_DOMAIN]
 PUBLISHED: dict[str, tuple[str, dict[str, Any], tuple[float, ...]]] = {  # label -> (mechanism, sets, nominal eps)
     "OME (published, lam 100)": ("ome", {"privacy.lam": 100.0}, (1.0, 10.0)),
     "laplace-dpnr (published)": ("laplace-dpnr", {}, (0.1, 1.0)),
@@ -123,10 +134,12 @@ def points(data_root: str) -> dict[tuple[str, str, float], ExperimentConfig]:
     for ds in DATASETS:
         b = base(ds, data_root)
         out[(ds, "no privacy", math.inf)] = derive(b, **{"privacy.mechanism": "none"})
-        for label, (mech, sets) in LINES.items():
+        for label in lines_for(ds):
+            mech, sets = LINES[label]
             extra = dict(sets)
             if extra.get("privacy.projection") == "pca":
-                extra["privacy.public-data"] = DATASETS[ds]["privacy.public-data"]
+                extra["privacy.public-data"] = (IN_DOMAIN[ds] if "in-domain" in label else
+                                                DATASETS[ds]["privacy.public-data"])
             cfg = derive(b, **{"privacy.mechanism": mech, **extra})
             for eps in TRUE_EPS:
                 out[(ds, label, eps)] = at_true_epsilon(cfg, eps)
@@ -227,7 +240,7 @@ def summarize(data_root: str) -> str:
                          f"majority {100 * clear['utility']['majority_baseline']:.1f}.\n")
         header = ["mechanism"] + [f"true ε {eps_str(e)}" for e in TRUE_EPS]
         rows = []
-        for label in LINES:
+        for label in lines_for(ds):
             row = [label]
             for eps in TRUE_EPS:
                 r = done.get((label, eps))
@@ -254,7 +267,7 @@ def summarize(data_root: str) -> str:
                         + " points over the majority)" if leak else " (the majority)") + ".\n")
         attrs = sorted({a for r in done.values() for a in r.get("attacks", {})})
         arows = []
-        for label in ["no privacy", *LINES]:
+        for label in ["no privacy", *lines_for(ds)]:
             for eps in ([math.inf] if label == "no privacy" else TRUE_EPS):
                 r = done.get((label, eps))
                 if r is None:
