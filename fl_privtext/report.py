@@ -331,6 +331,9 @@ def _total_label(p: dict[str, Any]) -> str:
     central = p.get("central")
     if isinstance(central, dict) and central.get("via") == "shuffle":
         return "(against the server: central + on-device" + (" + Phase A central)" if "central_phase_a" in p else ")")
+    if isinstance(central, dict) and central.get("via") == "secagg" and p.get("mechanism") == "secagg-gaussian-sum":
+        return ("(against the server: the secure sums' central epsilon" + (" + Phase A's" if "central_phase_a" in p
+                                                                           else "") + "; on-device users apart)")
     if isinstance(central, dict) and central.get("via") == "secagg":
         return "(basic: uploads' local epsilon + Phase A's central epsilon against the server)"
     return "(basic)"
@@ -401,12 +404,16 @@ def table(results: dict[str, Any]) -> str:
                      f"{first['kind']}: {str(first['reason'])[:120]}); {faults['records_not_received']} record "
                      f"upload(s) missing, {faults['num_users_not_heard_from']} user(s) not heard from")
     base = results.get("baseline_no_privacy")
-    if u.get("available"):
+    if u.get("available") and p.get("mechanism") == "secagg-gaussian-sum":  # no uploads: on device only
+        lines.append(f"task (the server's model from the secure sum of class statistics, learner "
+                     f"{u.get('learner', '-')}): measured on device only, no test uploads (below)")
+    elif u.get("available"):
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
         lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
                      f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
                      f"{clear}) [per-upload: the server classifies noisy test uploads; learner "
                      f"{u.get('learner', 'mlp')}]")
+    if u.get("available"):
         od = u.get("on_device", {})
         if od.get("available"):
             bod = (base or {}).get("utility", {}).get("on_device", {})

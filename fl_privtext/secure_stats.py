@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext import metrics
+from fl_privtext.accounting import phase_a_report
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.report import json_number
@@ -163,9 +164,13 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
 
 
 def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound, evaluate_round: OnDeviceRound,
-                     *, dim: int, min_contributors: int | None = None) -> dict[str, Any]:
+                     *, dim: int, min_contributors: int | None = None,
+                     training: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every seed of the point through ``sum_round`` (the secure sum) and ``evaluate_round`` (on-device); the
-    result in the served-point format `fl_privtext.report.aggregate` reads, plus ``privacy.central``."""
+    result in the served-point format `fl_privtext.report.aggregate` reads, plus ``privacy.central``.
+    ``training``: Phase A's summary when it ran first (its encoder's r(x) is what the sums hold); its users (the
+    non-test users, as on the uploads path) are charged its central epsilon against the server under train.secagg
+    with client-side noise, else inf (updates in the clear), composed with the sums' by basic composition."""
     from fl_privtext import pipeline
 
     t_start = time.perf_counter()
@@ -212,6 +217,11 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
     worst = max(central)
     od_eps = max(od_charged, default=0.0)  # a test user is in one answer per seed
     od_eps *= cfg.run.seeds
+    phase_a = cfg.train.rounds > 0
+    pa_central = (training or {}).get("central") if phase_a else None
+    pa = phase_a_report(pa_central) if phase_a else None
+    pa_eps, pa_delta = (float(pa.epsilon_worst_case), float(pa.delta)) if pa is not None else (0.0, 0.0)
+    stats_total = math.fsum(central) + pa_eps  # the non-test users: Phase A, then the sums
     privacy = {
         "mechanism": "secagg-gaussian-sum", "epsilon_nominal": c.secagg_epsilon, "epsilon_worst_case":
         json_number(worst), "delta": c.secagg_delta,
@@ -220,13 +230,23 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
                     "neighbouring": "user-level replacement (all records of one user)",
                     "accountant": "analytic Gaussian (Balle & Wang 2018) of the sum's actual noise: the "
                                   "contributors' share variances (dropouts reduce it)"},
-        "composition": {"per_user": {
-            "max_epsilon_total": json_number(max(math.fsum(central), od_eps)),
+        "composition": {"labels": "inside the noisy secure sums (no label leaves a client on its own)", "per_user": {
+            "max_epsilon_worst_case": json_number(math.fsum(central)),  # the sums' central epsilon, all repetitions
+            "max_epsilon_on_device": json_number(od_eps),
+            **({"max_epsilon_phase_a": json_number(pa_eps)} if phase_a else {}),
+            "max_epsilon_total": json_number(max(stats_total, od_eps)),
+            "max_delta_total": c.secagg_delta * len(central) + pa_delta,
             "guarantee": ("central (epsilon, delta) against the server via secagg, composed over repetitions "
                           "(basic composition; delta adds up) for train and aux users; test users are not in the "
-                          "statistics and spend only the on-device answers' local epsilon; the max over both")}},
+                          "statistics and spend only the on-device answers' local epsilon; the max over both"
+                          + ("" if not phase_a else "; Phase A's " + (
+                              "central epsilon against the server via secagg (privacy.central_phase_a) added for the "
+                              "non-test users" if pa_central is not None else
+                              "updates reached the server in the clear (inf) for the non-test users")))}},
         "randomness": randomness.pop() if len(randomness) == 1 else "mixed",
     }
+    if pa_central is not None:
+        privacy["central_phase_a"] = dict(pa_central)
     dataset = {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                "synthetic": prep.ds.name in pipeline.SYNTHETIC_DATASETS,
                "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}}
@@ -234,6 +254,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
             "privacy": privacy, "faults": {}, "dataset": dataset, "placement": {},
             "extractor_identity": prep.extractor.identity() if prep.extractor is not None else {},
             "attacks_note": ATTACKS_NOTE, "server_s": time.perf_counter() - t_start,
+            **({"training": training} if training is not None else {}),
             "protocol": "on-device: the model from the secure sum applied by the test clients (no test uploads)"}
 
 
@@ -245,6 +266,9 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
     from fl_privtext import pipeline
     from fl_privtext.client import ClientPolicy
 
+    if cfg.train.rounds > 0:
+        raise ValueError("Phase A (train.rounds > 0) runs through Flower only: `fl-privtext run` (the plain secure-"
+                         "aggregation loop sums the cached extractor's features).")
     prep = prep or pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
     assert prep.features is not None
     policy = ClientPolicy.from_points([cfg])

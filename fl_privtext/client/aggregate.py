@@ -320,7 +320,8 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
     key = _key("secagg-stats", seed, point_key(cfg), layout, mine.secagg_min_clients, data_key)
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
-        proj = stats_projection(cfg, int(data.features.shape[1])) if data.features is not None else None
+        proj = (None if cfg.privacy.projection == "none" or data.features is None else
+                stats_projection(cfg, int(data.features.shape[1])))
         clean, users = client_statistics(data, client, layout, proj)
         g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client, str(layout),
                              mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Context, Message
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 
 from fl_privtext.client import client_seed_from, policy_from, state_dir_from
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics
@@ -34,6 +34,13 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     data = _data_for(msg, cfg)
+    data_key = ""
+    if "encoder" in msg.content.array_records:  # Phase A ran: the statistics of the trained encoder's r(x)
+        from fl_privtext.federation.replies import array_digest
+        from fl_privtext.federation.train_handlers import encoded_client_data
+
+        data = encoded_client_data(data, msg, cfg)
+        data_key = array_digest(msg.content.array_records["encoder"])
     layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]),  # type: ignore[arg-type]
                          int(task.get("folds", 1)), int(task.get("fold-seed", 0)),  # type: ignore[arg-type]
                          float(task.get("second-weight", 1.0)))  # type: ignore[arg-type]
@@ -41,24 +48,27 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     vec, _charged = release_statistics(
         data, client, cfg, int(task["seed"]), layout=layout,  # type: ignore[arg-type]
         min_contributors=int(task["min-contributors"]), epsilon=float(task["epsilon"]),  # type: ignore[arg-type]
-        policy=policy_from(nc), state_dir=state_dir_from(nc), client_seed=client_seed_from(nc))
+        policy=policy_from(nc), state_dir=state_dir_from(nc), client_seed=client_seed_from(nc), data_key=data_key)
     return vec
 
 
 SECAGG_TASKS[TASK] = stats_vector
 
 
-def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = ""
-                     ) -> Callable[[int, StatsLayout, int], Any]:
+def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = "",
+                     encoder: ArrayRecord | None = None) -> Callable[[int, StatsLayout, int], Any]:
     """The transport of `fl_privtext.secure_stats.run_secagg_point` over SecAgg+: the request carries the point's
-    config and the task record; SecAgg+'s reconstruction threshold is the number of contributors promised (Flower
+    config and the task record (and Phase A's ``encoder``, whose r(x) the clients then sum); SecAgg+'s reconstruction threshold is the number of contributors promised (Flower
     needs it below ``num_shares`` = every node: at most n - 1), so the protocol halts below it; the server also
     refuses to use a sum with fewer contributors than promised (an honest-but-curious server keeps its promise)."""
     from fl_privtext.federation.server_app import _query
     from fl_privtext.secure_stats import SumResult, clipping_range, stats_request
 
     def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
-        content = _query(cfg, snapshot, **{RECORD: ConfigRecord(stats_request(cfg, seed, layout, need))})
+        records: dict[str, Any] = {RECORD: ConfigRecord(stats_request(cfg, seed, layout, need))}
+        if encoder is not None:
+            records["encoder"] = encoder
+        content = _query(cfg, snapshot, **records)
         out = secure_sum(grid, nodes, TASK, content, clipping_range=clipping_range(prep, layout, cfg),
                          num_shares=len(nodes), reconstruction_threshold=max(2, min(need, len(nodes) - 1)),
                          timeout=cfg.federation.round_timeout or None)
@@ -76,22 +86,34 @@ def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *
     the federation runs); returns the (already done) computation as a job like `server_app.serve_point`."""
     from fl_privtext import pipeline
     from fl_privtext.federation.server_app import evaluate_on_device
+    from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
     from fl_privtext.secure_stats import run_secagg_point
 
-    if cfg.train.rounds > 0:
-        raise ValueError("server.aggregate = secagg sums the cached extractor's statistics: Phase A (train.rounds > 0) "
-                         "is not supported with it yet; set train.rounds = 0 or server.aggregate = uploads.")
+    if cfg.train.rounds > 0 and cfg.privacy.projection != "none":
+        raise ValueError("server.aggregate = secagg after Phase A sums the trained encoder's r(x); a public projection "
+                         "(privacy.projection) is fitted to the frozen extractor's features: set privacy.projection "
+                         "= none or train.rounds = 0.")
     t0 = time.perf_counter()
     prep = pipeline.prepare(cfg, features="none")  # users, roles and shards; never texts or features
-    dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
+    encoder: ArrayRecord | None = None
+    phase_b: Any = grid
+    if cfg.train.rounds > 0:  # Phase A first; the secure sums and the on-device queries then carry its encoder
+        training = train_phase(grid, cfg)
+        encoder = training.pop("encoder_arrays")
+        phase_b = InjectingGrid(grid, {"encoder": encoder})
+        dim = encoder_out_dim(cfg)
+    else:
+        training = training_off(cfg)
+        dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
 
     def evaluate_round(trained: Any, requests: dict[int, np.ndarray], seed: int, stage: str = "all") -> list[Any]:
         # the server does not know which node holds which partition (no uploads, no row ids): the model goes to
         # every node, each answers for all its test users or refuses (fewer than client.min-count of them)
         del requests
-        return evaluate_on_device(grid, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot, seed,
-                                  stage)
+        return evaluate_on_device(phase_b, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot,
+                                  seed, stage)
 
-    point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot), evaluate_round, dim=dim)
+    point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot, encoder), evaluate_round,
+                             dim=dim, training=training)
     point["server_s"] = time.perf_counter() - t0
     return lambda: point

@@ -244,6 +244,16 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False
     }
 
 
+def encoder_out_dim(cfg: ExperimentConfig) -> int:
+    """The width of Phase A's r(x) (public: the server builds the same model, `train_phase`)."""
+    from fl_privtext import pipeline
+    from fl_privtext.encoders import build_model
+    from fl_privtext.encoders.model import spec_from
+
+    prep = pipeline.prepare(cfg, features="none")
+    return build_model(cfg.train, spec_from(prep), rng.torch_generator(cfg.run.seed, "train-init")).out_dim
+
+
 def training_off(cfg: ExperimentConfig) -> dict[str, Any]:
     """results.json ``training`` when Phase A is off (train.rounds = 0)."""
     return {"enabled": False, "rounds": 0, "defense": cfg.train.defense, "encoder": cfg.train.encoder,

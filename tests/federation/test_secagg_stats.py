@@ -132,6 +132,42 @@ def test_public_data_replaces_the_second_moment_through_the_real_client_app(cach
         assert plain["candidates"][name]["accuracy"] == pytest.approx(c["accuracy"], abs=1e-3)
 
 
+PHASE_A = {"train.rounds": 2, "train.hidden": 16, "train.batch-size": 64, "train.secagg": True,
+           "train.dp-mode": "client", "train.dp-clip": 0.5, "train.dp-noise-multiplier": 4.0,
+           "client.max-epsilon": 50.0}
+
+
+def test_phase_a_then_the_secure_sum_of_the_trained_encoders_statistics(cache_dir, tmp_path, monkeypatch):
+    """Phase A through SecAgg+ with client-side noise, then Phase B as one secure sum: the sum holds the trained
+    encoder's r(x) (the layout's width is train.hidden, not the extractor's), the test clients answer with the same
+    encoder, and the non-test users are charged both central epsilons against the server."""
+    cfg = _cfg(cache_dir, **{"run.client-seed": 5, "server.learner": "centroid", **PHASE_A})
+    monkeypatch.setenv(CLIENT_SEED_ENV, "5")
+    point, grid, _prep = _serve(cfg, tmp_path, monkeypatch)
+    res = aggregate(point, 0.0)
+    assert point["training"]["enabled"] and point["training"]["rounds"] == 2
+    seed0 = point["per_seed"][0]["utility"]
+    assert seed0["aggregate"]["dim"] == 16 and seed0["aggregate"]["contributors"] == len(NODES)
+    assert res["utility"]["on_device"]["available"] and 0 <= res["utility"]["accuracy"] <= 1
+    pa, pb = res["privacy"]["central_phase_a"], res["privacy"]["central"]
+    assert pa["via"] == pb["via"] == "secagg" and pa["against"] == pb["against"] == "server"
+    per_user = res["privacy"]["composition"]["per_user"]
+    assert per_user["max_epsilon_total"] == pytest.approx(pa["epsilon"] + pb["epsilon"])
+    assert per_user["max_delta_total"] == pytest.approx(pa["delta"] + pb["delta"])
+    # the masked-vector requests carried the encoder (the clients summed r(x), not the cached features)
+    sent = [m for m in grid.sent if "stats-task" in m.content.config_records]
+    assert sent and all("encoder" in m.content.array_records for m in sent)
+
+
+def test_phase_a_with_a_projection_or_in_the_plain_loop_is_refused(cache_dir, tmp_path, monkeypatch):
+    cfg = _cfg(cache_dir, **PHASE_A)
+    with pytest.raises(ValueError, match="runs through Flower only"):
+        run_plain_secagg(cfg)
+    projected = _cfg(cache_dir, **PHASE_A, **{"privacy.projection": "random", "privacy.proj-dim": 4})
+    with pytest.raises(ValueError, match="set privacy.projection = none or train.rounds = 0"):
+        _serve(projected, tmp_path, monkeypatch)
+
+
 def test_the_clients_choose_through_the_real_client_app_as_in_the_plain_loop(cache_dir, tmp_path, monkeypatch):
     """server.select-on = clients on the secure path: one fold with the second moment, then the select and report
     stages through the real ClientApp's query.evaluate; the same choice and answers as the plain loop."""
