@@ -23,6 +23,7 @@ import numpy as np
 
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.projection import PublicProjection, fit_pca
+from fl_privtext.rng import generator
 
 if TYPE_CHECKING:
     from fl_privtext.data.schema import TextDataset
@@ -69,7 +70,7 @@ def public_dataset(cfg: ExperimentConfig) -> TextDataset:
         raise ValueError(f"privacy.public-data = {name!r}: {len(rows)} rows of {base!r} are by users who are not "
                          "simulated; a PCA needs at least 2 (lower data.options.max_rows).")
     if len(rows) > OTHER_USERS_MAX_ROWS:
-        rows = np.sort(np.random.default_rng(0).choice(rows, OTHER_USERS_MAX_ROWS, replace=False))
+        rows = np.sort(generator(0, "public-other-users").choice(rows, OTHER_USERS_MAX_ROWS, replace=False))
     return full.select(rows, name=f"{base}-{OTHER_USERS}")
 
 
