@@ -327,9 +327,10 @@ def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int,
 
     t0 = time.perf_counter()
     if trained.candidates:
-        names = list(trained.candidates)
-        picked = evaluate_round(trained, requests, seed, "select")
-        chosen, selection = choose(picked, names)
+        const = trained.constant_estimate  # the server's own estimate: the constant is not sent
+        sent = {n: m for n, m in trained.candidates.items() if const is None or n != "constant"}
+        picked = evaluate_round(replace(trained, candidates=sent), requests, seed, "select") if sent else []
+        chosen, selection = choose(picked, list(sent), constant=const)
         selection["dropped"] = trained.utility.get("on_device_candidates_dropped", [])  # export not finite
         replies = evaluate_round(replace(trained, model=trained.candidates[chosen]), requests, seed, "report")
         result = {**summarize_private(replies), "learner": chosen, "selection": selection}

@@ -37,6 +37,7 @@ from fl_privtext.server.aggregate import (
     wants_second,
 )
 from fl_privtext.server.aggregate_selection import ConstantRule, candidate_rule, select_from_folds
+from fl_privtext.server.ondevice_selection import constant_from_counts
 from fl_privtext.server.training import Trained
 
 if TYPE_CHECKING:
@@ -129,6 +130,8 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
         fitted = {n: ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg, public)[0]
                   for n in names}
         exports = {n: m.export() for n, m in fitted.items()}
+        n_users = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
+        constant = constant_from_counts(agg.stats.counts, agg.stats_var, n_users)  # not sent: the server's own
         name = learner_for("auto", layout, public is not None)  # reported as the upload-side default; the clients' choice is
         rule = ("auto, chosen by the test clients' answers (server.select-on = clients, "  # utility.on_device.learner
                 "fl_privtext.server.ondevice_selection) among " + ", ".join(names))
@@ -160,7 +163,8 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     }
     if exports is not None:
         utility["learner"] = "chosen on device"  # replaced by the clients' choice (run_secagg_point)
-    return Trained(utility, exports[name] if exports is not None else model.export(), majority, exports), agg
+    return Trained(utility, exports[name] if exports is not None else model.export(), majority, exports,
+                   constant if exports is not None else None), agg
 
 
 def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound, evaluate_round: OnDeviceRound,

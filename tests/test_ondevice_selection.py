@@ -164,3 +164,52 @@ def test_secure_sum_point_fits_on_one_fold_and_the_clients_choose():
     assert u["learner"] == u["on_device"]["learner"] and set(sel["candidates"]) >= {"constant", "centroid"}
     assert u["accuracy"] == u["on_device"]["accuracy"]
     assert u["learner"] != "constant"
+
+
+def test_the_servers_estimate_of_the_constant_from_labels_is_unbiased_within_its_standard_error():
+    from fl_privtext.server.ondevice_selection import constant_from_labels
+
+    g = np.random.default_rng(3)
+    k, n, share = 4, 20000, np.array([0.4, 0.3, 0.2, 0.1])
+    y = g.choice(k, n, p=share)
+    clear = constant_from_labels(y, k, 0.0, n)
+    assert clear["class"] == 0 and clear["accuracy"] == pytest.approx((y == 0).mean())
+    assert clear["se"] == pytest.approx(np.sqrt(0.4 * 0.6 / n), rel=0.02)  # closed form, labels in the clear
+    # through k-ary randomized response at epsilon 1: debiased, its stated se matches the spread over repetitions
+    eps = 1.0
+    keep = np.exp(eps) / (np.exp(eps) + k - 1)
+    ests, ses = [], []
+    for _ in range(200):
+        y = g.choice(k, 2000, p=share)
+        flip = g.random(2000) >= keep
+        noisy = np.where(flip, (y + g.integers(1, k, 2000)) % k, y)  # a uniformly drawn OTHER label
+        e = constant_from_labels(noisy, k, eps, 2000)
+        ests.append(e["accuracy"] if e["class"] == 0 else np.nan)
+        ses.append(e["se"])
+    ests = np.asarray(ests)
+    assert np.isnan(ests).mean() < 0.05  # the majority class is found
+    assert abs(np.nanmean(ests) - 0.4) < 3 * np.mean(ses) / np.sqrt(200)
+    assert np.nanstd(ests) == pytest.approx(np.mean(ses), rel=0.15)
+    # known-bad: ignoring the label RR (epsilon 0) shrinks the share toward 1/k
+    assert constant_from_labels(noisy, k, 0.0, 2000)["accuracy"] < 0.4 - 0.05
+
+
+def test_the_constant_scored_by_the_server_resolves_what_the_clients_alone_could_not():
+    from fl_privtext.server.ondevice_selection import constant_from_labels
+
+    data = _data(600)  # ~150 select records per candidate
+    names = ["constant", "perfect", "wrong"]
+    half = _linear(np.array([[0.0, 0, 0], [0.0, 0, 0]]), np.array([0.0, 1.0]))  # = the constant (share ~0.5)
+    labels = np.random.default_rng(9).integers(0, 2, 5000)  # the training users' labels: the same 50/50 law
+    server = constant_from_labels(labels, 2, 0.0, 5000)
+    with_server = [choose(_replies(data, [PERFECT, WRONG], 0.25, s), ["perfect", "wrong"], constant=server)[0]
+                   for s in range(40)]
+    clients_only = [choose(_replies(data, [CONSTANT, PERFECT, WRONG], 0.25, s), names)[0] for s in range(40)]
+    assert with_server.count("perfect") >= clients_only.count("perfect") + 6, (with_server, clients_only)
+    # calibration under the null: candidates that ARE the constant are picked <= ~5% of the time (each repetition a
+    # fresh sample of test users: the estimates' standard errors include the users' sampling)
+    null = [choose(_replies(_data(600, seed=s), [half, half], 1.0, s), ["a", "b"], constant=server)[0]
+            for s in range(200)]
+    assert sum(p != "constant" for p in null) <= 20
+    with pytest.raises(ValueError, match="must not be among"):
+        choose(_replies(data, [CONSTANT, PERFECT], 1.0, 0), ["constant", "perfect"], constant=server)

@@ -16,10 +16,22 @@ users answer for it: the reported on-device accuracy never comes from the record
 record releases one bit at count-epsilon in the stage of its half, as in the single-stage protocol; no training
 user pays anything more.
 
+The constant is not asked about: its accuracy is the share of its class, which the server already estimates from
+the labels it holds (`constant_from_labels`: the training uploads' labels, debiased through the label-RR matrix when
+label RR is on; `constant_from_counts`: a secure sum's noisy class counts), with a standard error from the users'
+binomial sampling (and the label RR's or the sum's noise). No answer is spent on it, so each of the m - 1 other
+candidates is judged on (select records) / (m - 1), and the comparison's variance loses the constant's randomized-
+response term, the largest one (at count-epsilon 1 one record's RR answer has a standard deviation of ~0.96, a
+label share over n users ~0.5 / sqrt(n)). Measured on the frontier before this (the constant answered by the clients
+too): blog, PrivUnitG + in-domain PCA at true epsilon 16, the clients' estimate of the constant came out 0.39
++- 0.08 (true share ~0.27) and the centroid's 0.62 +- 0.07 was not separated from it (z = 2.1 < 2.24): the clients
+kept the constant.
+
 Decision (as on uploads): a candidate is chosen only when its estimated accuracy beats the constant's by more than z
-standard errors (one-sided 95%, Bonferroni over the candidates tried; the two estimates come from disjoint records,
-so their variances add: the randomized response's and the records' binomial sampling); among those that pass, the
-highest estimate wins; otherwise the constant, and ``selection.candidates`` says that nothing beat it.
+standard errors (one-sided 95%, Bonferroni over the candidates tried; the estimates come from disjoint records (or
+the training users' labels), so their variances add: the randomized response's and the records' binomial sampling);
+among those that pass, the highest estimate wins; otherwise the constant, and ``selection.candidates`` says that
+nothing beat it.
 """
 
 from __future__ import annotations
@@ -33,7 +45,7 @@ from scipy import stats
 
 from fl_privtext.ondevice import debiased_accuracy
 
-__all__ = ["ALPHA", "choose", "estimates"]
+__all__ = ["ALPHA", "choose", "constant_from_counts", "constant_from_labels", "estimates"]
 
 ALPHA = 0.05  # one-sided level of "beats the constant" (Bonferroni over the candidates tried)
 
@@ -68,20 +80,67 @@ def estimates(replies: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[s
     return out
 
 
-def choose(replies: Sequence[dict[str, Any]], names: Sequence[str], alpha: float = ALPHA
-           ) -> tuple[str, dict[str, Any]]:
+def constant_from_labels(labels: np.ndarray, num_classes: int, label_epsilon: float, num_users: int
+                         ) -> dict[str, Any]:
+    """The constant's accuracy as the server estimates it from the uploaded labels (module docstring): the share of
+    the majority class, debiased through k-ary randomized response at ``label_epsilon`` (0: labels in the clear),
+    with its standard error over ``num_users`` independent users (records of one user are not independent: the user
+    count is the conservative n)."""
+    labels = np.asarray(labels, np.int64)
+    k, n = int(num_classes), len(labels)
+    if n == 0 or k < 1:
+        raise ValueError(f"constant_from_labels needs labels of >= 1 class; got {n} labels, {k} classes.")
+    q = np.bincount(labels, minlength=k).astype(np.float64) / n  # observed shares
+    keep, other = 1.0, 0.0
+    if label_epsilon > 0:
+        e = math.exp(label_epsilon)
+        keep, other = e / (e + k - 1), 1.0 / (e + k - 1)
+    shares = (q - other) / (keep - other)  # E[q_j] = other + (keep - other) pi_j
+    j = int(np.argmax(shares))
+    se = math.sqrt(q[j] * (1 - q[j]) / max(num_users, 1)) / (keep - other)
+    return {"accuracy": float(shares[j]), "se": se, "records": 0, "class": j,
+            "by": "the server, from the training users' uploaded labels" + (
+                f" (debiased label RR at epsilon {label_epsilon:g})" if label_epsilon > 0 else "")}
+
+
+def constant_from_counts(counts: np.ndarray, noise_var: float, num_users: int) -> dict[str, Any]:
+    """The constant's accuracy from a secure sum's class counts (each carrying added noise of variance
+    ``noise_var``): the majority class's share, its standard error from the users' sampling and the noise."""
+    c = np.clip(np.asarray(counts, np.float64), 0.0, None)
+    total = float(c.sum())
+    if total <= 0:
+        raise ValueError("constant_from_counts needs positive class counts.")
+    j = int(np.argmax(c))
+    p = float(c[j] / total)
+    # delta method for c_j / sum(c), each count with added noise of variance noise_var
+    noise = noise_var * ((1 - p) ** 2 + (len(c) - 1) * p * p) / total ** 2
+    se = math.sqrt(p * (1 - p) / max(num_users, 1) + noise)
+    return {"accuracy": p, "se": se, "records": 0, "class": j,
+            "by": "the server, from the secure sum's class counts"}
+
+
+def choose(replies: Sequence[dict[str, Any]], names: Sequence[str], alpha: float = ALPHA,
+           constant: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """(chosen candidate, the selection's record for results.json) from the clients' select answers; ``names``
-    in the order the models were sent, "constant" among them."""
-    if "constant" not in names:
-        raise ValueError("The on-device selection needs the constant predictor among the candidates.")
+    in the order the models were sent. ``constant``: the server's own estimate of the constant
+    (`constant_from_labels` / `constant_from_counts`), the constant then not among ``names``; without it the
+    clients answered for the constant too ("constant" among ``names``)."""
+    if constant is None and "constant" not in names:
+        raise ValueError("The on-device selection needs the constant predictor among the candidates, or the "
+                         "server's estimate of it.")
+    if constant is not None and "constant" in names:
+        raise ValueError("The constant is estimated by the server here; it must not be among the models sent.")
     est = estimates(replies, names)
-    tried = max(1, len(names) - 1)
+    if constant is not None:
+        est = {"constant": dict(constant), **est}
+    tried = max(1, len(est) - 1)
     z = float(stats.norm.ppf(1 - alpha / tried))
     base = est["constant"]
+    known = base["records"] > 0 or constant is not None
     for name, e in est.items():
-        e["beats_constant"] = bool(name != "constant" and e["records"] > 0 and base["records"] > 0 and
+        e["beats_constant"] = bool(name != "constant" and e["records"] > 0 and known and
                                    e["accuracy"] - base["accuracy"] > z * math.hypot(e["se"], base["se"]))
-    passing = [n for n in names if est[n]["beats_constant"]]
+    passing = [n for n in est if est[n]["beats_constant"]]
     chosen = max(passing, key=lambda n: est[n]["accuracy"]) if passing else "constant"
     record = {"by": "clients", "rule": f"beats the constant by z = {z:.3f} standard errors (one-sided {alpha:g}, "
                                        f"Bonferroni over {tried}); the highest estimate among those that do",

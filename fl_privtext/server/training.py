@@ -52,6 +52,8 @@ class Trained:
     majority_class: int = 0
     # server.select-on = clients: every candidate's exported model (the constant included), for the clients' choice
     candidates: dict[str, dict[str, np.ndarray]] | None = None
+    # ... and the server's own estimate of the constant's accuracy (fl_privtext.server.ondevice_selection: not sent)
+    constant_estimate: dict[str, Any] | None = None
 
 
 def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
@@ -203,4 +205,10 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if exports:  # a head whose float32 export overflows would have every client refuse the whole select request
         sendable = {n: e for n, e in exports.items() if is_finite(e)}
         out["on_device_candidates_dropped"] = sorted(set(exports) - set(sendable))  # not finite in float32
-    return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable)
+    prior = None
+    if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
+        from fl_privtext.server.ondevice_selection import constant_from_labels
+
+        train_users = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
+        prior = constant_from_labels(labels[tr], k, cfg.privacy.label_epsilon, len(np.unique(train_users)))
+    return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)
