@@ -274,6 +274,13 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
         elif acc < maj and eps == "inf":
             out.append(f"The task model ({acc:.3f}) is below the majority baseline ({maj:.3f}) with no privacy noise: "
                        "training failed (check server.lr, server.epochs, server.standardize).")
+        elif p.get("mechanism") == "secagg-gaussian-sum":  # on device only: noisy answers, judged by their interval
+            hi = max((s["ci95"][1] for s in u.get("on_device", {}).get("per_seed", []) if "ci95" in s), default=acc)
+            if hi < maj:
+                out.append(f"The on-device accuracy of the model from the secure sum ({acc:.3f}, 95% CI up to "
+                           f"{hi:.3f}) is below the majority baseline ({maj:.3f}): at central epsilon {_fmt(eps)} the "
+                           "sum's noise hides the class statistics (server.learner = auto falls back to the constant "
+                           "when its selection sees nothing better).")
         elif acc < maj:
             why = (f"expected at a true worst-case epsilon of {_fmt(eps)} per upload: the noise hides most of the "
                    "signal and a model trained on it can do worse than always predicting the majority class"

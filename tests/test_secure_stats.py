@@ -197,3 +197,16 @@ def test_noisy_sum_learner_is_close_to_the_clean_one_and_unresolved_classes_fall
     model, _ = fit_from_aggregate("centroid", Aggregate.of(huge, lay))
     w = model.export()["weight_0"]
     assert np.allclose(w - w[0], 0.0, atol=1e-9)
+
+
+def test_a_secure_sum_point_warns_below_the_majority_only_when_its_interval_is():
+    from fl_privtext.report import warnings_for
+
+    def res(acc: float, hi: float) -> dict:
+        od = {"accuracy": acc, "per_seed": [{"accuracy": acc, "ci95": [acc - 0.05, hi]}]}
+        return {"utility": {"available": True, "accuracy": acc, "majority_baseline": 0.61, "on_device": od},
+                "privacy": {"mechanism": "secagg-gaussian-sum", "epsilon_worst_case": 1.0}, "attacks": {}}
+
+    assert not [w for w in warnings_for(res(0.59, 0.64)) if "majority" in w]  # RR noise around the majority
+    below = [w for w in warnings_for(res(0.50, 0.56)) if "majority" in w]
+    assert len(below) == 1 and "secure sum" in below[0] and "per upload" not in below[0]
