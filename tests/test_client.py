@@ -157,19 +157,20 @@ def test_a_non_finite_representation_is_refused_naming_the_client_and_the_record
     assert len(client_upload(broken, 0, 0, 0, CFG).rows) == len(data.shards[0])  # other clients unaffected
 
 
-def test_the_reproducible_stream_key_survives_added_config_keys():
-    # The saved tables under docs/results were drawn under these keys: a config key added later must not move them
-    # (they were computed before extractor.precision and the auto batch size existed).
+def test_the_reproducible_stream_key_hashes_what_a_client_computes_and_nothing_else():
+    # issue #23 dropped the compatibility shims: every key that changes what a client computes is in the stream key
+    # at its value; what never does (the eavesdropper's settings, outputs, the server's learner, the clients' policy)
+    # is not, so the same uploads serve points that differ only there
     from fl_privtext.client import point_key
 
-    # the saved tables were drawn with the float sampler (the default then)
-    sets = {"data.name": "blog", "privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0,
-            "data.root": "../shared/data", "privacy.sampler": "float"}
-    assert point_key(ExperimentConfig.load(None, sets)) == "9df99939629e366b"
-    assert point_key(ExperimentConfig.load("configs/dpnr_ag.toml", {"privacy.sampler": "float"})) == "ddce7700a6e485f9"
-    assert point_key(ExperimentConfig.load(None, {**sets, "extractor.batch-size": 64})) == "9df99939629e366b"
-    assert point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm", "extractor.precision": "bf16"})) \
-        != point_key(ExperimentConfig.load(None, {**sets, "extractor.name": "minilm"}))
+    sets = {"data.name": "blog", "privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0, "data.root": "../shared/data"}
+    base = point_key(ExperimentConfig.load(None, sets))
+    for same in ({"attack.inversion-vocab": 100}, {"attack.learner": "lda"}, {"attack.epochs": 3},
+                 {"run.output": "elsewhere"}, {"server.learner": "mlp"}, {"client.count-epsilon": 4.0}):
+        assert point_key(ExperimentConfig.load(None, {**sets, **same})) == base, same
+    for other in ({"privacy.epsilon": 1.0}, {"extractor.precision": "bf16", "extractor.name": "minilm"},
+                  {"extractor.batch-size": 64}, {"privacy.sampler": "float"}, {"data.options.max_rows": 100}):
+        assert point_key(ExperimentConfig.load(None, {**sets, **other})) != base, other
 
 
 def _parts(g: np.random.Generator, sizes: list[int], rows: int) -> list[dict[str, np.ndarray]]:

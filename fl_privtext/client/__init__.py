@@ -28,8 +28,6 @@ from fl_privtext.client.policy import (
     state_dir_from,
 )
 from fl_privtext.client.upload import (
-    _AUTO_POINT,
-    _LATER_POINT,
     _NOT_POINT,
     CLIENT_SEED_ENV,
     UPLOAD_KEYS,
@@ -54,8 +52,6 @@ __all__ = [
     "POLICY_ENV",
     "STATE_ENV",
     "UPLOAD_KEYS",
-    "_AUTO_POINT",
-    "_LATER_POINT",
     "_NOT_POINT",
     "ClientData",
     "ClientPolicy",

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import rng
-from fl_privtext.config import ExperimentConfig, keyed_flat
+from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
@@ -43,16 +43,6 @@ _NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "
               "client.secagg-min-clients",  # the [client] policy never changes an upload's stream
               "federation.shuffle",  # the shuffler acts after the client (issue #24)
               "server.select-on")  # which model the clients evaluate; each stage has its own stream
-# Keys added after the saved tables' client streams were drawn: left out of the key while they hold the value those
-# streams were drawn with (an "auto" value is keyed as what it resolves to on the CPU), so every table saved under
-# docs/results regenerates exactly. A new config key that changes what a client computes is listed here with its
-# old behaviour as the value (tests/test_client.py pins two keys).
-_LATER_POINT: dict[str, Any] = {"extractor.precision": "float32", "train.secagg": False, "train.dp-mode": "server",
-                                "server.aggregate": "uploads", "server.secagg-threshold": 0}
-# Attack settings never change a client's stream, but the saved points were keyed with attack.inversion-vocab = 100
-# (its default then): keyed at that constant whatever its value, so they keep their keys until regenerated.
-_PINNED_POINT: dict[str, Any] = {"attack.inversion-vocab": 100}
-_AUTO_POINT: dict[str, tuple[Any, Any]] = {"extractor.batch-size": (0, 64)}
 
 
 def client_seed_from(node_config: dict[str, Any] | None = None) -> int | None:
@@ -94,9 +84,11 @@ def published(flat: dict[str, Any]) -> dict[str, Any]:
 
 
 def point_key(cfg: ExperimentConfig) -> str:
-    """A short hash of everything in the point's configuration that changes what a client computes."""
-    flat = keyed_flat(cfg, drop=_NOT_POINT, later=_LATER_POINT, auto=_AUTO_POINT)
-    flat.update({k: v for k, v in _PINNED_POINT.items() if k in flat})
+    """A short hash of everything in the point's configuration that changes what a client computes: the whole
+    config but `_NOT_POINT` and the eavesdropper's settings (``attack.*``). No compatibility shim: since issue #22
+    the stream is also keyed by a digest of the data privatized, so a rerun never reproduced a saved point's draws
+    bit for bit anyway (docs/results/README.md); saved points are found by the sweep's key (`fl_privtext.sweep`)."""
+    flat = {k: v for k, v in cfg.to_flat().items() if k not in _NOT_POINT and not k.startswith("attack.")}
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
