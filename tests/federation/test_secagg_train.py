@@ -111,7 +111,7 @@ def test_the_server_holds_only_masked_vectors(run):
     assert all(len(a) == 0 for r in grid.replies if not r.has_error() for a in r.content.array_records.values()
                if r.metadata.message_type == "train")
     for v in views:  # uniform on [0, 2^32): mean 1/2, variance 1/12 of the range, within 5 standard errors (the
-        # masks are the OS's randomness, unseeded: 3.3 standard errors, the old bound, failed once in ~300 runs)
+        # masks are the OS's randomness, unseeded: the old fixed bound, 3.3 standard errors, failed once at 3.6)
         u = v / 2**32
         se_mean, se_var = np.sqrt(1 / 12 / len(u)), np.sqrt((1 / 80 - 1 / 144) / len(u))
         assert abs(u.mean() - 0.5) < 5 * se_mean and abs(u.var() - 1 / 12) < 5 * se_var, (u.mean(), u.var())
