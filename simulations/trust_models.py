@@ -26,7 +26,7 @@ Writes docs/results/trust_models.md. Data and features as the frontier (`simulat
 Every user keeps ONE record (``data.options.records_per_user = 1``: blog has 6,510 users in its 10,000 posts), so
 a user's release is one report under every trust model and T is the per-user epsilon of the training release. The
 test users' on-device answers (one randomized-response bit each, ``client.count-epsilon`` = 1, the same protocol
-for all three) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), 95% t-intervals.
+for every row) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), 95% t-intervals.
 The server's learner is chosen by ``server.learner = auto`` (cross-validated on uploads; from aggregates, the
 secure path's rule in `fl_privtext.server.aggregate`). The eavesdropper: the best attribute attack per upload and
 per named user, against its baseline (secure aggregation leaves it nothing per user).
