@@ -10,7 +10,8 @@ rows written by users who are NOT simulated: the corpus loaded with the experime
 caps (``max_rows``, ``records_per_user``), every row of a user present in the experiment removed, then a uniform
 subsample of at most `OTHER_USERS_MAX_ROWS` rows with a fixed public seed. The assumption (stated in every report by
 the source string): the server holds unlabelled text of the task's domain from people outside the federation, e.g.
-public posts of the same platform. No label of it is read (`public_covariance` is the total covariance).
+public posts of the same platform. No label of it is read (the secure path's lda takes its total covariance,
+`fl_privtext.server.aggregate.public_within`).
 
 Heavy imports (datasets, the extractor) happen only here and only for pca; the result is memoised per process.
 """
