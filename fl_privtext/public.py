@@ -61,9 +61,10 @@ def public_dataset(cfg: ExperimentConfig) -> TextDataset:
     base, sep, _ = name.partition(":")
     if not sep:
         return load_dataset(name, data_root=cfg.data.root or None)
-    from fl_privtext.prepare import load
-
-    simulated = set(np.unique(load(cfg).user_ids).tolist())
+    # the simulated users: the corpus as the experiment loads it (records_per_user keeps each user's first records,
+    # the same users: left out here, where the loader does not know it)
+    sim_options = {k: v for k, v in cfg.data.options.items() if k != "records_per_user"}
+    simulated = set(np.unique(load_dataset(base, data_root=cfg.data.root or None, **sim_options).user_ids).tolist())
     options = {k: v for k, v in cfg.data.options.items() if k not in ROW_CAPS}
     full = load_dataset(base, data_root=cfg.data.root or None, **options)
     rows = np.flatnonzero([u not in simulated for u in full.user_ids])
