@@ -75,6 +75,11 @@ SumRound = Callable[[int, StatsLayout, int], SumResult]  # (seed, layout, min co
 SELECTION_SECOND_WEIGHT = 0.5
 
 
+def stats_users(prep: Prepared) -> int:
+    """The users whose statistics the sum holds: every non-test user (train and aux roles)."""
+    return int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
+
+
 def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     """The statistics the server asks for (public): classes, width (``privacy.proj-dim`` under a public projection,
     `fl_privtext.client.aggregate.stats_projection`), the second moment when its learner needs it, and for
@@ -91,8 +96,7 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     if cfg.server.learner == "auto":  # server.select-on = clients: ONE fold fits every candidate (no fold doubles
         # the noise), the second moment weighted as for the selection, so that lda is among the candidates
         return StatsLayout(len(prep.ds.label_names), dim, second, second_weight=weight)
-    n = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
-    return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, n, dim, cfg))
+    return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, stats_users(prep), dim, cfg))
 
 
 def stats_request(cfg: ExperimentConfig, seed: int, layout: StatsLayout, min_contributors: int) -> dict[str, Any]:
@@ -109,7 +113,7 @@ def clipping_range(prep: Prepared, layout: StatsLayout, cfg: ExperimentConfig) -
     (counts, sums and second-moment entries are at most that) plus 12 noise standard deviations of the whole sum
     and its noise-variance entry, for clients running down to a quarter of the request's epsilon (delta >= 1e-6,
     each alone calibrated for the whole sum): a client whose policy needs more noise refuses."""
-    n = float(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
+    n = float(stats_users(prep))
     c = cfg.client  # the server's expectation (what its request names); a client refuses below epsilon / 4
     share = share_noise_std(c.secagg_epsilon / 4, min(c.secagg_delta, 1e-6), layout.sensitivity, 1)
     total_var = cfg.federation.num_clients * share * share
@@ -121,8 +125,6 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     """The server's model from one secure sum (and the sum as the server reads it); ``public``: the public
     covariance lda takes when the sum has no second moment (`fl_privtext.server.aggregate.public_within`)."""
     agg = Aggregate.of(total, layout)
-    if layout.second:
-        public = None
     candidates: dict[str, Any] = {}
     exports: dict[str, dict[str, np.ndarray]] | None = None
     if cfg.server.select_on == "clients":  # every candidate of the whole sum; the test clients choose (two stages)
@@ -130,8 +132,7 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
         fitted = {n: ConstantRule(*candidate_rule(n, agg)) if n == "constant" else fit_from_aggregate(n, agg, public)[0]
                   for n in names}
         exports = {n: m.export() for n, m in fitted.items()}
-        n_users = int(np.unique(prep.ds.user_index[prep.roles != "test"]).size)
-        constant = constant_from_counts(agg.stats.counts, agg.stats_var, n_users)  # not sent: the server's own
+        constant = constant_from_counts(agg.stats.counts, agg.stats_var, stats_users(prep))  # kept, not sent
         name = learner_for("auto", layout, public is not None)  # reported as the upload-side default; the clients' choice is
         rule = ("auto, chosen by the test clients' answers (server.select-on = clients, "  # utility.on_device.learner
                 "fl_privtext.server.ondevice_selection) among " + ", ".join(names))

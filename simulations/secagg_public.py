@@ -22,7 +22,13 @@ import numpy as np
 
 import fl_privtext.server.aggregate as server_aggregate
 from fl_privtext import pipeline
-from fl_privtext.client.aggregate import StatsLayout, share_noise_std, stats_input, stats_projection, user_statistics
+from fl_privtext.client.aggregate import (
+    StatsLayout,
+    share_noise_std,
+    stats_input,
+    stats_projection,
+    user_statistics,
+)
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
 
@@ -47,9 +53,9 @@ def main() -> None:
             public = server_aggregate.public_within(cfg, x.shape[1])
             train, test = prep.roles != "test", prep.roles == "test"
             layout = StatsLayout(len(prep.ds.label_names), k, False)
-            clean = user_statistics(x[train], y[train], prep.ds.user_index[train], layout,
-                                    stats_projection(cfg, x.shape[1]))
-            xt = stats_input(x[test], stats_projection(cfg, x.shape[1])).astype(np.float32)
+            proj = stats_projection(cfg, x.shape[1])
+            clean = user_statistics(x[train], y[train], prep.ds.user_index[train], layout, proj)
+            xt = stats_input(x[test], proj).astype(np.float32)
             for eps in (float(e) for e in args.epsilons.split(",")):
                 for draw in range(1 if eps >= 1e5 else 3):
                     sigma = share_noise_std(eps, 1e-5, layout.sensitivity, 1)

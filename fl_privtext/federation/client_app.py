@@ -76,6 +76,18 @@ def _data_for(msg: Message, cfg: ExperimentConfig) -> ClientData:
     return _client_data(prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
 
 
+def phase_b_data(msg: Message, cfg: ExperimentConfig) -> tuple[ClientData, str]:
+    """This client's data for a Phase B message and the key of what it computes on: after Phase A (the message
+    carries its encoder) the trained encoder's r(x) in place of the frozen features, keyed by the encoder's digest
+    (uploads, on-device answers and secure sums alike); else the cached features and ""."""
+    data = _data_for(msg, cfg)
+    if "encoder" not in msg.content.array_records:
+        return data, ""
+    from fl_privtext.federation.train_handlers import encoded_client_data
+
+    return encoded_client_data(data, msg, cfg), array_digest(msg.content.array_records["encoder"])
+
+
 def _config(msg: Message) -> ExperimentConfig:
     """The server's REQUEST: its config without what only the client decides (seed, policy: never read here)."""
     flat = {k: v for k, v in dict(msg.content.config_records["config"]).items()
@@ -103,13 +115,7 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
             f"{cfg.federation.num_clients}; start the federation with as many SuperNodes as clients."
         )
     t0 = time.perf_counter()
-    data = _data_for(msg, cfg)
-    data_key = ""
-    if "encoder" in msg.content.array_records:  # Phase A ran: upload the trained encoder's r(x)
-        from fl_privtext.federation.train_handlers import encoded_client_data
-
-        data = encoded_client_data(data, msg, cfg)
-        data_key = array_digest(msg.content.array_records["encoder"])
+    data, data_key = phase_b_data(msg, cfg)
     t1 = time.perf_counter()
     nc = dict(context.node_config)
     client_seed = client_seed_from(nc)
@@ -145,13 +151,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     confusion counts over the rows the server lists)."""
     cfg = _config(msg)
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
-    data = _data_for(msg, cfg)
-    data_key = ""
-    if "encoder" in msg.content.array_records:  # Phase A ran: the model was trained on the encoder's r(x)
-        from fl_privtext.federation.train_handlers import encoded_client_data
-
-        data = encoded_client_data(data, msg, cfg)
-        data_key = array_digest(msg.content.array_records["encoder"])
+    data, data_key = phase_b_data(msg, cfg)
     task = msg.content.config_records.get("task")
     stage = str(task.get("stage", "all")) if task is not None else "all"
     try:

@@ -28,19 +28,12 @@ RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.secure_stats.s
 
 def stats_vector(msg: Message, context: Context) -> np.ndarray:
     """Client side: this client's vector for the secure sum (noisy statistics + public tail)."""
-    from fl_privtext.federation.client_app import _config, _data_for
+    from fl_privtext.federation.client_app import _config, phase_b_data
 
     cfg = _config(msg)
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
-    data = _data_for(msg, cfg)
-    data_key = ""
-    if "encoder" in msg.content.array_records:  # Phase A ran: the statistics of the trained encoder's r(x)
-        from fl_privtext.federation.replies import array_digest
-        from fl_privtext.federation.train_handlers import encoded_client_data
-
-        data = encoded_client_data(data, msg, cfg)
-        data_key = array_digest(msg.content.array_records["encoder"])
+    data, data_key = phase_b_data(msg, cfg)  # after Phase A: the statistics of the trained encoder's r(x)
     layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]),  # type: ignore[arg-type]
                          int(task.get("folds", 1)), int(task.get("fold-seed", 0)),  # type: ignore[arg-type]
                          float(task.get("second-weight", 1.0)))  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ import numpy as np
 from scipy import stats
 
 from fl_privtext.ondevice import debiased_accuracy
+from fl_privtext.server.learners import label_rr_matrix
 
 __all__ = ["ALPHA", "choose", "constant_from_counts", "constant_from_labels", "estimates"]
 
@@ -91,10 +92,8 @@ def constant_from_labels(labels: np.ndarray, num_classes: int, label_epsilon: fl
     if n == 0 or k < 1:
         raise ValueError(f"constant_from_labels needs labels of >= 1 class; got {n} labels, {k} classes.")
     q = np.bincount(labels, minlength=k).astype(np.float64) / n  # observed shares
-    keep, other = 1.0, 0.0
-    if label_epsilon > 0:
-        e = math.exp(label_epsilon)
-        keep, other = e / (e + k - 1), 1.0 / (e + k - 1)
+    rr = label_rr_matrix(k, label_epsilon)  # the clients' k-ary randomized response (identity at epsilon 0)
+    keep, other = float(rr[0, 0]), float(rr[0, 1]) if k > 1 else 0.0
     shares = (q - other) / (keep - other)  # E[q_j] = other + (keep - other) pi_j
     j = int(np.argmax(shares))
     se = math.sqrt(q[j] * (1 - q[j]) / max(num_users, 1)) / (keep - other)

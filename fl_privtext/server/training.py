@@ -151,9 +151,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     norm2, norm_source = public_input_norm2(cfg, mechanism) if not cfg.server.center else (None, "")
     centered = cfg.server.center
     fitted: dict[str, Learner] = {}
+    train_groups = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
     model, chosen, candidates = fit_learner(
-        cfg.server.learner, features[tr], labels[tr],
-        (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr], num_classes=k,
+        cfg.server.learner, features[tr], labels[tr], train_groups, num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
         fit_all=fitted if cfg.server.select_on == "clients" else None)
@@ -209,6 +209,5 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
         from fl_privtext.server.ondevice_selection import constant_from_labels
 
-        train_users = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
-        prior = constant_from_labels(labels[tr], k, cfg.privacy.label_epsilon, len(np.unique(train_users)))
+        prior = constant_from_labels(labels[tr], k, cfg.privacy.label_epsilon, len(np.unique(train_groups)))
     return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)
