@@ -21,6 +21,7 @@ SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 SCHEDULES = ("repeat", "stream")
 ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
+AUTO_PROJ_DIM = "auto"  # privacy.proj-dim = auto (fl_privtext.public.auto_proj_dim)
 LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
 AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
 SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model
@@ -103,7 +104,9 @@ class PrivacyConfig:
     # issue #11: public projection before noise and the sphere mechanisms (privunitg, privunit, duchi, mvlaplace,
     # purkayastha take them; other mechanisms refuse projection != none)
     projection: str = "none"  # none | random | pca
-    proj_dim: int = 0  # k, the projected width (0 = no projection)
+    # k, the projected width (0 = no projection); "auto" (pca only): k from the public data and the mechanism's
+    # noise law (fl_privtext.public.auto_proj_dim)
+    proj_dim: int | str = 0
     proj_seed: int = 0  # PUBLIC seed of the random projection
     public_data: str = ""  # pca: the public dataset (disjoint from every simulated user) the PCA is fitted on, or
     # "NAME:other-users" (NAME = data.name): that corpus's rows by users who are not simulated (fl_privtext/public.py)
@@ -122,12 +125,19 @@ class PrivacyConfig:
     def _check_projection(self) -> None:
         _check_choice("privacy.projection", self.projection, ("none", "random", "pca"))
         _check_choice("privacy.sphere-map", self.sphere_map, ("round", "normalise"))
-        if self.projection == "none" and self.proj_dim != 0:
+        if self.proj_dim == AUTO_PROJ_DIM:
+            if self.projection != "pca":
+                raise ValueError(f"privacy.proj-dim = auto chooses k from public data: it needs privacy.projection = "
+                                 f"pca; got projection {self.projection}.")
+        elif isinstance(self.proj_dim, str):
+            raise ValueError(f"privacy.proj-dim expects an integer (0 = no projection, k >= 2) or auto; got "
+                             f"{self.proj_dim!r}.")
+        elif self.projection == "none" and self.proj_dim != 0:
             raise ValueError(f"privacy.proj-dim needs privacy.projection = random or pca; got proj-dim {self.proj_dim} "
                              "with projection none.")
-        if self.projection != "none" and self.proj_dim < 2:
-            raise ValueError(f"privacy.proj-dim must be >= 2 with privacy.projection = {self.projection}; "
-                             f"got {self.proj_dim}.")
+        elif self.projection != "none" and self.proj_dim < 2:
+            raise ValueError(f"privacy.proj-dim must be >= 2 (or auto, with pca) with privacy.projection = "
+                             f"{self.projection}; got {self.proj_dim}.")
         if self.projection == "pca" and not self.public_data.strip():
             raise ValueError("privacy.projection = pca needs privacy.public-data: the public dataset (disjoint from "
                              "every simulated user) the PCA is fitted on.")
@@ -403,6 +413,10 @@ class ExperimentConfig:
     client: ClientConfig = field(default_factory=ClientConfig)
 
     def __post_init__(self) -> None:
+        if self.privacy.proj_dim == AUTO_PROJ_DIM and self.server.aggregate == "secagg":
+            raise ValueError("privacy.proj-dim = auto chooses k from a local mechanism's noise law; server.aggregate = "
+                             "secagg sums clean statistics under central noise: give privacy.proj-dim an integer "
+                             "(e.g. 32, docs/results/secagg_selection.md).")
         if self.federation.shuffle and self.server.aggregate == "secagg":
             raise ValueError("federation.shuffle = true and server.aggregate = secagg exclude each other: the shuffler "
                              "mixes per-user uploads and secure aggregation sends none; choose one trust model.")
@@ -444,6 +458,12 @@ class ExperimentConfig:
             if attr not in by_name or attr == "options":
                 valid = ", ".join(f"{sec}.{n.replace('_', '-')}" for n in by_name if n != "options")
                 raise ValueError(f"Unknown config key {key!r}; valid keys of [{sec}] are {valid}.")
+            if attr == "proj_dim" and isinstance(value, str) and not value.strip().lstrip("-").isdigit():
+                if value.strip().lower() != AUTO_PROJ_DIM:
+                    raise ValueError(f"Config key {key!r} expects an integer (0 = no projection, k >= 2) or auto; "
+                                     f"got {value!r}.")
+                sections[sec][attr] = AUTO_PROJ_DIM
+                continue
             if attr in OPTIONAL_INTS:
                 sections[sec][attr] = _optional_int(key, value)
                 continue

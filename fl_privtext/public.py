@@ -13,16 +13,22 @@ the source string): the server holds unlabelled text of the task's domain from p
 public posts of the same platform. No label of it is read (the secure path's lda takes its total covariance,
 `fl_privtext.server.aggregate.public_within`).
 
+``privacy.proj-dim = auto``: k from the public rows and the mechanism's noise law (`auto_proj_dim`: the k whose kept
+public variance survives the noise of n uploads best), computed alike by every client and the server.
+
 Heavy imports (datasets, the extractor) happen only here and only for pca; the result is memoised per process.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import AUTO_PROJ_DIM, ExperimentConfig
 from fl_privtext.privacy.projection import PublicProjection, fit_pca
 from fl_privtext.rng import generator
 
@@ -86,19 +92,118 @@ def public_features(cfg: ExperimentConfig) -> np.ndarray:
 
 
 _FITTED: dict[tuple, PublicProjection] = {}
+_AUTO: dict[tuple, AutoDim] = {}
+
+
+@dataclass(frozen=True)
+class AutoDim:
+    """What ``privacy.proj-dim = auto`` chose (`auto_proj_dim`): k, the rule's score per candidate k, and n."""
+
+    k: int
+    scores: dict[int, float]
+    uploads: int
+
+    def describe(self) -> str:
+        return f"k = {self.k} by privacy.proj-dim = auto for {self.uploads} training uploads"
+
+
+def _key(cfg: ExperimentConfig, dim: int) -> tuple:
+    """What the pca map depends on; with ``proj-dim = auto`` also the mechanism and the expected uploads."""
+    e, p, d = cfg.extractor, cfg.privacy, cfg.data
+    key = (check_public_data(cfg), d.name, d.root, tuple(sorted(d.options.items())), e.name, e.model, e.pooling,
+           e.max_length, e.cache_dir, p.proj_dim, dim)
+    if p.proj_dim != AUTO_PROJ_DIM:
+        return key
+    return (*key, d.test_frac, d.aux_frac, p.mechanism, tuple(sorted(p.mechanism_params().items())))
+
+
+def _checked_features(cfg: ExperimentConfig, dim: int) -> np.ndarray:
+    x = public_features(cfg)
+    if x.shape[1] != dim:
+        raise ValueError(f"The public data {cfg.privacy.public_data!r} has {x.shape[1]}-dimensional "
+                         f"representations; the users' have {dim}. Use the same extractor.")
+    return x
 
 
 def public_projection(cfg: ExperimentConfig, dim: int) -> PublicProjection:
-    """The pca map from ``dim`` to ``privacy.proj-dim`` dimensions fitted on ``privacy.public-data`` (memoised)."""
+    """The pca map from ``dim`` to ``privacy.proj-dim`` dimensions (`auto_proj_dim` for auto) fitted on
+    ``privacy.public-data`` (memoised)."""
     if cfg.privacy.projection != "pca":
         raise ValueError(f"public_projection is for privacy.projection = pca, got {cfg.privacy.projection!r}.")
-    name = check_public_data(cfg)
-    e = cfg.extractor
-    key = (name, cfg.data.root, tuple(sorted(cfg.data.options.items())), e.name, e.model, e.pooling, e.max_length, e.cache_dir, cfg.privacy.proj_dim, dim)
+    key = _key(cfg, dim)
     if key not in _FITTED:
-        x = public_features(cfg)
-        if x.shape[1] != dim:
-            raise ValueError(f"The public data {name!r} has {x.shape[1]}-dimensional representations; the users' "
-                             f"have {dim}. Use the same extractor.")
-        _FITTED[key] = fit_pca(x, cfg.privacy.proj_dim, source=f"{name!r} (extractor {e.name})")
+        x = _checked_features(cfg, dim)
+        source = f"{check_public_data(cfg)!r} (extractor {cfg.extractor.name})"
+        if cfg.privacy.proj_dim == AUTO_PROJ_DIM:
+            auto = auto_proj_dim(cfg, dim)
+            _FITTED[key] = fit_pca(x, auto.k, source=f"{source}, {auto.describe()}")
+        else:
+            _FITTED[key] = fit_pca(x, int(cfg.privacy.proj_dim), source=source)
     return _FITTED[key]
+
+
+def expected_uploads(cfg: ExperimentConfig) -> int:
+    """n for `auto_proj_dim`: the training uploads of one round as anyone can compute them from the public
+    configuration: the simulated rows (at most ``records_per_user`` per user) x (1 - test-frac - aux-frac)."""
+    d = cfg.data
+    return _expected_uploads(d.name, d.root, tuple(sorted(d.options.items())), d.test_frac, d.aux_frac)
+
+
+@functools.lru_cache(maxsize=16)
+def _expected_uploads(name: str, root: str, options: tuple, test_frac: float, aux_frac: float) -> int:
+    from fl_privtext.data import load_dataset
+
+    opts = dict(options)
+    per_user = int(opts.pop("records_per_user", 0) or 0)
+    counts = np.unique(np.asarray(load_dataset(name, data_root=root or None, **opts).user_ids), return_counts=True)[1]
+    rows = int(np.minimum(counts, per_user).sum()) if per_user > 0 else int(counts.sum())
+    return max(1, round(rows * (1.0 - test_frac - aux_frac)))
+
+
+def resolved_signal(variances: np.ndarray, noise_trace: float, uploads: int) -> float:
+    """sum_i nu_i^2 / (nu_i + N / n): each kept direction's variance nu_i weighted by the share of it that survives
+    the error of a mean of n uploads, whose squared norm is the noise trace N over n (the Wiener factor
+    nu / (nu + N / n); the error lies in all k directions at once, so each competes with all of it)."""
+    nu = np.clip(np.asarray(variances, np.float64), 0.0, None)
+    return float((nu * nu / (nu + noise_trace / max(uploads, 1) + 1e-300)).sum())
+
+
+def choose_proj_dim(public_x: np.ndarray, mechanism_at: Callable[[int], Any], uploads: int) -> AutoDim:
+    """The k in {2, 4, 8, ..., d} whose mechanism ``mechanism_at(k)`` (the pca map to k dimensions fitted on
+    ``public_x``, then the randomiser) has the most `resolved_signal` for ``uploads`` uploads (`auto_proj_dim`)."""
+    from fl_privtext.server.noise import noise_law
+
+    x = np.asarray(public_x, np.float32)
+    dim = x.shape[1]
+    ks = sorted({k for k in (2 ** np.arange(1, 12)).tolist() if k < dim} | {dim})
+    scores: dict[int, float] = {}
+    for k in ks:
+        mech = mechanism_at(k)
+        m = np.asarray(mech.expected(x), np.float64)
+        nu = np.linalg.eigvalsh(np.atleast_2d(np.cov(m.T)))
+        law = noise_law(mech, dim, m.mean(axis=0), generator(0, "public", "auto-proj-dim", k))
+        scores[k] = resolved_signal(nu, float(law.variance.sum()), uploads)
+    return AutoDim(max(ks, key=lambda k: (scores[k], -k)), scores, uploads)
+
+
+def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
+    """``privacy.proj-dim = auto``: the k in {2, 4, 8, ..., dim} with the most `resolved_signal`.
+
+    For each candidate k the configured mechanism is built with the pca map to k dimensions fitted on the public
+    rows; nu_1..nu_k are the variances (eigenvalues of the covariance) of the public rows' inputs to the randomiser,
+    E[u | x] (projected, then mapped to the sphere or ball), N the trace of the mechanism's noise law at that width
+    (`fl_privtext.server.noise.noise_law`), n `expected_uploads`. The noise trace grows with k (for the sphere
+    mechanisms about linearly: the per-coordinate variance barely depends on k), the kept variance saturates: the
+    smaller epsilon or n, the smaller k. Public data, the mechanism and the public configuration only: the clients
+    and the server compute the same k, and no user's data shapes it. Measured against fixed k on blog
+    (docs/results/frontier/discussion.md, 4c).
+    """
+    key = _key(cfg, dim)
+    if key not in _AUTO:
+        from fl_privtext.client.upload import mechanism_for
+
+        _AUTO[key] = choose_proj_dim(
+            _checked_features(cfg, dim),
+            lambda k: mechanism_for(replace(cfg, privacy=replace(cfg.privacy, proj_dim=k)), dim),
+            expected_uploads(cfg))
+    return _AUTO[key]

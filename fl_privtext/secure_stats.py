@@ -87,7 +87,7 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     aggregates (`fl_privtext.server.aggregate_selection`). With public data (``privacy.projection = pca``) no second
     moment: lda and the selection take the public covariance (`fl_privtext.server.aggregate.public_within`)."""
     if cfg.privacy.projection != "none":
-        dim = cfg.privacy.proj_dim
+        dim = int(cfg.privacy.proj_dim)
     second = cfg.privacy.projection != "pca"
     weight = SELECTION_SECOND_WEIGHT if second else 1.0
     if cfg.server.learner == "auto" and cfg.server.select_on == "uploads":

@@ -85,6 +85,10 @@ LINES: dict[str, tuple[str, dict[str, Any]]] = {
     "privunitg + pca 32, in-domain public": ("privunitg", {"privacy.projection": "pca", "privacy.proj-dim": 32}),
     "privunitg + pca 32, in-domain public, clients choose": ("privunitg", {
         "privacy.projection": "pca", "privacy.proj-dim": 32, "server.select-on": "clients"}),
+    # k chosen per point from the public rows and the noise law (privacy.proj-dim = auto, fl_privtext.public)
+    "privunitg + pca auto, in-domain public": ("privunitg", {"privacy.projection": "pca", "privacy.proj-dim": "auto"}),
+    "privunitg + pca auto, in-domain public, clients choose": ("privunitg", {
+        "privacy.projection": "pca", "privacy.proj-dim": "auto", "server.select-on": "clients"}),
 }
 IN_DOMAIN: dict[str, str] = {"blog": "blog:other-users"}  # data set -> its in-domain public rows
 

@@ -245,6 +245,7 @@ def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
             from fl_privtext.public import public_projection  # loads the public dataset: pca only
 
             params["projector"] = public_projection(cfg, dim)
+            params["proj_dim"] = params["projector"].out_dim  # privacy.proj-dim = auto: the k it chose
     return make_mechanism(name, **params)
 
 
