@@ -200,10 +200,16 @@ def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
     """
     key = _key(cfg, dim)
     if key not in _AUTO:
-        from fl_privtext.client.upload import mechanism_for
-
-        _AUTO[key] = choose_proj_dim(
-            _checked_features(cfg, dim),
-            lambda k: mechanism_for(replace(cfg, privacy=replace(cfg.privacy, proj_dim=k)), dim),
-            expected_uploads(cfg))
+        _AUTO[key] = choose_proj_dim(_checked_features(cfg, dim), lambda k: _mechanism_at(cfg, dim, k),
+                                     expected_uploads(cfg))
     return _AUTO[key]
+
+
+def _mechanism_at(cfg: ExperimentConfig, dim: int, k: int) -> Any:
+    """The configured mechanism behind the public pca map to k dimensions (as the client builds it)."""
+    from fl_privtext.privacy import make_mechanism, mechanism_params
+
+    fixed = replace(cfg, privacy=replace(cfg.privacy, proj_dim=k))
+    accepted = mechanism_params(cfg.privacy.mechanism)
+    params = {name: v for name, v in fixed.privacy.mechanism_params().items() if name in accepted}
+    return make_mechanism(cfg.privacy.mechanism, **params, dim=dim, projector=public_projection(fixed, dim))
