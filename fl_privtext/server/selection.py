@@ -10,6 +10,13 @@ learner is chosen only when its out-of-fold log-loss is below the constant's wit
 (a paired test on the per-user mean loss differences, Bonferroni over the candidates; users are the independent
 units), and then the lowest log-loss among those wins. ``utility.candidates`` holds every score.
 
+What per-upload evidence cannot see: a noise law that UNDERSTATES the mechanism's noise. The moment learners' noisy
+head uses the uploads' own covariance whatever the law says (clean estimate + law = uploads'), so only the clean
+head, the one shipped on device, is broken by it (tests/test_ondevice_selection.py: 0.54 against 0.80 on clean
+data, per-upload log-losses within 0.002). An overstated law does show (its noisy head's covariance exceeds the
+uploads') and is not chosen. The law comes from the mechanism's public definition (`fl_privtext.server.noise`), and
+the test clients' choice (``server.select-on = clients``) measures the clean heads themselves.
+
 Randomized labels (``privacy.label-epsilon`` > 0, k-ary RR with known R[j, k] = Pr[uploaded k | true j]): the
 uploaded labels are noisy, so a learner that predicts the NOISE (near-uniform) would win a plain log-loss against
 them while being useless for the true label. The score is therefore forward-corrected (Patrini et al., CVPR 2017):
