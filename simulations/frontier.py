@@ -81,7 +81,7 @@ LINES: dict[str, tuple[str, dict[str, Any]]] = {
     # randomized-response answers, the other half reports; the cell's learner is then the clients' choice)
     "privunitg, clients choose": ("privunitg", {"server.select-on": "clients"}),
     # the projection fitted on IN-DOMAIN public rows: the corpus's posts by bloggers who are not simulated
-    # (privacy.public-data = blog:other-users); AG news has none left (every article is a simulated user)
+    # (privacy.public-data = blog:other-users); for AG news MRPC's news sentences (IN_DOMAIN below)
     "privunitg + pca 32, in-domain public": ("privunitg", {"privacy.projection": "pca", "privacy.proj-dim": 32}),
     "privunitg + pca 32, in-domain public, clients choose": ("privunitg", {
         "privacy.projection": "pca", "privacy.proj-dim": 32, "server.select-on": "clients"}),
@@ -90,7 +90,9 @@ LINES: dict[str, tuple[str, dict[str, Any]]] = {
     "privunitg + pca auto, in-domain public, clients choose": ("privunitg", {
         "privacy.projection": "pca", "privacy.proj-dim": "auto", "server.select-on": "clients"}),
 }
-IN_DOMAIN: dict[str, str] = {"blog": "blog:other-users"}  # data set -> its in-domain public rows
+# data set -> its in-domain public rows: blog's bloggers who are not simulated; for AG news (every staged article is a
+# simulated user) the nearest staged text: MRPC's news sentences (other sources, the same genre and years)
+IN_DOMAIN: dict[str, str] = {"blog": "blog:other-users", "ag_news": "mrpc"}
 
 
 def lines_for(ds: str) -> list[str]:
