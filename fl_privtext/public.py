@@ -196,7 +196,7 @@ def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
     mechanisms about linearly: the per-coordinate variance barely depends on k), the kept variance saturates: the
     smaller epsilon or n, the smaller k. Public data, the mechanism and the public configuration only: the clients
     and the server compute the same k, and no user's data shapes it. Measured against fixed k on blog
-    (docs/results/frontier/discussion.md, 4c).
+    (docs/results/frontier/discussion.md, 4d).
     """
     key = _key(cfg, dim)
     if key not in _AUTO:
