@@ -459,10 +459,7 @@ class ExperimentConfig:
                 valid = ", ".join(f"{sec}.{n.replace('_', '-')}" for n in by_name if n != "options")
                 raise ValueError(f"Unknown config key {key!r}; valid keys of [{sec}] are {valid}.")
             if attr == "proj_dim" and isinstance(value, str) and not value.strip().lstrip("-").isdigit():
-                if value.strip().lower() != AUTO_PROJ_DIM:
-                    raise ValueError(f"Config key {key!r} expects an integer (0 = no projection, k >= 2) or auto; "
-                                     f"got {value!r}.")
-                sections[sec][attr] = AUTO_PROJ_DIM
+                sections[sec][attr] = value.strip().lower()  # "auto", or a word PrivacyConfig refuses
                 continue
             if attr in OPTIONAL_INTS:
                 sections[sec][attr] = _optional_int(key, value)

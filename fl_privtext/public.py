@@ -67,10 +67,7 @@ def public_dataset(cfg: ExperimentConfig) -> TextDataset:
     base, sep, _ = name.partition(":")
     if not sep:
         return load_dataset(name, data_root=cfg.data.root or None)
-    # the simulated users: the corpus as the experiment loads it (records_per_user keeps each user's first records,
-    # the same users: left out here, where the loader does not know it)
-    sim_options = {k: v for k, v in cfg.data.options.items() if k != "records_per_user"}
-    simulated = set(np.unique(load_dataset(base, data_root=cfg.data.root or None, **sim_options).user_ids).tolist())
+    simulated = set(np.unique(_simulated_users(cfg)).tolist())
     options = {k: v for k, v in cfg.data.options.items() if k not in ROW_CAPS}
     full = load_dataset(base, data_root=cfg.data.root or None, **options)
     rows = np.flatnonzero([u not in simulated for u in full.user_ids])
@@ -142,22 +139,29 @@ def public_projection(cfg: ExperimentConfig, dim: int) -> PublicProjection:
     return _FITTED[key]
 
 
+def _simulated_users(cfg: ExperimentConfig) -> np.ndarray:
+    """The user of every row of the simulated corpus as the loader gives it (``records_per_user`` keeps each user's
+    first records and is applied after loading, so it is left out here: the same users)."""
+    d = cfg.data
+    return _loaded_users(d.name, d.root, tuple(sorted((k, v) for k, v in d.options.items() if k != "records_per_user")))
+
+
+@functools.lru_cache(maxsize=4)
+def _loaded_users(name: str, root: str, options: tuple) -> np.ndarray:
+    from fl_privtext.data import load_dataset
+
+    users = np.asarray(load_dataset(name, data_root=root or None, **dict(options)).user_ids)
+    users.setflags(write=False)
+    return users
+
+
 def expected_uploads(cfg: ExperimentConfig) -> int:
     """n for `auto_proj_dim`: the training uploads of one round as anyone can compute them from the public
     configuration: the simulated rows (at most ``records_per_user`` per user) x (1 - test-frac - aux-frac)."""
-    d = cfg.data
-    return _expected_uploads(d.name, d.root, tuple(sorted(d.options.items())), d.test_frac, d.aux_frac)
-
-
-@functools.lru_cache(maxsize=16)
-def _expected_uploads(name: str, root: str, options: tuple, test_frac: float, aux_frac: float) -> int:
-    from fl_privtext.data import load_dataset
-
-    opts = dict(options)
-    per_user = int(opts.pop("records_per_user", 0) or 0)
-    counts = np.unique(np.asarray(load_dataset(name, data_root=root or None, **opts).user_ids), return_counts=True)[1]
+    counts = np.unique(_simulated_users(cfg), return_counts=True)[1]
+    per_user = int(cfg.data.options.get("records_per_user", 0) or 0)
     rows = int(np.minimum(counts, per_user).sum()) if per_user > 0 else int(counts.sum())
-    return max(1, round(rows * (1.0 - test_frac - aux_frac)))
+    return max(1, round(rows * (1.0 - cfg.data.test_frac - cfg.data.aux_frac)))
 
 
 def resolved_signal(variances: np.ndarray, noise_trace: float, uploads: int) -> float:
