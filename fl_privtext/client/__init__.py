@@ -21,6 +21,7 @@ from fl_privtext.client.guard import (
 from fl_privtext.client.ledger import Ledger
 from fl_privtext.client.policy import (
     POLICY_ENV,
+    REASONS,
     STATE_ENV,
     ClientPolicy,
     Refused,
@@ -50,6 +51,7 @@ from fl_privtext.client.upload import (
 __all__ = [
     "CLIENT_SEED_ENV",
     "POLICY_ENV",
+    "REASONS",
     "STATE_ENV",
     "UPLOAD_KEYS",
     "_NOT_POINT",

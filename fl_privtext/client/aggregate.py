@@ -303,17 +303,17 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
     entry, cfg = _entry(policy, request, seed)
     mine = entry.client
     if min_contributors < mine.secagg_min_clients:
-        raise Refused(f"the request promises {min_contributors} contributing clients, this client's policy needs "
+        raise Refused("policy mismatch", f"the request promises {min_contributors} contributing clients, this client's policy needs "
                       f"client.secagg-min-clients = {mine.secagg_min_clients}")
     if epsilon > mine.secagg_epsilon * (1 + 1e-12):
-        raise Refused(f"the request asks for central epsilon {epsilon:g} (less noise), this client's policy runs "
+        raise Refused("policy mismatch", f"the request asks for central epsilon {epsilon:g} (less noise), this client's policy runs "
                       f"client.secagg-epsilon = {mine.secagg_epsilon:g}")
     if mine.secagg_epsilon < epsilon / 4 or mine.secagg_delta < 1e-6:
-        raise Refused(f"this client's noise (client.secagg-epsilon = {mine.secagg_epsilon:g}, delta "
+        raise Refused("policy mismatch", f"this client's noise (client.secagg-epsilon = {mine.secagg_epsilon:g}, delta "
                       f"{mine.secagg_delta:g}) would overflow the sum's range, sized for epsilon >= {epsilon / 4:g} "
                       "and delta >= 1e-6")
     if layout.num_classes != data.num_classes:
-        raise Refused(f"the request's layout has {layout.num_classes} classes, this client's data has "
+        raise Refused("malformed request", f"the request's layout has {layout.num_classes} classes, this client's data has "
                       f"{data.num_classes}")
     sigma = share_noise_std(mine.secagg_epsilon, mine.secagg_delta, layout.sensitivity, mine.secagg_min_clients)
     ledger = Ledger(state_dir, client, entry.scope)

@@ -54,7 +54,7 @@ def _entry(policy: ClientPolicy, request: ExperimentConfig, seed: int) -> tuple[
     entry = policy.entry_for(request)
     cfg = entry.config(request)
     if not cfg.run.seed <= seed < cfg.run.seed + cfg.run.seeds:
-        raise Refused(f"repetition seed {seed} is outside this client's run.seed..run.seed+run.seeds-1 = "
+        raise Refused("out of range", f"repetition seed {seed} is outside this client's run.seed..run.seed+run.seeds-1 = "
                       f"{cfg.run.seed}..{cfg.run.seed + cfg.run.seeds - 1}")
     return entry, cfg
 
@@ -67,9 +67,9 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
     answer."""
     entry, cfg = _entry(policy, request, seed)
     if not 0 <= rnd < cfg.federation.rounds:
-        raise Refused(f"round {rnd} is outside this client's 0..federation.rounds-1 = 0..{cfg.federation.rounds - 1}")
+        raise Refused("out of range", f"round {rnd} is outside this client's 0..federation.rounds-1 = 0..{cfg.federation.rounds - 1}")
     if math.isfinite(entry.client.max_epsilon) and cfg.privacy.label_epsilon == 0 and data.num_classes > 1:
-        raise Refused(f"labels in the clear (privacy.label-epsilon = 0) cost inf per record, past this client's "
+        raise Refused("labels in the clear", f"labels in the clear (privacy.label-epsilon = 0) cost inf per record, past this client's "
                       f"client.max-epsilon = {entry.client.max_epsilon:g}; set privacy.label-epsilon > 0")
     ledger = Ledger(state_dir, client, entry.scope)
     key = _key("upload", seed, rnd, point_key(cfg), data_key)
@@ -88,7 +88,7 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
         users = data.user_of(up.rows)
         keep = within_budget(users, spent, eps, entry.client.max_epsilon)
         if not keep.any():
-            raise Refused(f"every user in this release has spent its budget ({len(np.unique(users))} users; "
+            raise Refused("budget exhausted", f"every user in this release has spent its budget ({len(np.unique(users))} users; "
                           f"{eps:.6g} per record, client.max-epsilon = {entry.client.max_epsilon:g})")
         made.append(_subset(up, keep))
         answer = {"root": np.array(str(root))} | ({} if keep.all() else {"keep": keep})
@@ -137,7 +137,7 @@ def release_on_device(data: ClientData, client: int, request: ExperimentConfig, 
     back. The users charged are those whose records answer in ``stage``."""
     entry, cfg = _entry(policy, request, seed)
     if not entry.client.on_device:
-        raise Refused("this client does not answer on-device evaluation (client.on-device = false)")
+        raise Refused("on-device answers off", "this client does not answer on-device evaluation (client.on-device = false)")
     ledger = Ledger(state_dir, client, entry.scope)
     key = _key("on-device", *stage_keys(stage), seed, point_key(cfg), data_key)  # the model is not in the key
 
@@ -171,6 +171,6 @@ def phase_a_allowed(policy: ClientPolicy, request: ExperimentConfig, num_users: 
     finite: a Phase A update or metric about its users costs inf."""
     entry = policy.entry_for(request)
     if num_users and math.isfinite(entry.client.max_epsilon):
-        raise Refused(f"a Phase A update costs inf per user (the server sees it in the clear) past this client's "
+        raise Refused("phase a not allowed", f"a Phase A update costs inf per user (the server sees it in the clear) past this client's "
                       f"client.max-epsilon = {entry.client.max_epsilon:g}")
     return entry

@@ -100,7 +100,7 @@ class Ledger:
             after = totals[pos] + cost
             if len(after) and float(after.max()) > cap * (1 + 1e-12):
                 worst = int(np.argmax(after))
-                raise Refused(f"user {int(add_ids[worst])} would reach epsilon {after[worst]:.6g} (has "
+                raise Refused("budget exhausted", f"user {int(add_ids[worst])} would reach epsilon {after[worst]:.6g} (has "
                               f"{totals[pos][worst]:.6g}, this release costs {cost[worst]:.6g}) past this "
                               f"client's client.max-epsilon = {cap:g}")
             totals[pos] = after

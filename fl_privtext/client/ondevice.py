@@ -54,23 +54,23 @@ def validate_model(model: dict[str, np.ndarray], in_width: int, num_classes: int
     try:
         layers = check_model(model)
     except ValueError as exc:
-        raise Refused(f"the model is not an exported server model ({exc})") from None
+        raise Refused("malformed request", f"the model is not an exported server model ({exc})") from None
     extra = sorted(set(model) - {"mean", "std", "center", *(f"{p}_{i}" for p in ("weight", "bias")
                                                              for i in range(layers))})
     width = int(model["mean"].shape[0])
     out = int(model[f"bias_{layers - 1}"].shape[0])
     if extra or layers > MAX_LAYERS or width != in_width or out != num_classes or model["std"].shape != (width,):
-        raise Refused(f"the model's shape ({layers} layers, input {width}, output {out}, extra keys {extra}) is not "
+        raise Refused("malformed request", f"the model's shape ({layers} layers, input {width}, output {out}, extra keys {extra}) is not "
                       f"the server learner's (<= {MAX_LAYERS} layers, input {in_width}, output {num_classes})")
     if not is_finite(model):
-        raise Refused("the model holds non-finite values")
+        raise Refused("malformed request", "the model holds non-finite values")
 
 
 def test_rows(data: Any, client: int) -> np.ndarray:
     """All of this client's records whose user is a test user."""
     rows = np.asarray(data.shards[client], np.int64)
     if data.test is None:
-        raise Refused("this client does not know which of its users are test users; no on-device answer")
+        raise Refused("too few users", "this client does not know which of its users are test users; no on-device answer")
     return rows[np.asarray(data.test, bool)[rows]]
 
 
@@ -83,7 +83,7 @@ def stage_keys(stage: str) -> tuple[str, ...]:
 def stage_rows(data: Any, client: int, stage: str = "all") -> np.ndarray:
     """This client's test records that answer in ``stage`` (all of them, or those of one half of its test users)."""
     if stage not in STAGES:
-        raise Refused(f"unknown on-device stage {stage!r}; expected one of {', '.join(STAGES)}")
+        raise Refused("malformed request", f"unknown on-device stage {stage!r}; expected one of {', '.join(STAGES)}")
     rows = test_rows(data, client)
     if stage == "all":
         return rows
@@ -99,13 +99,13 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list
 
     models = model if isinstance(model, list) else [model]
     if stage == "select" and not 1 <= len(models) <= MAX_CANDIDATES:
-        raise Refused(f"a select request must name 1 to {MAX_CANDIDATES} models; got {len(models)}")
+        raise Refused("malformed request", f"a select request must name 1 to {MAX_CANDIDATES} models; got {len(models)}")
     if stage != "select" and len(models) != 1:
-        raise Refused(f"an on-device {stage!r} request carries one model; got {len(models)}")
+        raise Refused("malformed request", f"an on-device {stage!r} request carries one model; got {len(models)}")
     rows = stage_rows(data, client, stage)
     users = data.user_of(rows)
     if len(np.unique(users)) < min_count:
-        raise Refused(f"this client holds {len(np.unique(users))} test users, fewer than its client.min-count = "
+        raise Refused("too few users", f"this client holds {len(np.unique(users))} test users, fewer than its client.min-count = "
                       f"{min_count}; no on-device answer")
     feats = data.features if features is None else features
     rows = np.sort(rows)

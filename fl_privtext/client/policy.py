@@ -28,11 +28,38 @@ _PINNED_KEYS = ("train.dp-clip", "train.dp-noise-multiplier", "train.dp-delta", 
                 "federation.schedule", "run.seed", "run.seeds", "data.name", "server.aggregate")
 
 
-class Refused(ValueError):
-    """A request the client's policy or ledger does not allow; ``str`` is the one-line reason (``refused: ...``)."""
+REASONS = (
+    "policy mismatch",  # the request names no entry of the client's policy (mechanism, epsilon, keys it pins)
+    "out of range",  # a seed or round outside the entry's repetitions / rounds
+    "budget exhausted",  # the release would take a user past client.max-epsilon
+    "labels in the clear",  # label epsilon 0 (inf per record) under a finite cap
+    "on-device answers off",  # client.on-device = false
+    "phase a not allowed",  # a Phase A release the policy does not allow (in the clear under a finite cap, ...)
+    "clear release under secure aggregation",  # a per-user or in-the-clear release where the policy sums securely
+    "too few contributors",  # a secure sum over fewer clients than client.secagg-min-clients
+    "session already answered",  # a secure-sum vector asked for again in another SecAgg+ session
+    "encoder not allowed",  # a Phase B request carrying an encoder this client did not help train
+    "shard mismatch",  # a request that would change which users this client holds
+    "too few users",  # fewer test users than client.min-count
+    "malformed request",  # a message that is not of the protocol's form (missing records, bad model, unknown stage)
+    "unknown message",  # a message kind this client does not answer
+    "internal error",  # anything else: the client's own log holds the trace, the server learns nothing more
+)
+"""The closed list of refusal reasons: a refusal's reply text is ``refused: <reason>`` and nothing else (no ids,
+counts, values or exception text). What the client knows beyond it (``Refused.detail``) goes to its own log and
+ledger only."""
 
-    def __init__(self, reason: str):
-        super().__init__(f"refused: {reason}".replace("\n", " "))
+
+class Refused(ValueError):
+    """A request the client's policy or ledger does not allow. ``str`` is the reply text, ``refused: <reason>`` with
+    ``reason`` from `REASONS`; ``detail`` is the client's own explanation (its log and ledger, never the reply)."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        if reason not in REASONS:
+            raise ValueError(f"Refused needs a reason from the closed list {REASONS}; got {reason!r}.")
+        self.reason = reason
+        self.detail = detail.replace("\n", " ")
+        super().__init__(f"refused: {reason}")
 
 
 def entry_of(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -83,7 +110,7 @@ class ClientPolicy:
             if not why:
                 return e
             reasons.append(why)
-        raise Refused(f"the request matches none of this client's {len(self.entries)} policy entries "
+        raise Refused("policy mismatch", f"the request matches none of this client's {len(self.entries)} policy entries "
                       f"({reasons[0] if reasons else 'no entries'})")
 
     @classmethod

@@ -183,11 +183,11 @@ def _models(msg: Message, stage: str) -> Any:
     records = msg.content.array_records
     if stage != "select":
         if "model" not in records:
-            raise Refused(f"an on-device {stage!r} request needs its ArrayRecord 'model'")
+            raise Refused("malformed request", f"an on-device {stage!r} request needs its ArrayRecord 'model'")
         return {k: a.numpy() for k, a in records["model"].items()}
     names = [f"model.{i}" for i in range(sum(k.startswith("model.") for k in records))]
     if not 1 <= len(names) <= MAX_CANDIDATES or not set(names) <= set(records):
-        raise Refused(f"a select request carries model.0 .. model.{{m-1}} with 1 <= m <= {MAX_CANDIDATES}; got "
+        raise Refused("malformed request", f"a select request carries model.0 .. model.{{m-1}} with 1 <= m <= {MAX_CANDIDATES}; got "
                       f"{sorted(records)[:12]}")
     return [{k: a.numpy() for k, a in records[n].items()} for n in names]
 

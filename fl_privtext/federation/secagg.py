@@ -271,7 +271,7 @@ def require_contributors(context: Context, minimum: int) -> None:
     state = context.state.config_records.get(RECORD_KEY_STATE)
     selected = int(state["sample_num"]) if state is not None and "sample_num" in state else 0  # type: ignore[arg-type]
     if selected < minimum:
-        raise Refused(f"a secure sum over {selected} clients; this client's policy needs at least {minimum} "
+        raise Refused("too few contributors", f"a secure sum over {selected} clients; this client's policy needs at least {minimum} "
                       f"(client.secagg-min-clients)")
     context.state.config_records[GUARD] = ConfigRecord({"min-active": int(minimum)})
 
@@ -292,7 +292,7 @@ def secagg_mod(msg: Message, context: Context, call_next: Callable[[Message, Con
         if stage == Stage.UNMASK and len(active) < minimum:  # type: ignore[arg-type]
             from fl_privtext.client import Refused
 
-            raise Refused(f"unmasking a sum of {len(active)} clients; this client's policy needs at least "  # type: ignore[arg-type]
+            raise Refused("too few contributors", f"unmasking a sum of {len(active)} clients; this client's policy needs at least "  # type: ignore[arg-type]
                           f"{minimum} (client.secagg-min-clients)")
 
     return secaggplus_mod(msg, context, _vector_reply)

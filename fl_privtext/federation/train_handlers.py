@@ -102,7 +102,7 @@ def _clear_release_refused(kind: str, cfg: ExperimentConfig) -> Refused | None:
     leave in the clear (they would be unbounded releases outside it)."""
     if cfg.train.secagg and cfg.train.dp_mode == "client":
         what = "a Phase A update in the clear" if kind == "train" else "Phase A validation metrics in the clear"
-        return Refused(f"{what} under train.secagg = true, train.dp-mode = client (only noisy secure sums leave "
+        return Refused("clear release under secure aggregation", f"{what} under train.secagg = true, train.dp-mode = client (only noisy secure sums leave "
                        f"this client in that mode)")
     return None
 
@@ -146,7 +146,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         except Refused as exc:
             return refusal(msg, exc)
         if clip is not None and float(clip) != own:  # type: ignore[arg-type]
-            return refusal(msg, Refused(f"clipping_norm = {clip!r} requested, this client's policy clips to "
+            return refusal(msg, Refused("policy mismatch", f"clipping_norm = {clip!r} requested, this client's policy clips to "
                                         f"train.dp-clip = {own}"))
         clip = own if own > 0 else None
 
