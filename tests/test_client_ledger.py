@@ -24,6 +24,7 @@ from fl_privtext.client import (
 )
 from fl_privtext.client.guard import within_budget
 from fl_privtext.config import ExperimentConfig
+from tests.refusals import refused
 
 
 def _data(n: int = 8, dim: int = 4, users: np.ndarray | None = None) -> ClientData:
@@ -87,7 +88,7 @@ def test_the_cap_keeps_each_release_within_every_users_budget_and_then_refuses(t
     again, replay = release_upload(data, 0, cfg, 0, 2, **kw)  # a replay: the same two records, the same noise
     np.testing.assert_array_equal(again.features, part.features)
     assert replay["replayed"] == 1 and replay["withheld"] == 6
-    with pytest.raises(Refused, match=r"^refused: every user in this release has spent its budget .*= 45"):
+    with refused("budget exhausted", r"^every user in this release has spent its budget .*= 45"):
         release_upload(data, 0, cfg, 1, 0, **kw)
     assert Ledger(tmp_path, 0, policy.entries[0].scope).max_total() == pytest.approx(45.0)  # never past the cap
 
@@ -115,7 +116,7 @@ def test_requests_outside_the_policy_are_refused_with_one_line(tmp_path, change,
     with pytest.raises(Refused) as err:
         release_upload(_data(), 0, ExperimentConfig.from_flat(change, cfg), 0, 0, policy=policy,
                        state_dir=str(tmp_path), client_seed=None)
-    assert str(err.value).startswith("refused:") and needle in str(err.value) and "\n" not in str(err.value)
+    assert str(err.value) == "refused: policy mismatch" and needle in err.value.detail  # the key: the client's own log
     for seed, rnd in ((2, 0), (0, 3)):  # another repetition or round than the policy's
         with pytest.raises(Refused):
             release_upload(_data(), 0, cfg, seed, rnd, policy=policy, state_dir=str(tmp_path), client_seed=None)
@@ -141,14 +142,14 @@ def test_on_device_answers_need_the_opt_in_and_cover_all_test_users(tmp_path):
     model = {"mean": np.zeros(width), "std": np.ones(width), "weight_0": np.zeros((2, width)),
              "bias_0": np.array([0.0, 1.0])}
     off = ClientPolicy.from_points([ExperimentConfig.from_flat({"client.on-device": False}, cfg)])
-    with pytest.raises(Refused, match="client.on-device = false"):
+    with refused("on-device answers off", "client.on-device = false"):
         release_on_device(data, 0, cfg, 0, model, policy=off, state_dir=str(tmp_path), client_seed=None)
     policy = ClientPolicy.from_points([cfg])
     ans, charged = release_on_device(data, 0, cfg, 0, model, policy=policy, state_dir=str(tmp_path), client_seed=None)
     assert int(ans["n"][0]) == 8 and charged["charged"] == pytest.approx(1.0)
     bad = {**model, "weight_0": np.zeros((3, width)), "bias_0": np.zeros(3)}  # not the learner's shape
-    with pytest.raises(Refused, match="shape"):
+    with refused("malformed request", "shape"):
         release_on_device(data, 0, cfg, 1, bad, policy=policy, state_dir=str(tmp_path), client_seed=None)
     few = ClientPolicy.from_points([ExperimentConfig.from_flat({"client.min-count": 9}, cfg)])
-    with pytest.raises(Refused, match="fewer than its client.min-count"):
+    with refused("too few users", "fewer than its client.min-count"):
         release_on_device(data, 0, cfg, 0, model, policy=few, state_dir=str(tmp_path), client_seed=None)

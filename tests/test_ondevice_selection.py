@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 from fl_privtext import pipeline
-from fl_privtext.client import ClientData, ClientPolicy, Refused, release_on_device
+from fl_privtext.client import ClientData, ClientPolicy, release_on_device
 from fl_privtext.client.ondevice import MAX_CANDIDATES, answer_half, on_device_answer
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
 from fl_privtext.report import aggregate, table
 from fl_privtext.server.ondevice_selection import choose
+from tests.refusals import refused
 
 CFG = {"privacy.mechanism": "none", "client.min-count": 1, "federation.num-clients": 1}
 
@@ -71,13 +72,13 @@ def test_a_select_answer_spends_one_bit_per_record_whatever_the_number_of_models
 def test_a_select_request_outside_the_protocol_is_refused():
     cfg = ExperimentConfig.from_flat(CFG)
     data, g = _data(200), np.random.default_rng(0)
-    with pytest.raises(Refused, match="1 to 8 models"):
+    with refused("malformed request", "1 to 8 models"):
         on_device_answer(data, 0, [PERFECT] * (MAX_CANDIDATES + 1), cfg, 1.0, 1, g, stage="select")
-    with pytest.raises(Refused, match="carries one model"):
+    with refused("malformed request", "carries one model"):
         on_device_answer(data, 0, [PERFECT, WRONG], cfg, 1.0, 1, g, stage="report")
-    with pytest.raises(Refused, match="unknown on-device stage"):
+    with refused("malformed request", "unknown on-device stage"):
         on_device_answer(data, 0, PERFECT, cfg, 1.0, 1, g, stage="everything")
-    with pytest.raises(Refused, match="shape"):
+    with refused("malformed request", "shape"):
         on_device_answer(data, 0, [PERFECT, _linear(np.zeros((3, 3)), np.zeros(3))], cfg, 1.0, 1, g, stage="select")
 
 

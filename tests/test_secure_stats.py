@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fl_privtext.client import ClientData, ClientPolicy, Refused
+from fl_privtext.client import ClientData, ClientPolicy
 from fl_privtext.client.aggregate import (
     PUBLIC_TAIL,
     StatsLayout,
@@ -23,6 +23,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma
 from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, plain_sum
 from fl_privtext.server.learners import LDA, Centroid
+from tests.refusals import refused
 
 K, D = 3, 6
 
@@ -141,18 +142,18 @@ def test_requests_the_policy_does_not_allow_are_refused(gen, tmp_path):
     policy = ClientPolicy.from_points([cfg])
     lay = StatsLayout(K, D)
     kw = {"layout": lay, "policy": policy, "state_dir": str(tmp_path), "client_seed": None}
-    with pytest.raises(Refused, match="promises 3 contributing clients"):
+    with refused("policy mismatch", "promises 3 contributing clients"):
         release_statistics(data, 0, cfg, 0, min_contributors=3, epsilon=1.0, **kw)
-    with pytest.raises(Refused, match="less noise"):
+    with refused("policy mismatch", "less noise"):
         release_statistics(data, 0, cfg, 0, min_contributors=4, epsilon=2.0, **kw)
     # a server request that names another policy (here: a larger epsilon in the config it sends) matches no entry
     greedy = ExperimentConfig.from_flat({"privacy.epsilon": 8.0}, cfg)
-    with pytest.raises(Refused, match="matches none"):
+    with refused("policy mismatch", "matches none"):
         release_statistics(data, 0, greedy, 0, min_contributors=4, epsilon=1.0, **kw)
     first, _ = release_statistics(data, 0, cfg, 0, min_contributors=4, epsilon=1.0, **kw)
     again, st = release_statistics(data, 0, cfg, 0, min_contributors=4, epsilon=1.0, **kw)
     assert st["replayed"] == 1 and np.array_equal(first, again)  # a repeat gets the same noise, free
-    with pytest.raises(Refused, match="past this client's client.max-epsilon"):  # 1 + 1 > 1.5
+    with refused("budget exhausted", "past this client's client.max-epsilon"):  # 1 + 1 > 1.5
         release_statistics(data, 0, cfg, 1, min_contributors=4, epsilon=1.0, **kw)
 
 

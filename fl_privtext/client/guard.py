@@ -5,6 +5,12 @@
 the query), the client's own `ClientPolicy` and its state directory, and return the answer with what was charged:
 ``{"charged": largest per-user charge of this release, "ledger-max": largest per-user total after it, "replayed":
 0/1, "scope": the policy entry}``. A request the policy does not allow raises `Refused` (``refused: ...``).
+
+What a release is keyed by (`release_key`): only what changes what the client computes (the data and its shard,
+the extractor, the mechanism, Phase A, the rounds and repetitions); the server's and the eavesdropper's settings,
+the batch size and where things run are not in it. A request that differs from an earlier one only in those gets
+the stored answer back, charged nothing: it cannot buy fresh noise. An upload's stored answer holds the root of its
+noise AND the configuration it was computed with, so a replay recomputes exactly the upload that was sent.
 """
 
 from __future__ import annotations
@@ -42,6 +48,21 @@ def upload_epsilon(cfg: ExperimentConfig, num_classes: int, dim: int) -> float:
     return eps
 
 
+# What changes a client's computation: a release is keyed by these keys' values (and nothing else of the request).
+_RELEASE_PREFIXES = ("data.", "extractor.", "privacy.", "train.")
+_RELEASE_KEYS = ("federation.num-clients", "federation.partition", "federation.alpha", "federation.rounds",
+                 "federation.schedule", "run.seed", "run.seeds", "server.aggregate")
+_PLACEMENT = ("extractor.device", "extractor.batch-size", "extractor.cache-dir", "extractor.chunk-rows",
+              "train.device")  # where and in what chunks the same computation runs
+
+
+def release_key(cfg: ExperimentConfig) -> str:
+    """A hash of the keys of ``cfg`` that change what a client computes (see the module text)."""
+    flat = {k: v for k, v in cfg.to_flat().items()
+            if (k.startswith(_RELEASE_PREFIXES) or k in _RELEASE_KEYS) and k not in _PLACEMENT}
+    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def _key(*parts: object) -> str:
     return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:32]
 
@@ -66,14 +87,18 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
     the Phase A encoder's hash): a repeated request for the same (point, seed, round, data) replays the stored
     answer."""
     entry, cfg = _entry(policy, request, seed)
+    if entry.pinned.get("server.aggregate") == "secagg":
+        raise Refused("clear release under secure aggregation", "this client's policy entry runs server.aggregate = "
+                      "secagg: its users' statistics leave only inside noisy secure sums, never as per-user uploads")
     if not 0 <= rnd < cfg.federation.rounds:
         raise Refused("out of range", f"round {rnd} is outside this client's 0..federation.rounds-1 = 0..{cfg.federation.rounds - 1}")
     if math.isfinite(entry.client.max_epsilon) and cfg.privacy.label_epsilon == 0 and data.num_classes > 1:
         raise Refused("labels in the clear", f"labels in the clear (privacy.label-epsilon = 0) cost inf per record, past this client's "
                       f"client.max-epsilon = {entry.client.max_epsilon:g}; set privacy.label-epsilon > 0")
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("upload", seed, rnd, point_key(cfg), data_key)
+    key = _key("upload", seed, rnd, release_key(cfg), data_key)
     made: list[Upload] = []
+    made_with = json.dumps(cfg.to_flat(), sort_keys=True, default=str)
 
     def compute(spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         # The stored answer is the root of this release's noise (and which records fit the users' budgets), not the
@@ -83,7 +108,7 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
         up = client_upload(data, client, rnd, seed, cfg, client_seed=root)
         if not len(up.rows):
             made.append(up)
-            return {"root": np.array(str(root))}, np.zeros(0, np.int64), 0.0
+            return {"root": np.array(str(root)), "config": np.array(made_with)}, np.zeros(0, np.int64), 0.0
         eps = upload_epsilon(cfg, data.num_classes, up.input_dim)
         users = data.user_of(up.rows)
         keep = within_budget(users, spent, eps, entry.client.max_epsilon)
@@ -91,19 +116,25 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
             raise Refused("budget exhausted", f"every user in this release has spent its budget ({len(np.unique(users))} users; "
                           f"{eps:.6g} per record, client.max-epsilon = {entry.client.max_epsilon:g})")
         made.append(_subset(up, keep))
-        answer = {"root": np.array(str(root))} | ({} if keep.all() else {"keep": keep})
+        answer = {"root": np.array(str(root)), "config": np.array(made_with)} | ({} if keep.all() else {"keep": keep})
         return answer, users[keep], eps
 
     stored, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
     if made:
         up = made[0]
-    else:
-        up = client_upload(data, client, rnd, seed, cfg, client_seed=int(str(stored["root"])))
+    else:  # a replay: the same upload again, computed with the configuration it was first computed with
+        first = _made_with(stored, cfg)
+        up = client_upload(data, client, rnd, seed, first, client_seed=int(str(stored["root"])))
         if "keep" in stored:
             up = _subset(up, np.asarray(stored["keep"], bool))
     stats = _stats(entry.scope, charged, top, replayed)
     stats["withheld"] = int(len(stored["keep"]) - np.count_nonzero(stored["keep"])) if "keep" in stored else 0
     return up, stats
+
+
+def _made_with(stored: dict[str, np.ndarray], cfg: ExperimentConfig) -> ExperimentConfig:
+    """The configuration a stored upload was computed with (``cfg`` for an answer stored before it was kept)."""
+    return ExperimentConfig.from_flat(json.loads(str(stored["config"]))) if "config" in stored else cfg
 
 
 def within_budget(users: np.ndarray, spent: Any, eps: float, cap: float) -> np.ndarray:
@@ -139,7 +170,7 @@ def release_on_device(data: ClientData, client: int, request: ExperimentConfig, 
     if not entry.client.on_device:
         raise Refused("on-device answers off", "this client does not answer on-device evaluation (client.on-device = false)")
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("on-device", *stage_keys(stage), seed, point_key(cfg), data_key)  # the model is not in the key
+    key = _key("on-device", *stage_keys(stage), seed, release_key(cfg), data_key)  # the model is not in the key
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         g = client_generator(client_seed, "on-device", *stage_keys(stage), point_key(cfg), seed, client)

@@ -6,19 +6,29 @@ is computed. A release without a finite guarantee (a label in the clear, a Phase
 clear) costs inf. A repeated request (the same key: scope, kind, seed, round, what was asked) gets the stored answer
 back, not fresh noise, and costs nothing more.
 
-Persistence: one directory per (node, scope) under the node's state directory: ``ledger.npz`` (user ids, totals,
-answered keys) rewritten atomically (temp file + ``os.replace``) under an exclusive ``flock``, and ``answers/<key>.npz``
-with each stored answer. A restarted client (a new Ray actor, a restarted SuperNode) reads the same files.
+One total per USER, over every policy entry (issue #34): the totals live per node (the client, whose users are fixed
+by its policy), not per entry, so a policy change (a new cap, another point of a sweep, another run on the same
+state directory) never starts a user from zero; a cap is checked against the user's total over all entries. Stored
+answers are kept per entry (``scope``): a replay is only ever of the same point's answer.
+
+Persistence: ``node-<n>/ledger.npz`` (user ids, totals) rewritten atomically (temp file + ``os.replace``) under an
+exclusive ``flock`` of the node; ``node-<n>/<scope>/answers/<key>.npz`` with each stored answer;
+``node-<n>/refusals.jsonl`` (one JSON line per refusal: the reason sent and the client's own detail) and
+``node-<n>/client.log`` (the traces of internal errors). A restarted client (a new Ray actor, a restarted SuperNode)
+reads the same files; `summary` reads a whole state directory (``fl-privtext ledger DIR``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,16 +36,17 @@ from fl_privtext.client.policy import Refused
 
 
 class Ledger:
-    """Per-user totals of one node under one policy entry (``scope``)."""
+    """Per-user totals of one node (over every policy entry); releases and stored answers of entry ``scope``."""
 
     def __init__(self, state_dir: str | os.PathLike[str], node: int, scope: str):
-        self.dir = Path(state_dir) / f"node-{int(node)}" / scope
+        self.node_dir = Path(state_dir) / f"node-{int(node)}"
+        self.dir = self.node_dir / scope
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / "ledger.npz"
+        self.path = self.node_dir / "ledger.npz"
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.dir / ".lock", "a+") as fh:
+        with open(self.node_dir / ".lock", "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -59,6 +70,18 @@ class Ledger:
     def max_total(self) -> float:
         _, eps = self.totals()
         return float(eps.max()) if len(eps) else 0.0
+
+    def bind(self, name: str, value: str) -> str:
+        """The value first bound to ``name`` in this entry (``value`` if none was: it is bound now)."""
+        path = self.dir / f"bound-{name}.txt"
+        with self._locked():
+            if path.exists():
+                return path.read_text()
+            fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(value)
+            os.replace(tmp, path)
+            return value
 
     def stored(self, key: str) -> dict[str, np.ndarray] | None:
         """The answer stored under ``key`` (a repeated request), or None."""
@@ -108,6 +131,56 @@ class Ledger:
             _atomic_npz(self.dir / "answers" / f"{key}.npz", **answer)  # answer never sent (conservative)
             return (answer, float(cost.max()) if len(cost) else 0.0, float(totals.max()) if len(totals) else 0.0,
                     False)
+
+
+def node_dir(state_dir: str | os.PathLike[str], node: int) -> Path:
+    """The directory of one node's ledger."""
+    return Path(state_dir) / f"node-{int(node)}"
+
+
+def log_refusal(state_dir: str | os.PathLike[str], node: int, kind: str, exc: Refused) -> None:
+    """Append a refusal (the reason sent, the client's own detail) to the node's ``refusals.jsonl``."""
+    path = node_dir(state_dir, node) / "refusals.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"time": time.time(), "node": int(node), "kind": kind, "reason": exc.reason,
+                       "detail": exc.detail})
+    with open(path, "a") as fh:
+        fh.write(line + "\n")
+
+
+def log_error(state_dir: str | os.PathLike[str], node: int, kind: str, trace: str) -> None:
+    """Append an internal error's full trace to the node's own ``client.log`` (never to a reply)."""
+    path = node_dir(state_dir, node) / "client.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {kind}: internal error, refused\n{trace}\n")
+
+
+def summary(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every node's ledger under ``state_dir``: how many users were charged, the largest total of one user (over
+    every entry), each node's figures and every refusal logged (``fl-privtext ledger DIR``)."""
+    root = Path(state_dir)
+    if not root.is_dir():
+        raise ValueError(f"{state_dir} is not a clients' state directory (no such directory).")
+    nodes = sorted(root.glob("node-*"), key=lambda p: int(p.name.removeprefix("node-")))
+    if not nodes:
+        raise ValueError(f"{state_dir} holds no client ledger (expected node-<n>/ folders, as "
+                         "`fl-privtext run --client-state DIR` writes).")
+    users: dict[int, float] = {}
+    per_node, refusals = [], []
+    for d in nodes:
+        ids, eps = np.zeros(0, np.int64), np.zeros(0)
+        if (d / "ledger.npz").exists():
+            with np.load(d / "ledger.npz") as z:
+                ids, eps = z["users"], z["epsilon"]
+        for u, e in zip(ids.tolist(), eps.tolist(), strict=True):
+            users[u] = users.get(u, 0.0) + e  # a user on two nodes would be summed (it never is: shards are pinned)
+        per_node.append({"node": int(d.name.removeprefix("node-")), "users": len(ids),
+                         "max_epsilon_charged": float(eps.max()) if len(eps) else 0.0})
+        if (d / "refusals.jsonl").exists():
+            refusals += [json.loads(line) for line in (d / "refusals.jsonl").read_text().splitlines() if line.strip()]
+    top = max(users.values(), default=0.0)
+    return {"users": len(users), "max_epsilon_charged": top, "nodes": per_node, "refusals": refusals}
 
 
 def _atomic_npz(path: Path, **arrays: np.ndarray) -> None:

@@ -24,7 +24,7 @@ POLICY_ENV = "FL_PRIVTEXT_CLIENT_POLICY"  # how a simulation hands its clients t
 STATE_ENV = "FL_PRIVTEXT_CLIENT_STATE"  # the clients' state directory in a simulation (their ledgers)
 # The request's keys an entry pins: the mechanism and its parameters, label handling, Phase A's DP, what is asked.
 _PINNED_PREFIXES = ("privacy.", "data.options.")
-_PINNED_KEYS = ("train.dp-clip", "train.dp-noise-multiplier", "train.dp-delta", "federation.rounds",
+_PINNED_KEYS = ("train.rounds", "train.dp-clip", "train.dp-noise-multiplier", "train.dp-delta", "federation.rounds",
                 "federation.schedule", "run.seed", "run.seeds", "data.name", "server.aggregate")
 
 

@@ -10,9 +10,10 @@ seed this process was given outside the ServerApp: ``--node-config client-seed=N
 
 Nor does its privacy (issue #22): the query only *requests*; the client's own policy (`fl_privtext.client.policy`,
 delivered like the seed) decides, its ledger charges every release, and a request the policy does not allow gets an
-error reply whose reason starts with ``refused:``. Every reply carries what the client charged (ConfigRecord
-``ledger``). `build_app(defend=False)` builds the OLD behaviour (obey the server) for the adversarial tests' power
-checks only.
+error reply ``refused: <reason>`` from a closed list. Every reply carries what the client charged (ConfigRecord
+``ledger``). Every message passes one gate (`GatedClientApp`, issue #34): undeclared kinds are refused, replies
+hold only their declared records, and no exception text or trace ever leaves (`fl_privtext.client.gate`).
+`build_app(defend=False)` builds the OLD behaviour (obey the server) for the adversarial tests' power checks only.
 
 Start-up is kept light (numpy, flwr and the privacy package; torch and HF datasets are not imported): under
 `fl-privtext run` the driver has already loaded the dataset and passes the path of a client-data snapshot
@@ -27,6 +28,7 @@ import os
 import socket
 import sys
 import time
+import traceback
 from typing import Any
 
 import numpy as np
@@ -45,6 +47,8 @@ from fl_privtext.client import (
     release_upload,
     state_dir_from,
 )
+from fl_privtext.client.gate import MESSAGES, REPLY_PATTERN, kind_of
+from fl_privtext.client.ledger import log_error, log_refusal
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.replies import array_digest, ledger_record, prep_key, refusal
 from fl_privtext.federation.secagg import secagg_mod
@@ -76,16 +80,32 @@ def _data_for(msg: Message, cfg: ExperimentConfig) -> ClientData:
     return _client_data(prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
 
 
-def phase_b_data(msg: Message, cfg: ExperimentConfig) -> tuple[ClientData, str]:
+def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[ClientData, str]:
     """This client's data for a Phase B message and the key of what it computes on: after Phase A (the message
     carries its encoder) the trained encoder's r(x) in place of the frozen features, keyed by the encoder's digest
-    (uploads, on-device answers and secure sums alike); else the cached features and ""."""
+    (uploads, on-device answers and secure sums alike); else the cached features and "".
+
+    A server-sent encoder runs on the client's clean data, so it is accepted only where the client's policy entry
+    runs Phase A (``train.rounds > 0``), and only ONE encoder per entry: the first one a Phase B request carries is
+    bound (its digest, in the entry's state); any other is refused (``encoder not allowed``). The client cannot check
+    the server's aggregation, but a malicious server cannot probe its data with many encoders; its output is
+    sanitized (`fl_privtext.client.gate.sanitize`) and every release of it is charged as any other."""
     data = _data_for(msg, cfg)
     if "encoder" not in msg.content.array_records:
         return data, ""
+    from fl_privtext.client import Ledger
     from fl_privtext.federation.train_handlers import encoded_client_data
 
-    return encoded_client_data(data, msg, cfg), array_digest(msg.content.array_records["encoder"])
+    nc = dict(context.node_config)
+    entry = policy_from(nc).entry_for(cfg)
+    if int(entry.pinned.get("train.rounds", 0) or 0) <= 0:
+        raise Refused("encoder not allowed", "a Phase B request carries an encoder; this client's policy entry runs "
+                      "no Phase A (train.rounds = 0)")
+    digest = array_digest(msg.content.array_records["encoder"])
+    bound = Ledger(state_dir_from(nc), int(nc["partition-id"]), entry.scope).bind("encoder", digest)  # type: ignore[arg-type]
+    if bound != digest:
+        raise Refused("encoder not allowed", f"encoder {digest} requested; this entry is bound to encoder {bound}")
+    return encoded_client_data(data, msg, cfg), digest
 
 
 def _config(msg: Message) -> ExperimentConfig:
@@ -115,18 +135,15 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
             f"{cfg.federation.num_clients}; start the federation with as many SuperNodes as clients."
         )
     t0 = time.perf_counter()
-    data, data_key = phase_b_data(msg, cfg)
+    data, data_key = phase_b_data(msg, cfg, context)
     t1 = time.perf_counter()
     nc = dict(context.node_config)
     client_seed = client_seed_from(nc)
     seed, rnd = int(task["seed"]), int(task["round"])  # type: ignore[arg-type]
     charged: dict[str, Any] = {}
-    if defend:
-        try:
-            up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc),
-                                         state_dir=state_dir_from(nc), client_seed=client_seed, data_key=data_key)
-        except Refused as exc:
-            return refusal(msg, exc)
+    if defend:  # a refusal propagates to the gate (GatedClientApp), which logs it and answers its fixed line
+        up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc),
+                                     state_dir=state_dir_from(nc), client_seed=client_seed, data_key=data_key)
     else:  # the old behaviour: whatever the server asks
         up = client_upload(data, client, rnd, seed, cfg, client_seed=client_seed)
     t2 = time.perf_counter()
@@ -151,13 +168,10 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     confusion counts over the rows the server lists)."""
     cfg = _config(msg)
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
-    data, data_key = phase_b_data(msg, cfg)
+    data, data_key = phase_b_data(msg, cfg, context)
     task = msg.content.config_records.get("task")
     stage = str(task.get("stage", "all")) if task is not None else "all"
-    try:
-        model = _models(msg, stage)
-    except Refused as exc:
-        return refusal(msg, exc)
+    model = _models(msg, stage)
     if not defend:
         rows = msg.content.array_records["rows"]["rows"].numpy()
         counts = client_on_device(data, client, rows, model, cfg)
@@ -165,12 +179,9 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
                        reply_to=msg)
     seed = int(task["seed"]) if task is not None else cfg.run.seed  # type: ignore[arg-type]
     nc = dict(context.node_config)
-    try:
-        answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc),
-                                            state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
-                                            data_key=data_key, stage=stage)
-    except Refused as exc:
-        return refusal(msg, exc)
+    answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc),
+                                        state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
+                                        data_key=data_key, stage=stage)
     return Message(RecordDict({"answer": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in answer.items()}),
                                "ledger": ledger_record(charged)}), reply_to=msg)
 
@@ -192,13 +203,58 @@ def _models(msg: Message, stage: str) -> Any:
     return [{k: a.numpy() for k, a in records[n].items()} for n in names]
 
 
+class GatedClientApp(ClientApp):
+    """The ClientApp behind the client's one gate (`fl_privtext.client.gate`): every message, whatever its kind and
+    whatever a handler or Flower's own routing does with it, leaves as a declared release or a closed refusal."""
+
+    def __call__(self, message: Message, context: Context) -> Message:
+        kind = kind_of(str(message.metadata.message_type))
+        declared = MESSAGES.get(kind)
+        if declared is None:
+            return self._refuse(message, context, kind, Refused("unknown message", f"message type {kind!r}"))
+        try:
+            reply = super().__call__(message, context)
+        except Refused as exc:
+            return self._refuse(message, context, kind, exc)
+        except Exception:  # noqa: BLE001 - the gate: nothing of an exception may reach the server
+            _log(context, lambda d, n: log_error(d, n, kind, traceback.format_exc()))
+            return self._refuse(message, context, kind, Refused("internal error", "see client.log"))
+        if reply.has_error():
+            if REPLY_PATTERN.match(str(reply.error.reason)):
+                return reply
+            return self._refuse(message, context, kind, Refused("internal error",
+                                                                 f"a handler's error reply: {reply.error.reason}"))
+        names = set(reply.content.keys())
+        extra = names - declared.records
+        unproven = (declared.charged and "ledger" not in names and "secaggplus_configs" not in names)
+        if extra or unproven:
+            return self._refuse(message, context, kind, Refused(
+                "internal error", f"undeclared reply records {sorted(extra)}" if extra else "a release without "
+                "its ledger record (it did not go through the ledger)"))
+        return reply
+
+    @staticmethod
+    def _refuse(message: Message, context: Context, kind: str, exc: Refused) -> Message:
+        _log(context, lambda d, n: log_refusal(d, n, kind, exc))
+        return refusal(message, exc)
+
+
+def _log(context: Context, write: Any) -> None:
+    """Write to this node's own state (its ledger directory); never fails the reply."""
+    try:
+        write(state_dir_from(dict(context.node_config)), int(context.node_config.get("partition-id", -1)))  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001,S110 - a full disk must not turn a refusal into a trace
+        pass
+
+
 def build_app(defend: bool = True) -> ClientApp:
     """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
     import fl_privtext.federation.secagg_stats
     import fl_privtext.federation.secagg_train  # noqa: F401 - registers the "phase-a" secure-sum task
     from fl_privtext.federation.train_handlers import register
 
-    new = ClientApp(mods=[thread_mod, secagg_mod])  # secagg_mod acts on SecAgg+ protocol messages only
+    app_class = GatedClientApp if defend else ClientApp
+    new = app_class(mods=[thread_mod, secagg_mod])  # secagg_mod acts on SecAgg+ protocol messages only
     new.query("upload")(functools.partial(upload, defend=defend))
     new.query("evaluate")(functools.partial(evaluate, defend=defend))
     register(new, defend)

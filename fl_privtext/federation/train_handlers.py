@@ -29,7 +29,7 @@ from fl_privtext.client import (
     state_dir_from,
 )
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.replies import array_digest, ledger_record, prep_key, refusal
+from fl_privtext.federation.replies import array_digest, ledger_record, prep_key
 
 _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
 
@@ -114,11 +114,8 @@ def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, u
     nc = dict(context.node_config)
     request = experiment_config(msg.content.config_records["config"])
     digest = f"{rnd}:{array_digest(msg.content.array_records['arrays'])}"
-    try:
-        answer, charged = release_phase_a(kind, users, request, int(nc["partition-id"]), rnd, digest,  # type: ignore[arg-type]
-                                          compute, policy=policy_from(nc), state_dir=state_dir_from(nc))
-    except Refused as exc:
-        return refusal(msg, exc)
+    answer, charged = release_phase_a(kind, users, request, int(nc["partition-id"]), rnd, digest,  # type: ignore[arg-type]
+                                      compute, policy=policy_from(nc), state_dir=state_dir_from(nc))
     metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
                                if k.startswith("metric:")}
     records: dict[str, Any] = {"metrics": MetricRecord(metrics), "ledger": ledger_record(charged)}
@@ -140,14 +137,11 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
     clip = config.get("clipping_norm")
     if defend:  # Phase A's DP settings are the client's own: the clipping is its policy's, never the server's
         if (no := _clear_release_refused("train", cfg)) is not None:
-            return refusal(msg, no)
-        try:
-            own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
-        except Refused as exc:
-            return refusal(msg, exc)
+            raise no
+        own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
         if clip is not None and float(clip) != own:  # type: ignore[arg-type]
-            return refusal(msg, Refused("policy mismatch", f"clipping_norm = {clip!r} requested, this client's policy clips to "
-                                        f"train.dp-clip = {own}"))
+            raise Refused("policy mismatch", f"clipping_norm = {clip!r} requested, this client's policy clips to "
+                                             f"train.dp-clip = {own}")
         clip = own if own > 0 else None
 
     def compute() -> dict[str, np.ndarray]:
@@ -159,6 +153,8 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
                             proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
         new = [state[k] for k in arrays]
+        if not all(np.isfinite(np.asarray(a)).all() for a in new):  # from the server's weights: never an error
+            new = [np.asarray(a.numpy()) for a in arrays.values()]  # the zero update, as a whole (gate.sanitize)
         if clip is not None:  # DP-FedAvg: clip this client's update (what Flower's fixedclipping_mod does)
             new = clip_update(new, [a.numpy() for a in arrays.values()], float(clip))  # type: ignore[arg-type]
         metrics: dict[str, Any] = {**stats, "weight": 1.0 if clip is not None else float(len(rows)),
@@ -205,11 +201,8 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
         metrics_only: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in compute().items()}
         return Message(RecordDict({"metrics": MetricRecord(metrics_only)}), reply_to=msg)
     if (no := _clear_release_refused("evaluate", cfg)) is not None:
-        return refusal(msg, no)
-    try:
-        phase_a_allowed(policy_from(dict(context.node_config)), cfg)
-    except Refused as exc:
-        return refusal(msg, exc)
+        raise no
+    phase_a_allowed(policy_from(dict(context.node_config)), cfg)
     prep, _ = _prepared(prep_key(cfg))
     _, rows = _phase_a_rows(prep, cfg, client)
     return _guarded("evaluate", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
@@ -228,9 +221,11 @@ class _EncodedFeatures:
         self.model, self.data, self.cfg = model, data, cfg
 
     def __getitem__(self, rows: Any) -> np.ndarray:
+        from fl_privtext.client.gate import sanitize
         from fl_privtext.encoders import encode
 
-        return encode(self.model, self.data, np.asarray(rows, np.int64), self.cfg)
+        # the encoder is the server's: a non-finite output is replaced, never an error (fl_privtext.client.gate)
+        return sanitize(encode(self.model, self.data, np.asarray(rows, np.int64), self.cfg))
 
 
 def encoded_client_data(data: Any, msg: Message, cfg: ExperimentConfig) -> Any:
