@@ -32,6 +32,8 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the results of a finished run in --output (refused otherwise)")
+    run.add_argument("--client-state", metavar="DIR", help="the clients' state (per-user ledgers, kept across runs "
+                                                          "and sweeps); default <output>/clients")
 
     rep = sub.add_parser("privacy-report", help="JSON privacy report of a mechanism (nominal and worst-case epsilon)")
     rep.add_argument("mechanism")
@@ -50,6 +52,12 @@ def _build_parser() -> argparse.ArgumentParser:
     swp.add_argument("--output", help="output directory (default: [sweep] output, else sweeps/<file stem>)")
     swp.add_argument("--quiet", action="store_true", help="no progress bar or per-point lines")
     swp.add_argument("--list", action="store_true", help="print the points and whether each is done, then exit")
+    swp.add_argument("--client-state", metavar="DIR", help="the clients' state (per-user ledgers, kept across runs "
+                                                          "and sweeps); default <output>/clients")
+
+    led = sub.add_parser("ledger", help="the clients' per-user ledgers in a state directory: totals and refusals")
+    led.add_argument("dir", help="a clients' state directory (<run>/clients, or a --client-state DIR)")
+    led.add_argument("--json", action="store_true", help='print {"users", "max_epsilon_charged", "refusals", ...}')
 
     cmp = sub.add_parser("compare", help="tabulate finished runs (their results.json) side by side")
     cmp.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -75,7 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "sweep":
             from fl_privtext.sweep import sweep_from_cli
 
-            sweep_from_cli(args.file, sets=sets, output=args.output, quiet=args.quiet, list_only=args.list)
+            sweep_from_cli(args.file, sets=sets, output=args.output, quiet=args.quiet, list_only=args.list,
+                           client_state=args.client_state)
+        elif args.command == "ledger":
+            _ledger(args.dir, as_json=args.json)
         elif args.command == "compare":
             from fl_privtext.sweep import compare_from_cli
 
@@ -85,13 +96,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # on a terminal a bar; when stderr is a file, a pipe or CI, plain periodic lines (fl_privtext.progress)
             run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=args.quiet,
-                         overwrite=args.overwrite)
+                         overwrite=args.overwrite, client_state=args.client_state)
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         _interrupted(args.command, str(exc))
     return 0
+
+
+def _ledger(directory: str, *, as_json: bool) -> None:
+    """``fl-privtext ledger DIR``: per-user totals and refusals of the clients' state in DIR."""
+    import math
+
+    from fl_privtext.client.ledger import summary
+
+    out = summary(directory)
+    top = out["max_epsilon_charged"]
+    if as_json:
+        print(json.dumps({**out, "max_epsilon_charged": top if math.isfinite(top) else "inf"}, indent=2))
+        return
+    print(f"{out['users']} users charged; largest total of one user: epsilon {top:.6g} (basic composition over "
+          f"every release and policy entry)")
+    for n in out["nodes"]:
+        print(f"  node {n['node']}: {n['users']} users, largest total {n['max_epsilon_charged']:.6g}")
+    print(f"{len(out['refusals'])} refusals" + (":" if out["refusals"] else ""))
+    for r in out["refusals"]:
+        print(f"  node {r['node']} {r['kind']}: refused: {r['reason']} ({r['detail']})")
 
 
 def _interrupted(command: str, kept: str = "") -> None:

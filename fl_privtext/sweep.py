@@ -225,12 +225,14 @@ def headline(res: dict[str, Any]) -> str:
 
 def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
               runner: Callable[..., Any] | None = None, progress: bool = False,
-              describe: Callable[[ExperimentConfig], str] = point_key) -> dict[str, Any]:
+              describe: Callable[[ExperimentConfig], str] = point_key,
+              state_dir: str | Path | None = None) -> dict[str, Any]:
     """Run every point not yet in ``store``: one ``run_points`` call per simulation group (usually one), each
     point saved as soon as it finishes. Returns ``{"points", "ran", "wall_s"}``.
 
     ``runner`` defaults to `fl_privtext.federation.runner.run_points` (tests may pass a fake with the same
-    ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points."""
+    ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points; ``state_dir`` is the clients'
+    state (per-user ledgers) every group's simulation shares."""
     from fl_privtext.progress import tqdm
     from fl_privtext.report import aggregate
 
@@ -243,9 +245,11 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     if not todo:
         return {"points": len(unique), "ran": 0, "wall_s": 0.0}
     if runner is None:
+        import functools
+
         from fl_privtext.federation.runner import run_points
 
-        runner = run_points
+        runner = functools.partial(run_points, state_dir=state_dir)
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
@@ -471,11 +475,13 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
 
 
 def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str | Path | None = None,
-            log: Callable[[str], None] = print, progress: bool = False) -> dict[str, Any]:
+            log: Callable[[str], None] = print, progress: bool = False,
+            client_state: str | Path | None = None) -> dict[str, Any]:
     """Run the sweep's missing points (and their no-privacy points), then write table.csv, table.md and the plots
     to the output directory (``output``, else the file's ``[sweep] output``, else sweeps/<file stem>). Returns
     `write_outputs`' summary plus ``out`` (the directory). Shared by ``fl-privtext sweep`` and
-    ``fl_privtext.run_sweep``."""
+    ``fl_privtext.run_sweep``. ``client_state``: the clients' state directory (per-user ledgers over every point),
+    kept across sweeps; default ``<output>/clients``."""
     stem = Path(spec.source).stem if spec.source else "sweep"
     out = Path(output or spec.output or Path("sweeps") / stem)
     points = spec.points({**(sets or {}), "run.progress": "false"})  # one bar over points; no nested bars
@@ -487,7 +493,8 @@ def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str 
     if spec.source:
         _write_atomic(out / "sweep.toml", Path(spec.source).read_text())
     try:
-        run_sweep(with_baselines(points), store, log=log, progress=progress, describe=spec.label)
+        run_sweep(with_baselines(points), store, log=log, progress=progress, describe=spec.label,
+                  state_dir=client_state if client_state is not None else out / "clients")
     except KeyboardInterrupt:
         done = sum(store.has(c) for c in points)
         raise KeyboardInterrupt(f"{done} of {len(points)} points are finished and kept in {store.folder}; "
@@ -495,7 +502,8 @@ def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str 
     return {**write_outputs(spec, points, store, out), "out": out}
 
 
-def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool) -> None:
+def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet: bool, list_only: bool,
+                   client_state: str | None = None) -> None:
     spec = SweepSpec.load(path)
     if list_only:
         out = Path(output or spec.output or Path("sweeps") / Path(path).stem)
@@ -504,7 +512,7 @@ def sweep_from_cli(path: str, *, sets: dict[str, str], output: str | None, quiet
             print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {spec.label(cfg)}")
         return
     log = (lambda s: None) if quiet else (lambda s: print(s, file=sys.stderr, flush=True))
-    summary = execute(spec, sets=sets, output=output, log=log, progress=not quiet)
+    summary = execute(spec, sets=sets, output=output, log=log, progress=not quiet, client_state=client_state)
     out = summary["out"]
     print(summary["markdown"])
     extra = f"; {summary['note']}" if summary["note"] else ""

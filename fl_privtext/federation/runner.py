@@ -95,9 +95,11 @@ def _server_view(cfg: ExperimentConfig) -> ExperimentConfig:
 
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
                on_result: Callable[[int, dict[str, Any]], None] | None = None,
-               on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None
-               ) -> list[dict[str, Any]]:
+               on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None,
+               state_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Serve every point through one Flower simulation. All points must share the federation size/resources.
+    ``state_dir``: the clients' state (their per-user ledgers, stored answers, refusal logs), kept across calls
+    (`fl-privtext run --client-state DIR`; `fl-privtext ledger DIR` reads it); None: a temporary one, removed after.
     ``on_result(i, point)`` gets each point's result as soon as it is computed (in a worker thread);
     ``on_round(i, seed, round, Round, seconds)`` each round as soon as its uploads are in (per-round metrics).
 
@@ -142,14 +144,16 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     started = False
     import tempfile
 
-    # the clients' ledgers of this run (each node's own directory under it); a fresh run starts fresh ledgers
-    state_dir = tempfile.mkdtemp(prefix="fl-privtext-clients-")
+    # the clients' ledgers (each node's own directory under it): kept where the caller says, else this call's only
+    keep_state = state_dir is not None
+    state = str(Path(state_dir).resolve()) if state_dir is not None else tempfile.mkdtemp(prefix="fl-privtext-clients-")
+    Path(state).mkdir(parents=True, exist_ok=True)
     try:
         mark("validated")
         prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args, client_seed=points[0].run.client_seed,
                             threads=client_threads(points[0]), policy=_client_policy(points),
-                            state_dir=state_dir)
+                            state_dir=state)
         mark("ray_started")
         snapshots = prepared.result()
         mark("driver_prepared")
@@ -217,9 +221,10 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         mark("results_ready")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-        import shutil
+        if not keep_state:
+            import shutil
 
-        shutil.rmtree(state_dir, ignore_errors=True)  # this run's ledgers and stored answers (kept for the run only)
+            shutil.rmtree(state, ignore_errors=True)  # this call's ledgers and stored answers
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
     clock.update(fixed_costs(clock))
@@ -326,12 +331,15 @@ def _num_gpus() -> int:
 
 
 def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True,
-                   keep_observations: bool = False, overwrite: bool = False) -> dict[str, Any]:
+                   keep_observations: bool = False, overwrite: bool = False,
+                   client_state: str | Path | None = None) -> dict[str, Any]:
     """One federated experiment: returns the results dict (also written to ``output``, with the per-round
     ``metrics.jsonl`` and the trackers ``run.tensorboard`` / ``run.mlflow`` enable). ``keep_observations`` adds
     the eavesdropper's raw observations of the main point under ``observations`` (not written to disk).
     The output directory is claimed for the run (`fl_privtext.rundir.claim`): a directory another run is using,
-    or one holding a finished run's results.json (unless ``overwrite``), is refused before any work."""
+    or one holding a finished run's results.json (unless ``overwrite``), is refused before any work.
+    ``client_state``: the clients' state directory (their per-user ledgers), kept across runs; default
+    ``<output>/clients`` (this run's own)."""
     from fl_privtext.checks import check_output
     from fl_privtext.report import finalize
     from fl_privtext.rundir import claim
@@ -353,7 +361,8 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
 
     # run.log: the full trace of a failing client (one line on the console), Flower's warnings
     with claim(out, overwrite=overwrite), run_log(out), Tracker(cfg, out, points=("main", "baseline")) as tracker:
-        served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations)
+        served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations,
+                            state_dir=client_state if client_state is not None else out / "clients")
         results = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=out, echo=echo,
                            baseline=served[1] if len(served) > 1 else None)
         tracker.on_results(results)
@@ -363,8 +372,8 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
 
 
 def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, client_state: str | None = None) -> None:
     if quiet:
         sets = {**sets, "run.progress": "false"}
     cfg = ExperimentConfig.load(config_path, sets)
-    run_experiment(cfg, output=output, overwrite=overwrite)
+    run_experiment(cfg, output=output, overwrite=overwrite, client_state=client_state)

@@ -122,8 +122,10 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
 
 
 def failure_kind(reply: Message) -> str:
-    """"refused" when the client's policy or ledger refused the request (reason ``refused: ...``), else "error"."""
-    return "refused" if str(reply.error.reason).startswith("refused:") else "error"
+    """"refused" when the client's policy or ledger refused the request (reason ``refused: ...``), else "error"
+    (``refused: internal error``, the gate's line for a client-side failure, or a transport error)."""
+    reason = str(reply.error.reason)
+    return "refused" if reason.startswith("refused:") and reason != "refused: internal error" else "error"
 
 
 def ledger_of(reply: Message) -> dict[str, Any]:

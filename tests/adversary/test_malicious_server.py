@@ -255,7 +255,8 @@ def test_the_evaluate_oracle_gives_no_label_sign_or_value(attacks):
 
 def test_phase_a_updates_are_refused_under_a_finite_cap(attacks):
     _, d, old, _ = attacks
-    assert d["phase_a"].startswith("refused:") and "Phase A" in d["phase_a"]
+    # the entry runs no Phase A (train.rounds is pinned), so the request names no entry of the policy
+    assert d["phase_a"] in ("refused: policy mismatch", "refused: phase a not allowed"), d["phase_a"]
     assert all(isinstance(r, str) and r.startswith("refused:") for r in d["phase_a_updates"])
     # the power: the obedient client hands over its update of the real global model, in the clear; each client's
     # differs from the global model and from the other's (a function of its own users' texts and labels)
