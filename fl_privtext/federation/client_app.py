@@ -110,9 +110,14 @@ def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple
 
 def _config(msg: Message) -> ExperimentConfig:
     """The server's REQUEST: its config without what only the client decides (seed, policy: never read here)."""
+    if "config" not in msg.content.config_records:
+        raise Refused("malformed request", "the request carries no ConfigRecord 'config'")
     flat = {k: v for k, v in dict(msg.content.config_records["config"]).items()
             if k != "run.client-seed" and not k.startswith("client.")}
-    return ExperimentConfig.from_flat(flat)
+    try:
+        return ExperimentConfig.from_flat(flat)
+    except (ValueError, TypeError) as exc:
+        raise Refused("malformed request", f"the request's config: {exc}") from None
 
 
 def placement() -> ConfigRecord:

@@ -36,7 +36,10 @@ _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
 
 def experiment_config(config: ConfigRecord) -> ExperimentConfig:
     """The experiment config inside a strategy's ConfigRecord (Flower's own keys are left out)."""
-    return ExperimentConfig.from_flat({k: v for k, v in config.items() if k.partition(".")[0] in _SECTIONS})
+    try:
+        return ExperimentConfig.from_flat({k: v for k, v in config.items() if k.partition(".")[0] in _SECTIONS})
+    except (ValueError, TypeError) as exc:
+        raise Refused("malformed request", f"the request's config: {exc}") from None
 
 
 @functools.lru_cache(maxsize=2)
