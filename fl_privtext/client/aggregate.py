@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,7 @@ __all__ = [
     "central_epsilon",
     "client_statistics",
     "release_statistics",
+    "session_key",
     "share_noise_std",
     "stats_input",
     "stats_projection",
@@ -293,13 +295,25 @@ def client_statistics(data: ClientData, client: int, layout: StatsLayout,
 
 def release_statistics(data: ClientData, client: int, request: ExperimentConfig, seed: int, *,
                        layout: StatsLayout, min_contributors: int, epsilon: float, policy: ClientPolicy,
-                       state_dir: str, client_seed: int | None, data_key: str = ""
-                       ) -> tuple[np.ndarray, dict[str, Any]]:
+                       state_dir: str, client_seed: int | None, data_key: str = "",
+                       participants: Sequence[int] = ()) -> tuple[np.ndarray, dict[str, Any]]:
     """The vector ``client`` puts into SecAgg+ for repetition ``seed``: its noisy statistics (noise from ITS
     policy) followed by the public tail [1, sigma_share^2, seeded]. ``min_contributors`` and ``epsilon`` are what the
     server's request promises and expects: fewer contributors than ``client.secagg-min-clients`` or a larger
     epsilon than ``client.secagg-epsilon`` is `Refused`. Each user is charged ``client.secagg-epsilon`` once per
-    (point, seed) in the ledger; a repeated request gets the same vector back (same noise)."""
+    (point, seed, data, participant set) in the ledger; a repeated request in a session with the same participant
+    set gets the same vector back (same noise). The returned stats carry the ledger ``key`` (`unmask_once`).
+
+    Why the participant set (``participants``: `fl_privtext.federation.secagg.session_participants`, the node ids
+    this client masks with in the SecAgg+ session; empty outside SecAgg+): a stored vector replayed into sessions
+    over different sets lets an honest-but-curious server difference the sums. Four sessions over the 3-of-4
+    subsets of four clients give T = (S_1 + .. + S_4) / 3 and each client's vector v_i = T - S_(without i),
+    whose noise is one share, sigma / sqrt(t): epsilon 2.15 for the 1.0 charged at t = 4. Bound to the set, each
+    session over a new set is a new release: fresh noise, each user charged ``client.secagg-epsilon`` again (basic
+    composition). Differencing then gains nothing beyond the charge: the sums are independent Gaussian releases,
+    each (eps, delta)-DP with at least t clients' fresh shares in it (`require_contributors`), so a client in k of
+    them is charged k eps, which covers their composition. A same-set session that would unmask the vector over
+    another active set (a dropout after masking) is refused at the unmask stage (`unmask_once`)."""
     entry, cfg = _entry(policy, request, seed)
     mine = entry.client
     if min_contributors < mine.secagg_min_clients:
@@ -317,17 +331,26 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
                       f"{data.num_classes}")
     sigma = share_noise_std(mine.secagg_epsilon, mine.secagg_delta, layout.sensitivity, mine.secagg_min_clients)
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("secagg-stats", seed, point_key(cfg), layout, mine.secagg_min_clients, data_key)
+    key = _key("secagg-stats", seed, point_key(cfg), layout, mine.secagg_min_clients, data_key,
+               session_key(participants))
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         proj = (None if cfg.privacy.projection == "none" or data.features is None else
                 stats_projection(cfg, int(data.features.shape[1])))
         clean, users = client_statistics(data, client, layout, proj)
         g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client, str(layout),
-                             mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients)
+                             mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients,
+                             # a new participant set draws new noise in the seeded mode too (outside SecAgg+, the
+                             # plain loop's stream is unchanged)
+                             *((session_key(participants),) if participants else ()))
         noisy = clean + g.normal(0.0, sigma, clean.shape)
         tail = [1.0, sigma * sigma, float(client_seed is not None)]
         return {"vector": np.concatenate([noisy, tail])}, users, mine.secagg_epsilon
 
     answer, charged, top, replayed = ledger.release(key, mine.max_epsilon, compute)
-    return np.asarray(answer["vector"], np.float64), _stats(entry.scope, charged, top, replayed)
+    return np.asarray(answer["vector"], np.float64), {**_stats(entry.scope, charged, top, replayed), "key": key}
+
+
+def session_key(participants: Sequence[int]) -> str:
+    """The participant set as a ledger key's part (sorted node ids; "" outside SecAgg+)."""
+    return ",".join(str(int(n)) for n in sorted(participants))

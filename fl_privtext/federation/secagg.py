@@ -27,13 +27,26 @@ an active client dropped can ask for its mask-key shares and unmask it; a server
 can isolate one real client); the set of participants, their timing and message sizes; anything once threshold
 many neighbours collude. Dropouts: a client that fails after sharing its keys is survived as long as every
 remaining client keeps ``reconstruction_threshold`` live neighbours; it is listed in ``dropped``.
+
+Sessions. A client's noisy vector is a stored release (its ledger replays it to a repeated request), and a vector
+replayed into two sums over different clients leaks their difference: four honest sessions over the 3-of-4 subsets
+of four clients isolate each client's vector. So a task binds its stored vector to the participant set this
+session shows the client (`session_participants`: the sources of the key shares it received, and itself): a
+session over another set is a new release (fresh noise, charged again); checks the real number of selected and
+masking clients against the client's own minimum (`require_contributors`); and helps unmask a vector's sum over
+one active set only (`unmask_once`). Both of our tasks (Phase A's update, Phase B's statistics) do all three.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
-from collections.abc import Callable, Iterable
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -262,8 +275,24 @@ def declare(context: Context, **values: float) -> None:
     context.state.config_records[META] = ConfigRecord({k.replace("_", "-"): float(v) for k, v in values.items()})
 
 
-def require_contributors(context: Context, minimum: int) -> None:
-    """For a task: refuse (`fl_privtext.client.Refused`) a secure sum over fewer than ``minimum`` selected clients,
+def session_participants(msg: Message) -> tuple[int, ...]:
+    """For a task, at the masked-vector stage: the participant set this SecAgg+ session shows the client, sorted
+    node ids: the sources of the key shares the server forwarded to it (``Key.SOURCE_LIST``: the neighbours that
+    completed the share-keys stage, exactly those whose pairwise masks this client adds) and itself. With
+    ``num_shares`` = all (both of our tasks) these are every client whose vector can be in the sum with this one;
+    a task binds a stored vector to it (`fl_privtext.client.aggregate.release_statistics`, `secagg_train`)."""
+    from fl_privtext.client import Refused
+
+    configs = msg.content.config_records.get(SECAGG_CONFIGS)
+    if configs is None or Key.SOURCE_LIST not in configs:
+        raise Refused("malformed request", "a secure-sum vector is asked for outside SecAgg+'s masked-vector stage")
+    own = int(msg.metadata.dst_node_id)
+    return tuple(sorted({int(s) for s in configs[Key.SOURCE_LIST]} | {own}))  # type: ignore[union-attr]
+
+
+def require_contributors(context: Context, minimum: int, participants: Sequence[int] | None = None) -> None:
+    """For a task: refuse (`fl_privtext.client.Refused`) a secure sum over fewer than ``minimum`` selected clients
+    or, given the session's ``participants`` (`session_participants`), fewer than ``minimum`` masking together,
     and make this client refuse to help unmask when fewer than ``minimum`` are still active (`secagg_mod`). Exact
     when every selected client is this client's neighbour (``num_shares`` = all); otherwise conservative."""
     from fl_privtext.client import Refused
@@ -273,13 +302,52 @@ def require_contributors(context: Context, minimum: int) -> None:
     if selected < minimum:
         raise Refused("too few contributors", f"a secure sum over {selected} clients; this client's policy needs at least {minimum} "
                       f"(client.secagg-min-clients)")
+    if participants is not None and len(participants) < minimum:
+        raise Refused("too few contributors", f"{len(participants)} clients mask together in this session; this client's policy "
+                      f"needs at least {minimum} (client.secagg-min-clients)")
     context.state.config_records[GUARD] = ConfigRecord({"min-active": int(minimum)})
+
+
+def session_record(state_dir: str | os.PathLike[str], node: int, scope: str, key: str) -> Path:
+    """Where a client notes the active set its stored vector ``key`` (under policy entry ``scope``) was unmasked
+    with (`unmask_once`): beside its ledger, so that it survives a restart as the stored answer does."""
+    name = hashlib.sha256(f"{scope}|{key}".encode()).hexdigest()[:32]
+    return Path(state_dir) / f"node-{int(node)}" / "secagg-unmasked" / f"{name}.json"
+
+
+def unmask_once(context: Context, record: str | os.PathLike[str]) -> None:
+    """For a task, after its (stored or fresh) vector: `secagg_mod` helps unmask a sum holding that vector over ONE
+    active set only: the first unmasking notes its active set in ``record`` (`session_record`), a later session
+    that would unmask the same vector over another set (a client that dropped after masking, once and not the
+    other time: the two sums' difference would be that client's vector) is refused (``session already
+    answered``). Call `require_contributors` first (it sets the guard this extends)."""
+    guard = context.state.config_records.get(GUARD)
+    if guard is None:
+        raise RuntimeError("unmask_once needs require_contributors first (the client's minimum).")
+    guard["record"] = str(record)
+
+
+def _unmask_check(record: Path, active: list[int]) -> None:
+    """`unmask_once`'s rule at the unmask stage: the first active set is noted; another one is refused."""
+    from fl_privtext.client import Refused
+
+    if record.exists():
+        first = sorted(int(n) for n in json.loads(record.read_text())["active"])
+        if first != active:
+            raise Refused("session already answered", f"this vector was unmasked over {first}; this session would "
+                          f"unmask it over {active}")
+        return
+    record.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=record.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"active": active}, fh)
+    os.replace(tmp, record)  # noted before the shares leave: a crash in between refuses more, never less
 
 
 def secagg_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
     """Client mod: a SecAgg+ protocol message (TRAIN with the ``secaggplus_configs`` record) goes to Flower's
     ``secaggplus_mod`` with `_vector_reply` as its inner handler; every other message to ``call_next`` unchanged.
-    At the unmask stage it enforces `require_contributors`' minimum first."""
+    At the unmask stage it enforces `require_contributors`' minimum and `unmask_once`'s active set first."""
     if msg.metadata.message_type != MessageType.TRAIN or SECAGG_CONFIGS not in msg.content.config_records:
         return call_next(msg, context)
     from flwr.client.mod import secaggplus_mod
@@ -287,12 +355,15 @@ def secagg_mod(msg: Message, context: Context, call_next: Callable[[Message, Con
     configs = msg.content.config_records[SECAGG_CONFIGS]
     stage = configs.get(Key.STAGE)
     if stage in (Stage.SETUP, Stage.UNMASK) and GUARD in context.state.config_records:
-        minimum = int(context.state.config_records.pop(GUARD)["min-active"])  # type: ignore[arg-type]
-        active = configs.get(Key.ACTIVE_NODE_ID_LIST, [])
-        if stage == Stage.UNMASK and len(active) < minimum:  # type: ignore[arg-type]
+        guard = context.state.config_records.pop(GUARD)
+        minimum = int(guard["min-active"])  # type: ignore[arg-type]
+        active = sorted(int(n) for n in configs.get(Key.ACTIVE_NODE_ID_LIST, []))  # type: ignore[union-attr]
+        if stage == Stage.UNMASK and len(active) < minimum:
             from fl_privtext.client import Refused
 
-            raise Refused("too few contributors", f"unmasking a sum of {len(active)} clients; this client's policy needs at least "  # type: ignore[arg-type]
+            raise Refused("too few contributors", f"unmasking a sum of {len(active)} clients; this client's policy needs at least "
                           f"{minimum} (client.secagg-min-clients)")
+        if stage == Stage.UNMASK and "record" in guard:
+            _unmask_check(Path(str(guard["record"])), active)
 
     return secaggplus_mod(msg, context, _vector_reply)

@@ -19,7 +19,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from fl_privtext.client import client_seed_from, policy_from, state_dir_from
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.secagg import SECAGG_TASKS, SecAggAborted, secure_sum
+from fl_privtext.federation.secagg import (
+    SECAGG_TASKS,
+    SecAggAborted,
+    require_contributors,
+    secure_sum,
+    session_participants,
+    session_record,
+    unmask_once,
+)
 
 __all__ = ["TASK", "secagg_sum_round", "serve_secagg_point", "stats_vector"]
 
@@ -27,21 +35,31 @@ RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.secure_stats.s
 
 
 def stats_vector(msg: Message, context: Context) -> np.ndarray:
-    """Client side: this client's vector for the secure sum (noisy statistics + public tail)."""
+    """Client side: this client's vector for the secure sum (noisy statistics + public tail). Bound to the session
+    (`release_statistics`): the participant set SecAgg+ shows the client keys the stored vector, so a session over
+    another set is a new release, fresh noise, charged; fewer selected or masking clients than the client's own
+    ``client.secagg-min-clients`` is refused (``too few contributors``), as is an unmasking with fewer active or
+    with another active set than this vector was first unmasked with (`secagg_mod`)."""
     from fl_privtext.federation.client_app import _config, phase_b_data
 
     cfg = _config(msg)
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
+    nc = dict(context.node_config)
+    policy, state_dir = policy_from(nc), state_dir_from(nc)
+    participants = session_participants(msg)
+    # the client's own minimum (its policy entry for this request; `release_statistics` refuses a smaller promise)
+    require_contributors(context, policy.entry_for(cfg).client.secagg_min_clients, participants)
     data, data_key = phase_b_data(msg, cfg, context)  # after Phase A: the statistics of the trained encoder's r(x)
     layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]),  # type: ignore[arg-type]
                          int(task.get("folds", 1)), int(task.get("fold-seed", 0)),  # type: ignore[arg-type]
                          float(task.get("second-weight", 1.0)))  # type: ignore[arg-type]
-    nc = dict(context.node_config)
-    vec, _charged = release_statistics(
+    vec, stats = release_statistics(
         data, client, cfg, int(task["seed"]), layout=layout,  # type: ignore[arg-type]
         min_contributors=int(task["min-contributors"]), epsilon=float(task["epsilon"]),  # type: ignore[arg-type]
-        policy=policy_from(nc), state_dir=state_dir_from(nc), client_seed=client_seed_from(nc), data_key=data_key)
+        policy=policy, state_dir=state_dir, client_seed=client_seed_from(nc), data_key=data_key,
+        participants=participants)
+    unmask_once(context, session_record(state_dir, client, str(stats["scope"]), str(stats["key"])))
     return vec
 
 

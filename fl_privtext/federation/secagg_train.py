@@ -11,7 +11,13 @@ grid lowers the client's sigma in grid units, which its own accounting charges) 
 per round and user is the central epsilon of one round's sum with only ``secagg-min-clients`` contributors (at
 ``train.dp-delta``), composed by the ledger's basic composition; a round with fewer selected clients, or an
 unmasking with fewer active, is refused (`require_contributors`). Without client noise (dp-mode = server, or
-noise multiplier 0) the server sees the exact sum: charged inf.
+noise multiplier 0) the server sees the exact sum: charged inf. The stored update is keyed by round, model digest,
+grid step AND the session's participant set (`session_participants`): a repeat in a session over the same set
+replays it, a session over another set (e.g. the 3-of-4 subsets of four clients, whose sums differenced would
+isolate one client's update) is a new release: fresh noise (in the seeded mode too: the set and the model digest
+key the noise stream), charged again, so k sessions holding a client cost its users k round charges, which covers
+whatever their differences reveal. An unmasking over another active set than the vector's first is refused
+(`unmask_once`: a dropout after masking, once and not the other time, would isolate the dropped client).
 
 Server (`train_phase_secagg`): each round ``train.clients-per-round`` clients (the server's seeded choice; no
 amplification by sampling is claimed, the server knows whom it picked), one secure sum, the global model moves by
@@ -58,6 +64,9 @@ from fl_privtext.federation.secagg import (
     grid_step,
     require_contributors,
     secure_sum,
+    session_participants,
+    session_record,
+    unmask_once,
 )
 
 TASK = "phase-a"
@@ -95,6 +104,7 @@ def clipping_range_for(cfg: ExperimentConfig, k: int) -> float:
 def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     """The client's contribution to one Phase A secure sum (see the module text)."""
     from fl_privtext.client import Ledger, client_generator, client_seed_from, policy_from, state_dir_from
+    from fl_privtext.client.aggregate import session_key
     from fl_privtext.encoders import client_generator as train_generator
     from fl_privtext.encoders import local_train, trainable_state
     from fl_privtext.encoders.train import phase_a_rows
@@ -111,7 +121,8 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     entry = policy_from(nc).entry_for(request)  # Refused unless the request is exactly one of its points
     own = entry.config(request).train  # the client's own clip, noise multiplier and delta
     m = entry.client.secagg_min_clients
-    require_contributors(context, m)
+    participants = session_participants(msg)  # the stored update is bound to this session's set (module text)
+    require_contributors(context, m, participants)
     rec = msg.content.config_records[RECORD]
     _, step = grid_step(float(rec["clipping-range"]), int(rec["quantization-range"]))  # type: ignore[arg-type]
     arrays = msg.content.array_records["arrays"]
@@ -123,6 +134,9 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     rows, _ = phase_a_rows(prep, request, client)
     users = np.unique(prep.ds.user_index[rows])  # one charge per user and round: the update is one release
     client_seed = client_seed_from(nc)
+    digest = array_digest(arrays)
+    key = hashlib.sha256(f"phase-a-secagg|{rnd}|{digest}|{step!r}|{session_key(participants)}".encode()
+                         ).hexdigest()[:32]
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         _, data, model = _setup(request, arrays)
@@ -132,16 +146,17 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
         old = {k: a.numpy() for k, a in arrays.items()}
         delta = _flat({k: state[k] for k in old}) - _flat(old)
         if client_noise:
-            bits = SecureBits.keyed_by(client_generator(client_seed, "secagg-noise", rnd, client))
+            bits = SecureBits.keyed_by(client_generator(client_seed, "secagg-noise", rnd, client, digest,
+                                                        session_key(participants)))
             vec = noisy_share(delta, clip=own.dp_clip, noise_multiplier=own.dp_noise_multiplier, min_clients=m,
                               step=step, bits=bits)
         else:
             vec = round_to_grid(delta, own.dp_clip, step).astype(np.float64) * step
         return {"vector": vec}, users, eps
 
-    key = hashlib.sha256(f"phase-a-secagg|{rnd}|{array_digest(arrays)}|{step!r}".encode()).hexdigest()[:32]
     answer, charged, _, _ = Ledger(state_dir_from(nc), client, entry.scope).release(key, entry.client.max_epsilon,
                                                                                      compute)
+    unmask_once(context, session_record(state_dir_from(nc), client, entry.scope, key))
     # public: what this client's policy added and charged (the server's accountant uses it, not its own belief)
     declare(context, noise_multiplier=own.dp_noise_multiplier if client_noise else 0.0, clip=own.dp_clip,
             min_clients=m, charged=charged)
