@@ -62,25 +62,35 @@ def thread_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
 
 
 @functools.lru_cache(maxsize=2)
-def _client_data(flat_items: tuple, snapshot: str) -> ClientData:
-    # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor.
-    if snapshot and os.path.exists(snapshot):  # absent on another machine of a multi-node Ray cluster
-        return ClientData.load(snapshot)
+def _client_data(flat_items: tuple, snapshot: str, shard_digest: str = "") -> ClientData:
+    # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor. A snapshot
+    # (the server's hint) is used only when it holds the shard the client's policy names (``shard_digest``).
+    if snapshot and shard_digest and os.path.exists(snapshot):  # absent on another machine of a Ray cluster
+        data = ClientData.load(snapshot)
+        if data.shard_digest() != shard_digest:
+            raise Refused("shard mismatch", f"the client-data snapshot {snapshot} holds shard {data.shard_digest()}, "
+                          f"this client's policy names {shard_digest}")
+        return data
     from fl_privtext.pipeline import prepare  # the full dataset path: imports torch and HF datasets
 
     return prepare(ExperimentConfig.from_flat(dict(flat_items)), features="cached").client
 
 
-def _data_for(msg: Message, cfg: ExperimentConfig) -> ClientData:
+def _data_for(msg: Message, cfg: ExperimentConfig, context: Context) -> ClientData:
+    """This client's OWN shard (issue #34 item 5): prepared from the keys its policy pins, never the request's; a
+    request naming another shard is `Refused` ("shard mismatch"), and so is a snapshot that does not hold it."""
+    policy = policy_from(dict(context.node_config), dict(context.run_config))
+    own = policy.shard_of(cfg)
     hints = msg.content.config_records.get("client-data")
-    return _client_data(prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
+    snapshot = str(hints["snapshot"]) if hints is not None else ""
+    return _client_data(prep_key(own), snapshot, policy.shard_digest)
 
 
-def phase_b_data(msg: Message, cfg: ExperimentConfig) -> tuple[ClientData, str]:
+def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[ClientData, str]:
     """This client's data for a Phase B message and the key of what it computes on: after Phase A (the message
     carries its encoder) the trained encoder's r(x) in place of the frozen features, keyed by the encoder's digest
     (uploads, on-device answers and secure sums alike); else the cached features and ""."""
-    data = _data_for(msg, cfg)
+    data = _data_for(msg, cfg, context)
     if "encoder" not in msg.content.array_records:
         return data, ""
     from fl_privtext.federation.train_handlers import encoded_client_data
@@ -115,7 +125,10 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
             f"{cfg.federation.num_clients}; start the federation with as many SuperNodes as clients."
         )
     t0 = time.perf_counter()
-    data, data_key = phase_b_data(msg, cfg)
+    try:
+        data, data_key = phase_b_data(msg, cfg, context)
+    except Refused as exc:
+        return refusal(msg, exc)
     t1 = time.perf_counter()
     nc = dict(context.node_config)
     client_seed = client_seed_from(nc)
@@ -123,7 +136,7 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
     charged: dict[str, Any] = {}
     if defend:
         try:
-            up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc),
+            up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc, dict(context.run_config)),
                                          state_dir=state_dir_from(nc), client_seed=client_seed, data_key=data_key)
         except Refused as exc:
             return refusal(msg, exc)
@@ -151,10 +164,10 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     confusion counts over the rows the server lists)."""
     cfg = _config(msg)
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
-    data, data_key = phase_b_data(msg, cfg)
     task = msg.content.config_records.get("task")
     stage = str(task.get("stage", "all")) if task is not None else "all"
     try:
+        data, data_key = phase_b_data(msg, cfg, context)
         model = _models(msg, stage)
     except Refused as exc:
         return refusal(msg, exc)
@@ -166,7 +179,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     seed = int(task["seed"]) if task is not None else cfg.run.seed  # type: ignore[arg-type]
     nc = dict(context.node_config)
     try:
-        answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc),
+        answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc, dict(context.run_config)),
                                             state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
                                             data_key=data_key, stage=stage)
     except Refused as exc:

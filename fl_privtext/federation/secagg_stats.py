@@ -33,7 +33,7 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     cfg = _config(msg)
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
-    data, data_key = phase_b_data(msg, cfg)  # after Phase A: the statistics of the trained encoder's r(x)
+    data, data_key = phase_b_data(msg, cfg, context)  # after Phase A: the statistics of the trained encoder's r(x)
     layout = StatsLayout(int(task["num-classes"]), int(task["dim"]), bool(task["second"]),  # type: ignore[arg-type]
                          int(task.get("folds", 1)), int(task.get("fold-seed", 0)),  # type: ignore[arg-type]
                          float(task.get("second-weight", 1.0)))  # type: ignore[arg-type]
@@ -41,7 +41,7 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     vec, _charged = release_statistics(
         data, client, cfg, int(task["seed"]), layout=layout,  # type: ignore[arg-type]
         min_contributors=int(task["min-contributors"]), epsilon=float(task["epsilon"]),  # type: ignore[arg-type]
-        policy=policy_from(nc), state_dir=state_dir_from(nc), client_seed=client_seed_from(nc), data_key=data_key)
+        policy=policy_from(nc, dict(context.run_config)), state_dir=state_dir_from(nc), client_seed=client_seed_from(nc), data_key=data_key)
     return vec
 
 

@@ -116,7 +116,7 @@ def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, u
     digest = f"{rnd}:{array_digest(msg.content.array_records['arrays'])}"
     try:
         answer, charged = release_phase_a(kind, users, request, int(nc["partition-id"]), rnd, digest,  # type: ignore[arg-type]
-                                          compute, policy=policy_from(nc), state_dir=state_dir_from(nc))
+                                          compute, policy=policy_from(nc, dict(context.run_config)), state_dir=state_dir_from(nc))
     except Refused as exc:
         return refusal(msg, exc)
     metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
@@ -142,7 +142,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         if (no := _clear_release_refused("train", cfg)) is not None:
             return refusal(msg, no)
         try:
-            own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
+            own = phase_a_allowed(policy_from(dict(context.node_config), dict(context.run_config)), cfg).config(cfg).train.dp_clip
         except Refused as exc:
             return refusal(msg, exc)
         if clip is not None and float(clip) != own:  # type: ignore[arg-type]
@@ -207,7 +207,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     if (no := _clear_release_refused("evaluate", cfg)) is not None:
         return refusal(msg, no)
     try:
-        phase_a_allowed(policy_from(dict(context.node_config)), cfg)
+        phase_a_allowed(policy_from(dict(context.node_config), dict(context.run_config)), cfg)
     except Refused as exc:
         return refusal(msg, exc)
     prep, _ = _prepared(prep_key(cfg))
