@@ -1,8 +1,9 @@
 """The client's own policy: what it is willing to release, checked against every request of the server.
 
 A server query only *requests*: its ``[privacy]`` section, Phase A's DP settings, its (seed, round). The client
-compares the request with its policy (delivered outside the ServerApp's messages: `POLICY_ENV` in a simulation, the
-SuperNode's ``--node-config``) and refuses what does not match with a one-line reason starting ``refused:``.
+compares the request with its policy (delivered outside the ServerApp's messages: `POLICY_ENV` under `fl-privtext
+run`, the SuperNode's ``--node-config`` or policy file, the operator's run config in a ``flwr run`` simulation:
+`policy_from`) and refuses what does not match with a one-line reason starting ``refused:``.
 
 A policy is a list of *entries*, one per experiment point the client takes part in (a sweep serves many points
 through one federation): each entry is the privacy section the client runs, Phase A's DP settings, the rounds and
