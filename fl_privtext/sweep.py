@@ -209,10 +209,15 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     a client (same privacy and rounds) but whose [client] sections differ could not be told apart by it, so each
     [client] section gets its own simulation. Likewise each [server] section: a client answers on-device
     evaluation once per (point, seed) whatever model it is sent (fl_privtext.client.guard), so two points that
-    differ only in the server's settings (e.g. server.learner) would share the first model's answer."""
+    differ only in the server's settings (e.g. server.learner) would share the first model's answer. And each
+    shard: a client holds one set of users (fl_privtext.client.policy.user_keys: the data, the partition into
+    clients, run.seed), so points over other data or another partition run in their own simulation."""
+    from fl_privtext.client.policy import user_keys
+
     flat = cfg.to_flat()
     return (*(flat.get(k) for k in SIMULATION_KEYS),
-            *sorted((k, v) for k, v in flat.items() if k.startswith(("client.", "server."))))
+            *sorted((k, v) for k, v in flat.items() if k.startswith(("client.", "server."))),
+            *sorted(user_keys(flat).items()))
 
 
 def headline(res: dict[str, Any]) -> str:
@@ -254,7 +259,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
     if len(groups) > 1:
-        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)} or [client] / [server])")
+        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)} , [client] / [server] or the shard: data, partition, run.seed)")
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc="sweep points", unit="point",
                disable=None if progress else True,  # None: no bar when stderr is not a terminal (a log file)
                dynamic_ncols=True, file=sys.stderr)

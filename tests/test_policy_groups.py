@@ -38,3 +38,30 @@ def test_points_differing_only_in_the_server_learner_are_separate_simulations():
     a = ExperimentConfig.from_flat({"server.learner": "centroid"})
     b = ExperimentConfig.from_flat({"server.learner": "lda"})
     assert simulation_group(a) != simulation_group(b)
+
+
+def test_points_over_another_shard_are_separate_simulations_and_never_one_policy():
+    # a client holds one set of users (issue #34 item 5): another partition or seed is another simulation
+    a = ExperimentConfig.from_flat({"federation.partition": "iid"})
+    b = ExperimentConfig.from_flat({"federation.partition": "dirichlet"})
+    assert simulation_group(a) != simulation_group(b)
+    with pytest.raises(ValueError, match="one shard"):
+        ClientPolicy.from_points([a, b])
+
+
+def test_a_policy_file_and_node_config_set_a_supernodes_policy(tmp_path):
+    from fl_privtext.client.policy import Refused, policy_from
+
+    path = tmp_path / "policy.toml"
+    path.write_text('[privacy]\nepsilon = 2.0\nlabel-epsilon = 1.0\n[client]\nmax-epsilon = 40.0\n')
+    policy = policy_from({"policy-file": str(path), "client.on-device": True, "partition-id": 0,
+                          "num-partitions": 2})
+    request = ExperimentConfig.from_flat({"privacy.epsilon": 2.0, "privacy.label-epsilon": 1.0,
+                                          "federation.num-clients": 2})
+    entry = policy.entry_for(request)
+    assert entry.client.max_epsilon == 40.0 and entry.client.on_device
+    with pytest.raises(Refused, match="^refused: shard mismatch$"):
+        policy.entry_for(ExperimentConfig.from_flat({**request.to_flat(), "federation.partition": "dirichlet"}))
+    path.write_text('[server]\nepochs = 3\n')
+    with pytest.raises(ValueError, match="not the client's to set"):
+        policy_from({"policy-file": str(path)})

@@ -1,8 +1,9 @@
 """The client's own policy: what it is willing to release, checked against every request of the server.
 
 A server query only *requests*: its ``[privacy]`` section, Phase A's DP settings, its (seed, round). The client
-compares the request with its policy (delivered outside the ServerApp's messages: `POLICY_ENV` in a simulation, the
-SuperNode's ``--node-config``) and refuses what does not match with a one-line reason starting ``refused:``.
+compares the request with its policy (delivered outside the ServerApp's messages: `POLICY_ENV` under `fl-privtext
+run`, the SuperNode's ``--node-config`` or policy file, the operator's run config in a ``flwr run`` simulation:
+`policy_from`) and refuses what does not match with a one-line reason starting ``refused:``.
 
 A policy is a list of *entries*, one per experiment point the client takes part in (a sweep serves many points
 through one federation): each entry is the privacy section the client runs, Phase A's DP settings, the rounds and
@@ -22,10 +23,26 @@ from fl_privtext.config import ClientConfig, ExperimentConfig
 
 POLICY_ENV = "FL_PRIVTEXT_CLIENT_POLICY"  # how a simulation hands its clients their policy (JSON list of entries)
 STATE_ENV = "FL_PRIVTEXT_CLIENT_STATE"  # the clients' state directory in a simulation (their ledgers)
-# The request's keys an entry pins: the mechanism and its parameters, label handling, Phase A's DP, what is asked.
-_PINNED_PREFIXES = ("privacy.", "data.options.")
+# The keys that decide which users a client holds (dataset, roles, the partition into clients: the shard) and, with
+# the extractor's, what it computes on: everything `fl_privtext.federation.replies.prep_key` prepares the data from.
+# Every entry pins them; the USER keys (all but the extractor's) are one value per policy: a client holds one shard.
+SHARD_PREFIXES = ("data.", "extractor.")
+SHARD_KEYS = ("federation.num-clients", "federation.partition", "federation.alpha", "run.seed")
+# The request's keys an entry pins: the mechanism and its parameters, label handling, Phase A's DP, what is asked,
+# and the shard.
+_PINNED_PREFIXES = ("privacy.", *SHARD_PREFIXES)
 _PINNED_KEYS = ("train.rounds", "train.dp-clip", "train.dp-noise-multiplier", "train.dp-delta", "federation.rounds",
-                "federation.schedule", "run.seed", "run.seeds", "data.name", "server.aggregate")
+                "federation.schedule", "run.seeds", "server.aggregate", *SHARD_KEYS)
+
+
+def shard_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a flat config that decide the shard and its data (see `SHARD_KEYS`)."""
+    return {k: v for k, v in flat.items() if k.startswith(SHARD_PREFIXES) or k in SHARD_KEYS}
+
+
+def user_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a flat config that decide WHICH users a client holds (the shard keys but the extractor's)."""
+    return {k: v for k, v in shard_keys(flat).items() if not k.startswith("extractor.")}
 
 
 REASONS = (
@@ -100,10 +117,40 @@ class PolicyEntry:
 
 @dataclass(frozen=True)
 class ClientPolicy:
+    """The client's entries, and the shard they all name: its users are fixed on the client (issue #34 item 5).
+
+    ``shard_digest`` (`fl_privtext.client.ClientData.shard_digest`, "" = not named) is what a client-data snapshot
+    must hold for the client to use it; without it the client prepares its shard itself from the pinned keys."""
+
     entries: tuple[PolicyEntry, ...]
+    shard_digest: str = ""
+
+    def __post_init__(self) -> None:
+        users = {json.dumps(user_keys(e.pinned), sort_keys=True, default=str) for e in self.entries}
+        if len(users) > 1:
+            raise ValueError("A client's policy names one shard (its users): its entries must share the data, "
+                             "federation.num-clients / partition / alpha and run.seed keys; run points that differ "
+                             "in them in separate simulations (a sweep does: fl_privtext.sweep.simulation_group).")
+
+    def shard_of(self, request: ExperimentConfig) -> ExperimentConfig:
+        """What the client prepares its data from for ``request``: its own shard keys (those of the entries naming
+        the request's extractor); `Refused` ("shard mismatch") when the request names any other shard or data, so a
+        server can neither move users between clients nor have a client prepare data it did not agree to."""
+        flat = request.to_flat()
+        theirs = shard_keys(flat)
+        for e in self.entries:
+            mine = shard_keys(e.pinned)
+            if all(_same(theirs.get(k), mine.get(k)) for k in {*mine, *theirs}):
+                return ExperimentConfig.from_flat(mine, request)
+        mine = shard_keys(self.entries[0].pinned) if self.entries else {}
+        key = next((k for k in sorted({*mine, *theirs}) if not _same(theirs.get(k), mine.get(k))), "")
+        raise Refused("shard mismatch", f"{key} = {theirs.get(key)!r} requested, this client's shard is prepared with "
+                      f"{mine.get(key)!r}")
 
     def entry_for(self, request: ExperimentConfig) -> PolicyEntry:
-        """The entry the request asks for; `Refused` naming the closest mismatch otherwise."""
+        """The entry the request asks for; `Refused` naming the closest mismatch otherwise ("shard mismatch" when
+        the request names another shard than the client's)."""
+        self.shard_of(request)
         reasons = []
         for e in self.entries:
             why = e.matches(request)
@@ -114,9 +161,10 @@ class ClientPolicy:
                       f"({reasons[0] if reasons else 'no entries'})")
 
     @classmethod
-    def from_points(cls, points: list[ExperimentConfig]) -> ClientPolicy:
+    def from_points(cls, points: list[ExperimentConfig], shard_digest: str = "") -> ClientPolicy:
         """One entry per point; two points whose requests a client cannot tell apart (same pinned keys) must not
-        carry different [client] sections (the client would answer both under the first)."""
+        carry different [client] sections (the client would answer both under the first), and all must name one
+        shard (`__post_init__`). ``shard_digest``: the shard's `ClientData.shard_digest` (the driver's)."""
         entries = tuple(_entry(entry_of(p)) for p in points)
         seen: dict[str, PolicyEntry] = {}
         for e in entries:
@@ -126,10 +174,13 @@ class ClientPolicy:
                 raise ValueError("Two points of one simulation differ only in their [client] policy, which the "
                                  "clients could not tell apart from the requests; run them in separate simulations "
                                  "(a sweep does: fl_privtext.sweep.simulation_group).")
-        return cls(entries)
+        return cls(entries, shard_digest)
 
     def to_json(self) -> str:
-        return json.dumps([{**e.pinned, **_client_flat(e.client)} for e in self.entries], default=_json_default)
+        entries = [{**e.pinned, **_client_flat(e.client)} for e in self.entries]
+        if not self.shard_digest:
+            return json.dumps(entries, default=_json_default)
+        return json.dumps({"shard-digest": self.shard_digest, "entries": entries}, default=_json_default)
 
 
 def _json_default(v: Any) -> Any:
@@ -153,25 +204,108 @@ def _entry(flat: dict[str, Any]) -> PolicyEntry:
     return PolicyEntry(pinned=pinned, client=cfg.client)
 
 
-def policy_from(node_config: dict[str, Any] | None = None) -> ClientPolicy:
-    """This process's policy: the SuperNode's ``--node-config`` keys (``client.*``, ``privacy.*``, ``train.dp-*``,
-    ``federation.rounds``, ...; a SuperNode does NOT answer on-device evaluation unless ``client.on-device =
-    true``), else the simulation's `POLICY_ENV`, else the defaults with on-device answers off. Never read from
-    anything the server sends."""
-    nc = {k: v for k, v in (node_config or {}).items()
-          if str(k).startswith(("client.", *_PINNED_PREFIXES)) or k in _PINNED_KEYS}
-    if nc:
-        return ClientPolicy((_entry({"client.on-device": False, **nc}),))
+POLICY_FILE_KEY = "policy-file"  # a SuperNode's ``--node-config "policy-file=/path/policy.toml"``
+POLICY_FILE_ENV = "FL_PRIVTEXT_CLIENT_POLICY_FILE"  # the same file for simulated clients (their process environment)
+
+
+def policy_from(node_config: dict[str, Any] | None = None, run_config: dict[str, Any] | None = None) -> ClientPolicy:
+    """This process's policy, never read from anything the server sends. The first that is given:
+
+    1. the SuperNode's policy file (``--node-config "policy-file=PATH"``; a TOML file of the keys of an experiment
+       config, as ``fl-privtext run --set`` takes them: ``[privacy]``, ``[client]``, ``[data]``, ...) with the
+       node config's own policy keys on top (``client.*``, ``privacy.*``, ``data.*``, ``train.dp-*``, ...): one entry;
+       a SuperNode does NOT answer on-device evaluation unless ``client.on-device = true``;
+    2. the node config's policy keys alone;
+    3. the simulation's `POLICY_ENV` (`fl-privtext run` sets it on its Ray workers: one entry per point);
+    4. the file named by `POLICY_FILE_ENV` (simulated clients' environment), as in 1;
+    5. in a Flower simulation started by ``flwr run`` (a Ray actor given a run config: `is_simulated`), the run
+       config of the operator who started it, i.e. pyproject.toml's ``[tool.flwr.app.config]`` with the ``-c``
+       overrides: the points of that run (`run_points`) under the simulation's ``[client]`` defaults. The run
+       config is the operator's, delivered by the SuperLink, not by the ServerApp's messages; a real SuperNode
+       never takes it (there it comes from whoever submits the run: the server's side);
+    6. the defaults, with on-device answers off.
+
+    In 1, 2, 4 and 6 ``federation.num-clients`` defaults to the node config's ``num-partitions`` (the federation
+    size this node was started in)."""
+    nc = dict(node_config or {})
+    own = {k: v for k, v in nc.items() if _is_policy_key(str(k))}
+    base: dict[str, Any] = {"client.on-device": False}
+    if "num-partitions" in nc:
+        base["federation.num-clients"] = int(nc["num-partitions"])
+    path = str(nc.get(POLICY_FILE_KEY, "") or "").strip()
+    if path or own:
+        return ClientPolicy((_entry({**base, **_policy_file(path), **own}),))
     raw = os.environ.get(POLICY_ENV, "").strip()
     if raw:
-        try:
-            entries = json.loads(raw)  # "Infinity" is inf
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{POLICY_ENV} must hold a JSON list of policy entries ({exc}).") from None
-        if not isinstance(entries, list) or not entries:
-            raise ValueError(f"{POLICY_ENV} must hold a non-empty JSON list of policy entries.")
-        return ClientPolicy(tuple(_entry(e) for e in entries))
-    return ClientPolicy((_entry({"client.on-device": False}),))
+        return _policy_json(raw)
+    path = os.environ.get(POLICY_FILE_ENV, "").strip()
+    if path:
+        return ClientPolicy((_entry({**base, **_policy_file(path)}),))
+    if run_config and is_simulated():
+        flat = {k: v for k, v in run_config.items() if not str(k).startswith("client.")}
+        return ClientPolicy.from_points(run_points(ExperimentConfig.from_flat(flat)))
+    return ClientPolicy((_entry(base),))
+
+
+def run_points(cfg: ExperimentConfig) -> list[ExperimentConfig]:
+    """The points one ``flwr run`` serves (`fl_privtext.federation.server_app.main`): the run config's point and,
+    unless ``run.baseline = false``, the same users without privacy (as `fl-privtext run`). Simulated clients agree
+    to exactly these by default (`policy_from`, 5)."""
+    import dataclasses
+
+    points = [cfg]
+    if cfg.run.baseline and cfg.privacy.mechanism != "none":
+        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
+        points.append(dataclasses.replace(cfg, privacy=clear))
+    return points
+
+
+def is_simulated() -> bool:
+    """Whether this ClientApp runs in Flower's simulation engine (a Ray actor: Flower's only simulation backend);
+    a Deployment Engine SuperNode runs it in its own process, without Ray."""
+    import sys
+
+    ray = sys.modules.get("ray")  # never imported here: an actor has it, a SuperNode does not
+    return ray is not None and ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
+
+
+def _is_policy_key(key: str) -> bool:
+    return key.startswith(("client.", *_PINNED_PREFIXES)) or key in _PINNED_KEYS
+
+
+def _policy_file(path: str) -> dict[str, Any]:
+    """The flat policy keys of a policy file ("" = none): TOML, nested tables or dotted keys, every key one of an
+    experiment config's policy keys (`_PINNED_PREFIXES`, `_PINNED_KEYS`, ``client.*``)."""
+    if not path:
+        return {}
+    import tomllib
+
+    from fl_privtext.config import _flatten
+
+    try:
+        with open(os.path.expanduser(path), "rb") as fh:
+            flat = _flatten(tomllib.load(fh))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"The client's policy file {path}: {exc}") from None
+    other = sorted(k for k in flat if not _is_policy_key(k))
+    if other:
+        raise ValueError(f"The client's policy file {path} holds keys that are not the client's to set: {other} "
+                         "(a policy holds [client], [privacy], [data], [extractor], run.seed/seeds, train.dp-*, "
+                         "federation.rounds/schedule/num-clients/partition/alpha, server.aggregate).")
+    return flat
+
+
+def _policy_json(raw: str) -> ClientPolicy:
+    try:
+        parsed = json.loads(raw)  # "Infinity" is inf
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{POLICY_ENV} must hold a JSON list of policy entries ({exc}).") from None
+    digest = ""
+    if isinstance(parsed, dict):
+        digest, parsed = str(parsed.get("shard-digest", "")), parsed.get("entries")
+    if not isinstance(parsed, list) or not parsed:
+        raise ValueError(f"{POLICY_ENV} must hold a non-empty JSON list of policy entries.")
+    return ClientPolicy(tuple(_entry(e) for e in parsed), digest)
 
 
 def state_dir_from(node_config: dict[str, Any] | None = None) -> str:

@@ -123,6 +123,23 @@ class ClientData:
         rows = np.asarray(rows, np.int64)
         return rows.copy() if self.users is None else np.asarray(self.users, np.int64)[rows]
 
+    def shard_digest(self) -> str:
+        """sha256 (32 hex digits) of which records each client holds, their users, labels and roles: names the
+        shard a client's policy agrees to (`fl_privtext.client.ClientPolicy.shard_digest`), so a client-data
+        snapshot the server points at is used only when it holds exactly that shard. Not the features (a snapshot
+        points at the cache file of the extractor the policy pins)."""
+        h = hashlib.sha256()
+        rows = [np.asarray(s, np.int64) for s in self.shards]
+        h.update(np.asarray([len(r) for r in rows], np.int64).tobytes())
+        for r in rows:
+            h.update(np.ascontiguousarray(r).tobytes())
+        n = len(self.labels)
+        users = np.arange(n, dtype=np.int64) if self.users is None else np.asarray(self.users, np.int64)
+        test = np.zeros(n, bool) if self.test is None else np.asarray(self.test, bool)
+        for part in (np.asarray(self.labels, np.int64), np.int64(self.num_classes), users, test):
+            h.update(np.ascontiguousarray(part).tobytes())
+        return h.hexdigest()[:32]
+
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write a snapshot (shards, labels, the path of the cached features) named by its content; return it.
 

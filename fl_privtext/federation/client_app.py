@@ -66,18 +66,28 @@ def thread_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
 
 
 @functools.lru_cache(maxsize=2)
-def _client_data(flat_items: tuple, snapshot: str) -> ClientData:
-    # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor.
-    if snapshot and os.path.exists(snapshot):  # absent on another machine of a multi-node Ray cluster
-        return ClientData.load(snapshot)
+def _client_data(flat_items: tuple, snapshot: str, shard_digest: str = "") -> ClientData:
+    # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor. A snapshot
+    # (the server's hint) is used only when it holds the shard the client's policy names (``shard_digest``).
+    if snapshot and shard_digest and os.path.exists(snapshot):  # absent on another machine of a Ray cluster
+        data = ClientData.load(snapshot)
+        if data.shard_digest() != shard_digest:
+            raise Refused("shard mismatch", f"the client-data snapshot {snapshot} holds shard {data.shard_digest()}, "
+                          f"this client's policy names {shard_digest}")
+        return data
     from fl_privtext.pipeline import prepare  # the full dataset path: imports torch and HF datasets
 
     return prepare(ExperimentConfig.from_flat(dict(flat_items)), features="cached").client
 
 
-def _data_for(msg: Message, cfg: ExperimentConfig) -> ClientData:
+def _data_for(msg: Message, cfg: ExperimentConfig, context: Context) -> ClientData:
+    """This client's OWN shard (issue #34 item 5): prepared from the keys its policy pins, never the request's; a
+    request naming another shard is `Refused` ("shard mismatch"), and so is a snapshot that does not hold it."""
+    policy = policy_from(dict(context.node_config), dict(context.run_config))
+    own = policy.shard_of(cfg)
     hints = msg.content.config_records.get("client-data")
-    return _client_data(prep_key(cfg), str(hints["snapshot"]) if hints is not None else "")
+    snapshot = str(hints["snapshot"]) if hints is not None else ""
+    return _client_data(prep_key(own), snapshot, policy.shard_digest)
 
 
 def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[ClientData, str]:
@@ -90,14 +100,14 @@ def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple
     bound (its digest, in the entry's state); any other is refused (``encoder not allowed``). The client cannot check
     the server's aggregation, but a malicious server cannot probe its data with many encoders; its output is
     sanitized (`fl_privtext.client.gate.sanitize`) and every release of it is charged as any other."""
-    data = _data_for(msg, cfg)
+    data = _data_for(msg, cfg, context)
     if "encoder" not in msg.content.array_records:
         return data, ""
     from fl_privtext.client import Ledger
     from fl_privtext.federation.train_handlers import encoded_client_data
 
     nc = dict(context.node_config)
-    entry = policy_from(nc).entry_for(cfg)
+    entry = policy_from(nc, dict(context.run_config)).entry_for(cfg)
     if int(entry.pinned.get("train.rounds", 0) or 0) <= 0:
         raise Refused("encoder not allowed", "a Phase B request carries an encoder; this client's policy entry runs "
                       "no Phase A (train.rounds = 0)")
@@ -147,7 +157,7 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
     seed, rnd = int(task["seed"]), int(task["round"])  # type: ignore[arg-type]
     charged: dict[str, Any] = {}
     if defend:  # a refusal propagates to the gate (GatedClientApp), which logs it and answers its fixed line
-        up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc),
+        up, charged = release_upload(data, client, cfg, seed, rnd, policy=policy_from(nc, dict(context.run_config)),
                                      state_dir=state_dir_from(nc), client_seed=client_seed, data_key=data_key)
     else:  # the old behaviour: whatever the server asks
         up = client_upload(data, client, rnd, seed, cfg, client_seed=client_seed)
@@ -184,7 +194,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
                        reply_to=msg)
     seed = int(task["seed"]) if task is not None else cfg.run.seed  # type: ignore[arg-type]
     nc = dict(context.node_config)
-    answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc),
+    answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc, dict(context.run_config)),
                                         state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
                                         data_key=data_key, stage=stage)
     return Message(RecordDict({"answer": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in answer.items()}),

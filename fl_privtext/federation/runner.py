@@ -272,9 +272,11 @@ def _snapshot(cfg: ExperimentConfig) -> str:
 
 def _client_policy(points: Sequence[ExperimentConfig]) -> str:
     """The clients' policy of this simulation (`fl_privtext.client.policy`): one entry per point, from the driver's
-    own configs (the points the clients agree to take part in, their [client] sections); JSON for the workers'
-    environment, never given to the ServerApp."""
-    return ClientPolicy.from_points(list(points)).to_json()
+    own configs (the points the clients agree to take part in, their [client] sections) and the digest of the one
+    shard they name (a client uses a snapshot only when it holds that shard); JSON for the workers' environment,
+    never given to the ServerApp."""
+    digest = pipeline.prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
+    return ClientPolicy.from_points(list(points), shard_digest=digest).to_json()
 
 
 def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1, policy: str = "",

@@ -46,7 +46,7 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     nc = dict(context.node_config)
-    policy, state_dir = policy_from(nc), state_dir_from(nc)
+    policy, state_dir = policy_from(nc, dict(context.run_config)), state_dir_from(nc)
     participants = session_participants(msg)
     # the client's own minimum (its policy entry for this request; `release_statistics` refuses a smaller promise)
     require_contributors(context, policy.entry_for(cfg).client.secagg_min_clients, participants)

@@ -118,7 +118,7 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     nc = dict(context.node_config)
     client = _client(context, request)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
-    entry = policy_from(nc).entry_for(request)  # Refused unless the request is exactly one of its points
+    entry = policy_from(nc, dict(context.run_config)).entry_for(request)  # Refused unless the request is exactly one of its points
     own = entry.config(request).train  # the client's own clip, noise multiplier and delta
     m = entry.client.secagg_min_clients
     participants = session_participants(msg)  # the stored update is bound to this session's set (module text)

@@ -316,13 +316,11 @@ def main(grid: Grid, context: Context) -> None:
                          "clients' noise. Give it to the SuperNodes instead (--node-config 'client-seed=N', or the "
                          "FL_PRIVTEXT_CLIENT_SEED environment variable of the simulation).")
     t0 = time.perf_counter()
-    points = [cfg]
-    if cfg.run.baseline and cfg.privacy.mechanism != "none":  # the same users without privacy, as `fl-privtext run`
-        import dataclasses
+    from fl_privtext.client.policy import run_points
 
-        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
-        points.append(dataclasses.replace(cfg, privacy=clear))
-    served = serve(grid, points)
+    # the point and, unless run.baseline = false, the same users without privacy (as `fl-privtext run`): the points
+    # simulated clients agree to by default (fl_privtext.client.policy.policy_from)
+    served = serve(grid, run_points(cfg))
     out = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=cfg.run.output or None,
                    baseline=served[1] if len(served) > 1 else None)
     log.warning("fl-privtext: results written to %s", os.path.abspath(out["output_dir"]))

@@ -118,7 +118,7 @@ def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, u
     request = experiment_config(msg.content.config_records["config"])
     digest = f"{rnd}:{array_digest(msg.content.array_records['arrays'])}"
     answer, charged = release_phase_a(kind, users, request, int(nc["partition-id"]), rnd, digest,  # type: ignore[arg-type]
-                                      compute, policy=policy_from(nc), state_dir=state_dir_from(nc))
+                                      compute, policy=policy_from(nc, dict(context.run_config)), state_dir=state_dir_from(nc))
     metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
                                if k.startswith("metric:")}
     records: dict[str, Any] = {"metrics": MetricRecord(metrics), "ledger": ledger_record(charged)}
@@ -141,7 +141,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
     if defend:  # Phase A's DP settings are the client's own: the clipping is its policy's, never the server's
         if (no := _clear_release_refused("train", cfg)) is not None:
             raise no
-        own = phase_a_allowed(policy_from(dict(context.node_config)), cfg).config(cfg).train.dp_clip
+        own = phase_a_allowed(policy_from(dict(context.node_config), dict(context.run_config)), cfg).config(cfg).train.dp_clip
         if clip is not None and float(clip) != own:  # type: ignore[arg-type]
             raise Refused("policy mismatch", f"clipping_norm = {clip!r} requested, this client's policy clips to "
                                              f"train.dp-clip = {own}")
@@ -205,7 +205,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
         return Message(RecordDict({"metrics": MetricRecord(metrics_only)}), reply_to=msg)
     if (no := _clear_release_refused("evaluate", cfg)) is not None:
         raise no
-    phase_a_allowed(policy_from(dict(context.node_config)), cfg)
+    phase_a_allowed(policy_from(dict(context.node_config), dict(context.run_config)), cfg)
     prep, _ = _prepared(prep_key(cfg))
     _, rows = _phase_a_rows(prep, cfg, client)
     return _guarded("evaluate", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -38,15 +37,14 @@ def test_flwr_run_dot_works_offline(tmp_path, cache_dir):
            "FLWR_TELEMETRY_ENABLED": "0", "RAY_USAGE_STATS_ENABLED": "0", "FL_PRIVTEXT_CACHE": str(cache_dir)}
     overrides = (f'server.epochs=3 attack.epochs=3 run.progress=false run.output="{out}" '
                  'privacy.mechanism="gaussian" privacy.epsilon=2.0')
-    # the clients' own policy (issue #22) reaches them through their environment, never the run config: without
-    # it they would refuse a gaussian request (their default policy runs laplace-l1 at epsilon 1)
-    from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy
-    from fl_privtext.config import ExperimentConfig
+    # the clients' own policy (issue #22) is never the ServerApp's: in a `flwr run` simulation the simulated clients
+    # take the operator's run config (pyproject.toml + -c, delivered by the SuperLink; fl_privtext.client.policy,
+    # policy_from), so the documented command works as written, with no environment variable
+    from fl_privtext.client import POLICY_ENV
 
-    mine = ExperimentConfig.from_flat({"privacy.mechanism": "gaussian", "privacy.epsilon": 2.0})
-    clear = dataclasses.replace(mine, privacy=dataclasses.replace(mine.privacy, mechanism="none", mu=0.0,
-                                                                   label_epsilon=0.0))  # the run's baseline point
-    env.update({POLICY_ENV: ClientPolicy.from_points([mine, clear]).to_json(), STATE_ENV: str(tmp_path / "state")})
+    env.pop(POLICY_ENV, None)
+    env.pop("FL_PRIVTEXT_CLIENT_POLICY_FILE", None)
+    env["FL_PRIVTEXT_CLIENT_STATE"] = str(tmp_path / "state")
     try:
         proc = subprocess.run(
             ["flwr", "run", ".", "--federation-config", "num-supernodes=4", "-c", overrides, "--stream"],
