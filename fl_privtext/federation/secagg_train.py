@@ -145,6 +145,8 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
         state = trainable_state(model)
         old = {k: a.numpy() for k, a in arrays.items()}
         delta = _flat({k: state[k] for k in old}) - _flat(old)
+        if not np.isfinite(delta).all():  # from the server's weights: the zero update as a whole, never an error
+            delta = np.zeros_like(delta)
         if client_noise:
             bits = SecureBits.keyed_by(client_generator(client_seed, "secagg-noise", rnd, client, digest,
                                                         session_key(participants)))
