@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -43,10 +42,9 @@ def test_flwr_run_dot_works_offline(tmp_path, cache_dir):
     from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy
     from fl_privtext.config import ExperimentConfig
 
+    # only the private point: the run's no-privacy reference is the referee's, never asked of these clients
     mine = ExperimentConfig.from_flat({"privacy.mechanism": "gaussian", "privacy.epsilon": 2.0})
-    clear = dataclasses.replace(mine, privacy=dataclasses.replace(mine.privacy, mechanism="none", mu=0.0,
-                                                                   label_epsilon=0.0))  # the run's baseline point
-    env.update({POLICY_ENV: ClientPolicy.from_points([mine, clear]).to_json(), STATE_ENV: str(tmp_path / "state")})
+    env.update({POLICY_ENV: ClientPolicy.from_points([mine]).to_json(), STATE_ENV: str(tmp_path / "state")})
     try:
         proc = subprocess.run(
             ["flwr", "run", ".", "--federation-config", "num-supernodes=4", "-c", overrides, "--stream"],
@@ -59,3 +57,5 @@ def test_flwr_run_dot_works_offline(tmp_path, cache_dir):
     assert res["privacy"]["mechanism"] == "gaussian" and res["privacy"]["epsilon_nominal"] == 2.0
     assert res["federation"]["num_clients"] == 4
     assert res["federation"]["uploads_observed"] == res["federation"]["num_records"]
+    assert res["baseline"]["federation"] == "separate" and "without clients" in res["baseline"]["computed_by"]
+    assert res["baseline_no_privacy"]["mechanism"] == "none" and not res["privacy"]["ledger"]["refusals"]
