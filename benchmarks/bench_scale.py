@@ -7,8 +7,8 @@
 The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
 default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
 and the default attacks, through `fl_privtext.federation.runner.run_experiment` (results.json and summary.md are
-written to ``--output``). Only ``run.baseline`` is off unless ``--baseline``: the no-privacy baseline would serve
-every user a second time.
+written to ``--output``). Only ``run.baseline`` is off unless ``--baseline``: the no-privacy baseline would compute
+every user a second time (the referee's plain loop, outside the federation).
 
 Stages (in the order they run): generate (the synthetic users, written to the cache and mapped), extract (user
 roles and client shards, then GloVe features into the cache), startup (Ray, actors, the clients' warm-up), upload
@@ -178,7 +178,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0, help="data.options.seed of the synthetic population")
     ap.add_argument("--chunk-rows", type=int, default=65536, help="extractor.chunk-rows")
-    ap.add_argument("--baseline", action="store_true", help="also serve the no-privacy baseline (run.baseline)")
+    ap.add_argument("--baseline", action="store_true", help="also compute the no-privacy baseline (run.baseline)")
     ap.add_argument("--cache-dir", default="", help="feature and synthetic-data cache (default: a fresh temp dir)")
     ap.add_argument("--output", default="", help="run directory for results.json / summary.md (default: temp)")
     ap.add_argument("--plain", action="store_true", help="also time the plain loop on the same point (ratio)")

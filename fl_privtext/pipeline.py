@@ -534,11 +534,11 @@ def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:
 
 def run_point(prep: Prepared, cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
               *, start_seed: Callable[[], None] = lambda: None,
-              evaluate_round: OnDeviceRound | None = None) -> dict[str, Any]:
+              evaluate_round: OnDeviceRound | None = None, on_round: OnRound | None = None) -> dict[str, Any]:
     """All seeds of one experiment point: collect every round, train/evaluate on what the server received (and on
     the test clients through ``evaluate_round``), attack what the eavesdropper observed. The transport (Flower or
-    a plain loop) is in ``collect_round`` and ``evaluate_round``."""
-    collected = collect_point(cfg, collect_round, eavesdrop, start_seed=start_seed)
+    a plain loop) is in ``collect_round`` and ``evaluate_round``; ``on_round`` as in `collect_point`."""
+    collected = collect_point(cfg, collect_round, eavesdrop, start_seed=start_seed, on_round=on_round)
     trained = train_point(prep, cfg, collected)
     results = None
     if evaluate_round is not None and on_device_wanted(prep, cfg):
@@ -570,9 +570,11 @@ def plain_on_device(prep: Prepared, cfg: ExperimentConfig, trained: Trained, req
     return out
 
 
-def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, Any]:
-    """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline and
-    the reference the federated path must reproduce exactly."""
+def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None, *, on_round: OnRound | None = None
+              ) -> dict[str, Any]:
+    """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline, the
+    reference the federated path must reproduce exactly, and the referee's no-privacy reference of a run
+    (`fl_privtext.federation.runner.no_privacy_reference`: computed without any client)."""
     if cfg.federation.shuffle:  # results would describe unshuffled traffic under a shuffled account
         raise ValueError("federation.shuffle = true runs only through Flower (fl-privtext run): the plain loop has "
                          "no shuffler; set it to false here.")
@@ -599,4 +601,4 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None) -> dict[str, 
         return Observed(uploads=uploads, messages=sum(n for _, n in rounds),
                         nbytes=sum(v.nbytes for a, _ in rounds for v in a.values()))
 
-    return run_point(prep, cfg, collect_round, eavesdrop, evaluate_round=evaluate_round)
+    return run_point(prep, cfg, collect_round, eavesdrop, evaluate_round=evaluate_round, on_round=on_round)

@@ -3,7 +3,9 @@
 results.json keys (public contract, ../shared/docs/architecture.md): utility.accuracy, utility.macro_f1;
 privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.<attribute>.accuracy,
 attacks.<attribute>.majority_baseline (and f1 for entities); empirical_privacy; federation.num_clients,
-federation.num_users, federation.uploads_observed; timing.total_s (and per stage). Means are over seeds; ``*_std``
+federation.num_users, federation.uploads_observed, federation.server_received; baseline.federation ("separate"
+whenever a no-privacy reference was computed: never by the private point's clients) and baseline.server_received;
+timing.total_s (and per stage). Means are over seeds; ``*_std``
 are the standard deviations (ddof=0) and ``per_seed`` keeps every value.
 """
 
@@ -212,6 +214,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             "placement": point.get("placement", {}),
             # issue #24: the server saw one sender-free message per cohort and round (fl_privtext.federation.shuffler)
             "shuffle": bool(getattr(cfg.federation, "shuffle", False)),
+            "server_received": server_received(cfg, point["num_users"], utility),
         },
         "dataset": point["dataset"],
         "training": point.get("training", {"enabled": False, "rounds": 0, "defense": cfg.train.defense,
@@ -523,6 +526,28 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def server_received(cfg: ExperimentConfig, num_users: int, utility: dict[str, Any]) -> str:
+    """What the server of this point's federation received, in a few words (results.json
+    ``federation.server_received``): the releases the point's epsilon is about, or the clean data of a
+    no-privacy point."""
+    if cfg.server.aggregate == "secagg":
+        what = f"SecAgg+ sums of the clients' noisy class statistics over {num_users} users, no per-user upload"
+    elif cfg.privacy.mechanism == "none":
+        what = f"clean features and labels of {num_users} users"
+    else:
+        labels = ("labels in the clear" if cfg.privacy.label_epsilon == 0 else
+                  f"labels by randomized response (epsilon {cfg.privacy.label_epsilon:g})")
+        what = (f"{'shuffled, sender-free ' if cfg.federation.shuffle else ''}privatized uploads of {num_users} "
+                f"users ({cfg.privacy.mechanism}, epsilon {cfg.privacy.epsilon:g} per upload; {labels})")
+    if cfg.train.rounds > 0:
+        how = "summed by SecAgg+" if cfg.train.secagg else "per client"
+        noise = "with DP noise" if cfg.train.dp_noise_multiplier > 0 else "without DP noise"
+        what += f"; Phase A model updates ({how}, {noise})"
+    if (utility.get("on_device") or {}).get("available"):
+        what += "; the test clients' randomized-response on-device counts"
+    return what
+
+
 def baseline_summary(point: dict[str, Any]) -> dict[str, Any]:
     """The same users and seeds without privacy (mechanism `none`): what the mechanism changed."""
     agg = aggregate(point, total_s=0.0)
@@ -545,12 +570,24 @@ def published_toml(cfg: ExperimentConfig) -> str:
 
 
 def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, output: str | Path | None,
-             echo: bool = True, baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+             echo: bool = True, baseline: dict[str, Any] | None = None, baseline_source: str = "",
+             baseline_skipped: str = "") -> dict[str, Any]:
     """Aggregate one point, write results.json, config.toml and summary.md to ``output``, print the table.
-    ``baseline``: the same point served with mechanism `none` (results.json key ``baseline_no_privacy``)."""
+    ``baseline``: the same users with mechanism `none`, computed OUTSIDE the private point's federation (its own
+    federation, or the referee's plain loop; ``baseline_source`` says which): its figures go to
+    ``baseline_no_privacy``, and ``baseline`` says where it came from (``federation = "separate"``) and what that
+    federation's server received. ``baseline_skipped``: why a reference that ``run.baseline`` asked for was not
+    computed."""
     results = aggregate(point, total_s)
     if baseline is not None:
         results["baseline_no_privacy"] = baseline_summary(baseline)
+        ref = aggregate(baseline, total_s=0.0)["federation"]["server_received"]
+        # public contract: baseline.federation = "separate" whenever a no-privacy reference was computed
+        results["baseline"] = {"federation": "separate", "computed_by": baseline_source,
+                               "server_received": f"{ref} (the no-privacy reference's own server; no client shared "
+                                                  "with the private point's federation)"}
+    elif baseline_skipped:
+        results["baseline"] = {"federation": "not computed", "reason": baseline_skipped}
     results["warnings"] = warnings_for(results)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,9 @@ A *point* is one ``ExperimentConfig`` (all its seeds). Its result (`fl_privtext.
 atomically to ``OUT/points/<key>.json`` as soon as it finishes, where ``key`` hashes every config key that can
 change the numbers (`point_key`); a rerun skips the points whose file exists, so an interrupted sweep resumes where
 it stopped. All points that share the federation size, resources and ``run.client-seed`` run inside ONE Flower
-simulation (`fl_privtext.federation.runner.run_points`); a grid over those keys gets one simulation per group.
+simulation (`fl_privtext.federation.runner.run_points`); a grid over those keys gets one simulation per group, and
+the no-privacy points (each grid's reference, `baseline_of`) run in a simulation of their own, never beside a
+private point.
 Then ``OUT/table.csv``, ``OUT/table.md`` and the frontier plots (``frontier_task.png``, ``frontier_attack.png``:
 accuracy vs the TRUE worst-case epsilon) are written from all points.
 """
@@ -182,9 +184,10 @@ def slim(result: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
 
 
 def baseline_of(cfg: ExperimentConfig) -> ExperimentConfig | None:
-    """The no-privacy counterpart of a point (what ``fl-privtext run`` serves as ``baseline_no_privacy``): mechanism
-    ``none``, no projection, an uncapped client ledger and the default epsilon, so that every epsilon of a grid shares
-    ONE baseline point. None for a point that is itself ``none`` or has ``run.baseline = false``."""
+    """The no-privacy counterpart of a point (what ``fl-privtext run`` computes as ``baseline_no_privacy``):
+    mechanism ``none``, no projection, an uncapped client ledger and the default epsilon, so that every epsilon of a
+    grid shares ONE baseline point. None for a point that is itself ``none`` or has ``run.baseline = false``.
+    It runs in a simulation of its own (`simulation_group`): its clients never serve a private point."""
     if not cfg.run.baseline or cfg.privacy.mechanism == "none":
         return None
     clear = dataclasses.replace(cfg.privacy, mechanism="none", epsilon=type(cfg.privacy)().epsilon, mu=0.0,
@@ -211,11 +214,14 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     evaluation once per (point, seed) whatever model it is sent (fl_privtext.client.guard), so two points that
     differ only in the server's settings (e.g. server.learner) would share the first model's answer. And each
     shard: a client holds one set of users (fl_privtext.client.policy.user_keys: the data, the partition into
-    clients, run.seed), so points over other data or another partition run in their own simulation."""
+    clients, run.seed), so points over other data or another partition run in their own simulation.
+    And a no-privacy point (clean uploads, `fl_privtext.federation.runner.releases_in_clear`) never shares its
+    clients with a private point: the private points' server could ask them for the clean data."""
     from fl_privtext.client.policy import user_keys
+    from fl_privtext.federation.runner import releases_in_clear
 
     flat = cfg.to_flat()
-    return (*(flat.get(k) for k in SIMULATION_KEYS),
+    return (*(flat.get(k) for k in SIMULATION_KEYS), ("releases-in-clear", releases_in_clear(cfg)),
             *sorted((k, v) for k, v in flat.items() if k.startswith(("client.", "server."))),
             *sorted(user_keys(flat).items()))
 
@@ -259,7 +265,9 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
     if len(groups) > 1:
-        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)} , [client] / [server] or the shard: data, partition, run.seed)")
+        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)}, [client] / [server], "
+            "the shard (data, partition, run.seed), or are no-privacy points, which never share clients with private "
+            "ones)")
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc="sweep points", unit="point",
                disable=None if progress else True,  # None: no bar when stderr is not a terminal (a log file)
                dynamic_ncols=True, file=sys.stderr)

@@ -20,6 +20,7 @@ import pytest
 
 from fl_privtext import sweep
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TOML = """
@@ -114,7 +115,9 @@ def test_killed_sweep_resumes_with_only_the_missing_points(resumed):
     assert 1 <= len(kept) < 5, "the kill must land mid-sweep"
     missing = 5 - len(kept)  # 4 grid points and their shared no-privacy point
     assert f"[sweep] 5 points, {len(kept)} already done, {missing} to run" in err
-    assert err.count("[sweep] ") == 2 + missing and f"[sweep] {missing}/{missing} " in err
+    # the no-privacy point runs in a simulation of its own, after the private ones: a rerun that still has private
+    # points to run says it starts two simulations
+    assert err.count("[sweep] ") == 2 + missing + (missing > 1) and f"[sweep] {missing}/{missing} " in err
     points = sorted((work / "out" / "points").glob("*.json"))
     assert len(points) == 5
     for p in points:  # the points finished before the kill were skipped, not recomputed
@@ -200,6 +203,24 @@ def test_grid_points_share_one_no_privacy_point():
     assert len(points) == 5 and points[4].privacy.mechanism == "none" and points[4].client.max_epsilon == float("inf")
     off = sweep.SweepSpec.from_dict({"fixed": {"run.baseline": False}, "grid": {"privacy.epsilon": [1.0, 2.0]}})
     assert len(sweep.with_baselines(off.points())) == 2
+
+
+def test_the_no_privacy_point_never_shares_a_simulation_with_a_private_point():
+    # same federation and the same [client] section as the grid (the default cap is inf): before, the reference
+    # joined the private points' simulation and its clients held an uncapped mechanism-none entry
+    spec = sweep.SweepSpec.from_dict({"fixed": {"client.max-epsilon": "inf"},
+                                      "grid": {"privacy.epsilon": [1.0, 2.0], "run.client-seed": [7]}})
+    points = sweep.with_baselines(spec.points())
+    base = points[-1]
+    assert base.privacy.mechanism == "none" and base.client == points[0].client
+    assert sweep.simulation_group(base) != sweep.simulation_group(points[0]) == sweep.simulation_group(points[1])
+    calls: list[list[ExperimentConfig]] = []
+    sweep.run_sweep(points, sweep.Store("/nonexistent/points"), log=lambda s: None,
+                    runner=lambda group, on_result: calls.append(list(group)))
+    assert sorted(len(c) for c in calls) == [1, 2]
+    for group in calls:  # the runner's guard (fl_privtext.federation.runner._client_policy) accepts each group
+        assert len({p.privacy.mechanism == "none" for p in group}) == 1
+        runner._client_policy(group)
 
 
 def _result(acc: float, od: list[float], eps: float | str, mech: str) -> dict:

@@ -248,16 +248,11 @@ def policy_from(node_config: dict[str, Any] | None = None, run_config: dict[str,
 
 
 def run_points(cfg: ExperimentConfig) -> list[ExperimentConfig]:
-    """The points one ``flwr run`` serves (`fl_privtext.federation.server_app.main`): the run config's point and,
-    unless ``run.baseline = false``, the same users without privacy (as `fl-privtext run`). Simulated clients agree
-    to exactly these by default (`policy_from`, 5)."""
-    import dataclasses
-
-    points = [cfg]
-    if cfg.run.baseline and cfg.privacy.mechanism != "none":
-        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0)
-        points.append(dataclasses.replace(cfg, privacy=clear))
-    return points
+    """The points one ``flwr run`` asks its clients for (`fl_privtext.federation.server_app.main`): the run
+    config's point alone. Its no-privacy reference is the referee's computation, never a release of these clients
+    (issue #34: no entry without privacy beside a private one). Simulated clients agree to exactly these by default
+    (`policy_from`, 5)."""
+    return [cfg]
 
 
 def is_simulated() -> bool:

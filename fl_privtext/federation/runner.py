@@ -136,6 +136,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     else:
         init_args["num_cpus"] = os.cpu_count() or 1
         init_args["num_gpus"] = _num_gpus() if first.client_gpus > 0 else 0
+    policy = _client_policy(points)  # refuses a no-privacy entry beside a private one, before anything starts
     for p in points:
         validate(p)  # every point, before anything starts
     # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
@@ -152,7 +153,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         mark("validated")
         prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args, client_seed=points[0].run.client_seed,
-                            threads=client_threads(points[0]), policy=_client_policy(points),
+                            threads=client_threads(points[0]), policy=policy,
                             state_dir=state)
         mark("ray_started")
         snapshots = prepared.result()
@@ -270,11 +271,28 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
 
 
+def releases_in_clear(cfg: ExperimentConfig) -> bool:
+    """Whether a point's clients hand the server their clean features and labels: ``privacy.mechanism = none`` with
+    per-user uploads (a no-privacy reference point). Under ``server.aggregate = secagg`` the clients' own noise
+    (``client.secagg-epsilon``) protects the sums, so that point is a private one."""
+    return cfg.privacy.mechanism == "none" and cfg.server.aggregate != "secagg"
+
+
 def _client_policy(points: Sequence[ExperimentConfig]) -> str:
     """The clients' policy of this simulation (`fl_privtext.client.policy`): one entry per point, from the driver's
-    own configs (the points the clients agree to take part in, their [client] sections) and the digest of the one
-    shard they name (a client uses a snapshot only when it holds that shard); JSON for the workers' environment,
-    never given to the ServerApp."""
+    own configs (the points the clients agree to take part in, their [client] sections); JSON for the workers'
+    environment, never given to the ServerApp, with the digest of the one shard they name (a client uses a
+    snapshot only when it holds that shard).
+
+    Clients that hold a no-privacy entry (`releases_in_clear`) would give their clean data to any server that
+    asks for it, whatever the private point's epsilon says: such an entry never sits beside a private one (the
+    no-privacy reference runs in its own federation, `run_experiment`; a sweep's in its own simulation group)."""
+    clear = [p for p in points if releases_in_clear(p)]
+    if clear and len(clear) < len(points):
+        raise ValueError(f"A client policy with {len(clear)} no-privacy point(s) (privacy.mechanism = none) beside "
+                         f"{len(points) - len(clear)} private one(s) would let the server of the private points "
+                         "ask the same clients for their clean data: run the no-privacy points in a separate "
+                         "run_points call (their own federation).")
     digest = pipeline.prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
     return ClientPolicy.from_points(list(points), shard_digest=digest).to_json()
 
@@ -350,27 +368,62 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     t0 = time.perf_counter()
     if output or cfg.run.output:
         check_output(output or cfg.run.output)  # before the work, not after it
-    points = [cfg]
-    if cfg.run.baseline and cfg.privacy.mechanism != "none":
-        clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
-                                    proj_dim=0)
-        # the counterfactual "without privacy": its own policy entry and ledger, uncapped (a simulation's reference
-        # point, not a release a deployed client would make)
-        points.append(dataclasses.replace(cfg, privacy=clear,
-                                          client=dataclasses.replace(cfg.client, max_epsilon=float("inf"))))
+    reference = baseline_point(cfg)
     out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
     from fl_privtext.progress import run_log
 
     # run.log: the full trace of a failing client (one line on the console), Flower's warnings
     with claim(out, overwrite=overwrite), run_log(out), Tracker(cfg, out, points=("main", "baseline")) as tracker:
-        served = run_points(points, on_round=tracker.on_round, keep_observations=keep_observations,
-                            state_dir=client_state if client_state is not None else out / "clients")
-        results = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=out, echo=echo,
-                           baseline=served[1] if len(served) > 1 else None)
+        (main,) = run_points([cfg], on_round=tracker.on_round, keep_observations=keep_observations,
+                             state_dir=client_state if client_state is not None else out / "clients")
+        base, source = None, ""
+        if reference is not None:
+            base, source = no_privacy_reference(reference, on_round=lambda *r: tracker.on_round(1, *r))
+        results = finalize(main, cfg, total_s=time.perf_counter() - t0, output=out, echo=echo, baseline=base,
+                           baseline_source=source)
         tracker.on_results(results)
     if keep_observations:
-        results["observations"] = served[0].get("observations", [])
+        results["observations"] = main.get("observations", [])
     return results
+
+
+REFEREE_SOURCE = ("the referee's plain loop (fl_privtext.pipeline.run_plain) on the same data and seeds, without "
+                  "clients: no client, actor, policy or ledger of the private point's federation took part")
+OWN_FEDERATION_SOURCE = ("its own Flower simulation after the private point's: its own clients, actors, policy "
+                         "and ledgers, nothing shared with the private point's federation")
+
+
+def plain_blocker(cfg: ExperimentConfig) -> str:
+    """"" when the referee's plain loop (`fl_privtext.pipeline.run_plain`) computes what a federation would for
+    ``cfg`` (tests/federation/test_simulation.py: the Flower path equals it); else the setting it does not run."""
+    return ("federation.shuffle = true" if cfg.federation.shuffle else
+            "train.rounds > 0 (Phase A)" if cfg.train.rounds > 0 else
+            "server.aggregate = secagg" if cfg.server.aggregate == "secagg" else "")
+
+
+def no_privacy_reference(reference: ExperimentConfig, *,
+                         on_round: Callable[[int, int, pipeline.Round, float], None] | None = None
+                         ) -> tuple[dict[str, Any], str]:
+    """The no-privacy reference point (`baseline_point`), outside the private point's federation: the referee's
+    plain loop where it computes the same figures (no client at all; the Flower path equals it), else a Flower
+    simulation of its own (fresh Ray workers whose policy holds only this point, their own ledgers). Returns the
+    served point and how it was computed (results.json ``baseline.computed_by``)."""
+    why = plain_blocker(reference)
+    if not why:
+        return pipeline.run_plain(reference, on_round=on_round), REFEREE_SOURCE
+    (point,) = run_points([reference], on_round=None if on_round is None else lambda _i, *r: on_round(*r))
+    return point, f"{OWN_FEDERATION_SOURCE} (the plain loop does not run {why})"
+
+
+def baseline_point(cfg: ExperimentConfig) -> ExperimentConfig | None:
+    """The counterfactual "without privacy" of ``cfg`` (None when ``run.baseline = false`` or ``cfg`` is itself
+    ``none``): mechanism ``none`` and clean labels, uncapped. A referee's reference computed in a federation of its
+    own (`run_experiment`), never a policy entry of clients that serve a private point (`_client_policy`)."""
+    if not cfg.run.baseline or cfg.privacy.mechanism == "none":
+        return None
+    clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
+                                proj_dim=0)
+    return dataclasses.replace(cfg, privacy=clear, client=dataclasses.replace(cfg.client, max_epsilon=float("inf")))
 
 
 def run_from_cli(*, config_path: str | None, sets: dict[str, str], output: str | None, quiet: bool,

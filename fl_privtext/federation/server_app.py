@@ -305,6 +305,7 @@ def _phase_a(eaves: EavesdroppingGrid, cfg: ExperimentConfig, keep: bool) -> tup
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """`flwr run .`: the run config (pyproject [tool.flwr.app.config] + overrides) is the experiment config."""
+    from fl_privtext.federation.runner import REFEREE_SOURCE
     from fl_privtext.report import finalize
 
     if any(str(k).startswith("client.") for k in context.run_config):
@@ -316,11 +317,26 @@ def main(grid: Grid, context: Context) -> None:
                          "clients' noise. Give it to the SuperNodes instead (--node-config 'client-seed=N', or the "
                          "FL_PRIVTEXT_CLIENT_SEED environment variable of the simulation).")
     t0 = time.perf_counter()
-    from fl_privtext.client.policy import run_points
-
-    # the point and, unless run.baseline = false, the same users without privacy (as `fl-privtext run`): the points
-    # simulated clients agree to by default (fl_privtext.client.policy.policy_from)
-    served = serve(grid, run_points(cfg))
-    out = finalize(served[0], cfg, total_s=time.perf_counter() - t0, output=cfg.run.output or None,
-                   baseline=served[1] if len(served) > 1 else None)
+    (served,) = serve(grid, [cfg])
+    baseline, skipped = _referee_baseline(cfg)
+    out = finalize(served, cfg, total_s=time.perf_counter() - t0, output=cfg.run.output or None,
+                   baseline=baseline, baseline_source=REFEREE_SOURCE, baseline_skipped=skipped)
     log.warning("fl-privtext: results written to %s", os.path.abspath(out["output_dir"]))
+
+
+def _referee_baseline(cfg: ExperimentConfig) -> tuple[dict[str, Any] | None, str]:
+    """`flwr run .`'s no-privacy reference: the SuperNodes serve only the private point (a client that held a
+    no-privacy entry would hand its clean data to any server that asks), so the reference is the referee's own
+    computation on the same data, without clients (`fl_privtext.pipeline.run_plain`, which the Flower path equals).
+    Returns (the point, "") or (None, why not) where the plain loop cannot stand in for the federation."""
+    from fl_privtext.federation.runner import baseline_point, plain_blocker
+
+    reference = baseline_point(cfg)
+    if reference is None:
+        return None, ""
+    why = plain_blocker(reference)
+    if why:
+        msg = f"{why}: the referee's plain loop does not run it, and the SuperNodes serve only the private point"
+        log.warning("fl-privtext: no no-privacy reference (%s)", msg)
+        return None, msg
+    return pipeline.run_plain(reference), ""

@@ -57,3 +57,5 @@ def test_flwr_run_dot_works_offline(tmp_path, cache_dir):
     assert res["privacy"]["mechanism"] == "gaussian" and res["privacy"]["epsilon_nominal"] == 2.0
     assert res["federation"]["num_clients"] == 4
     assert res["federation"]["uploads_observed"] == res["federation"]["num_records"]
+    assert res["baseline"]["federation"] == "separate" and "without clients" in res["baseline"]["computed_by"]
+    assert res["baseline_no_privacy"]["mechanism"] == "none" and not res["privacy"]["ledger"]["refusals"]
