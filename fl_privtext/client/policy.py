@@ -30,9 +30,9 @@ SHARD_PREFIXES = ("data.", "extractor.")
 SHARD_KEYS = ("federation.num-clients", "federation.partition", "federation.alpha", "run.seed")
 # The request's keys an entry pins: the mechanism and its parameters, label handling, Phase A's DP, what is asked,
 # and the shard.
-_PINNED_PREFIXES = ("privacy.", *SHARD_PREFIXES)
-_PINNED_KEYS = ("train.rounds", "train.dp-clip", "train.dp-noise-multiplier", "train.dp-delta", "federation.rounds",
-                "federation.schedule", "run.seeds", "server.aggregate", *SHARD_KEYS)
+# Phase A's whole section is pinned: the encoder a Phase B request may carry is bound per entry (one per point).
+_PINNED_PREFIXES = ("privacy.", "train.", *SHARD_PREFIXES)
+_PINNED_KEYS = ("federation.rounds", "federation.schedule", "run.seeds", "server.aggregate", *SHARD_KEYS)
 
 
 def shard_keys(flat: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +92,7 @@ def entry_of(cfg: ExperimentConfig) -> dict[str, Any]:
 class PolicyEntry:
     """One point the client takes part in (see the module docstring)."""
 
-    pinned: dict[str, Any]  # privacy.*, train.dp-*, federation.rounds/schedule, run.seed/seeds, the data asked for
+    pinned: dict[str, Any]  # privacy.*, train.* (Phase A), federation.rounds/schedule, run.seed/seeds, the data asked for
     client: ClientConfig
 
     @property
@@ -213,7 +213,7 @@ def policy_from(node_config: dict[str, Any] | None = None, run_config: dict[str,
 
     1. the SuperNode's policy file (``--node-config "policy-file=PATH"``; a TOML file of the keys of an experiment
        config, as ``fl-privtext run --set`` takes them: ``[privacy]``, ``[client]``, ``[data]``, ...) with the
-       node config's own policy keys on top (``client.*``, ``privacy.*``, ``data.*``, ``train.dp-*``, ...): one entry;
+       node config's own policy keys on top (``client.*``, ``privacy.*``, ``data.*``, ``train.*``, ...): one entry;
        a SuperNode does NOT answer on-device evaluation unless ``client.on-device = true``;
     2. the node config's policy keys alone;
     3. the simulation's `POLICY_ENV` (`fl-privtext run` sets it on its Ray workers: one entry per point);
@@ -285,7 +285,7 @@ def _policy_file(path: str) -> dict[str, Any]:
     other = sorted(k for k in flat if not _is_policy_key(k))
     if other:
         raise ValueError(f"The client's policy file {path} holds keys that are not the client's to set: {other} "
-                         "(a policy holds [client], [privacy], [data], [extractor], run.seed/seeds, train.dp-*, "
+                         "(a policy holds [client], [privacy], [data], [extractor], run.seed/seeds, [train], "
                          "federation.rounds/schedule/num-clients/partition/alpha, server.aggregate).")
     return flat
 

@@ -136,9 +136,10 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     else:
         init_args["num_cpus"] = os.cpu_count() or 1
         init_args["num_gpus"] = _num_gpus() if first.client_gpus > 0 else 0
-    policy = _client_policy(points)  # refuses a no-privacy entry beside a private one, before anything starts
+    refuse_mixed_policy(points)  # a no-privacy entry beside a private one, before anything starts
     for p in points:
         validate(p)  # every point, before anything starts
+    policy = _client_policy(points)
     # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
     # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
     driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
@@ -287,14 +288,19 @@ def _client_policy(points: Sequence[ExperimentConfig]) -> str:
     Clients that hold a no-privacy entry (`releases_in_clear`) would give their clean data to any server that
     asks for it, whatever the private point's epsilon says: such an entry never sits beside a private one (the
     no-privacy reference runs in its own federation, `run_experiment`; a sweep's in its own simulation group)."""
+    refuse_mixed_policy(points)
+    digest = pipeline.prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
+    return ClientPolicy.from_points(list(points), shard_digest=digest).to_json()
+
+
+def refuse_mixed_policy(points: Sequence[ExperimentConfig]) -> None:
+    """ValueError when no-privacy points (`releases_in_clear`) would share clients with private ones."""
     clear = [p for p in points if releases_in_clear(p)]
     if clear and len(clear) < len(points):
         raise ValueError(f"A client policy with {len(clear)} no-privacy point(s) (privacy.mechanism = none) beside "
                          f"{len(points) - len(clear)} private one(s) would let the server of the private points "
                          "ask the same clients for their clean data: run the no-privacy points in a separate "
                          "run_points call (their own federation).")
-    digest = pipeline.prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
-    return ClientPolicy.from_points(list(points), shard_digest=digest).to_json()
 
 
 def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1, policy: str = "",
