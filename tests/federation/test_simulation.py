@@ -59,9 +59,15 @@ def points(cache_dir, request):
     server_env: list[str | None] = []  # the driver's environment as the ServerApp's rounds saw it
     # the no-privacy points in a federation of their own: clients that serve a private point never hold a
     # no-privacy entry (the runner refuses such a policy, issue #34)
+    # and one shard per federation: a client holds one set of users (points over other data or roles run apart)
+    from fl_privtext.client.policy import user_keys
+
+    groups: dict[str, dict[str, ExperimentConfig]] = {}
+    for n, c in cfgs.items():
+        key = repr((c.privacy.mechanism == "none", sorted(user_keys(c.to_flat()).items())))
+        groups.setdefault(key, {})[n] = c
     served: dict[str, tuple[ExperimentConfig, dict]] = {}
-    for clear in (True, False):
-        group = {n: c for n, c in cfgs.items() if (c.privacy.mechanism == "none") == clear}
+    for group in groups.values():
         results = run_points(list(group.values()), keep_observations=True,
                              on_round=lambda *_: server_env.append(os.environ.get(CLIENT_SEED_ENV)))
         served |= {name: (cfg, res) for (name, cfg), res in zip(group.items(), results, strict=True)}
