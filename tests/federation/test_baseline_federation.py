@@ -76,7 +76,7 @@ def test_a_run_computes_its_reference_without_the_private_points_clients(tmp_pat
     init_ray = runner._init_ray
 
     def recording(*args, **kwargs):
-        policies.append(json.loads(kwargs["policy"]))
+        policies.append(json.loads(kwargs["policy"])["entries"])  # {"shard-digest", "entries"}
         return init_ray(*args, **kwargs)
 
     monkeypatch.setattr(runner, "_init_ray", recording)
@@ -107,7 +107,7 @@ def test_where_the_plain_loop_cannot_stand_in_the_reference_has_a_federation_of_
     init_ray = runner._init_ray
 
     def recording(*args, **kwargs):
-        policies.append(json.loads(kwargs["policy"]))
+        policies.append(json.loads(kwargs["policy"])["entries"])  # {"shard-digest", "entries"}
         return init_ray(*args, **kwargs)
 
     monkeypatch.setattr(runner, "_init_ray", recording)
