@@ -208,3 +208,18 @@ def test_results_json_and_the_sweep_table_carry_both_figures(prep, tmp_path):
         ex["accuracy"], ex["ci_low"], ex["ci_high"])
     assert "on_device_exact,on_device_exact_ci_low,on_device_exact_ci_high" in to_csv([row]).splitlines()[0]
     assert "exact (simulation)" in (tmp_path / "summary.md").read_text()
+
+
+def test_the_referee_reads_the_same_clean_features_where_the_server_holds_none(prep):
+    """The Flower server prepares without features (it never holds them); the referee then reads the extraction
+    cache, and must score the shipped model exactly as on the driver's own features."""
+    cfg, p = prep
+    served = pipeline.prepare(cfg, features="none")
+    assert served.features is None
+    g = np.random.default_rng(4)
+    dim = p.features.shape[1]
+    model = {"mean": np.zeros(dim, np.float32), "std": np.ones(dim, np.float32),
+             "weight_0": g.standard_normal((2, dim)).astype(np.float32), "bias_0": np.zeros(2, np.float32)}
+    a = pipeline.exact_on_device(served, cfg, model, majority_class=0, seed=3)
+    assert a == pipeline.exact_on_device(p, cfg, model, majority_class=0, seed=3)
+    assert 0.3 < a["accuracy"] < 0.9 and a["ci_low"] < a["accuracy"] < a["ci_high"]
