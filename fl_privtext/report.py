@@ -101,6 +101,20 @@ def _candidate_metrics(seeds: list[dict[str, Any]], name: str) -> list[str]:
     return [m for m in first if isinstance(first[m], (bool, int, float))]
 
 
+def _users_interval(seeds: list[dict[str, Any]], stream: str, root_seed: int) -> tuple[float | None, float | None]:
+    """The per-upload accuracy's 95% interval over test users (and seeds; `fl_privtext.bootstrap`): one seed, its
+    own; (None, None) where a seed has none (a secure-sum point: no test uploads)."""
+    from fl_privtext.bootstrap import counts_bootstrap
+    from fl_privtext.rng import generator
+
+    u = [s["utility"] for s in seeds]
+    if not all("ci_low" in x and "_per_user" in x for x in u):
+        return None, None
+    if len(u) == 1:
+        return u[0]["ci_low"], u[0]["ci_high"]
+    return counts_bootstrap([x["_per_user"] for x in u], generator(root_seed, "referee", stream, "seeds"))
+
+
 def _exact(seeds: list[dict[str, Any]], runs: list[dict[str, Any]], root_seed: int) -> dict[str, Any]:
     """utility.on_device.exact: the referee's exact figure of the shipped model (simulation only,
     `fl_privtext.pipeline.exact_on_device`): means over seeds, and the interval of the bootstrap over seeds and
@@ -187,6 +201,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         for key in ("accuracy", "macro_f1"):
             mean, std = _mean_std([s["utility"][key] for s in seeds])
             utility[key], utility[f"{key}_std"] = mean, std
+        utility["ci_low"], utility["ci_high"] = _users_interval(seeds, "per-upload", cfg.run.seed)
         utility["majority_baseline"] = seeds[0]["utility"]["majority_baseline"]
         if "modal_prediction_share" in seeds[0]["utility"]:
             utility["modal_prediction_share"] = float(np.mean([s["utility"]["modal_prediction_share"] for s in seeds]))
@@ -194,6 +209,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["num_test_uploads"] = seeds[0]["utility"]["num_test_uploads"]
         utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})
         utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
+                                **{k: s["utility"][k] for k in ("ci_low", "ci_high") if k in s["utility"]},
                                 "macro_f1": s["utility"]["macro_f1"], "learner": s["utility"].get("learner"),
                                 "candidates": s["utility"].get("candidates", {}),
                                 **({"clean_head": s["utility"]["clean_head"]} if "clean_head" in s["utility"] else {})}
@@ -470,7 +486,9 @@ def table(results: dict[str, Any]) -> str:
                      f"{u.get('learner', '-')}): measured on device only, no test uploads (below)")
     elif u.get("available"):
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
-        lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
+        band = (f" [{_fmt(u['ci_low'])}, {_fmt(u['ci_high'])}] (95% over test users"
+                f"{' and seeds' if f['seeds'] > 1 else ''})" if u.get("ci_low") is not None else "")
+        lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}{band}, macro-F1 "
                      f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
                      f"{clear}) [per-upload: the server classifies noisy test uploads; learner "
                      f"{u.get('learner', 'mlp')}]")

@@ -208,6 +208,9 @@ def test_results_json_and_the_sweep_table_carry_both_figures(prep, tmp_path):
         ex["accuracy"], ex["ci_low"], ex["ci_high"])
     assert "on_device_exact,on_device_exact_ci_low,on_device_exact_ci_high" in to_csv([row]).splitlines()[0]
     assert "exact (simulation)" in (tmp_path / "summary.md").read_text()
+    # the per-upload accuracy's interval over test users and seeds (results.json utility.ci_low / ci_high)
+    u = json.loads((tmp_path / "results.json").read_text())["utility"]
+    assert u["ci_low"] <= u["accuracy"] <= u["ci_high"] and all("ci_low" in s for s in u["per_seed"])
 
 
 def test_the_referee_reads_the_same_clean_features_where_the_server_holds_none(prep):
