@@ -5,7 +5,9 @@ privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.
 attacks.<attribute>.majority_baseline (and f1 for entities); empirical_privacy; federation.num_clients,
 federation.num_users, federation.uploads_observed, federation.server_received; baseline.federation ("separate"
 whenever a no-privacy reference was computed: never by the private point's clients) and baseline.server_received;
-timing.total_s (and per stage). Means are over seeds; ``*_std``
+timing.total_s (and per stage); utility.on_device.exact.{accuracy, ci_low, ci_high} (the referee's exact figure,
+simulation only) and utility.on_device.private.{accuracy, noise_std} (the server's estimate), issue #37. Means are
+over seeds; ``*_std``
 are the standard deviations (ddof=0) and ``per_seed`` keeps every value.
 """
 
