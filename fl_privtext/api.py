@@ -52,6 +52,9 @@ class Result:
         on_device = util.get("on_device") or {}
         if on_device.get("available"):
             rows.append(("accuracy (on device)", num(on_device.get("accuracy"))))
+            exact = on_device.get("exact") or {}
+            if exact.get("available"):  # simulation only: the referee's exact figure of the shipped model
+                rows.append(("accuracy (on device, exact, simulation)", num(exact.get("accuracy"))))
         for name, att in sorted((r.get("attacks") or {}).items()):
             if isinstance(att, dict) and "accuracy" in att:
                 rows.append((f"attack {name} (prior {num(att.get('majority_baseline', '-'))})", num(att["accuracy"])))

@@ -393,6 +393,11 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
     row["on_device_accuracy"] = od.get("accuracy") if od.get("available") else None
     row["on_device_ci_low"], row["on_device_ci_high"] = seed_band(od.get("per_seed") or []) if od.get("available") \
         else (None, None)
+    # issue #37: the referee's exact figure (simulation only) and its interval over test users (and seeds)
+    ex = od.get("exact") or {}
+    row["on_device_exact"] = ex.get("accuracy") if ex.get("available") else None
+    row["on_device_exact_ci_low"] = ex.get("ci_low") if ex.get("available") else None
+    row["on_device_exact_ci_high"] = ex.get("ci_high") if ex.get("available") else None
     for name, a in res.get("attacks", {}).items():
         row[f"attack.{name}.accuracy"] = a.get("accuracy")
         row[f"attack.{name}.majority"] = a.get("majority_baseline")
