@@ -245,7 +245,6 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points; ``state_dir`` is the clients'
     state (per-user ledgers) every group's simulation shares."""
     from fl_privtext.progress import tqdm
-    from fl_privtext.report import aggregate
 
     unique: dict[str, ExperimentConfig] = {}
     for cfg in points:
@@ -255,6 +254,13 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     t_start = time.perf_counter()
     if not todo:
         return {"points": len(unique), "ran": 0, "wall_s": 0.0}
+    if runner is None:
+        from fl_privtext.preflight import check_point
+
+        for cfg in todo:  # the points to run, before torch, Flower and Ray are imported
+            check_point(cfg)
+    from fl_privtext.report import aggregate
+
     if runner is None:
         import functools
 
