@@ -5,9 +5,13 @@ Notebook API: ``fl_privtext.run(config) -> Result`` and ``fl_privtext.run_sweep(
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-__version__ = "0.1.0"
+try:
+    __version__ = version("fl_privtext")  # the installed distribution's, so it never disagrees with pyproject.toml
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0.0.0+unknown"
 
 
 def run(*args: Any, **kwargs: Any) -> Any:

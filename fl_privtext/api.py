@@ -52,6 +52,9 @@ class Result:
         on_device = util.get("on_device") or {}
         if on_device.get("available"):
             rows.append(("accuracy (on device)", num(on_device.get("accuracy"))))
+            exact = on_device.get("exact") or {}
+            if exact.get("available"):  # simulation only: the referee's exact figure of the shipped model
+                rows.append(("accuracy (on device, exact, simulation)", num(exact.get("accuracy"))))
         for name, att in sorted((r.get("attacks") or {}).items()):
             if isinstance(att, dict) and "accuracy" in att:
                 rows.append((f"attack {name} (prior {num(att.get('majority_baseline', '-'))})", num(att["accuracy"])))
@@ -135,10 +138,13 @@ def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *,
     ``config``: see `resolve`; ``output``: the run directory (default: ``run.output``, else runs/<timestamp>);
     ``uploads``: keep what the eavesdropper observed (``Result.uploads``); ``echo``: print the summary table;
     ``overwrite``: replace a finished run's results in ``output`` (refused otherwise). Bad configuration raises ValueError before anything starts."""
+    from fl_privtext.preflight import check_run
+
+    cfg = resolve(config, sets)
+    check_run(cfg, output=output, overwrite=overwrite)  # before torch, Flower and Ray are imported
     from fl_privtext.federation.runner import run_experiment
     from fl_privtext.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
 
-    cfg = resolve(config, sets)
     results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads, overwrite=overwrite)
     observations = results.pop("observations", [])
     out = Path(results.pop("output_dir"))

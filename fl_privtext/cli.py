@@ -92,6 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             compare_from_cli(args.runs, csv_path=args.csv)
         else:
+            from fl_privtext.config import ExperimentConfig
+            from fl_privtext.preflight import check_run
+
+            # the whole configuration, before torch, Flower and Ray are imported (seconds; a minute under load)
+            check_run(ExperimentConfig.load(args.config, sets), output=args.output, overwrite=args.overwrite)
             from fl_privtext.federation.runner import run_from_cli
 
             # on a terminal a bar; when stderr is a file, a pipe or CI, plain periodic lines (fl_privtext.progress)

@@ -351,9 +351,65 @@ def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collect
               evaluate_round: OnDeviceRound) -> list[dict[str, Any]]:
     """The on-device protocol of every seed (`fl_privtext.ondevice`): ``evaluate_round`` ships the model to the
     test clients and returns their replies (randomized-response answers, `fl_privtext.client.ondevice`; refusals;
-    confusion counts of an old client); the server debiases and sums them (`on_device_seed`)."""
-    return [on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
-            for c, t in zip(collected, trained, strict=True)]
+    confusion counts of an old client); the server debiases and sums them (`on_device_seed`). Beside the server's
+    estimate, the referee's exact figure of the model it shipped (``exact``, `exact_on_device`: simulation only)."""
+    out = []
+    for c, t in zip(collected, trained, strict=True):
+        result = on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
+        result["exact"] = exact_on_device(prep, cfg, shipped_model(t, result), t.majority_class, c.seed)
+        out.append(result)
+    return out
+
+
+EXACT_BY = ("simulation only: the referee applies the server's model to every test record's clean features (E[upload "
+            "| x], as the clients do) and counts exactly; no deployed server can compute this (its figure is "
+            "utility.on_device.private)")
+EXACT_INTERVAL = ("95% percentile bootstrap over test users (each with all its records; fl_privtext.bootstrap), "
+                  "over seeds too where there are several")
+_EXACT_BATCH = 65536  # test records per block: bounds the referee's memory whatever the test set's size
+
+
+def shipped_model(trained: Trained, result: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The model the server sent for the reported on-device figure: the clients' choice among the candidates
+    (server.select-on = clients, ``result["learner"]``), else the server's model."""
+    if trained.candidates and "learner" in result:
+        return trained.candidates[str(result["learner"])]
+    return trained.model
+
+
+def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.ndarray] | None,
+                    majority_class: int, seed: int) -> dict[str, Any]:
+    """The referee's exact on-device figure of ``model`` (simulation only, `EXACT_BY`): accuracy and macro-F1 over
+    every test user's records, whether or not its client answered, with the user-level interval of `fl_privtext.
+    bootstrap` (stream ``(seed, "referee", "on-device")``). ``_per_user`` (internal): the per-user counts the
+    report pools over seeds. Why: the server's estimate carries the randomized response's noise (+-3.5 points at
+    count-epsilon 1 on AG news), so "how good is the model the mechanism allows" needs this one."""
+    from fl_privtext.bootstrap import counts_bootstrap, user_counts
+    from fl_privtext.client.ondevice import expected_input
+    from fl_privtext.metrics import macro_f1_from_confusion
+    from fl_privtext.ondevice import confusion, mlp_logits
+
+    if model is None:
+        return {"available": False, "reason": "no model was sent"}
+    if cfg.train.rounds > 0:
+        return {"available": False, "reason": "train.rounds > 0 (Phase A): the model applies to the trained "
+                                              "encoder's output, which the referee does not recompute"}
+    clean = _clean_features(prep, cfg)
+    rows = np.flatnonzero(prep.roles == "test")
+    if clean is None or not len(rows):
+        return {"available": False, "reason": "no test records" if clean is not None else
+                "the referee has no clean features (no extraction cache, no extractor)"}
+    pred = np.concatenate([mlp_logits(model, expected_input(clean(rows[s:s + _EXACT_BATCH]), cfg)).argmax(axis=1)
+                           for s in range(0, len(rows), _EXACT_BATCH)])
+    truth = np.asarray(prep.ds.labels, np.int64)[rows]
+    cm = confusion(truth, pred, len(prep.ds.label_names))
+    counts = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[rows])
+    lo, hi = counts_bootstrap([counts], rng.generator(seed, "referee", "on-device"))
+    n = int(cm.sum())
+    return {"available": True, "accuracy": float(np.trace(cm)) / n, "macro_f1": macro_f1_from_confusion(cm),
+            "ci_low": lo, "ci_high": hi, "majority_baseline": float(cm[majority_class].sum()) / n,
+            "num_test_records": n, "num_test_users": len(counts.users), "by": EXACT_BY, "interval": EXACT_INTERVAL,
+            "_per_user": counts}
 
 
 def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained: Trained,

@@ -22,6 +22,7 @@ from fl_privtext.client import ClientData
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.memory import return_freed_arrays
+from fl_privtext.preflight import records_per_user
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
 
@@ -71,12 +72,7 @@ def _load(key: tuple) -> TextDataset:
 def first_records(ds: TextDataset, per_user: Any) -> TextDataset:
     """``data.options.records_per_user = k``: each user's first k records (in the data's order), e.g. k = 1 so that
     a user's release is one report under every trust model (simulations/trust_models.py)."""
-    try:
-        k = int(per_user)
-    except (TypeError, ValueError):
-        k = 0
-    if k < 1 or str(per_user).strip() != str(k):
-        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {per_user!r}.")
+    k = records_per_user(per_user)
     users = np.asarray(ds.user_index)
     order = np.argsort(users, kind="stable")
     sorted_users = users[order]

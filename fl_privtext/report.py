@@ -5,7 +5,9 @@ privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.
 attacks.<attribute>.majority_baseline (and f1 for entities); empirical_privacy; federation.num_clients,
 federation.num_users, federation.uploads_observed, federation.server_received; baseline.federation ("separate"
 whenever a no-privacy reference was computed: never by the private point's clients) and baseline.server_received;
-timing.total_s (and per stage). Means are over seeds; ``*_std``
+timing.total_s (and per stage); utility.on_device.exact.{accuracy, ci_low, ci_high} (the referee's exact figure,
+simulation only) and utility.on_device.private.{accuracy, noise_std} (the server's estimate), issue #37. Means are
+over seeds; ``*_std``
 are the standard deviations (ddof=0) and ``per_seed`` keeps every value.
 """
 
@@ -101,11 +103,74 @@ def _candidate_metrics(seeds: list[dict[str, Any]], name: str) -> list[str]:
     return [m for m in first if isinstance(first[m], (bool, int, float))]
 
 
-def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
-    """utility.on_device: the server's model applied on the test clients to clean features (ondevice.py)."""
+def _users_interval(seeds: list[dict[str, Any]], stream: str, root_seed: int) -> tuple[float | None, float | None]:
+    """The per-upload accuracy's 95% interval over test users (and seeds; `fl_privtext.bootstrap`): one seed, its
+    own; (None, None) where a seed has none (a secure-sum point: no test uploads)."""
+    from fl_privtext.bootstrap import counts_bootstrap
+    from fl_privtext.rng import generator
+
+    u = [s["utility"] for s in seeds]
+    if not all("ci_low" in x and "_per_user" in x for x in u):
+        return None, None
+    if len(u) == 1:
+        return u[0]["ci_low"], u[0]["ci_high"]
+    return counts_bootstrap([x["_per_user"] for x in u], generator(root_seed, "referee", stream, "seeds"))
+
+
+def _exact(seeds: list[dict[str, Any]], runs: list[dict[str, Any]], root_seed: int) -> dict[str, Any]:
+    """utility.on_device.exact: the referee's exact figure of the shipped model (simulation only,
+    `fl_privtext.pipeline.exact_on_device`): means over seeds, and the interval of the bootstrap over seeds and
+    test users (`fl_privtext.bootstrap`; one seed: that seed's own)."""
+    from fl_privtext.bootstrap import counts_bootstrap
+    from fl_privtext.rng import generator
+
+    exact = [r.get("exact") or {"available": False, "reason": "not computed on this path"} for r in runs]
+    missing = next((e for e in exact if not e.get("available")), None)
+    if missing is not None:
+        return {"available": False, "reason": missing.get("reason", "not computed")}
+    out: dict[str, Any] = {"available": True}
+    for key in ("accuracy", "macro_f1", "majority_baseline"):
+        out[key], out[f"{key}_std"] = _mean_std([e[key] for e in exact])
+    del out["majority_baseline_std"]
+    if len(exact) == 1:
+        out["ci_low"], out["ci_high"] = exact[0]["ci_low"], exact[0]["ci_high"]
+    else:  # seeds resampled, users crossed with them
+        out["ci_low"], out["ci_high"] = counts_bootstrap([e["_per_user"] for e in exact],
+                                                         generator(root_seed, "referee", "on-device", "seeds"))
+    out.update({"num_test_records": exact[0]["num_test_records"], "num_test_users": exact[0]["num_test_users"],
+                "seeds": len(exact), "by": exact[0]["by"], "interval": exact[0]["interval"],
+                "per_seed": [{"seed": s["seed"], **{k: e[k] for k in ("accuracy", "macro_f1", "ci_low", "ci_high")}}
+                             for s, e in zip(seeds, exact, strict=True)]})
+    return out
+
+
+def _private(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """utility.on_device.private: what the server estimates from the clients' answers (randomized response on
+    each record's correctness; old clients: exact confusion counts), mean over seeds, with the standard deviation
+    of that mean's randomized-response noise (``noise_std``; ``noise_std_per_seed``: one seed's)."""
+    rr = all("accuracy_noise_std" in r for r in runs)
+    sds = [float(r["accuracy_noise_std"]) if rr else 0.0 for r in runs]
+    out: dict[str, Any] = {
+        "available": True, "accuracy": float(np.mean([r["accuracy"] for r in runs])),
+        "noise_std": math.sqrt(math.fsum(sd * sd for sd in sds)) / len(sds),
+        "noise_std_per_seed": float(np.mean(sds)),
+        "by": ("the server's estimate: the clients' randomized-response answers, debiased (what a deployed server "
+               "knows)" if rr else "the server's sum of the clients' exact confusion counts (old clients)")}
+    if len(runs) == 1 and "ci95" in runs[0]:  # randomized-response noise and the records' binomial sampling
+        out["ci_low"], out["ci_high"] = (float(v) for v in runs[0]["ci95"])
+    return out
+
+
+def _on_device(seeds: list[dict[str, Any]], root_seed: int = 0) -> dict[str, Any]:
+    """utility.on_device: the server's model applied on the test clients to clean features (ondevice.py). The
+    top-level figures are the server's estimate (as before issue #37); ``exact`` (simulation only) and ``private``
+    (the server's estimate) say which is which."""
     runs = [s["utility"].get("on_device", {"available": False, "reason": "not run"}) for s in seeds]
     if not all(r.get("available", True) for r in runs):
-        return {"available": False, "reason": runs[0].get("reason", "not run")}
+        off: dict[str, Any] = {"available": False, "reason": runs[0].get("reason", "not run")}
+        if any("exact" in r for r in runs):  # every client refused: the model was sent all the same
+            off["exact"] = _exact(seeds, runs, root_seed)
+        return off
     out: dict[str, Any] = {"available": True}
     for key in ("accuracy", "macro_f1"):
         if all(key in r for r in runs):
@@ -124,6 +189,8 @@ def _on_device(seeds: list[dict[str, Any]]) -> dict[str, Any]:
                         **({"learner": r["learner"], "candidates": r["selection"]["candidates"],
                             "dropped": r["selection"].get("dropped", [])} if "learner" in r else {})}
                        for s, r in zip(seeds, runs, strict=True)]
+    out["exact"] = _exact(seeds, runs, root_seed)
+    out["private"] = _private(runs)
     return out
 
 
@@ -136,6 +203,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         for key in ("accuracy", "macro_f1"):
             mean, std = _mean_std([s["utility"][key] for s in seeds])
             utility[key], utility[f"{key}_std"] = mean, std
+        utility["ci_low"], utility["ci_high"] = _users_interval(seeds, "per-upload", cfg.run.seed)
         utility["majority_baseline"] = seeds[0]["utility"]["majority_baseline"]
         if "modal_prediction_share" in seeds[0]["utility"]:
             utility["modal_prediction_share"] = float(np.mean([s["utility"]["modal_prediction_share"] for s in seeds]))
@@ -143,6 +211,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["num_test_uploads"] = seeds[0]["utility"]["num_test_uploads"]
         utility["diverged"] = sorted({r for s in seeds for r in s["utility"].get("diverged", [])})
         utility["per_seed"] = [{"seed": s["seed"], "accuracy": s["utility"]["accuracy"],
+                                **{k: s["utility"][k] for k in ("ci_low", "ci_high") if k in s["utility"]},
                                 "macro_f1": s["utility"]["macro_f1"], "learner": s["utility"].get("learner"),
                                 "candidates": s["utility"].get("candidates", {}),
                                 **({"clean_head": s["utility"]["clean_head"]} if "clean_head" in s["utility"] else {})}
@@ -156,7 +225,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
                                                        if n in s["utility"].get("candidates", {})]))
                                      for m in _candidate_metrics(seeds, n)} for n in sorted(names)}
         utility["protocol"] = point.get("protocol", "per-upload: the server classifies the noisy uploads of test users")
-        utility["on_device"] = _on_device(seeds)
+        utility["on_device"] = _on_device(seeds, cfg.run.seed)
     else:
         utility["reason"] = seeds[0]["utility"].get("reason", "")
 
@@ -419,7 +488,9 @@ def table(results: dict[str, Any]) -> str:
                      f"{u.get('learner', '-')}): measured on device only, no test uploads (below)")
     elif u.get("available"):
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
-        lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}, macro-F1 "
+        band = (f" [{_fmt(u['ci_low'])}, {_fmt(u['ci_high'])}] (95% over test users"
+                f"{' and seeds' if f['seeds'] > 1 else ''})" if u.get("ci_low") is not None else "")
+        lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}{band}, macro-F1 "
                      f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
                      f"{clear}) [per-upload: the server classifies noisy test uploads; learner "
                      f"{u.get('learner', 'mlp')}]")
@@ -434,8 +505,24 @@ def table(results: dict[str, Any]) -> str:
             major = f" (majority {_fmt(od['majority_baseline'])}{clear})" if "majority_baseline" in od else clear
             chooser = (f"; learner {od['learner']}, chosen by half of the test clients' answers, the other half "
                        f"reports" if "learner" in od else "")
-            lines.append(f"task on device: accuracy {_fmt(od['accuracy'])} +- {_fmt(od['accuracy_std'])}{major}"
-                         f"{noise} [the server's model applied by the test clients to their clean features{chooser}]")
+            ex = od.get("exact") or {}
+            if ex.get("available"):  # issue #37: the exact figure first, the server's estimate beside it
+                bex = bod.get("exact") or {}
+                clear = f"; without privacy {_fmt(bex['accuracy'])}" if bex.get("available") else ""
+                over = "test users and seeds" if ex.get("seeds", 1) > 1 else "test users"
+                priv = od.get("private") or {}
+                est = f"server's estimate {_fmt(priv.get('accuracy', od['accuracy']))}"
+                if "accuracy_noise_std" in od:
+                    band = f", 95% CI [{_fmt(priv['ci_low'])}, {_fmt(priv['ci_high'])}]" if "ci_low" in priv else ""
+                    est += f" (randomized-response noise sd {_fmt(priv.get('noise_std'))}{band})"
+                lines.append(f"task on device: exact (simulation) {_fmt(ex['accuracy'])} [{_fmt(ex['ci_low'])}, "
+                             f"{_fmt(ex['ci_high'])}] (95% over {over}), macro-F1 {_fmt(ex['macro_f1'])} (majority "
+                             f"{_fmt(ex['majority_baseline'])}{clear}) | {est} [the server's model applied by the "
+                             f"test clients to their clean features{chooser}]")
+            else:
+                lines.append(f"task on device: accuracy {_fmt(od['accuracy'])} +- {_fmt(od['accuracy_std'])}{major}"
+                             f"{noise} [the server's model applied by the test clients to their clean features"
+                             f"{chooser}]")
     else:
         lines.append(f"task: none ({u.get('reason', '')})")
     lines.append("")

@@ -205,6 +205,9 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies
                        if "answer" in r]
         t3 = time.perf_counter()
+        # the referee's exact figure of the model sent (simulation only; not the server's time)
+        od["exact"] = pipeline.exact_on_device(prep, cfg, pipeline.shipped_model(trained, od), trained.majority_class,
+                                               seed)
         utility = dict(trained.utility)
         if "selection" in od:  # the clients chose the model (server.select-on = clients)
             utility["learner"] = od["learner"]

@@ -245,7 +245,6 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points; ``state_dir`` is the clients'
     state (per-user ledgers) every group's simulation shares."""
     from fl_privtext.progress import tqdm
-    from fl_privtext.report import aggregate
 
     unique: dict[str, ExperimentConfig] = {}
     for cfg in points:
@@ -255,6 +254,13 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     t_start = time.perf_counter()
     if not todo:
         return {"points": len(unique), "ran": 0, "wall_s": 0.0}
+    if runner is None:
+        from fl_privtext.preflight import check_point
+
+        for cfg in todo:  # the points to run, before torch, Flower and Ray are imported
+            check_point(cfg)
+    from fl_privtext.report import aggregate
+
     if runner is None:
         import functools
 
@@ -393,6 +399,11 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
     row["on_device_accuracy"] = od.get("accuracy") if od.get("available") else None
     row["on_device_ci_low"], row["on_device_ci_high"] = seed_band(od.get("per_seed") or []) if od.get("available") \
         else (None, None)
+    # issue #37: the referee's exact figure (simulation only) and its interval over test users (and seeds)
+    ex = od.get("exact") or {}
+    row["on_device_exact"] = ex.get("accuracy") if ex.get("available") else None
+    row["on_device_exact_ci_low"] = ex.get("ci_low") if ex.get("available") else None
+    row["on_device_exact_ci_high"] = ex.get("ci_high") if ex.get("available") else None
     for name, a in res.get("attacks", {}).items():
         row[f"attack.{name}.accuracy"] = a.get("accuracy")
         row[f"attack.{name}.majority"] = a.get("majority_baseline")

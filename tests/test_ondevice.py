@@ -137,6 +137,92 @@ def test_plain_loop_reports_both_protocols(prep):
     assert od1["accuracy_noise_std"] == pytest.approx(np.sqrt(p1 * (1 - p1) / od1["num_test_records"]) / (2 * p1 - 1))
     assert abs(od1["accuracy"] - out["accuracy"]) < 4 * od1["accuracy_noise_std"]
     assert od1["ci95"][0] < od1["accuracy"] < od1["ci95"][1]
+    # the referee's exact figure (issue #37): no privacy, so the model sees x itself, as in the per-upload
+    # evaluation of the same test records; it does not move with the clients' randomized response
+    assert od["exact"]["accuracy"] == pytest.approx(out["accuracy"], abs=1e-12)
+    assert od1["exact"]["accuracy"] == od["exact"]["accuracy"]
+    assert od1["exact"]["num_test_records"] == od1["num_test_records"]
     off = ExperimentConfig.load(None, {"run.progress": "false", "server.epochs": "5", "attack.enabled": "false",
                                        "server.on-device": "false"})
     assert pipeline.run_plain(off, p)["per_seed"][0]["utility"]["on_device"]["available"] is False
+
+
+def _tiny_prepared():
+    """Four users, two features, two classes: users a, b, c are test users, d trains (closed-form test below)."""
+    from fl_privtext.data.schema import make_text_dataset
+    from fl_privtext.prepare import Prepared
+
+    users = ["a", "a", "b", "b", "b", "c", "d", "d"]
+    x = np.array([[1, 0], [0, 1], [0, 1], [0, 2], [3, 0], [0, 1], [1, 0], [0, 1]], np.float32)
+    y = [0, 0, 1, 1, 1, 0, 0, 1]
+    ds = make_text_dataset("tiny", texts=[f"t{i}" for i in range(8)], labels=y, label_names=("zero", "one"),
+                           user_ids=users)
+    roles = np.array(["test"] * 6 + ["train"] * 2)
+    return Prepared(ds=ds, roles=roles, shards=[np.arange(8)], extractor=None, features=x)
+
+
+def test_the_exact_figure_is_the_hand_count():
+    """The model predicts the larger coordinate; on the six test records it is right on a (1 of 2), b (2 of 3),
+    c (0 of 1): accuracy 3/6. Confusion rows (true 0: [1, 2], true 1: [1, 2]) give F1 2/5 and 4/7."""
+    prep = _tiny_prepared()
+    model = {"mean": np.zeros(2, np.float32), "std": np.ones(2, np.float32),
+             "weight_0": np.eye(2, dtype=np.float32), "bias_0": np.zeros(2, np.float32)}
+    cfg = ExperimentConfig.from_flat({"privacy.mechanism": "none"})
+    ex = pipeline.exact_on_device(prep, cfg, model, majority_class=1, seed=0)
+    assert ex["accuracy"] == pytest.approx(3 / 6)
+    assert ex["macro_f1"] == pytest.approx((2 / 5 + 4 / 7) / 2)
+    assert ex["majority_baseline"] == pytest.approx(3 / 6)
+    assert (ex["num_test_records"], ex["num_test_users"]) == (6, 3)
+    assert 0.0 <= ex["ci_low"] <= ex["accuracy"] <= ex["ci_high"] <= 1.0
+    assert "simulation only" in ex["by"]
+    np.testing.assert_array_equal(ex["_per_user"].correct, [1, 2, 0])
+    # Phase A: the referee does not hold the trained encoder's output, and says so instead of a number
+    phase_a = pipeline.exact_on_device(prep, ExperimentConfig.from_flat({"train.rounds": 1}, cfg), model, 1, 0)
+    assert phase_a["available"] is False and "Phase A" in phase_a["reason"]
+
+
+def test_results_json_and_the_sweep_table_carry_both_figures(prep, tmp_path):
+    """Public contract (issue #37): utility.on_device.exact.{accuracy, ci_low, ci_high} and
+    utility.on_device.private.{accuracy, noise_std} in results.json; a sweep row's on_device_exact columns."""
+    import json
+
+    from fl_privtext.report import finalize
+    from fl_privtext.sweep import row_of, to_csv
+
+    _, p = prep
+    cfg = ExperimentConfig.load(None, {"run.progress": "false", "server.epochs": "5", "attack.enabled": "false",
+                                       "run.seeds": "2"})
+    point = pipeline.run_plain(cfg, p)
+    finalize(point, cfg, total_s=0.0, output=tmp_path, echo=False)
+    od = json.loads((tmp_path / "results.json").read_text())["utility"]["on_device"]
+    ex, priv = od["exact"], od["private"]
+    assert ex["ci_low"] <= ex["accuracy"] <= ex["ci_high"] and ex["ci_high"] - ex["ci_low"] > 0
+    assert ex["accuracy"] == pytest.approx(np.mean([s["utility"]["on_device"]["exact"]["accuracy"]
+                                                    for s in point["per_seed"]]))
+    # the server's estimate is the old figure, its noise that of the mean of two seeds' independent answers
+    assert priv["accuracy"] == od["accuracy"]
+    assert priv["noise_std"] == pytest.approx(od["accuracy_noise_std"] / np.sqrt(2))
+    assert "simulation only" in ex["by"] and ex["seeds"] == 2
+    row = row_of(json.loads((tmp_path / "results.json").read_text()))
+    assert (row["on_device_exact"], row["on_device_exact_ci_low"], row["on_device_exact_ci_high"]) == (
+        ex["accuracy"], ex["ci_low"], ex["ci_high"])
+    assert "on_device_exact,on_device_exact_ci_low,on_device_exact_ci_high" in to_csv([row]).splitlines()[0]
+    assert "exact (simulation)" in (tmp_path / "summary.md").read_text()
+    # the per-upload accuracy's interval over test users and seeds (results.json utility.ci_low / ci_high)
+    u = json.loads((tmp_path / "results.json").read_text())["utility"]
+    assert u["ci_low"] <= u["accuracy"] <= u["ci_high"] and all("ci_low" in s for s in u["per_seed"])
+
+
+def test_the_referee_reads_the_same_clean_features_where_the_server_holds_none(prep):
+    """The Flower server prepares without features (it never holds them); the referee then reads the extraction
+    cache, and must score the shipped model exactly as on the driver's own features."""
+    cfg, p = prep
+    served = pipeline.prepare(cfg, features="none")
+    assert served.features is None
+    g = np.random.default_rng(4)
+    dim = p.features.shape[1]
+    model = {"mean": np.zeros(dim, np.float32), "std": np.ones(dim, np.float32),
+             "weight_0": g.standard_normal((2, dim)).astype(np.float32), "bias_0": np.zeros(2, np.float32)}
+    a = pipeline.exact_on_device(served, cfg, model, majority_class=0, seed=3)
+    assert a == pipeline.exact_on_device(p, cfg, model, majority_class=0, seed=3)
+    assert 0.3 < a["accuracy"] < 0.9 and a["ci_low"] < a["accuracy"] < a["ci_high"]

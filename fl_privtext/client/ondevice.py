@@ -90,13 +90,27 @@ def stage_rows(data: Any, client: int, stage: str = "all") -> np.ndarray:
     return rows[answer_half(data.user_of(rows)) == (0 if stage == "select" else 1)]
 
 
+def expected_input(x: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+    """(N, width) float32: what the server's model is applied to for clean records ``x`` (N, dim): E[upload | x]
+    of the configured mechanism, or, under ``server.aggregate = secagg``, the projected unit-normalised record the
+    sums were fitted on. Shared by the client's answer and the referee's exact figure (`fl_privtext.pipeline.
+    exact_on_device`), so both apply the model to the same input."""
+    from fl_privtext.client.upload import mechanism_for
+
+    x = np.asarray(x, np.float64)
+    if cfg.server.aggregate == "secagg":  # fitted on projected, unit-normalised records (client/aggregate.py)
+        from fl_privtext.client.aggregate import stats_input, stats_projection
+
+        return stats_input(x, stats_projection(cfg, x.shape[1])).astype(np.float32)
+    mech = mechanism_for(cfg, x.shape[1])
+    return np.asarray(mech.expected(x.astype(np.float32)), np.float32)
+
+
 def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list[dict[str, np.ndarray]],
                      cfg: ExperimentConfig, count_epsilon: float, min_count: int, g: np.random.Generator,
                      features: Any = None, stage: str = "all") -> dict[str, np.ndarray]:
     """The client's answer: ``{"noisy-correct": S, "n": n, "count-epsilon": eps}`` over its test records of
     ``stage``; for ``select`` (``model`` a list of models) S and n hold one entry per model."""
-    from fl_privtext.client.upload import mechanism_for
-
     models = model if isinstance(model, list) else [model]
     if stage == "select" and not 1 <= len(models) <= MAX_CANDIDATES:
         raise Refused("malformed request", f"a select request must name 1 to {MAX_CANDIDATES} models; got {len(models)}")
@@ -118,13 +132,7 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list
         raise ValueError(f"client {client}: no cached features and no texts to evaluate on.")
     if not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations among its test records.")
-    if cfg.server.aggregate == "secagg":  # fitted on projected, unit-normalised records (client/aggregate.py)
-        from fl_privtext.client.aggregate import stats_input, stats_projection
-
-        expected = stats_input(x, stats_projection(cfg, x.shape[1])).astype(np.float32)
-    else:
-        mech = mechanism_for(cfg, x.shape[1])
-        expected = np.asarray(mech.expected(x.astype(np.float32)), np.float32)
+    expected = expected_input(x, cfg)
     for m in models:
         validate_model(m, expected.shape[1], data.num_classes)
     truth = np.asarray(data.labels, np.int64)[rows]

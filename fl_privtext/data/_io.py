@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+
+# defined without heavy imports for the up-front checks (fl_privtext.preflight); re-exported here
+from fl_privtext.datafiles import ENV_DATA_ROOT, DataNotFoundError, find_files, resolve_data_root
 
 __all__ = [
     "ENV_DATA_ROOT",
@@ -25,46 +27,8 @@ __all__ = [
     "row_error",
 ]
 
-ENV_DATA_ROOT = "FL_PRIVTEXT_DATA"
 T = TypeVar("T")
 Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL / ALL / NONNUMERIC / NONE
-
-
-class DataNotFoundError(FileNotFoundError, ValueError):
-    """A data root or data file is missing (both a FileNotFoundError and a ValueError)."""
-
-
-def resolve_data_root(data_root: str | os.PathLike[str] | None) -> tuple[Path, str]:
-    """The data root and where it came from: the argument, else env FL_PRIVTEXT_DATA; no default."""
-    if data_root is not None and str(data_root) != "":
-        return Path(data_root).expanduser(), "the data_root argument"
-    env = os.environ.get(ENV_DATA_ROOT, "")
-    if env:
-        return Path(env).expanduser(), f"the environment variable {ENV_DATA_ROOT}"
-    raise DataNotFoundError(
-        f"No data root given: pass data_root=... or set the environment variable "
-        f"{ENV_DATA_ROOT} to the folder holding the staged datasets (blog_authorship/, ag_news_entities/, trustpilot/, "
-        "sentiment_sentences_kotzias/, snips_intents/, mrpc/). Only the 'default' dataset needs no data root."
-    )
-
-
-def find_files(dataset: str, data_root: str | os.PathLike[str] | None, relpaths: Sequence[str]) -> list[Path]:
-    """Absolute paths of `relpaths` under the data root; a DataNotFoundError lists every file looked for and where."""
-    root, origin = resolve_data_root(data_root)
-    paths = [root / p for p in relpaths]
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        where = f"data root {str(root)!r} (from {origin})"
-        if not root.is_dir():
-            head = f"Dataset {dataset!r}: the {where} is not a directory."
-        else:
-            head = f"Dataset {dataset!r}: {len(missing)} of {len(paths)} file(s) missing under the {where}."
-        looked = "; ".join(f"{p} ({'found' if p.is_file() else 'MISSING'})" for p in paths)
-        raise DataNotFoundError(
-            f"{head} Looked for: {looked}. Pass data_root=... or set {ENV_DATA_ROOT} to the folder that contains "
-            f"{', '.join(sorted({p.split('/')[0] + '/' for p in relpaths}))}."
-        )
-    return paths
 
 
 def row_error(path: Path | str, line: int, message: str) -> ValueError:

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.data._io import (
-    ENV_DATA_ROOT,
     DataNotFoundError,
     Quoting,
     read_delimited,
@@ -29,6 +28,7 @@ from fl_privtext.data._io import (
     row_error,
 )
 from fl_privtext.data.schema import AttributeSpec, TextDataset, _sort_key, make_text_dataset
+from fl_privtext.datafiles import resolve_path as _resolve_path
 
 __all__ = ["FORMATS", "LABEL_TYPES", "load_csv", "load_hf"]
 
@@ -55,27 +55,6 @@ def _mapping(value: str | Sequence[str] | Mapping[str, str] | None, what: str) -
             raise ValueError(f"{what}: attribute {name!r} is mapped twice.")
         out[name] = column
     return out
-
-
-def _resolve_path(path: str | os.PathLike[str], data_root: str | os.PathLike[str] | None,
-                  *, folder: bool = False, what: str = "csv") -> Path:
-    p = Path(path).expanduser()
-    tried = [p if p.is_absolute() else Path.cwd() / p]
-    if p.is_file() or (folder and p.is_dir()):
-        return p
-    if not p.is_absolute():
-        root = data_root if data_root not in (None, "") else os.environ.get(ENV_DATA_ROOT) or None
-        if root is not None:
-            q = Path(root).expanduser() / p
-            tried.append(q)
-            if q.is_file() or (folder and q.is_dir()):
-                return q
-    raise DataNotFoundError(
-        f"Dataset {what!r}: the {'file or folder' if folder else 'file'} {str(path)!r} was not found; looked for: "
-        f"{', '.join(str(t) for t in tried)}. "
-        f"A relative path is tried against the working directory, then against the data root (data_root argument "
-        f"or the environment variable {ENV_DATA_ROOT})."
-    )
 
 
 def _infer_format(path: Path) -> str:

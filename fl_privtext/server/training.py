@@ -173,6 +173,13 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "train_steps": int(getattr(getattr(model, "model", None), "steps", 0)),  # MLP: SGD steps (server.max-steps)
         "diverged": [r for r in [diverged(getattr(getattr(model, "model", None), "losses", []))] if r],
     }
+    # issue #37: the interval over test users (each with all its uploads; fl_privtext.bootstrap), the referee's
+    # scoring like the accuracy above; ``_per_user`` (internal) lets the report pool seeds
+    from fl_privtext.bootstrap import counts_bootstrap, user_counts
+
+    per_user = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[rows[te]])
+    out["ci_low"], out["ci_high"] = counts_bootstrap([per_user], rng.generator(seed, "referee", "per-upload"))
+    out["_per_user"] = per_user
     record = getattr(model, "record", None)
     if record:  # moment learners: the noise law, its assumption, the clean variance used
         out["clean_head"] = record

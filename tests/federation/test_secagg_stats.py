@@ -80,6 +80,10 @@ def test_secagg_point_end_to_end(cache_dir, tmp_path, monkeypatch):
     assert learner == "constant" or cands[learner]["beats_constant"] > 0
     assert point["per_seed"][0]["utility"]["aggregate"]["folds"] == 2
     assert res["utility"]["on_device"]["available"]
+    # the referee's exact figure (simulation only) of the model from the sum, beside the server's estimate
+    exact = res["utility"]["on_device"]["exact"]
+    assert exact["available"] and exact["ci_low"] <= exact["accuracy"] <= exact["ci_high"]
+    assert res["utility"]["on_device"]["private"]["noise_std"] > 0
     assert res["attacks"] == {} and "nothing to work on" in res["attacks_note"]
     seed0 = point["per_seed"][0]["utility"]["aggregate"]
     assert seed0["contributors"] == len(NODES) and seed0["dropped"] == []

@@ -1,0 +1,115 @@
+"""Intervals over users: a clustered bootstrap of an accuracy (issue #37 item 2).
+
+Why: a user's records are not independent (one writer, one topic, one style), so an interval that resamples records
+as if they were (the binomial one, or an i.i.d. record bootstrap) is too narrow when accuracy varies between users:
+with m records per user and intra-user correlation rho its variance is too small by the design effect
+1 + (m - 1) rho. The population the figure speaks about is the users', so the bootstrap resamples TEST USERS, each
+with all of its records (Davison & Hinkley 1997, section 3.8; Field & Welsh 2007).
+
+Several seeds (repetitions of a point: the mechanism's noise, the server's training) are a second factor crossed
+with the users: every seed evaluates the SAME test users. One bootstrap replicate draws the seeds with replacement
+and ONE multiset of users, applied to every drawn seed (resampling the users independently within each seed would
+treat the seeds' users as different people and shrink the user part of the variance by the number of seeds). The
+statistic is the mean over the drawn seeds of each seed's pooled accuracy (correct records / records), the point
+estimate's own form. The interval is the percentile interval of the replicates.
+
+Sufficient statistics: per (seed, user), the number of records and of correct ones (`UserCounts`), so a results
+file never needs the per-record bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["UserCounts", "cluster_bootstrap", "counts_bootstrap", "user_counts"]
+
+N_BOOT = 2000
+_CHUNK_CELLS = 1 << 22  # replicates x users per block: bounds the weight matrix at ~32 MB of float64
+
+
+@dataclass(frozen=True, eq=False)
+class UserCounts:
+    """One seed's per-user sufficient statistics of an accuracy: ``users`` (U,) sorted ids, ``n`` (U,) records and
+    ``correct`` (U,) correct records of each."""
+
+    users: np.ndarray
+    n: np.ndarray
+    correct: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not (self.users.shape == self.n.shape == self.correct.shape) or self.users.ndim != 1:
+            raise ValueError(f"UserCounts needs three 1-D arrays of one length; got {self.users.shape}, "
+                             f"{self.n.shape}, {self.correct.shape}.")
+
+    def __eq__(self, other: object) -> bool:  # arrays compare by value (results of two paths are compared whole)
+        return isinstance(other, UserCounts) and all(
+            np.array_equal(a, b) for a, b in ((self.users, other.users), (self.n, other.n),
+                                              (self.correct, other.correct)))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def accuracy(self) -> float:
+        return float(self.correct.sum()) / float(self.n.sum())
+
+
+def user_counts(correct: np.ndarray, users: np.ndarray) -> UserCounts:
+    """Per-user records and correct records from per-record ``correct`` (N,) bools and ``users`` (N,) ids."""
+    correct, users = np.asarray(correct, bool).reshape(-1), np.asarray(users, np.int64).reshape(-1)
+    if correct.shape != users.shape or correct.size == 0:
+        raise ValueError(f"user_counts needs one user per record and >= 1 record; got {correct.shape} and "
+                         f"{users.shape}.")
+    ids, inv = np.unique(users, return_inverse=True)
+    return UserCounts(ids, np.bincount(inv, minlength=len(ids)).astype(np.int64),
+                      np.bincount(inv, weights=correct, minlength=len(ids)).astype(np.int64))
+
+
+def counts_bootstrap(per_seed: Sequence[UserCounts], g: np.random.Generator, *, n_boot: int = N_BOOT,
+                     level: float = 0.95) -> tuple[float, float]:
+    """The ``level`` percentile interval of the mean over seeds of each seed's accuracy, resampling seeds and
+    (jointly over seeds) users; a user absent from a seed counts zero records there."""
+    if not per_seed:
+        raise ValueError("counts_bootstrap needs at least one seed.")
+    if not 0 < level < 1 or n_boot < 1:
+        raise ValueError(f"counts_bootstrap needs 0 < level < 1 and n_boot >= 1; got {level}, {n_boot}.")
+    ids = np.unique(np.concatenate([s.users for s in per_seed]))
+    n = np.zeros((len(per_seed), len(ids)))  # (S, U)
+    c = np.zeros((len(per_seed), len(ids)))
+    for i, s in enumerate(per_seed):
+        pos = np.searchsorted(ids, s.users)
+        n[i, pos], c[i, pos] = s.n, s.correct
+    if (n.sum(axis=1) <= 0).any():
+        raise ValueError("counts_bootstrap: a seed with no records.")
+    num_seeds, num_users = n.shape
+    stats = np.empty(n_boot)
+    chunk = max(1, _CHUNK_CELLS // num_users)
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        draws = g.integers(num_users, size=(b, num_users)) + num_users * np.arange(b)[:, None]
+        w = np.bincount(draws.ravel(), minlength=b * num_users).reshape(b, num_users).astype(np.float64)  # (b, U)
+        records, right = w @ n.T, w @ c.T  # (b, S)
+        # a replicate can draw only users without records in a seed: its accuracy there is the seed's own
+        acc = np.where(records > 0, right / np.maximum(records, 1e-300), c.sum(axis=1) / n.sum(axis=1))
+        seeds = g.integers(num_seeds, size=(b, num_seeds))  # (b, S) the seeds drawn
+        stats[start:start + b] = np.take_along_axis(acc, seeds, axis=1).mean(axis=1)
+    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def cluster_bootstrap(correct: np.ndarray, users: np.ndarray, g: np.random.Generator, *,
+                      seeds: np.ndarray | None = None, n_boot: int = N_BOOT, level: float = 0.95
+                      ) -> tuple[float, float]:
+    """(low, high): the ``level`` interval of the accuracy from per-record ``correct`` (N,) bools, the ``users``
+    (N,) each record belongs to and, where a point has several repetitions, the ``seeds`` (N,) each record was
+    scored in (module docstring: seeds, then users crossed with them). ``g``: the referee's stream
+    (`fl_privtext.rng.generator` of the run seed)."""
+    correct, users = np.asarray(correct, bool).reshape(-1), np.asarray(users, np.int64).reshape(-1)
+    seeds = np.zeros(len(correct), np.int64) if seeds is None else np.asarray(seeds, np.int64).reshape(-1)
+    if not (correct.shape == users.shape == seeds.shape):
+        raise ValueError(f"cluster_bootstrap needs one user and one seed per record; got {correct.shape}, "
+                         f"{users.shape}, {seeds.shape}.")
+    per_seed = [user_counts(correct[seeds == s], users[seeds == s]) for s in np.unique(seeds)]
+    return counts_bootstrap(per_seed, g, n_boot=n_boot, level=level)
