@@ -181,8 +181,8 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     per_user: dict[str, Any] = {
         "accuracy": acc_user, "majority_baseline": metrics.accuracy(z_user, maj_user), "ceiling": ceil_user,
         "ci95": v_user["ci95"], "ci_low": _ci(v_user)[0], "ci_high": _ci(v_user)[1],
-        # the best of plain logistic's per-user combinations on the targets (a floor, not an attacker's choice)
-        "floor_logistic": max(floor_user.values()), "floor_logistic_by_combination": floor_user,
+        # plain logistic's soft vote over a user's uploads: fixed, never picked on the targets (both in by_combination)
+        "floor_logistic": floor_user["mean_prob"], "floor_logistic_by_combination": floor_user,
         "ceiling_vacuous": v_user["ceiling_vacuous"], "violation": v_user["violation"],
         "learned_accuracy": metrics.accuracy(z_user, guess.learned_user_pred), "num_users": len(t_users),
         "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
