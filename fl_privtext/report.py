@@ -2,7 +2,8 @@
 
 results.json keys (public contract, ../shared/docs/architecture.md): utility.accuracy, utility.macro_f1;
 privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.<attribute>.accuracy,
-attacks.<attribute>.majority_baseline (and f1 for entities); empirical_privacy; federation.num_clients,
+attacks.<attribute>.majority_baseline (and f1 for entities), attacks.<attribute>.floor_logistic (plain logistic
+regression on the same aux users and targets), attacks.<attribute>.per_user.ci_low / ci_high; empirical_privacy; federation.num_clients,
 federation.num_users, federation.uploads_observed, federation.server_received; baseline.federation ("separate"
 whenever a no-privacy reference was computed: never by the private point's clients) and baseline.server_received;
 timing.total_s (and per stage); utility.on_device.exact.{accuracy, ci_low, ci_high} (the referee's exact figure,
@@ -364,9 +365,15 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
     for name, a in results.get("attacks", {}).items():
         test = a.get("leak_test") or {}
         if test and not test.get("leak_detected", True):
-            out.append(f"Attack on {name}: the eavesdropper's best model ({a.get('attacker')}) does not beat the "
-                       f"prior significantly; {test.get('verdict', 'no leak detected at this power')}. That is 'no "
-                       "leak detected at this power', not 'no leak'.")
+            out.append(f"Attack on {name}: the eavesdropper's best model ({a.get('learned_attacker')}) does not beat "
+                       f"the prior on the held-out aux users, so it answers the prior ({a.get('attacker')}); "
+                       f"{test.get('verdict', 'no leak detected at this power')}. That is 'no leak detected at this "
+                       "power', not 'no leak'.")
+        floor, hi = a.get("floor_logistic"), (a.get("accuracy_ci95") or [None, None])[1]
+        if isinstance(floor, float) and isinstance(hi, float) and floor > hi:
+            out.append(f"Attack on {name}: plain logistic regression on the same aux users reaches {floor:.3f} on the "
+                       f"targets, above the attacker's answer ({a['accuracy']:.3f}, 95% CI up to {hi:.3f}): this "
+                       "audit under-states the leak (too few aux users to confirm it, or a weak attacker choice).")
         if a.get("violation"):
             out.append(f"PRIVACY VIOLATION on {name}: an attack's lower confidence bound exceeds the LDP ceiling of "
                        "the true epsilon; the mechanism does not deliver what its report says.")
@@ -586,6 +593,11 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
                    f"{_ceil(a.get('ceiling'), a.get('ceiling_vacuous')):>8} | {_fmt(pu['accuracy'])} "
                    f"[{_fmt(ulo)},{_fmt(uhi)}] {_fmt(ubase):>6} {_ceil(pu.get('ceiling'), pu.get('ceiling_vacuous')):>8}"
                    f"  {verdict}")
+    for name, a in attacks.items():
+        if "floor_logistic" in a:  # the plain attacker beside the answer (same aux users, same targets)
+            ufloor = (a.get("per_user") or {}).get("floor_logistic")
+            out.append(f"{name}: floor (plain logistic regression on the same aux users and targets): per upload "
+                       f"{_fmt(a['floor_logistic'])}" + (f", per user {_fmt(ufloor)}" if ufloor is not None else ""))
     for name, a in attacks.items():
         pu = a.get("per_user") or {}
         if "answered_from_prior" in pu:  # federation.shuffle: scored per named user

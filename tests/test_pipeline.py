@@ -42,9 +42,9 @@ def test_entity_attack_reports_f1_and_presence_absence_accuracy():
 
 
 def test_attacker_on_uploads_that_carry_nothing_finds_no_leak():
-    """The attacker answers with its best model (not the prior) and the verdict says no leak: its accuracy stays
-    within the majority's interval (F1 of a multi-label guess is not compared: any positive guess beats the
-    all-absent majority's F1 of 0 without information)."""
+    """The attacker's model does not beat the prior out of fold, so it answers the prior and the verdict says no
+    leak: its accuracy stays within the majority's interval (F1 of a multi-label guess is not compared: any
+    positive guess beats the all-absent majority's F1 of 0 without information)."""
     prep, x, g = _prepared()
     noise = g.normal(size=x.shape).astype(np.float32)
     res, _ = pipeline.attack(prep, noise, np.arange(len(x)), seed=0, cfg=CFG, mechanism=make_mechanism("none"))

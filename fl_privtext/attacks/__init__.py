@@ -18,6 +18,7 @@ from fl_privtext.attacks.view import AttackView, KnownAttribute
 
 ENTRY_POINTS = (
     "fl_privtext.attacks.attribute:infer_attribute",
+    "fl_privtext.attacks.attribute:plain_logistic",  # the floor beside the attacker's answer
     "fl_privtext.attacks.reidentification:reidentify",
     "fl_privtext.attacks.reidentification:score_candidates",
     "fl_privtext.attacks.membership:membership_scores",

@@ -24,12 +24,16 @@ Averaging the uploads themselves would be unbiased for Laplace/Gaussian but feed
 noise than they were trained on, and is meaningless for bit codes, so it is not offered.
 
 Cross-validation is grouped by user (``attack.folds`` folds over aux users), so a user's uploads are never split
-between training and evaluation. The attacker answers with its best family out of fold (how accurate it is);
-whether that beats the better knowledge-only predictor (majority, or majority given the observed labels) at
-one-sided 95% confidence (a paired test on the same known items, Bonferroni over the attackers tried) is a
-separate question, reported as the verdict ("leak detected" / "no leak detected at this power", with the smallest
-advantage the aux users could have detected, 80% power). The answer is not replaced by the prior when the test
-is not significant: a weak but real model is still the attacker's best guess.
+between training and evaluation. The attacker's model is its best family out of fold (`best_choice`: no downward
+rule such as one standard error, which handed the answer to a simpler family up to one SE worse; an exact tie goes
+to the simpler). Every aux user is held out once, so the out-of-fold answers are a held-out test of that model
+against the better knowledge-only predictor (majority, or majority given the observed labels): one-sided 95%
+confidence, a paired test on the same known items, Bonferroni over the attackers tried (which pays for having
+picked the best of them). Where it beats the prior, the model answers ("leak detected"); where it does not, the
+attacker answers the prior, which it can always give ("no leak detected at this power", with the smallest
+advantage the aux users could have detected, 80% power): an attacker is never reported below its prior, and the
+verdict agrees with the figure beside it. ``learned_*`` keep the model's own answers either way.
+`plain_logistic` is the floor read beside the answer: plain logistic regression on the same aux users' uploads.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from fl_privtext.learn import train_mlp
 from fl_privtext.server.noise import NoiseLaw
 
 FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
-# the one-standard-error rule's order (simplest first): the exact noise law, then models of growing capacity
+# simplest first (an exact out-of-fold tie goes to the simpler): the exact noise law, then growing capacity
 SIMPLICITY = ("likelihood", "centroid", "lda", "linear", "logistic", "mlp")
 T = TypeVar("T")
 
@@ -314,21 +318,68 @@ def paired_test(learned: np.ndarray, prior: np.ndarray, tried: int) -> dict[str,
                         f"{len(d)} known; smallest detectable advantage {mda:.3f}")}
 
 
-def one_se_choice(candidates: Sequence[T], hits_of: Callable[[T], np.ndarray]) -> T | None:
-    """The one-standard-error rule (Breiman et al. 1984, CART Sec. 3.4; Hastie, Tibshirani & Friedman, ESL Sec. 7.10):
-    of ``candidates`` ordered simplest first, the first whose out-of-fold correctness is within one paired standard
-    error of the best one's. Between near-equal attackers the choice then does not hinge on the last float digit of
-    one fit (an over-fitted winner of the fold lottery answers worse on the targets), and the attack stays as strong
-    as the data can tell apart."""
+def best_choice(candidates: Sequence[T], hits_of: Callable[[T], np.ndarray]) -> T | None:
+    """Of ``candidates`` ordered simplest first, the one with the best out-of-fold correctness; an exact tie goes to
+    the simpler. No downward rule: a one-standard-error rule (take the simplest within one SE of the best) hands
+    the answer to a family up to one SE worse, and an audit must not report less leakage than its best attacker
+    shows out of fold (issue #37: on trustpilot_us gender it answered 0.592 where plain logistic regression reached
+    0.615). The optimism of picking the best of several is the leak test's business (Bonferroni over the attackers
+    tried, `paired_test`), not the choice's."""
     if not candidates:
         return None
-    best = max(candidates, key=lambda c: float(np.mean(hits_of(c))))
-    for c in candidates:
-        d = np.asarray(hits_of(best), np.float64) - np.asarray(hits_of(c), np.float64)
-        se = float(d.std(ddof=1)) / math.sqrt(len(d)) if len(d) > 1 else 0.0
-        if float(d.mean()) <= se:
-            return c
-    return best
+    return max(candidates, key=lambda c: float(np.mean(hits_of(c))))  # max keeps the first (simplest) of equals
+
+
+@dataclass(frozen=True)
+class PlainLogistic:
+    """The floor: plain logistic regression's answers for the same targets (`plain_logistic`)."""
+
+    upload_pred: np.ndarray  # (T,) or (T, K), for view.target_mask()'s uploads in order
+    target_users: np.ndarray  # (U,) pseudonyms
+    user_pred: dict[str, np.ndarray]  # combination -> (U,) or (U, K)
+
+
+def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
+    """What a plain attacker gets on the same data: scikit-learn's LogisticRegression (its defaults: L2, C = 1,
+    lbfgs; ``max_iter`` 1000) on the standardised inputs the families read (the upload and, when labels are
+    observed, its one-hot label), fitted on every aux upload, answering every target upload; per user, each
+    combination of `combine`. No choice, no noise law, no leak test: the floor the attacker's answer is read
+    against (an audit that reports less leakage than this under-states what an eavesdropper learns)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    prob = _Problem(view, view.known[name])
+    xs = prob.inputs(prob.idx).astype(np.float64)
+    mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
+    targets = np.flatnonzero(view.target_mask())
+    zs = prob.z[:, None] if not prob.multilabel else prob.z
+    cols: list[np.ndarray] = []
+    for j in range(zs.shape[1]):
+        y = zs[:, j]
+        width = 2 if prob.multilabel else prob.k
+        lp = np.full((len(targets), width), math.log(1e-9))  # classes absent among the aux users: never answered
+        if len(np.unique(y)) < 2:  # one value among the aux users: the plain attacker answers it
+            lp[:, int(y[0]) if len(y) else 0] = math.log1p(-1e-9)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                model = LogisticRegression(max_iter=1000).fit((xs - mean) / std, y)
+
+            def log_proba(x: np.ndarray, m: LogisticRegression = model) -> np.ndarray:
+                return np.maximum(m.predict_log_proba((x.astype(np.float64) - mean) / std), -700.0)
+
+            lp[:, model.classes_.astype(np.int64)] = prob.score(targets, log_proba)
+        cols.append(lp[:, 1] if prob.multilabel else lp)
+    logpost = np.stack(cols, axis=1) if prob.multilabel else cols[0]
+    t_users = view.user[targets]
+    user_pred: dict[str, np.ndarray] = {}
+    for how in (("mean_prob",) if prob.multilabel else COMBINATIONS):
+        _, sc = combine(logpost, t_users, prob.log_prior(prob.z), how, prob.multilabel)
+        user_pred[how] = _decide(sc, prob.multilabel)
+    return PlainLogistic(upload_pred=_decide(logpost, prob.multilabel), target_users=_group(t_users)[0],
+                         user_pred=user_pred)
 
 
 def families_of(cfg: Any) -> list[str]:
@@ -342,7 +393,8 @@ def families_of(cfg: Any) -> list[str]:
 
 def infer_attribute(view: AttackView, name: str) -> AttributeGuess:
     """Attack attribute ``name``: choose family and combination out of fold on aux users, then answer for every
-    target upload and target user (users not among the aux users)."""
+    target upload and target user (users not among the aux users): with that model where it beats the prior out
+    of fold (the leak test), else with the prior."""
     return infer_attribute_with_law(view, name, "full")
 
 
@@ -413,12 +465,12 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     avail = [f for f in families if f in oofs]
 
     def best_upload() -> str | None:
-        return one_se_choice(sorted(avail, key=_simplicity), lambda f: hits[f])
+        return best_choice(sorted(avail, key=_simplicity), lambda f: hits[f])
 
     def best_user() -> tuple[str, str] | None:
         opts = [(f, h) for f in sorted(avail, key=_simplicity) for h in COMBINATIONS
                 if f"oof_user_accuracy_{h}" in table[f]]
-        return one_se_choice(opts, lambda fh: hits[f"{fh[0]}+{fh[1]}"])
+        return best_choice(opts, lambda fh: hits[f"{fh[0]}+{fh[1]}"])
 
     fam_up, fam_user = best_upload(), best_user()
     targets = np.flatnonzero(view.target_mask())
@@ -453,19 +505,24 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     baselines = {"majority": (maj_pred_up, maj_pred_user)}
     if use_labels:
         baselines["majority_given_label"] = (given_up, given_user)
+    # The answer: the chosen model where it beats the prior on the held-out aux users (the leak test), else the
+    # prior itself, which the attacker can always give. One verdict, and the figure beside it agrees with it.
+    leak_up, leak_user = fam_up is not None and v_up["leak_detected"], fam_user is not None and v_user["leak_detected"]
+    prior_name_up = "majority_given_label" if label_helps_up else "majority"
+    prior_name_user = "majority_given_label" if label_helps_user else "majority"
+    learned_name_user = f"{fam_user[0]}+{fam_user[1]}" if fam_user else "none available"
     return AttributeGuess(
         name=name, kind=prob.known.spec.kind, target_index=targets,
-        upload_pred=learned_up,  # the best model answers; the leak test is the separate verdict
+        upload_pred=learned_up if leak_up else prior_pred_up,
         target_users=users_t,
-        user_pred=learned_user,
+        user_pred=learned_user if leak_user else prior_pred_user,
         learned_upload_pred=learned_up, learned_user_pred=learned_user, baselines=baselines,
         diagnostics={"families": table,
-                     # who answered: the best family out of fold (the knowledge-only null when none was available)
-                     "attacker": (fam_up if fam_up else "majority_given_label" if label_helps_up else "majority"),
-                     "per_user_attacker": (f"{fam_user[0]}+{fam_user[1]}" if fam_user
-                                           else "majority_given_label" if label_helps_user else "majority"),
+                     # who answered: the best family out of fold where it beat the prior, else the prior
+                     "attacker": fam_up if leak_up else prior_name_up,
+                     "per_user_attacker": learned_name_user if leak_user else prior_name_user,
                      "learned_attacker": fam_up or "none available",
-                     "learned_per_user_attacker": f"{fam_user[0]}+{fam_user[1]}" if fam_user else "none available",
+                     "learned_per_user_attacker": learned_name_user,
                      "per_upload_test": v_up, "per_user_test": v_user, "folds": n_folds,
                      "uses_labels": use_labels,
                      "likelihood_exact": likelihood.lookup(view.mechanism)[1],

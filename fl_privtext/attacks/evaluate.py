@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
-from fl_privtext.attacks.attribute import _user_truth, infer_attribute
+from fl_privtext.attacks.attribute import _user_truth, infer_attribute, plain_logistic
 from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
@@ -150,6 +150,12 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
     return up, us, eps_users
 
 
+def _ci(verdict: dict[str, object]) -> tuple[float, float]:
+    """The (low, high) ends of a `ceilings.verdict`'s 95% interval (results.json ``ci_low`` / ``ci_high``)."""
+    lo, hi = cast("list[float]", verdict["ci95"])
+    return float(lo), float(hi)
+
+
 def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]:
     guess = infer_attribute(view, name)
     spec = view.known[name].spec
@@ -168,9 +174,16 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     v_up = ceilings.verdict(acc * n_cells, n_cells, ceil_up)
     v_user = ceilings.verdict(acc_user * n_user_cells, n_user_cells, ceil_user)
     maj_up, maj_user = guess.baselines["majority"]
+    # the floor: plain logistic regression on the same aux users' uploads, scored on the same targets
+    floor = plain_logistic(view, name)
+    assert np.array_equal(floor.target_users, t_users)
+    floor_user = {how: metrics.accuracy(z_user, pred) for how, pred in floor.user_pred.items()}
     per_user: dict[str, Any] = {
         "accuracy": acc_user, "majority_baseline": metrics.accuracy(z_user, maj_user), "ceiling": ceil_user,
-        "ci95": v_user["ci95"], "ceiling_vacuous": v_user["ceiling_vacuous"], "violation": v_user["violation"],
+        "ci95": v_user["ci95"], "ci_low": _ci(v_user)[0], "ci_high": _ci(v_user)[1],
+        # plain logistic's soft vote over a user's uploads: fixed, never picked on the targets (both in by_combination)
+        "floor_logistic": floor_user["mean_prob"], "floor_logistic_by_combination": floor_user,
+        "ceiling_vacuous": v_user["ceiling_vacuous"], "violation": v_user["violation"],
         "learned_accuracy": metrics.accuracy(z_user, guess.learned_user_pred), "num_users": len(t_users),
         "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
         "attacker": guess.diagnostics["per_user_attacker"],
@@ -189,6 +202,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "ceiling_vacuous": v_up["ceiling_vacuous"], "per_user": per_user,
         "violation": bool(v_up["violation"] or v_user["violation"]),
         "learned_accuracy": metrics.accuracy(z, guess.learned_upload_pred),
+        "floor_logistic": metrics.accuracy(z, floor.upload_pred),
         "leak_test": guess.diagnostics["per_upload_test"], "families": guess.diagnostics["families"],
         "likelihood_exact": guess.diagnostics["likelihood_exact"],
         "likelihood_note": guess.diagnostics["likelihood_note"],  # the approximation, when not exact
@@ -206,6 +220,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         per_maj = {c: metrics.majority_baseline(known_z[:, j], z[:, j]) for j, c in enumerate(spec.classes)}
         f1 = metrics.multilabel_f1(z, pred)
         return {"kind": "multilabel", "f1": f1, "f1_majority_baseline": metrics.multilabel_f1(z, maj_up),
+                "floor_logistic_f1": metrics.multilabel_f1(z, floor.upload_pred),
                 "accuracy": acc, "majority_baseline": float(np.mean(list(per_maj.values()))),
                 "per_class_accuracy": per_acc, "per_class_majority_baseline": per_maj,
                 "per_class_presence_accuracy": split_acc, "empirical_privacy": 1.0 - f1, **common}
@@ -248,7 +263,8 @@ def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: 
         ceil = float(ceilings.attribute_ceiling_many(np.tile(np.bincount(z, minlength=k) / len(z), (len(users), 1)),
                                                      eps_users, d_users).mean())
     v = ceilings.verdict(acc * cells, cells, ceil)
-    return {"accuracy": acc, "majority_baseline": base, "ceiling": ceil, "ci95": v["ci95"],
+    return {"accuracy": acc, "majority_baseline": base, "ceiling": ceil, "ci95": v["ci95"], "ci_low": _ci(v)[0],
+            "ci_high": _ci(v)[1],
             "ceiling_vacuous": v["ceiling_vacuous"], "violation": v["violation"], "num_users": len(users),
             "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
             "linkage": bool(found.any()), "users_linked": int(found.sum()),

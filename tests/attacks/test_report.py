@@ -36,8 +36,10 @@ def test_results_carry_the_public_attack_contract(world, tmp_path):
     g = on_disk["attacks"]["gender"]
     for key in ("accuracy", "majority_baseline", "ceiling", "violation"):
         assert key in g
-    for key in ("accuracy", "majority_baseline", "ceiling"):
+    for key in ("accuracy", "majority_baseline", "ceiling", "ci_low", "ci_high", "floor_logistic"):
         assert isinstance(g["per_user"][key], float)
+    assert isinstance(g["floor_logistic"], float)  # issue #37: the plain attacker beside the answer
+    assert g["per_user"]["ci_low"] <= g["per_user"]["accuracy"] <= g["per_user"]["ci_high"]
     ex = on_disk["attacks_extra"]
     for key in ("top1", "chance", "ceiling"):
         assert isinstance(ex["reidentification"][key], float)

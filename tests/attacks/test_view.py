@@ -12,7 +12,7 @@ import pytest
 
 from fl_privtext import attacks, pipeline
 from fl_privtext.attacks import ENTRY_POINTS, AttackView
-from fl_privtext.attacks.attribute import infer_attribute
+from fl_privtext.attacks.attribute import infer_attribute, plain_logistic
 from fl_privtext.attacks.inversion import invert
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.privacy import make_mechanism
@@ -85,9 +85,12 @@ def test_attack_answers_do_not_depend_on_the_targets_secrets(world):
     np.testing.assert_array_equal(g1.user_pred, g2.user_pred)
     np.testing.assert_array_equal(reidentify(view), reidentify(view2))
     np.testing.assert_array_equal(invert(view).pred, invert(view2).pred)
+    f1, f2 = plain_logistic(view, "gender"), plain_logistic(view2, "gender")  # the floor reads only the view too
+    np.testing.assert_array_equal(f1.upload_pred, f2.upload_pred)
     a1, _ = attacks.run_attacks(view, truth)
     a2, _ = attacks.run_attacks(view2, truth2)
     assert a1["gender"]["accuracy"] + a2["gender"]["accuracy"] == pytest.approx(1.0)
+    assert a1["gender"]["floor_logistic"] + a2["gender"]["floor_logistic"] == pytest.approx(1.0)
 
 
 def test_pipeline_builds_views_without_target_secrets(world, monkeypatch):
