@@ -185,14 +185,16 @@ def test_the_clients_choose_through_the_real_client_app_as_in_the_plain_loop(cac
     assert set(od["selection"]["candidates"]) == {"constant", "centroid", "lda"} and u["learner"] == od["learner"]
     assert od["selection"]["clients"] == od["clients"] == len(NODES) and not od["selection"]["refusals"]
     plain = run_plain_secagg(cfg, prep, state_dir=str(tmp_path / "plain"))["per_seed"][0]["utility"]["on_device"]
-    # near noise-free, both choose a learner over the constant; SecAgg+ rounds the sum, so a near-tie between lda
-    # and centroid may break either way: the two choices' estimates agree within the rounding's reach
+    # near noise-free, both choose a learner over the constant; a near-tie between lda and centroid may break either
+    # way. The two paths' sums differ by their noise draws (a secure-sum vector's stream is keyed by the SecAgg+
+    # session's participant set since issue #34, which the plain loop has none of) and SecAgg+'s rounding: at central
+    # epsilon ~1000 that moves a few borderline records (0.02-0.025 of ~160 seen): the same heads within 0.05
     assert od["learner"] != "constant" and plain["learner"] != "constant"
     cands = od["selection"]["candidates"]
-    assert abs(cands[od["learner"]]["accuracy"] - cands[plain["learner"]]["accuracy"]) <= 0.02
-    for name, est in cands.items():  # SecAgg+'s rounding aside, the same heads
+    assert abs(cands[od["learner"]]["accuracy"] - cands[plain["learner"]]["accuracy"]) <= 0.05
+    for name, est in cands.items():
         assert est["records"] == plain["selection"]["candidates"][name]["records"]
-        assert est["accuracy"] == pytest.approx(plain["selection"]["candidates"][name]["accuracy"], abs=0.02)
+        assert est["accuracy"] == pytest.approx(plain["selection"]["candidates"][name]["accuracy"], abs=0.05)
 
 
 def test_a_refusing_client_is_dropped_and_the_epsilon_grows(cache_dir, tmp_path, monkeypatch):

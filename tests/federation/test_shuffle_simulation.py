@@ -18,9 +18,11 @@ from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID
 from fl_privtext.metrics import binomial_interval
 from fl_privtext.report import aggregate
 
+# attack.learner linear: an attacker answers the prior unless it beats it on held-out known users (issue #37); on
+# this tiny data the centroid's gender / age leak does not pass that test, the linear attacker's does
 FAST = {"server.epochs": 10, "attack.epochs": 15, "run.progress": False, "federation.num-clients": 4,
         "federation.client-threads": 2, "privacy.sampler": "float", "server.learner": "centroid",
-        "attack.learner": "centroid", "attack.extra": False, "run.baseline": False, "privacy.mechanism": "none",
+        "attack.learner": "linear", "attack.extra": False, "run.baseline": False, "privacy.mechanism": "none",
         "federation.rounds": 2}
 
 
