@@ -19,6 +19,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.accounting import privacy_summary
+from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client import (  # noqa: F401  UPLOAD_KEYS: re-exported (tests read pipeline.UPLOAD_KEYS)
     UPLOAD_KEYS,
     client_on_device,
@@ -384,7 +385,6 @@ def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.n
     bootstrap` (stream ``(seed, "referee", "on-device")``). ``_per_user`` (internal): the per-user counts the
     report pools over seeds. Why: the server's estimate carries the randomized response's noise (+-3.5 points at
     count-epsilon 1 on AG news), so "how good is the model the mechanism allows" needs this one."""
-    from fl_privtext.bootstrap import counts_bootstrap, user_counts
     from fl_privtext.client.ondevice import expected_input
     from fl_privtext.metrics import macro_f1_from_confusion
     from fl_privtext.ondevice import confusion, mlp_logits

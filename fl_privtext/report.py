@@ -24,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.bootstrap import counts_bootstrap
 from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.rng import generator
 
 SCHEMA_VERSION = 2  # results.json layout; bumped when keys change meaning
 
@@ -107,9 +109,6 @@ def _candidate_metrics(seeds: list[dict[str, Any]], name: str) -> list[str]:
 def _users_interval(seeds: list[dict[str, Any]], stream: str, root_seed: int) -> tuple[float | None, float | None]:
     """The per-upload accuracy's 95% interval over test users (and seeds; `fl_privtext.bootstrap`): one seed, its
     own; (None, None) where a seed has none (a secure-sum point: no test uploads)."""
-    from fl_privtext.bootstrap import counts_bootstrap
-    from fl_privtext.rng import generator
-
     u = [s["utility"] for s in seeds]
     if not all("ci_low" in x and "_per_user" in x for x in u):
         return None, None
@@ -122,9 +121,6 @@ def _exact(seeds: list[dict[str, Any]], runs: list[dict[str, Any]], root_seed: i
     """utility.on_device.exact: the referee's exact figure of the shipped model (simulation only,
     `fl_privtext.pipeline.exact_on_device`): means over seeds, and the interval of the bootstrap over seeds and
     test users (`fl_privtext.bootstrap`; one seed: that seed's own)."""
-    from fl_privtext.bootstrap import counts_bootstrap
-    from fl_privtext.rng import generator
-
     exact = [r.get("exact") or {"available": False, "reason": "not computed on this path"} for r in runs]
     missing = next((e for e in exact if not e.get("available")), None)
     if missing is not None:

@@ -255,18 +255,16 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     if not todo:
         return {"points": len(unique), "ran": 0, "wall_s": 0.0}
     if runner is None:
+        import functools
+
         from fl_privtext.preflight import check_point
 
         for cfg in todo:  # the points to run, before torch, Flower and Ray are imported
             check_point(cfg)
-    from fl_privtext.report import aggregate
-
-    if runner is None:
-        import functools
-
         from fl_privtext.federation.runner import run_points
 
         runner = functools.partial(run_points, state_dir=state_dir)
+    from fl_privtext.report import aggregate
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)

@@ -25,7 +25,7 @@ import numpy as np
 
 from fl_privtext.client.ledger import Ledger
 from fl_privtext.client.ondevice import on_device_answer, stage_keys, stage_rows
-from fl_privtext.client.policy import ClientPolicy, PolicyEntry, Refused
+from fl_privtext.client.policy import ClientPolicy, PolicyEntry, Refused, pinned_keys
 from fl_privtext.client.upload import (
     ClientData,
     Upload,
@@ -48,19 +48,12 @@ def upload_epsilon(cfg: ExperimentConfig, num_classes: int, dim: int) -> float:
     return eps
 
 
-# What changes a client's computation: a release is keyed by these keys' values (and nothing else of the request).
-_RELEASE_PREFIXES = ("data.", "extractor.", "privacy.", "train.")
-_RELEASE_KEYS = ("federation.num-clients", "federation.partition", "federation.alpha", "federation.rounds",
-                 "federation.schedule", "run.seed", "run.seeds", "server.aggregate")
-_PLACEMENT = ("extractor.device", "extractor.batch-size", "extractor.cache-dir", "extractor.chunk-rows",
-              "train.device")  # where and in what chunks the same computation runs
-
-
 def release_key(cfg: ExperimentConfig) -> str:
-    """A hash of the keys of ``cfg`` that change what a client computes (see the module text)."""
-    flat = {k: v for k, v in cfg.to_flat().items()
-            if (k.startswith(_RELEASE_PREFIXES) or k in _RELEASE_KEYS) and k not in _PLACEMENT}
-    return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    """A hash of what in ``cfg`` changes what a client computes: the keys a policy entry pins (`client.policy.
+    pinned_keys`: the data and its shard, the extractor, the mechanism, Phase A, the rounds and repetitions); never
+    the server's or the eavesdropper's settings, nor the batch size."""
+    return hashlib.sha256(json.dumps(pinned_keys(cfg.to_flat()), sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
 
 
 def _key(*parts: object) -> str:

@@ -39,7 +39,7 @@ class Ledger:
     """Per-user totals of one node (over every policy entry); releases and stored answers of entry ``scope``."""
 
     def __init__(self, state_dir: str | os.PathLike[str], node: int, scope: str):
-        self.node_dir = Path(state_dir) / f"node-{int(node)}"
+        self.node_dir = node_dir(state_dir, node)
         self.dir = self.node_dir / scope
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.node_dir / "ledger.npz"
@@ -73,15 +73,8 @@ class Ledger:
 
     def bind(self, name: str, value: str) -> str:
         """The value first bound to ``name`` in this entry (``value`` if none was: it is bound now)."""
-        path = self.dir / f"bound-{name}.txt"
         with self._locked():
-            if path.exists():
-                return path.read_text()
-            fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
-            with os.fdopen(fd, "w") as fh:
-                fh.write(value)
-            os.replace(tmp, path)
-            return value
+            return bind_once(self.dir / f"bound-{name}.txt", value)
 
     def stored(self, key: str) -> dict[str, np.ndarray] | None:
         """The answer stored under ``key`` (a repeated request), or None."""
@@ -136,6 +129,19 @@ class Ledger:
 def node_dir(state_dir: str | os.PathLike[str], node: int) -> Path:
     """The directory of one node's ledger."""
     return Path(state_dir) / f"node-{int(node)}"
+
+
+def bind_once(path: Path, value: str) -> str:
+    """The text first written to ``path`` (``value`` if none was: written now, atomically). The caller serialises
+    concurrent writers (a node's lock, or one message at a time)."""
+    if path.exists():
+        return path.read_text()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        fh.write(value)
+    os.replace(tmp, path)
+    return value
 
 
 def log_refusal(state_dir: str | os.PathLike[str], node: int, kind: str, exc: Refused) -> None:

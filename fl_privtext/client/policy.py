@@ -40,6 +40,12 @@ def shard_keys(flat: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if k.startswith(SHARD_PREFIXES) or k in SHARD_KEYS}
 
 
+def pinned_keys(flat: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a flat config an entry pins (`_PINNED_PREFIXES`, `_PINNED_KEYS`): everything that changes what
+    a client computes, and its shard."""
+    return {k: v for k, v in flat.items() if k.startswith(_PINNED_PREFIXES) or k in _PINNED_KEYS}
+
+
 def user_keys(flat: dict[str, Any]) -> dict[str, Any]:
     """The keys of a flat config that decide WHICH users a client holds (the shard keys but the extractor's)."""
     return {k: v for k, v in shard_keys(flat).items() if not k.startswith("extractor.")}
@@ -83,9 +89,7 @@ def entry_of(cfg: ExperimentConfig) -> dict[str, Any]:
     """The policy entry that lets a client take part in experiment point ``cfg`` as configured (the driver's own
     view: its ``[client]`` section, privacy and Phase A settings)."""
     flat = cfg.to_flat()
-    out = {k: v for k, v in flat.items() if k.startswith(_PINNED_PREFIXES) or k in _PINNED_KEYS}
-    out.update({k: v for k, v in flat.items() if k.startswith("client.")})
-    return out
+    return {**pinned_keys(flat), **{k: v for k, v in flat.items() if k.startswith("client.")}}
 
 
 @dataclass(frozen=True)
@@ -199,9 +203,7 @@ def _same(a: Any, b: Any) -> bool:
 
 def _entry(flat: dict[str, Any]) -> PolicyEntry:
     cfg = ExperimentConfig.from_flat(flat)  # validates every key and type
-    full = cfg.to_flat()
-    pinned = {k: full[k] for k in full if k.startswith(_PINNED_PREFIXES) or k in _PINNED_KEYS}
-    return PolicyEntry(pinned=pinned, client=cfg.client)
+    return PolicyEntry(pinned=pinned_keys(cfg.to_flat()), client=cfg.client)
 
 
 POLICY_FILE_KEY = "policy-file"  # a SuperNode's ``--node-config "policy-file=/path/policy.toml"``

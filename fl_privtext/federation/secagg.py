@@ -43,7 +43,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +59,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 )
 from flwr.serverapp import Grid
 
+from fl_privtext.client.ledger import bind_once, node_dir
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.grid import DelegatingGrid
 
@@ -312,7 +312,7 @@ def session_record(state_dir: str | os.PathLike[str], node: int, scope: str, key
     """Where a client notes the active set its stored vector ``key`` (under policy entry ``scope``) was unmasked
     with (`unmask_once`): beside its ledger, so that it survives a restart as the stored answer does."""
     name = hashlib.sha256(f"{scope}|{key}".encode()).hexdigest()[:32]
-    return Path(state_dir) / f"node-{int(node)}" / "secagg-unmasked" / f"{name}.json"
+    return node_dir(state_dir, node) / "secagg-unmasked" / f"{name}.json"
 
 
 def unmask_once(context: Context, record: str | os.PathLike[str]) -> None:
@@ -331,17 +331,11 @@ def _unmask_check(record: Path, active: list[int]) -> None:
     """`unmask_once`'s rule at the unmask stage: the first active set is noted; another one is refused."""
     from fl_privtext.client import Refused
 
-    if record.exists():
-        first = sorted(int(n) for n in json.loads(record.read_text())["active"])
-        if first != active:
-            raise Refused("session already answered", f"this vector was unmasked over {first}; this session would "
-                          f"unmask it over {active}")
-        return
-    record.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=record.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"active": active}, fh)
-    os.replace(tmp, record)  # noted before the shares leave: a crash in between refuses more, never less
+    # noted before the shares leave: a crash in between refuses more, never less
+    first = sorted(int(n) for n in json.loads(bind_once(record, json.dumps({"active": active})))["active"])
+    if first != active:
+        raise Refused("session already answered", f"this vector was unmasked over {first}; this session would "
+                      f"unmask it over {active}")
 
 
 def secagg_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext import constant, metrics, rng
+from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
@@ -175,8 +176,6 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     }
     # issue #37: the interval over test users (each with all its uploads; fl_privtext.bootstrap), the referee's
     # scoring like the accuracy above; ``_per_user`` (internal) lets the report pool seeds
-    from fl_privtext.bootstrap import counts_bootstrap, user_counts
-
     per_user = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[rows[te]])
     out["ci_low"], out["ci_high"] = counts_bootstrap([per_user], rng.generator(seed, "referee", "per-upload"))
     out["_per_user"] = per_user
