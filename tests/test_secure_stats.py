@@ -157,6 +157,25 @@ def test_requests_the_policy_does_not_allow_are_refused(gen, tmp_path):
         release_statistics(data, 0, cfg, 1, min_contributors=4, epsilon=1.0, **kw)
 
 
+def test_a_request_differing_only_in_the_servers_settings_replays_the_stored_vector(gen, tmp_path):
+    """Issue #34 item 7 on the secure path: what the server varies outside what changes the vector (its learner,
+    epochs, the eavesdropper's settings, the batch size) gets the stored vector back, charged nothing; a vector of
+    another repetition is a new release. Known-bad: keyed by the whole point (the old point_key), each would be
+    fresh noise, charged again."""
+    data = _client_data(gen)
+    cfg = _cfg()
+    kw = {"layout": StatsLayout(K, D), "policy": ClientPolicy.from_points([cfg]), "state_dir": str(tmp_path),
+          "client_seed": None, "min_contributors": 4, "epsilon": 1.0}
+    first, st = release_statistics(data, 0, cfg, 0, **kw)
+    assert st["replayed"] == 0 and st["charged"] == pytest.approx(1.0)
+    for change in ({"server.epochs": 7}, {"server.learner": "lda"}, {"attack.epochs": 3},
+                   {"federation.batch-size": 17}):
+        again, st = release_statistics(data, 0, ExperimentConfig.from_flat(change, cfg), 0, **kw)
+        assert st["replayed"] == 1 and st["charged"] == 0.0 and np.array_equal(first, again), change
+    other, st = release_statistics(data, 0, cfg, 1, **kw)
+    assert st["replayed"] == 0 and not np.array_equal(first, other)
+
+
 def _one_record_per_user(g: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     n = 3000
     y = g.integers(0, K, n)

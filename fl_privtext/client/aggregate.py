@@ -72,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.client.guard import _entry, _key, _stats
+from fl_privtext.client.guard import _entry, _key, _stats, release_key
 from fl_privtext.client.ledger import Ledger
 from fl_privtext.client.policy import ClientPolicy, Refused
 from fl_privtext.client.upload import ClientData, client_generator, point_key
@@ -331,7 +331,9 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
                       f"{data.num_classes}")
     sigma = share_noise_std(mine.secagg_epsilon, mine.secagg_delta, layout.sensitivity, mine.secagg_min_clients)
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("secagg-stats", seed, point_key(cfg), layout, mine.secagg_min_clients, data_key,
+    # keyed by what changes the vector (release_key), never the server's or the eavesdropper's settings: a request
+    # that differs only in those replays the stored vector instead of buying fresh noise (as uploads do)
+    key = _key("secagg-stats", seed, release_key(cfg), layout, mine.secagg_min_clients, data_key,
                session_key(participants))
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
