@@ -477,6 +477,8 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
         base_od = ((base_res or {}).get("utility") or {}).get("on_device") or {}
         rows[-1]["no_privacy_accuracy"] = ((base_res or {}).get("utility") or {}).get("accuracy")
         rows[-1]["no_privacy_on_device_accuracy"] = base_od.get("accuracy") if base_od.get("available") else None
+        base_ex = base_od.get("exact") or {}
+        rows[-1]["no_privacy_on_device_exact"] = base_ex.get("accuracy") if base_ex.get("available") else None
         single = tuple(k for k, v in spec.grid.items() if len(v) == 1)  # one value: names no series
         plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon", *single)),
                           "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": a.get("majority_baseline")}

@@ -227,7 +227,9 @@ def _result(acc: float, od: list[float], eps: float | str, mech: str) -> dict:
     return {"utility": {"available": True, "accuracy": sum(od) / len(od) - 0.01, "majority_baseline": 0.55,
                         "per_seed": [{"seed": i, "accuracy": a - 0.01} for i, a in enumerate(od)],
                         "on_device": {"available": True, "accuracy": sum(od) / len(od),
-                                      "per_seed": [{"seed": i, "accuracy": a} for i, a in enumerate(od)]}},
+                                      "per_seed": [{"seed": i, "accuracy": a} for i, a in enumerate(od)],
+                                      "exact": {"available": True, "accuracy": sum(od) / len(od) + 0.01,
+                                                "ci_low": min(od), "ci_high": max(od) + 0.02}}},
             "privacy": {"mechanism": mech, "epsilon_nominal": eps, "epsilon_worst_case": eps}, "attacks": {}}
 
 
@@ -243,8 +245,11 @@ def test_table_has_the_frontier_columns_and_the_no_privacy_row(tmp_path):
     sweep.write_outputs(spec, points, store, tmp_path)
     rows = list(csv.DictReader((tmp_path / "table.csv").open()))
     need = ["privacy.mechanism", "epsilon_worst_case", "accuracy", "on_device_accuracy", "on_device_ci_low",
-            "on_device_ci_high", "no_privacy_on_device_accuracy", "majority_baseline"]
+            "on_device_ci_high", "no_privacy_on_device_accuracy", "majority_baseline", "on_device_exact",
+            "on_device_exact_ci_low", "on_device_exact_ci_high", "no_privacy_on_device_exact"]
     assert set(need) <= set(rows[0])
+    assert all(float(r["no_privacy_on_device_exact"]) == pytest.approx(0.92) for r in rows)  # the exact figure
+    assert float(rows[1]["on_device_exact"]) == pytest.approx(0.82)
     assert [r["privacy.mechanism"] for r in rows] == ["privunitg", "privunitg", "none"]
     assert rows[2]["epsilon_worst_case"] == "inf" and rows[2]["privacy.epsilon"] == "inf"
     assert all(float(r["no_privacy_on_device_accuracy"]) == pytest.approx(0.91) for r in rows)
