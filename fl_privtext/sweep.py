@@ -263,7 +263,8 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
             check_point(cfg)
         from fl_privtext.federation.runner import run_points
 
-        runner = functools.partial(run_points, state_dir=state_dir)
+        runner = functools.partial(referee_or_federation, federated=functools.partial(run_points,
+                                                                                       state_dir=state_dir))
     from fl_privtext.report import aggregate
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
@@ -283,6 +284,8 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
                 now = time.perf_counter()
                 cfg = group[i]
                 res = slim(aggregate(point, total_s=now - last[0]), cfg)
+                if "computed_by" in point:  # a no-privacy point the referee computed (`referee_or_federation`)
+                    res["computed_by"] = point["computed_by"]
                 last[0] = now
                 store.put(cfg, res)
                 done[0] += 1
@@ -300,6 +303,25 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     wall = time.perf_counter() - t_start
     log(f"[sweep] ran {len(todo)} points in {wall:.0f} s")
     return {"points": len(unique), "ran": len(todo), "wall_s": wall}
+
+
+def referee_or_federation(group: Sequence[ExperimentConfig], *, federated: Callable[..., Any],
+                          on_result: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run one simulation group. A group of no-privacy points (the grid's references, `baseline_of`) that the
+    referee's plain loop computes exactly (`fl_privtext.federation.runner.plain_blocker` empty: the Flower path
+    equals it, tests/federation/test_simulation.py) is computed there, once per point, without clients, Ray or a
+    federation: no client ever serves it, and no simulation is started for it (issue #38: it was the slowest point
+    of the quickstart, a federation of its own). Every other group runs through ``federated`` (`run_points`)."""
+    from fl_privtext import pipeline
+    from fl_privtext.federation.runner import REFEREE_SOURCE, plain_blocker, releases_in_clear
+
+    if not all(releases_in_clear(c) and not plain_blocker(c) for c in group):
+        federated(group, on_result=on_result)
+        return
+    for i, cfg in enumerate(group):
+        point = pipeline.run_plain(cfg)
+        point["computed_by"] = REFEREE_SOURCE
+        on_result(i, point)
 
 
 # ---- sweep files --------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ frontier plots cover every point."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import signal
@@ -123,6 +124,10 @@ def test_killed_sweep_resumes_with_only_the_missing_points(resumed):
     for p in points:  # the points finished before the kill were skipped, not recomputed
         if p.name in kept:
             assert (p.stat().st_mtime_ns, p.read_text()) == kept[p.name]
+    by_mech = {json.loads(p.read_text())["config"]["privacy.mechanism"]: json.loads(p.read_text()) for p in points}
+    # the no-privacy reference: the referee's plain loop, no client and no simulation of its own (issue #38)
+    assert by_mech["none"]["computed_by"].startswith("the referee's plain loop")
+    assert "computed_by" not in by_mech["laplace-l1"]
     rows = list(csv.DictReader((work / "out" / "table.csv").open()))
     spec = sweep.SweepSpec.load(work / "s.toml")
     assert [r["point"] for r in rows] == [sweep.point_key(c) for c in
