@@ -133,14 +133,23 @@ def summary_section(results: dict[str, Any], out_dir: str | Path) -> str:
             "users without privacy; dashed: majority baselines.\n")
 
 
+def on_device_columns(rows: Sequence[dict[str, Any]]) -> tuple[str, str, str, str]:
+    """The table columns a frontier draws for the on-device curve (value, interval ends, legend): the referee's exact
+    figure where the rows have it, else the server's randomized-response estimate."""
+    if any(r.get("on_device_exact") is not None for r in rows):
+        return "on_device_exact", "on_device_exact_ci_low", "on_device_exact_ci_high", "on device, exact"
+    return "on_device_accuracy", "on_device_ci_low", "on_device_ci_high", "on device, server's estimate"
+
+
 def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     """A sweep's frontiers: task accuracy vs true worst-case epsilon (``frontier_task.png``) and attacker accuracy
     per attribute (``frontier_attack.png``), one line per ``series`` (the grid values other than epsilon).
 
     ``rows``: dicts with ``series`` (str), ``epsilon_worst_case``, ``accuracy``, ``accuracy_std``,
     ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}}); optionally the 95% bands
-    over seeds ``accuracy_ci_low/high`` and the on-device curve ``on_device_accuracy`` (``on_device_ci_low/high``),
-    drawn dashed beside the per-upload one."""
+    over seeds ``accuracy_ci_low/high`` and the on-device curve, drawn dashed beside the per-upload one: the exact
+    ``on_device_exact`` (``on_device_exact_ci_low/high``, over test users and seeds) when the rows have it, else the
+    server's estimate ``on_device_accuracy`` (``on_device_ci_low/high``)."""
     plt = _pyplot()
     out = Path(out_dir)
     eps_all = [as_epsilon(r["epsilon_worst_case"]) for r in rows]
@@ -166,12 +175,15 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
         elif xs:
             ax.errorbar(xs, ys, yerr=[r.get("accuracy_std") or 0.0 for r in kept], marker="o", color=f"C{k}",
                         label=name or "all", capsize=2)
-        # on-device: the server's model applied on the test clients to their clean features (dashed, own band)
-        xs, ys, kept = xy(items, lambda r: r.get("on_device_accuracy"))
+        # on-device: the server's model applied on the test clients to their clean features (dashed, own band):
+        # the referee's exact figure with its interval over test users and seeds where the rows have it (issue
+        # #37: "how good is the model"), else the server's randomized-response estimate, labelled so
+        key, lo, hi, what = on_device_columns(items)
+        xs, ys, kept = xy(items, lambda r, key=key: r.get(key))
         if xs:
-            ax.plot(xs, ys, marker="s", ls="--", color=f"C{k}", label=f"{name or 'all'} (on device)")
-            if all(r.get("on_device_ci_low") is not None for r in kept):
-                ax.fill_between(xs, [r["on_device_ci_low"] for r in kept], [r["on_device_ci_high"] for r in kept],
+            ax.plot(xs, ys, marker="s", ls="--", color=f"C{k}", label=f"{name or 'all'} ({what})")
+            if all(r.get(lo) is not None for r in kept):
+                ax.fill_between(xs, [r[lo] for r in kept], [r[hi] for r in kept],
                                 color=f"C{k}", alpha=0.1, lw=0, hatch="//")
     if majority:
         ax.axhline(max(majority), color="0.5", ls="--", lw=1, label="majority")

@@ -290,3 +290,18 @@ def test_quickstart_frontier_file_is_a_valid_sweep_with_seeds_and_its_no_privacy
     eps = sorted({p.privacy.epsilon for p in points})
     assert eps[0] <= 0.25 and eps[-1] >= 16  # from the majority to near no privacy (README, "quickstart frontier")
     assert spec.output == "sweeps/quickstart_frontier"
+
+
+def test_the_frontier_draws_the_exact_on_device_figure_where_the_table_has_it(tmp_path):
+    from fl_privtext import plots
+
+    est = {"on_device_accuracy": 0.61, "on_device_ci_low": 0.5, "on_device_ci_high": 0.7}
+    assert plots.on_device_columns([est])[0] == "on_device_accuracy"  # older tables: the server's estimate, named so
+    assert "estimate" in plots.on_device_columns([est])[3]
+    exact = {**est, "on_device_exact": 0.66, "on_device_exact_ci_low": 0.64, "on_device_exact_ci_high": 0.68}
+    assert plots.on_device_columns([est, exact])[:3] == ("on_device_exact", "on_device_exact_ci_low",
+                                                          "on_device_exact_ci_high")
+    if plots.available():
+        rows = [{"series": "privunitg", "epsilon_worst_case": e, "accuracy": 0.6, "accuracy_std": 0.0,
+                 "majority_baseline": 0.6, "attacks": {}, **exact} for e in (1.0, 4.0, "inf")]
+        assert [p.name for p in plots.frontier(rows, tmp_path)] == ["frontier_task.png"]
