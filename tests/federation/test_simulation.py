@@ -40,7 +40,9 @@ def points(cache_dir, request):
         "l1_two_rounds": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0,
                                             "federation.rounds": 2, "federation.max-in-flight": 1}),
         # count-epsilon 40: the on-device answers' randomized response flips a bit with probability e^-40
-        "none": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0}),
+        # test-frac 0.5 as none_select: the same shard, so both no-privacy points share one federation (suite time)
+        "none": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0,
+                                   "data.test-frac": 0.5}),
         "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
         # the clients choose the on-device model (two stages of the on-device round); half the users are test users
         # (~160 select records per candidate, se ~0.035) so the clean heads' lead over the constant (~0.2 at
