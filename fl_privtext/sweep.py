@@ -227,8 +227,16 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
 
 
 def headline(res: dict[str, Any]) -> str:
+    """A point's progress line: the per-upload accuracy (the server classifying noisy uploads) and beside it the
+    on-device EXACT accuracy with its 95% interval (the referee's figure the research questions use, issue #36:
+    the per-upload one alone sat at the majority at every private point of the quickstart), then each attack."""
     u = res["utility"]
-    s = f"acc {u['accuracy']:.4f}+-{u['accuracy_std']:.4f}" if u.get("available") else "no task"
+    s = f"per-upload acc {u['accuracy']:.4f}+-{u['accuracy_std']:.4f}" if u.get("available") else "no task"
+    ex = ((u.get("on_device") or {}).get("exact") or {}) if u.get("available") else {}
+    if ex.get("available"):
+        band = (f" [{ex['ci_low']:.4f}, {ex['ci_high']:.4f}]"
+                if isinstance(ex.get("ci_low"), float) and isinstance(ex.get("ci_high"), float) else "")
+        s += f" | on-device exact {ex['accuracy']:.4f}{band}"
     for name, a in res.get("attacks", {}).items():
         s += f" | {name} {a.get('f1', a['accuracy']):.3f}"
     return s
@@ -380,6 +388,8 @@ def _eps(x: Any) -> Any:
 
 def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One table row (flat, CSV-ready) from a results.json-shaped dict."""
+    from fl_privtext.report import prior_baseline
+
     u, p = res["utility"], res["privacy"]
     per_user = p.get("composition", {}).get("per_user", {}) if isinstance(p.get("composition"), dict) else {}
     row: dict[str, Any] = dict(extra or {})
@@ -405,6 +415,8 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
     for name, a in res.get("attacks", {}).items():
         row[f"attack.{name}.accuracy"] = a.get("accuracy")
         row[f"attack.{name}.majority"] = a.get("majority_baseline")
+        # the attacker's prior on the targets, the one baseline its accuracy is read against (issue #36)
+        row[f"attack.{name}.prior"] = prior_baseline(a)
         if "f1" in a:
             row[f"attack.{name}.f1"] = a["f1"]
         row[f"attack.{name}.empirical_privacy"] = a.get("empirical_privacy")
@@ -426,8 +438,9 @@ def seed_band(per_seed: Sequence[dict[str, Any]], level: float = 0.95) -> tuple[
         half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
         return max(0.0, mean - half), min(1.0, mean + half)
     if len(accs) == 1 and isinstance(per_seed[0].get("ci95"), (list, tuple)) and level == 0.95:
-        lo, hi = per_seed[0]["ci95"]
-        return float(lo), float(hi)
+        from fl_privtext.metrics import clip_interval
+
+        return clip_interval(*per_seed[0]["ci95"])  # saved points may predate the clip at the source
     return None, None
 
 
