@@ -183,11 +183,16 @@ class SweepResult:
         return f"fl_privtext SweepResult: {self.output_dir} ({len(self.rows)} points)\n" + markdown(self.rows)
 
     def _repr_markdown_(self) -> str:
-        from fl_privtext.sweep import markdown
+        """Jupyter's display: the figures that matter (`fl_privtext.sweep.short_rows`), not the whole table, and the
+        plots by name (a relative link breaks when the notebook is read from another folder; show them with
+        ``IPython.display.Image(filename=...)``, which embeds them in the saved notebook)."""
+        from fl_privtext.sweep import markdown, short_rows
 
-        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "", markdown(self.rows)]
-        for p in self.plots:
-            lines += ["", f"![{p.name}]({os.path.relpath(p.resolve(), Path.cwd().resolve())})"]
+        cols = len(dict.fromkeys(k for r in self.rows for k in r))
+        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "",
+                 markdown(short_rows(self.rows)), "",
+                 f"All {cols} columns: `.rows`, `.to_pandas()`, `{self.output_dir / 'table.csv'}`."
+                 + (f" Plots: {', '.join(f'`{p.name}`' for p in self.plots)} (`.plots`)." if self.plots else "")]
         return "\n".join(lines)
 
 

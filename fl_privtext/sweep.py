@@ -452,6 +452,40 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+def _acc(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
+
+
+def short_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """The figures a reader compares, one row per point, formatted for display (issue #36; the full table, 26+
+    columns, stays in ``rows`` and table.csv): the mechanism and any other grid key, the TRUE worst-case epsilon
+    (3 significant digits), the on-device EXACT accuracy with its 95% interval, the per-upload accuracy, the
+    majority, and each attack's accuracy with its prior (the attacker's baseline) in brackets."""
+    from fl_privtext.display import fmt_epsilon
+
+    out = []
+    for r in rows:
+        keys = list(r)
+        stop = next((i for i, k in enumerate(keys) if k in ("mechanism", "epsilon_nominal")), 0)
+        grid = [k for k in keys[:stop] if k not in ("point", "privacy.mechanism", "privacy.epsilon")]
+        s: dict[str, str] = {"mechanism": str(r.get("privacy.mechanism", r.get("mechanism")))}
+        s.update({k.split(".")[-1]: _cell(r[k]) for k in grid})
+        s["epsilon (true worst case)"] = fmt_epsilon(r.get("epsilon_worst_case"))
+        ex = r.get("on_device_exact")
+        band = (f" [{r['on_device_exact_ci_low']:.3f}, {r['on_device_exact_ci_high']:.3f}]"
+                if isinstance(r.get("on_device_exact_ci_low"), float)
+                and isinstance(r.get("on_device_exact_ci_high"), float) else "")
+        s["on-device exact [95% CI]"] = _acc(ex) + (band if ex is not None else "")
+        s["per-upload accuracy"] = _acc(r.get("accuracy"))
+        s["majority"] = _acc(r.get("majority_baseline"))
+        for key in keys:
+            if key.startswith("attack.") and key.endswith(".accuracy"):
+                name = key[len("attack."):-len(".accuracy")]
+                s[f"attack {name} (prior)"] = f"{_acc(r[key])} ({_acc(r.get(f'attack.{name}.prior'))})"
+        out.append(s)
+    return out
+
+
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
     cols = list(dict.fromkeys(k for r in rows for k in r))
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
@@ -490,6 +524,8 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
         base_od = ((base_res or {}).get("utility") or {}).get("on_device") or {}
         rows[-1]["no_privacy_accuracy"] = ((base_res or {}).get("utility") or {}).get("accuracy")
         rows[-1]["no_privacy_on_device_accuracy"] = base_od.get("accuracy") if base_od.get("available") else None
+        base_ex = base_od.get("exact") or {}  # public contract (issue #36): the referee's figure without privacy
+        rows[-1]["no_privacy_on_device_exact"] = base_ex.get("accuracy") if base_ex.get("available") else None
         single = tuple(k for k, v in spec.grid.items() if len(v) == 1)  # one value: names no series
         plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon", *single)),
                           "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": a.get("majority_baseline")}
