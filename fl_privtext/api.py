@@ -39,6 +39,9 @@ class Result:
 
     def _rows(self) -> list[tuple[str, str]]:
         """(quantity, value) rows of the summary table shown in a terminal and in Jupyter."""
+        from fl_privtext.display import fmt_epsilon
+        from fl_privtext.report import prior_baseline
+
         r = self.results
 
         def num(x: Any) -> str:
@@ -46,7 +49,7 @@ class Result:
 
         util, priv = r.get("utility", {}), r.get("privacy", {})
         rows = [("mechanism", str(priv.get("mechanism", "?"))),
-                ("epsilon (true worst case)", num(priv.get("epsilon_worst_case", "?"))),
+                ("epsilon (true worst case)", fmt_epsilon(priv.get("epsilon_worst_case", "?"))),
                 ("accuracy (per upload)", num(util.get("accuracy", "-"))),
                 ("majority baseline", num(util.get("majority_baseline", "-")))]
         on_device = util.get("on_device") or {}
@@ -57,7 +60,7 @@ class Result:
                 rows.append(("accuracy (on device, exact, simulation)", num(exact.get("accuracy"))))
         for name, att in sorted((r.get("attacks") or {}).items()):
             if isinstance(att, dict) and "accuracy" in att:
-                rows.append((f"attack {name} (prior {num(att.get('majority_baseline', '-'))})", num(att["accuracy"])))
+                rows.append((f"attack {name} (prior {num(prior_baseline(att) or '-')})", num(att["accuracy"])))
         failed = (r.get("faults") or {}).get("failed_clients") or []
         rows.append(("failed clients", str(len(failed))))
         return rows

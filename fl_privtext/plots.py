@@ -81,6 +81,16 @@ def run_plot(results: dict[str, Any], path: str | Path) -> Path:
     noisy uploads) and on device, exact (the referee's figure of the shipped model, with its 95% interval over test
     users), slightly apart on the x axis so neither hides the other."""
     plt = _pyplot()
+    fig = run_figure(results)
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def run_figure(results: dict[str, Any]) -> Any:
+    """`run_plot`'s matplotlib figure (not saved, not closed)."""
+    plt = _pyplot()
     p, u = results["privacy"], results["utility"]
     base = results.get("baseline_no_privacy")
     eps = as_epsilon(p["epsilon_worst_case"])
@@ -107,7 +117,7 @@ def run_plot(results: dict[str, Any], path: str | Path) -> Path:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no task label", ha="center", transform=ax.transAxes)
-    ax.set_title("task accuracy (server)")
+    ax.set_title("task accuracy")
     ax.set_ylabel("accuracy")
     ax = axes[1]
     for k, (name, a) in enumerate(attacks.items()):
@@ -129,10 +139,7 @@ def run_plot(results: dict[str, Any], path: str | Path) -> Path:
                  f"{fmt_epsilon(p['epsilon_nominal'])}, true worst-case {fmt_epsilon(p['epsilon_worst_case'])}",
                  fontsize=10)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig
 
 
 def _yerr(y: float, low: Any, high: Any, sd: Any) -> list[list[float]]:
