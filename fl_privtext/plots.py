@@ -171,7 +171,8 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     per attribute (``frontier_attack.png``), one line per ``series`` (the grid values other than epsilon).
 
     ``rows``: dicts with ``series`` (str), ``epsilon_worst_case``, ``accuracy``, ``accuracy_std``,
-    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}}); optionally the 95% bands
+    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}}, the latter the attacker's
+    prior, `fl_privtext.report.prior_baseline`); optionally the 95% bands
     over seeds ``accuracy_ci_low/high`` and the on-device curve ``on_device_accuracy`` (``on_device_ci_low/high``),
     drawn dashed beside the per-upload one."""
     plt = _pyplot()
@@ -228,7 +229,7 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
                     ax.plot(xs, ys, marker="o", color=f"C{k}", label=name or "all")
             maj = [r["attacks"][attr]["majority_baseline"] for r in rows if attr in (r.get("attacks") or {})]
             if maj:
-                ax.axhline(max(maj), color="0.5", ls="--", lw=1, label="majority")
+                ax.axhline(max(maj), color="0.5", ls="--", lw=1, label="prior (attacker's baseline)")
             _mark_inf(ax, pos, eps_all)
             ax.set(xlabel="true worst-case epsilon (log)", ylabel="attacker accuracy", title=f"attacker: {attr}")
             ax.grid(alpha=0.3)

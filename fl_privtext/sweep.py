@@ -505,6 +505,7 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: Store, out: Path) -> dict[str, Any]:
     """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
     from fl_privtext import plots
+    from fl_privtext.report import prior_baseline
 
     rows, plot_rows, missing = [], [], 0
     grid_keys = {point_key(c) for c in points}
@@ -528,7 +529,8 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
         rows[-1]["no_privacy_on_device_exact"] = base_ex.get("accuracy") if base_ex.get("available") else None
         single = tuple(k for k, v in spec.grid.items() if len(v) == 1)  # one value: names no series
         plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon", *single)),
-                          "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": a.get("majority_baseline")}
+                          # the attack's dashed line: its prior (report.prior_baseline), the one baseline it is read against
+                          "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": prior_baseline(a)}
                                       for n, a in res.get("attacks", {}).items()}})
     _write_atomic(out / "table.csv", to_csv(rows))
     md = markdown(rows)
