@@ -39,6 +39,9 @@ class Result:
 
     def _rows(self) -> list[tuple[str, str]]:
         """(quantity, value) rows of the summary table shown in a terminal and in Jupyter."""
+        from fl_privtext.display import fmt_epsilon
+        from fl_privtext.report import prior_baseline
+
         r = self.results
 
         def num(x: Any) -> str:
@@ -46,7 +49,7 @@ class Result:
 
         util, priv = r.get("utility", {}), r.get("privacy", {})
         rows = [("mechanism", str(priv.get("mechanism", "?"))),
-                ("epsilon (true worst case)", num(priv.get("epsilon_worst_case", "?"))),
+                ("epsilon (true worst case)", fmt_epsilon(priv.get("epsilon_worst_case", "?"))),
                 ("accuracy (per upload)", num(util.get("accuracy", "-"))),
                 ("majority baseline", num(util.get("majority_baseline", "-")))]
         on_device = util.get("on_device") or {}
@@ -57,7 +60,7 @@ class Result:
                 rows.append(("accuracy (on device, exact, simulation)", num(exact.get("accuracy"))))
         for name, att in sorted((r.get("attacks") or {}).items()):
             if isinstance(att, dict) and "accuracy" in att:
-                rows.append((f"attack {name} (prior {num(att.get('majority_baseline', '-'))})", num(att["accuracy"])))
+                rows.append((f"attack {name} (prior {num(prior_baseline(att) or '-')})", num(att["accuracy"])))
         failed = (r.get("faults") or {}).get("failed_clients") or []
         rows.append(("failed clients", str(len(failed))))
         return rows
@@ -183,11 +186,16 @@ class SweepResult:
         return f"fl_privtext SweepResult: {self.output_dir} ({len(self.rows)} points)\n" + markdown(self.rows)
 
     def _repr_markdown_(self) -> str:
-        from fl_privtext.sweep import markdown
+        """Jupyter's display: the figures that matter (`fl_privtext.sweep.short_rows`), not the whole table, and the
+        plots by name (a relative link breaks when the notebook is read from another folder; show them with
+        ``IPython.display.Image(filename=...)``, which embeds them in the saved notebook)."""
+        from fl_privtext.sweep import markdown, short_rows
 
-        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "", markdown(self.rows)]
-        for p in self.plots:
-            lines += ["", f"![{p.name}]({os.path.relpath(p.resolve(), Path.cwd().resolve())})"]
+        cols = len(dict.fromkeys(k for r in self.rows for k in r))
+        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "",
+                 markdown(short_rows(self.rows)), "",
+                 f"All {cols} columns: `.rows`, `.to_pandas()`, `{self.output_dir / 'table.csv'}`."
+                 + (f" Plots: {', '.join(f'`{p.name}`' for p in self.plots)} (`.plots`)." if self.plots else "")]
         return "\n".join(lines)
 
 

@@ -61,6 +61,13 @@ def binomial_interval(p: float, n: int, alpha: float = 0.05) -> tuple[float, flo
     return lo, hi
 
 
+def clip_interval(low: float, high: float) -> tuple[float, float]:
+    """An accuracy's (or probability's) interval clipped to [0, 1]: a normal-approximation band around a debiased
+    estimate (the randomized-response counts, `fl_privtext.ondevice`) can reach past either end, and an accuracy
+    below 0 or above 1 is no possible value (issue #36: [-0.009, 0.545] was printed)."""
+    return min(max(float(low), 0.0), 1.0), min(max(float(high), 0.0), 1.0)
+
+
 def group_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray) -> dict[str, float]:
     """Task accuracy inside each group of a private attribute (groups: (N,) labels)."""
     out: dict[str, float] = {}

@@ -138,8 +138,11 @@ def summarize_private(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
     noise_sd = math.sqrt(math.fsum((float(ni) * sd) ** 2 for ni, (_, sd) in zip(n, est_sd, strict=True))) / total
     sampling_sd = float(np.sqrt(max(min(acc, 1.0), 0.0) * (1 - max(min(acc, 1.0), 0.0)) / total))
     half = 1.96 * float(np.hypot(noise_sd, sampling_sd))
+    # clipped to [0, 1] (as `fl_privtext.metrics.clip_interval`; this module stays numpy-only): the normal band
+    # around a debiased estimate can pass either end, and no accuracy lies there (issue #36: [-0.009, 0.545])
+    low, high = min(max(acc - half, 0.0), 1.0), min(max(acc + half, 0.0), 1.0)
     return {
-        "available": True, "accuracy": acc, "accuracy_noise_std": noise_sd, "ci95": [acc - half, acc + half],
+        "available": True, "accuracy": acc, "accuracy_noise_std": noise_sd, "ci95": [low, high],
         "mechanism": "binary randomized response on each test record's correctness (client.count-epsilon)",
         "count_epsilon": sorted({float(_scalar(a["answer"]["count-epsilon"])) for a in answers}),
         "num_test_records": int(total), "clients": len(answers), "refusals": refused, "applied_to": APPLIED_TO,

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fl_privtext.display import fmt_epsilon
+
 RUN_PLOT = "privacy_utility.png"
 FRONTIER_TASK = "frontier_task.png"
 FRONTIER_ATTACK = "frontier_attack.png"
@@ -69,12 +71,25 @@ def _mark_inf(ax: Any, pos: float, values: Sequence[float]) -> None:
                  if lo / 3 <= 10.0 ** k < sep]
     ax.minorticks_off()
     ax.set_xticks(ticks + [pos])
-    ax.set_xticklabels([f"{t:g}" for t in ticks] + ["inf"])
+    ax.set_xticklabels([fmt_epsilon(t) for t in ticks] + ["inf"])
 
 
 def run_plot(results: dict[str, Any], path: str | Path) -> Path:
     """One run: task accuracy (left) and attacker accuracy per attribute (right) at the run's true worst-case
-    epsilon, the no-privacy baseline at epsilon = inf when the run has one, majority baselines dashed."""
+    epsilon, the no-privacy baseline at epsilon = inf when the run has one, baselines dashed (task: majority;
+    attacks: the attacker's prior). Task accuracy twice, each named in the legend: per upload (the server classifies
+    noisy uploads) and on device, exact (the referee's figure of the shipped model, with its 95% interval over test
+    users), slightly apart on the x axis so neither hides the other."""
+    plt = _pyplot()
+    fig = run_figure(results)
+    out = Path(path)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def run_figure(results: dict[str, Any]) -> Any:
+    """`run_plot`'s matplotlib figure (not saved, not closed)."""
     plt = _pyplot()
     p, u = results["privacy"], results["utility"]
     base = results.get("baseline_no_privacy")
@@ -84,15 +99,25 @@ def run_plot(results: dict[str, Any], path: str | Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     ax = axes[0]
     if u.get("available"):
-        ax.errorbar([xs[0]], [u["accuracy"]], yerr=[u.get("accuracy_std", 0.0)], fmt="o", color="C0",
-                    label=f"{p['mechanism']} (private)")
+        ax.errorbar([xs[0]], [u["accuracy"]], yerr=_yerr(u["accuracy"], u.get("ci_low"), u.get("ci_high"),
+                                                          u.get("accuracy_std", 0.0)),
+                    fmt="o", color="C0", capsize=3, label=f"{p['mechanism']}: per upload (server, noisy uploads)")
+        ex = ((u.get("on_device") or {}).get("exact")) or {}
+        if ex.get("available"):  # issue #36: the figure the research questions use, beside the per-upload one
+            ax.errorbar([xs[0] * 1.25], [ex["accuracy"]], yerr=_yerr(ex["accuracy"], ex.get("ci_low"),
+                                                                      ex.get("ci_high"), 0.0),
+                        fmt="D", color="C3", capsize=3, label=f"{p['mechanism']}: on device, exact (95% over users)")
         if base:
-            ax.plot([pos], [base["utility"]["accuracy"]], "s", color="0.3", label="no privacy")
+            ax.plot([pos], [base["utility"]["accuracy"]], "s", color="0.3", label="no privacy (per upload)")
+            bex = ((base["utility"].get("on_device") or {}).get("exact")) or {}
+            if bex.get("available"):
+                ax.plot([pos * 1.25], [bex["accuracy"]], "D", color="0.3", mfc="none",
+                        label="no privacy (on device, exact)")
         ax.axhline(u["majority_baseline"], color="0.5", ls="--", lw=1, label="majority")
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no task label", ha="center", transform=ax.transAxes)
-    ax.set_title("task accuracy (server)")
+    ax.set_title("task accuracy")
     ax.set_ylabel("accuracy")
     ax = axes[1]
     for k, (name, a) in enumerate(attacks.items()):
@@ -100,9 +125,9 @@ def run_plot(results: dict[str, Any], path: str | Path) -> Path:
         ax.plot([xs[0]], [a["accuracy"]], "o", color=color, label=name)
         if base and name in base.get("attacks", {}):
             ax.plot([pos], [base["attacks"][name]["accuracy"]], "s", color=color)
-        ax.axhline(a["majority_baseline"], color=color, ls="--", lw=1)
+        ax.axhline(a.get("prior_baseline", a["majority_baseline"]), color=color, ls="--", lw=1)
     if attacks:
-        ax.legend(fontsize=8, title="attacker (dashed: majority)", title_fontsize=8)
+        ax.legend(fontsize=8, title="attacker (dashed: its prior)", title_fontsize=8)
     else:
         ax.text(0.5, 0.5, "no attack", ha="center", transform=ax.transAxes)
     ax.set_title("attacker accuracy (eavesdropper)")
@@ -111,12 +136,18 @@ def run_plot(results: dict[str, Any], path: str | Path) -> Path:
         ax.set_xlabel("true worst-case epsilon (log)")
         ax.grid(alpha=0.3)
     fig.suptitle(f"{results.get('dataset', {}).get('name', '')}: {p['mechanism']}, nominal epsilon "
-                 f"{p['epsilon_nominal']}, true worst-case {p['epsilon_worst_case']}", fontsize=10)
+                 f"{fmt_epsilon(p['epsilon_nominal'])}, true worst-case {fmt_epsilon(p['epsilon_worst_case'])}",
+                 fontsize=10)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return fig
+
+
+def _yerr(y: float, low: Any, high: Any, sd: Any) -> list[list[float]]:
+    """matplotlib's asymmetric error bar: the 95% interval where there is one (clipped to [0, 1]), else +- sd."""
+    if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+        low, high = max(0.0, min(float(low), y)), min(1.0, max(float(high), y))
+        return [[y - low], [high - y]]
+    return [[float(sd or 0.0)], [float(sd or 0.0)]]
 
 
 def summary_section(results: dict[str, Any], out_dir: str | Path) -> str:
@@ -129,8 +160,10 @@ def summary_section(results: dict[str, Any], out_dir: str | Path) -> str:
     except Exception as exc:  # noqa: BLE001 - a plot must not lose a finished run
         return f"\n_No privacy-utility plot: {type(exc).__name__}: {exc}._\n"
     return (f"\n## Privacy-utility\n\n![privacy-utility plot]({path.name})\n\n"
-            "Task and attacker accuracy at the TRUE worst-case epsilon (log axis); squares at \"inf\": the same "
-            "users without privacy; dashed: majority baselines.\n")
+            "Task and attacker accuracy at the TRUE worst-case epsilon (log axis). Task: circle = per upload (the "
+            "server classifies noisy uploads), diamond = on device, exact (the shipped model on the test users' "
+            "clean features), bars = 95% intervals over test users; squares and open diamonds at \"inf\": the same "
+            "users without privacy; dashed: the majority (task) and each attacker's prior.\n")
 
 
 def on_device_columns(rows: Sequence[dict[str, Any]]) -> tuple[str, str, str, str]:
@@ -146,10 +179,11 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     per attribute (``frontier_attack.png``), one line per ``series`` (the grid values other than epsilon).
 
     ``rows``: dicts with ``series`` (str), ``epsilon_worst_case``, ``accuracy``, ``accuracy_std``,
-    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}}); optionally the 95% bands
-    over seeds ``accuracy_ci_low/high`` and the on-device curve, drawn dashed beside the per-upload one: the exact
-    ``on_device_exact`` (``on_device_exact_ci_low/high``, over test users and seeds) when the rows have it, else the
-    server's estimate ``on_device_accuracy`` (``on_device_ci_low/high``)."""
+    ``majority_baseline`` and ``attacks`` ({attribute: {"accuracy", "majority_baseline"}}, the latter the attacker's
+    prior, `fl_privtext.report.prior_baseline`); optionally the 95% bands over seeds ``accuracy_ci_low/high`` and
+    the on-device curve, drawn dashed beside the per-upload one: the exact ``on_device_exact``
+    (``on_device_exact_ci_low/high``, over test users and seeds) when the rows have it, else the server's estimate
+    ``on_device_accuracy`` (``on_device_ci_low/high``)."""
     plt = _pyplot()
     out = Path(out_dir)
     eps_all = [as_epsilon(r["epsilon_worst_case"]) for r in rows]
@@ -207,7 +241,7 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
                     ax.plot(xs, ys, marker="o", color=f"C{k}", label=name or "all")
             maj = [r["attacks"][attr]["majority_baseline"] for r in rows if attr in (r.get("attacks") or {})]
             if maj:
-                ax.axhline(max(maj), color="0.5", ls="--", lw=1, label="majority")
+                ax.axhline(max(maj), color="0.5", ls="--", lw=1, label="prior (attacker's baseline)")
             _mark_inf(ax, pos, eps_all)
             ax.set(xlabel="true worst-case epsilon (log)", ylabel="attacker accuracy", title=f"attacker: {attr}")
             ax.grid(alpha=0.3)

@@ -27,22 +27,37 @@ import numpy as np
 from fl_privtext.bootstrap import counts_bootstrap
 from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.display import fmt_epsilon
+from fl_privtext.metrics import clip_interval
 from fl_privtext.rng import generator
 
 SCHEMA_VERSION = 2  # results.json layout; bumped when keys change meaning
 
 COLUMNS = (
     "**How to read this.** `attacker acc`: accuracy of the eavesdropper's best attacker at inferring the attribute of "
-    "users it did not know, from their uploads. `majority`: the accuracy of always guessing the most frequent value "
-    "among the known (aux) users; on the targets it can fall below 0.5 even for a binary attribute when the known "
-    "users' majority differs from the targets'. An attacker at the majority learned nothing it could use. `F1`: "
+    "users it did not know, from their uploads. `prior`: the attacker's baseline, the accuracy on the same targets "
+    "of what it answers without reading an upload: the most frequent value among the known (aux) users, or the most "
+    "frequent one given the observed task label where that beat the majority on the aux users (results.json "
+    "`attacks.<attribute>.prior` says which, `prior_baseline` is the figure; `majority_baseline` keeps the plain "
+    "majority). On the targets it can fall below 0.5 even for a binary attribute when the known users' majority "
+    "differs from the targets'. An attacker at its prior learned nothing it could use; when the held-out test on "
+    "the aux users finds no leak the attacker answers the prior, so its accuracy IS the prior's. `F1`: "
     "macro-F1 (entities: F1 over presence labels). `1-X / 1-F`: the papers' empirical privacy, 1 - attacker "
     "accuracy (demographics) or 1 - F1 (entities): higher is more private. `fair gap`: the largest difference of the "
     "task accuracy between groups of the attribute (0 = equally accurate for every group). `no-privacy acc`: the "
     "same attacker on the same users without privacy (mechanism `none`). `TRUE worst-case` epsilon: what the "
     "mechanism really guarantees per upload (any two inputs of a user), next to the epsilon the publication states; "
-    "`per user`: composed over every upload and round of the user, labels included (`TOTAL`)."
+    "`per user`: composed over every upload and round of the user, labels included (`TOTAL`); `tight ... at delta "
+    "d`: the same composition by the privacy-loss accountant, an (epsilon, delta) pair (inf when labels travel in the "
+    "clear). `ceiling`: the highest accuracy any attacker can reach at the mechanism's true epsilon (the LDP bound); "
+    "an attack above it at 95% confidence is flagged as a violation (the mechanism leaks more than it reports). `floor`: plain logistic regression on the same aux "
+    "users and targets, read beside the attacker's answer."
 )
+# one line under the console's tables: what the less obvious columns mean (COLUMNS, in summary.md, says more)
+LEGEND = ("legend: prior = what the attacker answers when no leak is detected (aux users' majority, or majority "
+          "given the label) | 1-X / 1-F = 1 - attacker accuracy (entities: 1 - F1), higher = more private | fair "
+          "gap = largest task-accuracy gap between groups | ceiling = best accuracy any attacker can reach at the "
+          "true epsilon | tight = per-user epsilon by the privacy-loss accountant at that delta")
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -236,7 +251,14 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
                 entry[key], entry[f"{key}_std"] = mean, std
             elif isinstance(value, dict):  # per-class values: mean over seeds
                 entry[key] = _mean_tree([s["attacks"][name][key] for s in seeds])
-        entry["per_seed"] = [{"seed": s["seed"], "accuracy": s["attacks"][name]["accuracy"]} for s in seeds]
+        # each seed's answer, its prior and its held-out verdicts (the console counts seeds that found a leak)
+        entry["per_seed"] = [{"seed": s["seed"], "accuracy": s["attacks"][name]["accuracy"],
+                              **({"prior_baseline": s["attacks"][name]["prior_baseline"]}
+                                 if "prior_baseline" in s["attacks"][name] else {}),
+                              "leak_detected": bool((s["attacks"][name].get("leak_test") or {}).get("leak_detected")),
+                              "per_user_leak_detected": bool(((s["attacks"][name].get("per_user") or {})
+                                                              .get("test") or {}).get("leak_detected"))}
+                             for s in seeds]
         if "violation" in first:  # an alarm in any seed is an alarm
             entry["violation"] = any(bool(s["attacks"][name].get("violation")) for s in seeds)
             entry["per_user"]["violation"] = any(bool(s["attacks"][name]["per_user"].get("violation"))
@@ -347,17 +369,20 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
             hi = max((s["ci95"][1] for s in u.get("on_device", {}).get("per_seed", []) if "ci95" in s), default=acc)
             if hi < maj:
                 out.append(f"The on-device accuracy of the model from the secure sum ({acc:.3f}, 95% CI up to "
-                           f"{hi:.3f}) is below the majority baseline ({maj:.3f}): at central epsilon {_fmt(eps)} the "
+                           f"{hi:.3f}) is below the majority baseline ({maj:.3f}): at central epsilon {fmt_epsilon(eps)} the "
                            "sum's noise hides the class statistics (server.learner = auto falls back to the constant "
                            "when its selection sees nothing better).")
         elif acc < maj:
-            why = (f"expected at a true worst-case epsilon of {_fmt(eps)} per upload: the noise hides most of the "
+            why = (f"expected at a true worst-case epsilon of {fmt_epsilon(eps)} per upload: the noise hides most of the "
                    "signal and a model trained on it can do worse than always predicting the majority class"
                    if isinstance(eps, float) and eps < 50 else
                    "the mechanism's output carries little of what the task needs")
             out.append(f"The private task model ({acc:.3f}) is below the majority baseline ({maj:.3f}); {why}.")
         for reason in u.get("diverged") or []:
             out.append(f"Task model training diverged ({reason}).")
+        below = on_device_below_majority(u, eps)
+        if below:
+            out.append(below)
     for name, a in results.get("attacks", {}).items():
         test = a.get("leak_test") or {}
         if test and not test.get("leak_detected", True):
@@ -380,6 +405,38 @@ def warnings_for(results: dict[str, Any]) -> list[str]:
     if not p.get("float_safe", True):
         out.append(_float_note(p))
     return out
+
+
+POPULATION_DOC = "docs/results/population.md"
+
+
+def on_device_below_majority(u: dict[str, Any], epsilon: Any = None) -> str | None:
+    """The warning when the on-device model's EXACT accuracy (``utility.on_device.exact``) is below the majority
+    baseline of the same test records, or None. Rule: the whole 95% interval lies below the majority (ci_high <
+    majority); a point below the majority whose interval still reaches it is within the noise of the test users and
+    is not flagged. Without an interval (older results), the point itself. Why: a model worse than always
+    answering the majority usually means the population is too small for the epsilon (the server's statistics are
+    noise), which a reader would otherwise take for a result."""
+    ex = ((u.get("on_device") or {}).get("exact")) or {}
+    if not ex.get("available") or ex.get("majority_baseline") is None:
+        return None
+    acc, maj, hi = ex["accuracy"], ex["majority_baseline"], ex.get("ci_high")
+    if isinstance(hi, (int, float)):
+        if hi >= maj:
+            return None
+        lo = ex.get("ci_low", acc)
+        figure = f"{acc:.3f} {_band(lo, hi)} (its whole 95% interval over test users)"
+    elif acc < maj:
+        figure = f"{acc:.3f} (the point; no interval recorded)"
+    else:
+        return None
+    head = (f"The on-device model's exact accuracy {figure} is below the majority baseline {maj:.3f}: the server "
+            "learned less than always answering the most frequent label.")
+    if epsilon == "inf" or (isinstance(epsilon, float) and math.isinf(epsilon)):
+        return head + " With no privacy noise that is a training failure (check server.learner, server.epochs)."
+    return (f"{head} Usually too few users for this epsilon ({fmt_epsilon(epsilon)} per upload; the server's "
+            f"statistics are mostly noise): use more users or a larger epsilon; see {POPULATION_DOC} for how many "
+            "users each mechanism needs.")
 
 
 def _has_secure(p: dict[str, Any]) -> bool:
@@ -429,8 +486,8 @@ def table(results: dict[str, Any]) -> str:
         (f"dataset {results['dataset']['name']}{' (SYNTHETIC users)' if results['dataset'].get('synthetic') else ''}"
          f" | {f['num_users']} users, {f['num_records']} records in "
          f"{f['num_clients']} clients x {f['rounds']} round(s) | seeds {f['seeds']}"),
-        (f"mechanism {p['mechanism']}: epsilon nominal {_fmt(p['epsilon_nominal'])}, "
-         f"TRUE worst-case {_fmt(p['epsilon_worst_case'])}, delta {_fmt(p.get('delta', 0.0), 6)}{sampler}"),
+        (f"mechanism {p['mechanism']}: epsilon nominal {fmt_epsilon(p['epsilon_nominal'])}, "
+         f"TRUE worst-case {fmt_epsilon(p['epsilon_worst_case'])}, delta {p.get('delta', 0.0):g}{sampler}"),
     ]
     comp = p.get("composition", {})
     per_user = comp.get("per_user", {})
@@ -438,35 +495,38 @@ def table(results: dict[str, Any]) -> str:
         labels = comp.get("labels")
         label_eps = labels.get("epsilon_per_upload") if isinstance(labels, dict) else None
         label_txt = ("labels IN THE CLEAR (label epsilon inf)" if label_eps == "inf" else
-                     f"labels by randomized response, epsilon {_fmt(label_eps)} per upload" if label_eps is not None
-                     else str(labels))
+                     f"labels by randomized response, epsilon {fmt_epsilon(label_eps)} per upload"
+                     if label_eps is not None else str(labels))
+        d_tight = per_user.get("delta_tight")
         lines.append(f"per user (max over users, every round and repetition): representations "
-                     f"{_fmt(per_user.get('max_epsilon_worst_case'))} | {label_txt} (labels "
-                     f"{_fmt(per_user.get('max_epsilon_labels', '-'))}) | on-device "
-                     f"{_fmt(per_user.get('max_epsilon_on_device', 0.0))} | Phase A "
-                     f"{_fmt(per_user.get('max_epsilon_phase_a', 0.0))} | TOTAL "
-                     f"{_fmt(per_user.get('max_epsilon_total', '-'))} "
+                     f"{fmt_epsilon(per_user.get('max_epsilon_worst_case'))} | {label_txt} (labels "
+                     f"{fmt_epsilon(per_user.get('max_epsilon_labels', '-'))}) | on-device "
+                     f"{fmt_epsilon(per_user.get('max_epsilon_on_device', 0.0))} | Phase A "
+                     f"{fmt_epsilon(per_user.get('max_epsilon_phase_a', 0.0))} | TOTAL "
+                     f"{fmt_epsilon(per_user.get('max_epsilon_total', '-'))} "
                      f"{_total_label(p)} | tight "
-                     f"{_fmt(per_user.get('max_epsilon_tight', '-'))} at delta {_fmt(per_user.get('delta_tight'), 6)}")
+                     f"{fmt_epsilon(per_user.get('max_epsilon_tight', '-'))} at delta "
+                     f"{d_tight if isinstance(d_tight, str) else format(d_tight or 0.0, 'g')}")
     central = p.get("central")
     for pa in (p.get("central_phase_a"), central):  # issue #24: Phase A's noisy secure sums against the server
         if isinstance(pa, dict) and pa.get("via") == "secagg" and "rounds" in pa:
-            lines.append(f"Phase A central against the server via secagg: epsilon {_fmt(pa.get('epsilon'))} at delta "
+            lines.append(f"Phase A central against the server via secagg: epsilon {fmt_epsilon(pa.get('epsilon'))} at delta "
                          f"{_fmt(pa.get('delta'), 8)} over {pa.get('rounds')} round(s), contributors "
                          f"{pa.get('contributors')} | the clients' ledgers charge up to "
-                         f"{_fmt(pa.get('client_ledger_max_epsilon', '-'))} (basic composition at their "
+                         f"{fmt_epsilon(pa.get('client_ledger_max_epsilon', '-'))} (basic composition at their "
                          f"secagg-min-clients) | no federated validation in the clear")
     if isinstance(central, dict) and central.get("via") != "secagg":  # the shuffler's central guarantee
-        lines.append(f"central against the server via {central.get('via')}: epsilon {_fmt(central.get('epsilon'))} "
-                     f"at delta {_fmt(central.get('delta'), 8)} over {central.get('rounds', '-')} round(s) "
-                     f"({_fmt(central.get('epsilon_per_round', '-'))} per round) | applied to one user's local "
-                     f"epsilon per round {_fmt(central.get('local_epsilon_per_user_round', '-'))} (its records "
+        lines.append(f"central against the server via {central.get('via')}: epsilon "
+                     f"{fmt_epsilon(central.get('epsilon'))} at delta {_fmt(central.get('delta'), 8)} over "
+                     f"{central.get('rounds', '-')} round(s) ({fmt_epsilon(central.get('epsilon_per_round', '-'))} "
+                     f"per round) | applied to one user's local epsilon per round "
+                     f"{fmt_epsilon(central.get('local_epsilon_per_user_round', '-'))} (its records "
                      f"composed), n = {central.get('users_shuffled', '-')} users shuffled per cohort | "
                      f"{central.get('bound', central.get('note', ''))}")
     led = p.get("ledger") or {}
     if led:
         lines.append(f"clients' own ledgers: largest per-user total charged "
-                     f"{_fmt(led.get('per_user', {}).get('max_epsilon_charged', '-'))}; "
+                     f"{fmt_epsilon(led.get('per_user', {}).get('max_epsilon_charged', '-'))}; "
                      f"{len(led.get('refusals', []))} refusal(s); "
                      f"{led.get('records_withheld', 0)} record(s) withheld at their users' caps")
         if led.get("stopped_at"):
@@ -491,7 +551,7 @@ def table(results: dict[str, Any]) -> str:
                      f"{u.get('learner', '-')}): measured on device only, no test uploads (below)")
     elif u.get("available"):
         clear = f"; without privacy {_fmt(base['utility']['accuracy'])}" if base else ""
-        band = (f" [{_fmt(u['ci_low'])}, {_fmt(u['ci_high'])}] (95% over test users"
+        band = (f" {_band(u['ci_low'], u['ci_high'])} (95% over test users"
                 f"{' and seeds' if f['seeds'] > 1 else ''})" if u.get("ci_low") is not None else "")
         lines.append(f"task: accuracy {_fmt(u['accuracy'])} +- {_fmt(u['accuracy_std'])}{band}, macro-F1 "
                      f"{_fmt(u['macro_f1'])} +- {_fmt(u['macro_f1_std'])} (majority {_fmt(u['majority_baseline'])}"
@@ -503,8 +563,7 @@ def table(results: dict[str, Any]) -> str:
             bod = (base or {}).get("utility", {}).get("on_device", {})
             clear = f"; without privacy {_fmt(bod['accuracy'])}" if bod.get("available") else ""
             noise = (f", randomized-response noise sd {_fmt(od['accuracy_noise_std'])}, 95% CI "
-                     f"[{_fmt(od['per_seed'][0]['ci95'][0])}, {_fmt(od['per_seed'][0]['ci95'][1])}]"
-                     if "accuracy_noise_std" in od else "")
+                     f"{_band(*od['per_seed'][0]['ci95'])}" if "accuracy_noise_std" in od else "")
             major = f" (majority {_fmt(od['majority_baseline'])}{clear})" if "majority_baseline" in od else clear
             chooser = (f"; learner {od['learner']}, chosen by half of the test clients' answers, the other half "
                        f"reports" if "learner" in od else "")
@@ -516,10 +575,10 @@ def table(results: dict[str, Any]) -> str:
                 priv = od.get("private") or {}
                 est = f"server's estimate {_fmt(priv.get('accuracy', od['accuracy']))}"
                 if "accuracy_noise_std" in od:
-                    band = f", 95% CI [{_fmt(priv['ci_low'])}, {_fmt(priv['ci_high'])}]" if "ci_low" in priv else ""
+                    band = f", 95% CI {_band(priv['ci_low'], priv['ci_high'])}" if "ci_low" in priv else ""
                     est += f" (randomized-response noise sd {_fmt(priv.get('noise_std'))}{band})"
-                lines.append(f"task on device: exact (simulation) {_fmt(ex['accuracy'])} [{_fmt(ex['ci_low'])}, "
-                             f"{_fmt(ex['ci_high'])}] (95% over {over}), macro-F1 {_fmt(ex['macro_f1'])} (majority "
+                lines.append(f"task on device: exact (simulation) {_fmt(ex['accuracy'])} "
+                             f"{_band(ex['ci_low'], ex['ci_high'])} (95% over {over}), macro-F1 {_fmt(ex['macro_f1'])} (majority "
                              f"{_fmt(ex['majority_baseline'])}{clear}) | {est} [the server's model applied by the "
                              f"test clients to their clean features{chooser}]")
             else:
@@ -529,32 +588,72 @@ def table(results: dict[str, Any]) -> str:
     else:
         lines.append(f"task: none ({u.get('reason', '')})")
     lines.append("")
-    head = f"{'attribute':<14} {'attacker acc':>13} {'majority':>9} {'F1':>7} {'1-X / 1-F':>10} {'fair gap':>9}"
+    head = f"{'attribute':<14} {'attacker acc':>13} {'prior':>9} {'F1':>7} {'1-X / 1-F':>10} {'fair gap':>9}"
     lines.append(head + (f" {'no-privacy acc':>15}" if base else ""))
     for name, a in results["attacks"].items():
         f1 = a.get("f1", a.get("macro_f1"))
         gap = results["fairness"].get(name, {}).get("gap")
-        row = (f"{name:<14} {_fmt(a['accuracy']):>13} {_fmt(a['majority_baseline']):>9} {_fmt(f1):>7} "
+        row = (f"{name:<14} {_fmt(a['accuracy']):>13} {_fmt(prior_baseline(a)):>9} {_fmt(f1):>7} "
                f"{_fmt(a['empirical_privacy']):>10} {_fmt(gap):>9}")
         if base and name in base["attacks"]:
             row += f" {_fmt(base['attacks'][name]['accuracy']):>15}"
         lines.append(row)
     lines.extend(attack_lines(results))
+    if results["attacks"]:
+        lines.append(LEGEND)
     lines.append("")
     lines.append(f"eavesdropper observed {f['uploads_observed']} uploads in {f['messages_observed']} messages "
                  f"({f['bytes_observed'] / 1e6:.2f} MB); total {results['timing']['total_s']:.1f} s")
     tr = results.get("training", {})
     if tr.get("enabled"):  # Phase A (issue #12): its guarantee is stated apart from the uploads' LDP above
         g = tr["guarantee"]
-        guarantee = (f"DP-FedAvg user-level epsilon {_fmt(g['epsilon'])}, delta {g['delta']:g} (released models)"
+        guarantee = (f"DP-FedAvg user-level epsilon {fmt_epsilon(g['epsilon'])}, delta {g['delta']:g} (released models)"
                      if isinstance(g, dict) else "none, updates unprotected")
         if "central" in tr:  # issue #24: SecAgg+ with client noise
-            guarantee = (f"central epsilon {_fmt(tr['central']['epsilon'])}, delta {tr['central']['delta']:g} "
+            guarantee = (f"central epsilon {fmt_epsilon(tr['central']['epsilon'])}, delta {tr['central']['delta']:g} "
                          f"against the server (SecAgg+, noise added by the clients)")
         lines.append(f"phase A: {tr['encoder']} encoder, defence {tr['defense']}, {tr['rounds']} {tr['strategy']} "
                      f"rounds, selected round {tr['selected_round']}, {tr['updates_observed']} updates observed "
                      f"({tr['update_bytes_observed'] / 1e6:.2f} MB); Phase A guarantee: {guarantee}")
     return "\n".join(lines)
+
+
+def _band(lo: Any, hi: Any, sep: str = ", ") -> str:
+    """An accuracy's interval for display, clipped to [0, 1] (results saved before the clip at the source)."""
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+        return f"[{_fmt(lo)}{sep}{_fmt(hi)}]"
+    lo, hi = clip_interval(lo, hi)
+    return f"[{_fmt(lo)}{sep}{_fmt(hi)}]"
+
+
+def prior_baseline(a: dict[str, Any]) -> Any:
+    """The one baseline an attack's accuracy is read against (per upload: ``attacks.<attribute>``, per user: its
+    ``per_user``): the attacker's prior on the targets, what it answers without a leak (results.json
+    ``prior_baseline``); results written before issue #36 name the prior that answered in ``attacker``."""
+    if "prior_baseline" in a:
+        return a["prior_baseline"]
+    if a.get("attacker") == "majority_given_label" and "majority_given_label_baseline" in a:
+        return a["majority_given_label_baseline"]
+    return a.get("majority_baseline")
+
+
+def _verdict(a: dict[str, Any], side: str) -> str:
+    """The verdict on one side (``upload`` or ``user``) of an attack, on the same evidence as the figure beside it:
+    the held-out test on the aux users decides whether the learned model or the prior answered, so "no leak
+    detected" sits beside accuracy = prior and "leak" beside the model's answer. Several seeds: each seed's own
+    test, counted."""
+    pu = a.get("per_user") or {}
+    if (a if side == "upload" else pu).get("violation"):
+        return "VIOLATION"
+    key = "leak_detected" if side == "upload" else "per_user_leak_detected"
+    seeds = [s[key] for s in a.get("per_seed", []) if key in s]
+    if not seeds:  # one seed, or a result written before issue #36
+        test = a.get("leak_test") if side == "upload" else pu.get("test")
+        seeds = [bool((test or {}).get("leak_detected"))]
+    hits = sum(bool(x) for x in seeds)
+    if hits == 0:
+        return "no leak detected = prior"
+    return "leak detected" if hits == len(seeds) else f"leak in {hits} of {len(seeds)} seeds"
 
 
 def _ceil(value: Any, vacuous: Any) -> str:
@@ -571,24 +670,18 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
         out += ["", ("!!! PRIVACY VIOLATION: " + ", ".join(alarms) + " exceed(s) the LDP ceiling of the mechanism's "
                      "TRUE epsilon at 95% confidence: the mechanism leaks more than it reports (a bug) !!!")]
     if attacks:
-        out += ["", (f"{'attribute':<12} {'per upload [95% CI]':>22} {'best base':>9} {'ceiling':>8} | "
-                     f"{'per user [95% CI]':>22} {'base':>6} {'ceiling':>8}  verdict")]
+        out += ["", (f"{'attribute':<12} {'per upload [95% CI]':<21} {'prior':>5} {'ceiling':>7}  {'verdict':<25}| "
+                     f"{'per user [95% CI]':<21} {'prior':>5} {'ceiling':>7}  verdict")]
     for name, a in attacks.items():
         pu = a.get("per_user")
         if not pu:
             continue
-        base = a.get("majority_given_label_baseline", a["majority_baseline"])
-        ubase = pu.get("majority_given_label_baseline", pu["majority_baseline"])
         lo, hi = a.get("accuracy_ci95", [None, None])
         ulo, uhi = pu.get("ci95", [None, None])
-        test = a.get("leak_test", {})
-        verdict = "VIOLATION" if a.get("violation") else ("leak" if test.get("leak_detected") or
-                                                           pu.get("test", {}).get("leak_detected") else
-                                                           "no leak detected at this power")
-        out.append(f"{name:<12} {_fmt(a['accuracy'])} [{_fmt(lo)},{_fmt(hi)}] {_fmt(base):>9} "
-                   f"{_ceil(a.get('ceiling'), a.get('ceiling_vacuous')):>8} | {_fmt(pu['accuracy'])} "
-                   f"[{_fmt(ulo)},{_fmt(uhi)}] {_fmt(ubase):>6} {_ceil(pu.get('ceiling'), pu.get('ceiling_vacuous')):>8}"
-                   f"  {verdict}")
+        out.append(f"{name:<12} {_fmt(a['accuracy'])} {_band(lo, hi, ','):<15} {_fmt(prior_baseline(a)):>5} "
+                   f"{_ceil(a.get('ceiling'), a.get('ceiling_vacuous')):>7}  {_verdict(a, 'upload'):<25}| "
+                   f"{_fmt(pu['accuracy'])} {_band(ulo, uhi, ','):<15} {_fmt(prior_baseline(pu)):>5} "
+                   f"{_ceil(pu.get('ceiling'), pu.get('ceiling_vacuous')):>7}  {_verdict(a, 'user')}")
     for name, a in attacks.items():
         if "floor_logistic" in a:  # the plain attacker beside the answer (same aux users, same targets)
             ufloor = (a.get("per_user") or {}).get("floor_logistic")
@@ -694,7 +787,7 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
         summary += "\n**Warnings.**\n\n" + "".join(f"- {w}\n" for w in results["warnings"])
     if note:
         summary += f"\n**Privacy note.** {note}\n"
-    from fl_privtext.plots import summary_section
+    from fl_privtext.plots import RUN_PLOT, summary_section
 
     summary += summary_section(results, out)  # writes privacy_utility.png beside summary.md and links it
     summary += f"\n{COLUMNS}\n"
@@ -711,7 +804,8 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
         print(text)
         for w in results["warnings"]:
             print(f"warning: {w}")
-        print(f"\nwrote {out}/results.json, config.toml, summary.md")
+        print(f"\nwrote {out}/results.json, config.toml{', ' + RUN_PLOT if (out / RUN_PLOT).is_file() else ''}")
+        print(f"read the full report (legend, warnings, plot): {out / 'summary.md'}")
     results["output_dir"] = str(out)
     return results
 

@@ -227,8 +227,16 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
 
 
 def headline(res: dict[str, Any]) -> str:
+    """A point's progress line: the per-upload accuracy (the server classifying noisy uploads) and beside it the
+    on-device EXACT accuracy with its 95% interval (the referee's figure the research questions use, issue #36:
+    the per-upload one alone sat at the majority at every private point of the quickstart), then each attack."""
     u = res["utility"]
-    s = f"acc {u['accuracy']:.4f}+-{u['accuracy_std']:.4f}" if u.get("available") else "no task"
+    s = f"per-upload acc {u['accuracy']:.4f}+-{u['accuracy_std']:.4f}" if u.get("available") else "no task"
+    ex = ((u.get("on_device") or {}).get("exact") or {}) if u.get("available") else {}
+    if ex.get("available"):
+        band = (f" [{ex['ci_low']:.4f}, {ex['ci_high']:.4f}]"
+                if isinstance(ex.get("ci_low"), float) and isinstance(ex.get("ci_high"), float) else "")
+        s += f" | on-device exact {ex['accuracy']:.4f}{band}"
     for name, a in res.get("attacks", {}).items():
         s += f" | {name} {a.get('f1', a['accuracy']):.3f}"
     return s
@@ -402,6 +410,8 @@ def _eps(x: Any) -> Any:
 
 def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One table row (flat, CSV-ready) from a results.json-shaped dict."""
+    from fl_privtext.report import prior_baseline
+
     u, p = res["utility"], res["privacy"]
     per_user = p.get("composition", {}).get("per_user", {}) if isinstance(p.get("composition"), dict) else {}
     row: dict[str, Any] = dict(extra or {})
@@ -427,6 +437,8 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
     for name, a in res.get("attacks", {}).items():
         row[f"attack.{name}.accuracy"] = a.get("accuracy")
         row[f"attack.{name}.majority"] = a.get("majority_baseline")
+        # the attacker's prior on the targets, the one baseline its accuracy is read against (issue #36)
+        row[f"attack.{name}.prior"] = prior_baseline(a)
         if "f1" in a:
             row[f"attack.{name}.f1"] = a["f1"]
         row[f"attack.{name}.empirical_privacy"] = a.get("empirical_privacy")
@@ -448,8 +460,9 @@ def seed_band(per_seed: Sequence[dict[str, Any]], level: float = 0.95) -> tuple[
         half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
         return max(0.0, mean - half), min(1.0, mean + half)
     if len(accs) == 1 and isinstance(per_seed[0].get("ci95"), (list, tuple)) and level == 0.95:
-        lo, hi = per_seed[0]["ci95"]
-        return float(lo), float(hi)
+        from fl_privtext.metrics import clip_interval
+
+        return clip_interval(*per_seed[0]["ci95"])  # saved points may predate the clip at the source
     return None, None
 
 
@@ -459,6 +472,40 @@ def _cell(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 1e4 else f"{v:.4g}"
     return str(v)
+
+
+def _acc(v: Any) -> str:
+    return f"{v:.3f}" if isinstance(v, (int, float)) else "-"
+
+
+def short_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """The figures a reader compares, one row per point, formatted for display (issue #36; the full table, 26+
+    columns, stays in ``rows`` and table.csv): the mechanism and any other grid key, the TRUE worst-case epsilon
+    (3 significant digits), the on-device EXACT accuracy with its 95% interval, the per-upload accuracy, the
+    majority, and each attack's accuracy with its prior (the attacker's baseline) in brackets."""
+    from fl_privtext.display import fmt_epsilon
+
+    out = []
+    for r in rows:
+        keys = list(r)
+        stop = next((i for i, k in enumerate(keys) if k in ("mechanism", "epsilon_nominal")), 0)
+        grid = [k for k in keys[:stop] if k not in ("point", "privacy.mechanism", "privacy.epsilon")]
+        s: dict[str, str] = {"mechanism": str(r.get("privacy.mechanism", r.get("mechanism")))}
+        s.update({k.split(".")[-1]: _cell(r[k]) for k in grid})
+        s["epsilon (true worst case)"] = fmt_epsilon(r.get("epsilon_worst_case"))
+        ex = r.get("on_device_exact")
+        band = (f" [{r['on_device_exact_ci_low']:.3f}, {r['on_device_exact_ci_high']:.3f}]"
+                if isinstance(r.get("on_device_exact_ci_low"), float)
+                and isinstance(r.get("on_device_exact_ci_high"), float) else "")
+        s["on-device exact [95% CI]"] = _acc(ex) + (band if ex is not None else "")
+        s["per-upload accuracy"] = _acc(r.get("accuracy"))
+        s["majority"] = _acc(r.get("majority_baseline"))
+        for key in keys:
+            if key.startswith("attack.") and key.endswith(".accuracy"):
+                name = key[len("attack."):-len(".accuracy")]
+                s[f"attack {name} (prior)"] = f"{_acc(r[key])} ({_acc(r.get(f'attack.{name}.prior'))})"
+        out.append(s)
+    return out
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
@@ -480,6 +527,7 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: Store, out: Path) -> dict[str, Any]:
     """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
     from fl_privtext import plots
+    from fl_privtext.report import prior_baseline
 
     rows, plot_rows, missing = [], [], 0
     grid_keys = {point_key(c) for c in points}
@@ -499,11 +547,12 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
         base_od = ((base_res or {}).get("utility") or {}).get("on_device") or {}
         rows[-1]["no_privacy_accuracy"] = ((base_res or {}).get("utility") or {}).get("accuracy")
         rows[-1]["no_privacy_on_device_accuracy"] = base_od.get("accuracy") if base_od.get("available") else None
-        base_ex = base_od.get("exact") or {}
+        base_ex = base_od.get("exact") or {}  # public contract (issue #36): the referee's figure without privacy
         rows[-1]["no_privacy_on_device_exact"] = base_ex.get("accuracy") if base_ex.get("available") else None
         single = tuple(k for k, v in spec.grid.items() if len(v) == 1)  # one value: names no series
         plot_rows.append({**rows[-1], "series": spec.label(cfg, skip=("privacy.epsilon", *single)),
-                          "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": a.get("majority_baseline")}
+                          # the attack's dashed line: its prior (report.prior_baseline), the one baseline it is read against
+                          "attacks": {n: {"accuracy": a.get("accuracy"), "majority_baseline": prior_baseline(a)}
                                       for n, a in res.get("attacks", {}).items()}})
     _write_atomic(out / "table.csv", to_csv(rows))
     md = markdown(rows)

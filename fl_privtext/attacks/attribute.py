@@ -505,6 +505,8 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     baselines = {"majority": (maj_pred_up, maj_pred_user)}
     if use_labels:
         baselines["majority_given_label"] = (given_up, given_user)
+    # the prior the attacker answers without a leak: THE baseline its accuracy is compared against (issue #36)
+    baselines["prior"] = (prior_pred_up, prior_pred_user)
     # The answer: the chosen model where it beats the prior on the held-out aux users (the leak test), else the
     # prior itself, which the attacker can always give. One verdict, and the figure beside it agrees with it.
     leak_up, leak_user = fam_up is not None and v_up["leak_detected"], fam_user is not None and v_user["leak_detected"]
@@ -523,6 +525,8 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
                      "per_user_attacker": learned_name_user if leak_user else prior_name_user,
                      "learned_attacker": fam_up or "none available",
                      "learned_per_user_attacker": learned_name_user,
+                     # the knowledge-only predictor it falls back to (chosen on the aux users, never the targets)
+                     "prior": prior_name_up, "per_user_prior": prior_name_user,
                      "per_upload_test": v_up, "per_user_test": v_user, "folds": n_folds,
                      "uses_labels": use_labels,
                      "likelihood_exact": likelihood.lookup(view.mechanism)[1],

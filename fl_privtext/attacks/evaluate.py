@@ -174,6 +174,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     v_up = ceilings.verdict(acc * n_cells, n_cells, ceil_up)
     v_user = ceilings.verdict(acc_user * n_user_cells, n_user_cells, ceil_user)
     maj_up, maj_user = guess.baselines["majority"]
+    prior_up, prior_user = guess.baselines["prior"]
     # the floor: plain logistic regression on the same aux users' uploads, scored on the same targets
     floor = plain_logistic(view, name)
     assert np.array_equal(floor.target_users, t_users)
@@ -189,6 +190,8 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "attacker": guess.diagnostics["per_user_attacker"],
         "learned_attacker": guess.diagnostics["learned_per_user_attacker"],
         "test": guess.diagnostics["per_user_test"],
+        # the one baseline the answer is read against: the prior it answers without a leak, on these targets
+        "prior": guess.diagnostics["per_user_prior"], "prior_baseline": metrics.accuracy(z_user, prior_user),
     }
     if "majority_given_label" in guess.baselines:
         per_user["majority_given_label_baseline"] = metrics.accuracy(z_user, guess.baselines["majority_given_label"][1])
@@ -204,6 +207,9 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "learned_accuracy": metrics.accuracy(z, guess.learned_upload_pred),
         "floor_logistic": metrics.accuracy(z, floor.upload_pred),
         "leak_test": guess.diagnostics["per_upload_test"], "families": guess.diagnostics["families"],
+        # issue #36: the attacker's prior (majority, or majority given the observed label where that beat the
+        # majority on the aux users) scored on the targets: without a leak the answer IS this prior
+        "prior": guess.diagnostics["prior"], "prior_baseline": metrics.accuracy(z, prior_up),
         "likelihood_exact": guess.diagnostics["likelihood_exact"],
         "likelihood_note": guess.diagnostics["likelihood_note"],  # the approximation, when not exact
         "noise_law": guess.diagnostics["noise_law"],  # the server learners' law (None: none of them ran)
@@ -263,7 +269,8 @@ def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: 
         ceil = float(ceilings.attribute_ceiling_many(np.tile(np.bincount(z, minlength=k) / len(z), (len(users), 1)),
                                                      eps_users, d_users).mean())
     v = ceilings.verdict(acc * cells, cells, ceil)
-    return {"accuracy": acc, "majority_baseline": base, "ceiling": ceil, "ci95": v["ci95"], "ci_low": _ci(v)[0],
+    return {"accuracy": acc, "majority_baseline": base, "prior": "majority", "prior_baseline": base,
+            "ceiling": ceil, "ci95": v["ci95"], "ci_low": _ci(v)[0],
             "ci_high": _ci(v)[1],
             "ceiling_vacuous": v["ceiling_vacuous"], "violation": v["violation"], "num_users": len(users),
             "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,

@@ -115,3 +115,41 @@ def test_the_choice_takes_the_best_out_of_fold_and_gives_exact_ties_to_the_simpl
     assert attribute.best_choice([], hits.__getitem__) is None
     # the old rule takes centroid here (within one SE of the best): the downward bias this replaced
     assert _old_one_se_choice(["centroid", "lda", "logistic"], hits.__getitem__) == "centroid"
+
+
+def _label_world(seed: int) -> tuple[Any, Any]:
+    """Labels in the clear, no leak in the uploads (N(0, 1) whatever the attribute). Among the 300 aux users the
+    label-conditional majority differs from the majority by a margin the held-out test cannot confirm (label 1:
+    135 of class 1 vs 125 of class 0; label 0: 40 of class 0); on the 600 targets the label is a coin, independent
+    of the attribute (class 1: 45%). So the attacker's prior is the plain majority, and the label-conditional
+    majority, scored on the targets, sits ~5 points below it: the console's old "best base" (issue #36)."""
+    g = np.random.default_rng(seed)
+    aux_z = np.r_[np.ones(135, np.int64), np.zeros(165, np.int64)]
+    aux_label = np.r_[np.ones(135 + 125, np.int64), np.zeros(40, np.int64)]
+    tz = (g.random(600) < 0.45).astype(np.int64)
+    z, labels = np.r_[aux_z, tz], np.r_[aux_label, g.integers(0, 2, 600)]
+    user = np.arange(len(z))
+    cfg = ExperimentConfig.from_flat({"attack.families": "logistic", "attack.learner": "linear",
+                                      "attack.extra": False, "run.progress": False})
+    return evaluate.observe(
+        uploads=g.normal(size=(len(z), 8)).astype(np.float32), labels=labels, users=user, senders=user % 2,
+        texts=[""] * len(z), attributes={AttributeSpec("secret", "categorical", ("a", "b")): z},
+        aux=user < 300, clean=None, mechanism=make_mechanism("none"), epsilon=math.inf, delta=0.0, num_labels=2,
+        label_epsilon=0.0, seed=seed, cfg=cfg)
+
+
+def test_the_prior_that_answered_is_the_one_baseline_and_the_console_line_agrees_with_its_verdict():
+    from fl_privtext import report
+
+    view, truth = _label_world(0)
+    a = evaluate.score_attribute(view, truth, "secret")
+    assert not a["leak_test"]["leak_detected"] and a["attacker"] == a["prior"] == "majority"
+    assert a["accuracy"] == a["prior_baseline"] == a["majority_baseline"]  # the answer IS the prior
+    # the case the console got wrong: a label-conditional majority it did not use, well below the answer
+    assert a["majority_given_label_baseline"] < a["prior_baseline"] - 0.02, a
+    pu = a["per_user"]
+    assert pu["prior"] == pu["attacker"] and pu["accuracy"] == pu["prior_baseline"]
+    line = next(ln for ln in report.attack_lines({"attacks": {"secret": a}}) if ln.startswith("secret "))
+    shown = f"{a['accuracy']:.3f}"
+    assert line.count(shown) >= 2 and f"{a['majority_given_label_baseline']:.3f}" not in line, line
+    assert "no leak detected = prior" in line and "leak detected " not in line.replace("no leak detected", "")

@@ -28,14 +28,18 @@ def _point(world, mech, cfg):
             "dataset": {"name": "synthetic"}, "server_s": 0.0}
 
 
-def test_results_carry_the_public_attack_contract(world, tmp_path):
+def test_results_carry_the_public_attack_contract(world, tmp_path, capsys):
     cfg = config()
     res = report.finalize(_point(world, make_mechanism("laplace-l1", epsilon=2.0), cfg), cfg, total_s=1.0,
-                          output=tmp_path, echo=False)
+                          output=tmp_path, echo=True)
+    # the console's last line names summary.md, with its path, as the place to read (issue #36)
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith(f"{tmp_path / 'summary.md'}")
     on_disk = json.loads((tmp_path / "results.json").read_text())
     g = on_disk["attacks"]["gender"]
-    for key in ("accuracy", "majority_baseline", "ceiling", "violation"):
+    for key in ("accuracy", "majority_baseline", "ceiling", "violation", "prior", "prior_baseline"):
         assert key in g
+    assert {g["prior"], g["per_user"]["prior"]} <= {"majority", "majority_given_label"}
+    assert isinstance(g["prior_baseline"], float) and isinstance(g["per_user"]["prior_baseline"], float)
     for key in ("accuracy", "majority_baseline", "ceiling", "ci_low", "ci_high", "floor_logistic"):
         assert isinstance(g["per_user"][key], float)
     assert isinstance(g["floor_logistic"], float)  # issue #37: the plain attacker beside the answer
