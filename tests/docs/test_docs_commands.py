@@ -81,7 +81,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
          "--set privacy.mechanism=gaussian --set privacy.epsilon=2"): (
         VALIDATED, ("MiniLM over the blog corpus takes minutes on CPU; here: blog loaded and split, 2 texts "
                    "extracted with MiniLM, the gaussian mechanism built"),
-        "tests/test_api.py::test_docs_api_example_runs"),
+        FLWR + " + tests/extract/test_transformer.py::test_paraphrases_are_closer_than_unrelated_texts"),
     "fl-privtext run --config configs/default.toml --set run.seeds=5 --output runs/mine": (
         E2E, ("the main job's file with 2 seeds instead of 5 and no attacker (SHRINK, run.seeds=2, "
              "attack.enabled=false: the CSV run below runs the attacker)"), HERE + "test_cli_runs_end_to_end"),
@@ -192,7 +192,7 @@ PYTHON: dict[tuple[str, str], tuple[str, str, str]] = {
         RUN, "x, rng: 4 rows", ""),
     ("docs/design.md",
      "from fl_privtext.data import load_dataset, TextDataset, AttributeSpec, assign_roles, partition_users"): (
-        RUN, "", ""),
+        RUN, "no placeholders", ""),
     ("docs/design.md", "from fl_privtext.extract import make_extractor, Extractor, EmbeddingCache, extract_cached"): (
         RUN, "texts, ds (6 rows), cache_dir (tmp)", ""),
     ("docs/design.md", "from fl_privtext.ondevice import mlp_logits, on_device_counts, summarize"): (
@@ -209,6 +209,28 @@ PYTHON: dict[tuple[str, str], tuple[str, str, str]] = {
     ("docs/privacy.md",
      "from fl_privtext.privacy import make_mechanism, Accountant, audit_mechanism, word_dropout, label_rr"): (
         RUN, "x, rng: 4 rows", ""),
+}
+
+# What a block's comments promise, checked after it ran (the key's file and the start of its first line).
+PROMISES: dict[tuple[str, str], Any] = {
+    ("docs/datasets.md", "from fl_privtext.data import load_dataset"): lambda ns: (
+        len(ns["shards"]) == 10 and set(ns["roles"]) == {"test", "aux"} and ns["ds"].name == "blog"),
+    ("docs/datasets.md", "from fl_privtext.data import from_hf"): lambda ns: (
+        ns["ds"].attribute_names == ("gender",) and ns["ds"].num_users == 3 and len(ns["ds"]) == 4),
+    ("docs/design.md", "from fl_privtext.privacy"): lambda ns: (
+        ns["y"].shape == (4, ns["mech"].output_dim) and ns["y"].dtype == np.float32
+        and ns["rep"].to_json()["epsilon_worst_case"] > 3000),  # README: OME at lambda 100 is 3451-LDP
+    ("docs/design.md", "from fl_privtext.data"): lambda ns: len(ns["ds"]) == 2960,
+    ("docs/design.md", "from fl_privtext.extract"): lambda ns: (
+        ns["X"].shape == (2, 50) and ns["feats"].shape == (6, 50) and not ns["feats"].flags.writeable),
+    ("docs/design.md", "from fl_privtext.ondevice"): lambda ns: (
+        ns["counts"].shape == (2, 2) and 0 <= ns["summary"]["accuracy"] <= 1),
+    ("docs/extractors.md", "from fl_privtext.extract"): lambda ns: (
+        ns["X"].shape == (2, 100) and ns["feats"].shape == (6, 50)),  # pairs: [mean(a), mean(b)]
+    ("docs/extractors.md", "feats = extract_cached"): lambda ns: ns["cache"].metadata(ns["key"]) is not None,
+    ("docs/mechanisms.md", "from fl_privtext.privacy"): lambda ns: ns["y"].shape == (4, ns["mech"].output_dim),
+    ("docs/privacy.md", "from fl_privtext.privacy"): lambda ns: (
+        ns["y"].shape == (4, 384) and ns["y"].dtype == np.float32),
 }
 
 NOTEBOOK = ("docs/quickstart.ipynb", "tests/test_notebook.py::test_quickstart_notebook_runs_under_a_real_kernel")
@@ -242,29 +264,50 @@ def _cli(cmd: str) -> tuple[int, str, str]:
 # ---- the table ---------------------------------------------------------------------------------------------------
 
 
+def _drift(found: dict[Any, Any], table: dict[Any, Any]) -> tuple[list[Any], list[Any]]:
+    """(in the docs but not in the table, in the table but not in the docs)."""
+    return sorted(set(found) - set(table)), sorted(set(table) - set(found))
+
+
 def test_every_doc_command_is_listed():
     found = doc_commands()
-    new = sorted(set(found) - set(COMMANDS))
-    stale = sorted(set(COMMANDS) - set(found))
+    new, stale = _drift(found, COMMANDS)
     assert not new, ("commands in the docs that no test runs: add each to COMMANDS in tests/docs/"
                      f"test_docs_commands.py (run it, or say why not and which test covers it): "
                      f"{[(c, found[c]) for c in new]}")
     assert not stale, f"COMMANDS lists commands the docs no longer hold (remove them): {stale}"
-    py = python_blocks()
-    assert not sorted(set(py) - set(PYTHON)), f"python blocks no test runs: add them to PYTHON: " \
-                                             f"{sorted(set(py) - set(PYTHON))}"
-    assert not sorted(set(PYTHON) - set(py)), f"PYTHON lists blocks the docs no longer hold: " \
-                                             f"{sorted(set(PYTHON) - set(py))}"
+    new, stale = _drift(python_blocks(), PYTHON)
+    assert not new, f"python blocks in the docs that no test runs: add each to PYTHON: {new}"
+    assert not stale, f"PYTHON lists blocks the docs no longer hold (remove them): {stale}"
+
+
+def test_the_extraction_finds_a_new_command_and_a_stale_entry(tmp_path):
+    """The known-bad variants: a command added to a page is found (joined, uncommented, split at &&, with its
+    heredoc), and a table entry whose command left the docs is reported."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("```bash\nfl-privtext run  # the main job\n```\n")
+    (tmp_path / "docs" / "new.md").write_text(
+        "text\n```bash\n# a comment line\nfl-privtext run --set a=1 \\\n    --set b='x # y'   # why\n"
+        "mkdir -p d && cat > d/p.toml <<'TOML'\n[privacy]\nepsilon = 1.0\nTOML\n```\n"
+        "```python\n# setup\nimport fl_privtext  # the API\n```\n```\nfl-privtext diagram\n```\n")
+    found = doc_commands(tmp_path)
+    assert list(found) == ["fl-privtext run", "fl-privtext run --set a=1 --set b='x # y'", "mkdir -p d",
+                           "cat > d/p.toml <<'TOML'\n[privacy]\nepsilon = 1.0\nTOML"]
+    assert found["mkdir -p d"] == ["docs/new.md:2"]
+    table = {"fl-privtext run": (SKIPPED, "x", "y"), "fl-privtext sweep gone.toml": (SKIPPED, "x", "y")}
+    new, stale = _drift(found, table)
+    assert new == sorted(set(found) - {"fl-privtext run"}) and stale == ["fl-privtext sweep gone.toml"]
+    assert list(python_blocks(tmp_path)) == [("docs/new.md", "import fl_privtext")]
 
 
 def test_covering_tests_exist_and_untagged_blocks_hold_no_code():
     named = [v[2] for v in COMMANDS.values()] + [v[2] for v in PYTHON.values() if v[2]] + [NOTEBOOK[1]]
-    for ref in named:
-        if "::" not in ref:
-            continue
+    for ref in (r for refs in named for r in refs.split(" + ") if "::" in r):
         path, name = ref.split("::")
         assert f"def {name}(" in (ROOT / path).read_text(), f"{ref}: no such test"
     assert all(how in (E2E, RUN, VALIDATED, SKIPPED) and why for how, why, _ in COMMANDS.values())
+    for file, start in PROMISES:  # each promise checks a block that is run here
+        assert [k for k, v in PYTHON.items() if k[0] == file and k[1].startswith(start) and v[0] == RUN], start
     code = ("fl-privtext ", "flwr ", "python ", "pip ", "import ", "from fl_privtext", "fl_privtext.", "sweep = ")
     for b in blocks():  # a block without a language tag is a diagram or an output sample, never a command
         if b.lang in ("", "text"):
@@ -461,8 +504,8 @@ def test_sweeps_validate_and_list(workdir):
     from fl_privtext.preflight import check_point
 
     where = {"root": ROOT, "tmp": workdir, "data": ""}
-    nb_params = json.loads((ROOT / NOTEBOOK[0]).read_text())["cells"][1]
-    assert "parameters" in nb_params["metadata"].get("tags", [])
+    cells = json.loads((ROOT / NOTEBOOK[0]).read_text())["cells"]
+    [nb_params] = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
     notebook: dict[str, Any] = {}
     exec("".join(nb_params["source"]), notebook)  # noqa: S102 - the notebook's own parameters: its sweep file
     files = {"configs/quickstart_frontier.toml": ({}, True), "configs/sweep_epsilon.toml": ({}, True),
@@ -550,6 +593,9 @@ def test_python_block_runs(key, tmp_path, monkeypatch, data_root):
 
     text = _substitute(block.text, root=ROOT, tmp=tmp_path, data=data_root, minilm=default_model_dir())
     exec(compile(text, f"{block.file}:{block.line}", "exec"), namespace)  # noqa: S102 - the documented block, its placeholders bound
+    for (file, start), promise in PROMISES.items():
+        if key[0] == file and key[1].startswith(start):
+            assert promise(namespace), f"{block.file}:{block.line}: the block ran but does not do what it says"
     if key[1] == "class Extractor(Protocol):":
         from fl_privtext.extract import Extractor
 
