@@ -393,7 +393,12 @@ class SweepSpec:
         return out
 
     def label(self, cfg: ExperimentConfig, *, skip: Iterable[str] = ()) -> str:
+        """The point's grid values (``epsilon=2 mechanism=duchi``), as the progress lines and ``--list`` print them.
+        A no-privacy point (mechanism ``none``) shows ``epsilon=inf``: it carries the default epsilon, which its
+        mechanism ignores, and ``epsilon=1`` would read as a private point."""
         flat = cfg.to_flat()
+        if cfg.privacy.mechanism == "none":
+            flat["privacy.epsilon"] = math.inf
         return " ".join(f"{k.split('.')[-1]}={_short(flat.get(k))}" for k in self.grid if k not in set(skip))
 
 

@@ -53,6 +53,20 @@ def test_sweep_file_gives_the_grid_product_with_fixed_and_top_level_keys(tmp_pat
     assert spec.label(points[1]) == "mechanism=laplace-l1 epsilon=2"
 
 
+def test_the_no_privacy_point_is_labelled_epsilon_inf_not_the_default_epsilon(tmp_path):
+    # the added reference point carries the default epsilon (1), which mechanism `none` ignores: the progress line
+    # and --list must not print it as "epsilon=1", a private point's label
+    path = tmp_path / "s.toml"
+    path.write_text(SWEEP_TOML)
+    spec = sweep.SweepSpec.load(path)
+    points = spec.points()
+    (base,) = sweep.with_baselines(points)[len(points):]
+    assert base.privacy.mechanism == "none" and base.privacy.epsilon == 1.0  # what the label used to print
+    assert spec.label(base) == "mechanism=none epsilon=inf"
+    assert spec.label(points[0]) == "mechanism=laplace-l1 epsilon=0.5"  # private points keep their epsilon
+    assert spec.label(base, skip=("privacy.epsilon",)) == "mechanism=none"
+
+
 @pytest.mark.parametrize("text,needle", [
     ("[fixed]\n\"privacy.epsilon\" = 1.0\n", "needs a [grid] table"),
     ("[grid]\n\"privacy.epsilon\" = 1.0\n", "must be a non-empty list"),
