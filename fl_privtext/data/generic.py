@@ -212,6 +212,20 @@ def _is_int(v: Any) -> bool:
     return False
 
 
+def _refuse_mixed(file: Path, what: str, values: Sequence[Any], escape: str) -> None:
+    """ValueError (one line) when a class column holds integer values beside text values, e.g. ``0``/``1`` with
+    ``neg``/``pos``: two encodings of the same classes, which would silently become 4 classes. ``escape`` names
+    the option that says they really are distinct classes."""
+    ints = sorted({str(v).strip() for v in values if _is_int(v)}, key=_sort_key_str)
+    texts = sorted({str(v).strip() for v in values if not _is_int(v)}, key=_sort_key_str)
+    if ints and texts:
+        def show(xs: list[str]) -> str:
+            return "{" + ", ".join(repr(x) for x in xs[:6]) + (", ..." if len(xs) > 6 else "") + "}"
+
+        raise ValueError(f"{file}: {what} mixes integer and text labels ({show(ints)} with {show(texts)}); use one "
+                         f"encoding, or {escape}.")
+
+
 def load_csv(
     *,
     path: str | os.PathLike[str] | None = None,
@@ -239,10 +253,12 @@ def load_csv(
     - `text` (and `text_pair` for pair tasks): text columns. Empty texts are kept.
     - `label`: task label column or None (label -1). `label_type` "int": integers (indices into `label_names` when
       given, else classes = the sorted distinct integers); "str": class names (`label_names` fixes their order, else
-      sorted); "auto": "int" if every value is an integer, else "str".
+      sorted); "auto": "int" if every value is an integer, else "str"; a column mixing integers and text (``0``/``1``
+      with ``neg``/``pos``) is refused unless ``label_type`` "str" or ``label_names`` says what the classes are.
     - `attributes`: categorical private attributes, "a,b" (attribute named like its column) or "name=column,...";
       `multilabel_attributes`: columns holding `multilabel_sep`-joined class names (CSV) or JSON lists (JSONL);
-      `attribute_classes` optionally fixes an attribute's class list (values outside it are errors).
+      `attribute_classes` optionally fixes an attribute's class list (values outside it are errors; without it, a
+      categorical column mixing integers and text is refused, as for labels).
     - `user`: user id column (None: each row its own user); `split`: source split column (None: "all").
     - `format` csv|tsv|jsonl (default from the suffix), `delimiter` (default "," / TAB), `quoting` "minimal" (standard
       CSV quotes) or "none", `encoding` (default utf-8-sig: a byte-order mark is dropped), `header` False: columns are
@@ -344,6 +360,8 @@ def load_csv(
         kind = label_type
         if kind == "auto":
             kind = "int" if all(_is_int(v) for v in raw_labels) else "str"
+            if kind == "str" and names_given is None:
+                _refuse_mixed(file, f"column {label!r}", raw_labels, 'label_type="str" if all of them are class names')
         if kind == "int":
             ints = [int(v.strip()) if isinstance(v, str) else int(v) for v in raw_labels]
             if names_given is not None:
@@ -383,6 +401,9 @@ def load_csv(
     attrs: list[tuple[AttributeSpec, np.ndarray]] = []
     for a, c in cat_map.items():
         vals = cat_raw[a]
+        if a not in fixed_classes:
+            _refuse_mixed(file, f"column {c!r} (attribute {a!r})", vals,
+                          "attribute_classes (its class list) if all of them are distinct classes")
         classes = fixed_classes.get(a) or tuple(sorted(set(vals), key=_sort_key_str))
         pos_a = {v: i for i, v in enumerate(classes)}
         codes = []

@@ -164,3 +164,32 @@ def test_missing_file_and_bad_options(tmp_path, monkeypatch):
         load_dataset("csv", path=str(p), text="review", label="stars", label_type="float")
     with pytest.raises(ValueError, match="cannot tell the format"):
         load_dataset("csv", path=str(write(tmp_path, "r.dat", CSV)))
+
+
+def test_a_column_mixing_integer_and_text_labels_is_refused_in_one_line(tmp_path):
+    # 0/1 beside neg/pos: two encodings of one binary label, which "auto" used to read as 4 classes
+    p = write(tmp_path, "reviews.csv", "text,label,sex\na,0,F\nb,1,M\nc,pos,F\nd,neg,M\n")
+    with pytest.raises(ValueError) as exc:
+        load_dataset("csv", path=str(p), label="label")
+    msg = str(exc.value)
+    assert "\n" not in msg and "reviews.csv" in msg
+    assert "column 'label' mixes integer and text labels ({'0', '1'} with {'neg', 'pos'}); use one encoding" in msg
+    j = write(tmp_path, "reviews.jsonl", "".join(json.dumps({"text": t, "label": v}) + "\n"
+                                                 for t, v in [("a", 0), ("b", 1), ("c", "pos"), ("d", "neg")]))
+    with pytest.raises(ValueError, match=r"column 'label' mixes integer and text labels \({'0', '1'} with"):
+        load_dataset("csv", path=str(j), label="label")
+    # saying they are four class names is the way through; one encoding loads as before
+    assert load_dataset("csv", path=str(p), label="label", label_type="str").label_names == ("0", "1", "neg", "pos")
+    ok = write(tmp_path, "ok.csv", "text,label\na,neg\nb,pos\n")
+    assert load_dataset("csv", path=str(ok), label="label").label_names == ("neg", "pos")
+
+
+def test_an_attribute_column_mixing_integer_and_text_values_is_refused(tmp_path):
+    p = write(tmp_path, "r.csv", "text,label,sex\na,0,0\nb,1,1\nc,0,F\nd,1,M\n")
+    with pytest.raises(ValueError, match=r"column 'sex' \(attribute 'gender'\) mixes integer and text labels "
+                                         r"\({'0', '1'} with {'F', 'M'}\)") as exc:
+        load_dataset("csv", path=str(p), label="label", attributes="gender=sex")
+    assert "\n" not in str(exc.value) and "r.csv" in str(exc.value)
+    ds = load_dataset("csv", path=str(p), label="label", attributes="gender=sex",
+                      attribute_classes={"gender": ["0", "1", "F", "M"]})  # declared: four classes on purpose
+    assert ds.attribute_spec("gender").classes == ("0", "1", "F", "M")

@@ -60,3 +60,11 @@ def test_bad_columns_empty_and_missing_paths_are_one_line_errors(tmp_path):
         load_dataset("hf", path=str(tmp_path / "notes.txt"))
     with pytest.raises(ValueError, match="needs the option path"):
         load_dataset("hf")
+
+
+def test_a_label_column_mixing_integer_and_text_labels_is_refused(tmp_path):
+    rows = [{**r, "stars": s} for r, s in zip(ROWS, ["1", "0", "pos", "neg"])]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "d.parquet"))
+    with pytest.raises(ValueError, match=r"d.parquet: column 'stars' mixes integer and text labels "
+                                         r"\({'0', '1'} with {'neg', 'pos'}\); use one encoding"):
+        load_dataset("hf", path=str(tmp_path / "d.parquet"), **OPTIONS)
