@@ -443,6 +443,9 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
     metadata = {**metadata, "extract_seconds": round(time.perf_counter() - t0, 3)}
     if stats:
         metadata["extract_stats"] = stats
+    if stats.get("empty_texts"):  # once per dataset (the users' texts), not per chunk or per extract() call
+        log.warning("%s: %d of %d texts have no known token; they get the zero vector.", extractor.name,
+                    stats["empty_texts"], stats.get("texts", n))
     return cache.store_parts(key, paths, metadata)
 
 

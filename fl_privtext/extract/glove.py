@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import html
 import itertools
-import logging
 import re
 import threading
 from collections.abc import Sequence
@@ -26,8 +25,6 @@ import fl_privtext
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
 from fl_privtext.progress import progress_bar
-
-log = logging.getLogger(__name__)
 
 TOKENIZER_VERSION = "glove-tok-1"  # bump whenever normalize_text / tokenize change their output
 CODE_VERSION = "glove-mean-1"  # bump whenever the pooling code changes its output
@@ -386,10 +383,7 @@ class GloveExtractor:
             sum(s.tokens for s in st),
             sum(s.oov_tokens for s in st),
         )
-        if self.last_stats.empty_texts:
-            log.warning(
-                "glove: %d of %d texts have no known token; they get the zero vector.",
-                self.last_stats.empty_texts,
-                self.last_stats.texts,
-            )
+        # No warning here: extract() also embeds texts that are not the users' (the inversion attack's vocabulary,
+        # one word at a time, and any chunk of a dataset); the dataset's extraction (cache.extract_cached) reports
+        # the users' texts without a known token once, from these counts summed over its chunks.
         return feats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -49,13 +50,34 @@ def test_oov_tokens_are_skipped(glove: GloveExtractor) -> None:
 def test_empty_and_all_oov_texts_get_zero_vector_and_are_counted(
     glove: GloveExtractor, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="fl_privtext.extract.glove"):
+    with caplog.at_level(logging.WARNING):
         x = glove.extract(["", "   ", "qzxqzxvvq", "<b></b>", "cat"], progress=False)
     np.testing.assert_array_equal(x[:4], 0.0)
     np.testing.assert_array_equal(x[4], row("cat"))
     assert glove.last_stats is not None and glove.last_stats.empty_texts == 4
-    assert "4 of 5 texts have no known token" in caplog.text
     assert glove.extract([], progress=False).shape == (0, 50)
+    # extract() itself is silent: it also embeds the inversion attack's vocabulary (one word at a time), which is
+    # not the users' texts; the dataset's extraction reports them (next test)
+    assert "no known token" not in caplog.text
+
+
+def test_no_known_token_is_reported_once_for_the_users_texts_not_for_the_attack_vocabulary(
+    glove: GloveExtractor, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fl_privtext.extract import extract_cached
+
+    from .conftest import TinyDataset
+
+    vocabulary = ["cat", "the", "qzxqzxvvq", ",", "zzyzxq"]  # what pipeline's word_vectors hands the inversion attack
+    with caplog.at_level(logging.WARNING):
+        glove.extract(vocabulary, progress=False)
+    assert glove.last_stats is not None and glove.last_stats.empty_texts == 2
+    assert "no known token" not in caplog.text
+    users = TinyDataset(["", "the cat", "qzxqzxvvq", "a dog", "<b></b>", "ok", "zzyzxq"])
+    with caplog.at_level(logging.WARNING):
+        extract_cached(users, glove, tmp_path, progress=False, chunk_rows=2)  # 4 chunks, one line
+    lines = [r.getMessage() for r in caplog.records if "no known token" in r.getMessage()]
+    assert lines == ["glove: 4 of 7 texts have no known token; they get the zero vector."]
 
 
 @pytest.mark.parametrize(
