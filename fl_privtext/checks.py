@@ -19,10 +19,12 @@ def check_output(output: str | os.PathLike[str]) -> Path:
     check leaves no empty directory behind)."""
     out = Path(output).expanduser().absolute()
     probe = out
-    while not probe.exists():
+    while not os.path.lexists(probe):
         probe = probe.parent
     problem = None
-    if not probe.is_dir():
+    if probe.is_symlink() and not probe.exists():
+        problem = f"{probe} is a symbolic link to {os.readlink(probe)}, which does not exist"
+    elif not probe.is_dir():
         problem = f"{probe} is not a directory"
     elif not os.access(probe, os.W_OK | os.X_OK):
         problem = f"{probe} is not writable"

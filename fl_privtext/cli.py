@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
+
+from fl_privtext.rundir import INCOMPLETE_STATUS, WriteError, collect, describe
+
+# OSErrors that are about writing a file (a full disk, a quota, a read-only or forbidden place): one line naming it
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _parse_sets(items: Sequence[str]) -> dict[str, str]:
@@ -66,10 +72,24 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exit status: 0 done; 2 a bad command line, configuration or input (one line on stderr); 1 a file that
+    could not be written (one line naming it); 3 finished, but some artifact (a plot, summary.md, table.md) was
+    not written: each was a warning, and the last line says so (fl_privtext.rundir)."""
     args = _build_parser().parse_args(argv)
     _COMMAND[0] = args.command
     if args.command in ("run", "sweep") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)  # handled at once, whatever thread or library is running
+    with collect() as unwritten:
+        status = _main(args)
+    if status == 0 and unwritten:
+        names = ", ".join(os.path.basename(u["file"]) for u in unwritten)
+        print(f"fl-privtext {args.command}: incomplete: {len(unwritten)} file(s) not written ({names}; reasons "
+              "above); everything else was written", file=sys.stderr)
+        return INCOMPLETE_STATUS
+    return status
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         sets = _parse_sets(getattr(args, "set", []))
         if args.command == "privacy-report":
@@ -105,6 +125,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except WriteError as exc:
+        print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS or not exc.filename:
+            raise
+        print(f"fl-privtext {args.command}: error: {describe(exc.filename, exc)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         _interrupted(args.command, str(exc))
     return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fl_privtext.display import fmt_epsilon
+from fl_privtext.rundir import report_unwritten
 
 RUN_PLOT = "privacy_utility.png"
 FRONTIER_TASK = "frontier_task.png"
@@ -158,7 +159,7 @@ def summary_section(results: dict[str, Any], out_dir: str | Path) -> str:
     try:
         path = run_plot(results, Path(out_dir) / RUN_PLOT)
     except Exception as exc:  # noqa: BLE001 - a plot must not lose a finished run
-        return f"\n_No privacy-utility plot: {type(exc).__name__}: {exc}._\n"
+        return f"\n_No privacy-utility plot: {report_unwritten(Path(out_dir) / RUN_PLOT, exc)}._\n"  # warns
     return (f"\n## Privacy-utility\n\n![privacy-utility plot]({path.name})\n\n"
             "Task and attacker accuracy at the TRUE worst-case epsilon (log axis). Task: circle = per upload (the "
             "server classifies noisy uploads), diamond = on device, exact (the shipped model on the test users' "

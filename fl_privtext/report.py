@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
 from fl_privtext.rng import generator
+from fl_privtext.rundir import keep_going, make_dir, unwritten, write_atomic
 
 SCHEMA_VERSION = 2  # results.json layout; bumped when keys change meaning
 
@@ -778,8 +777,8 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
         results["baseline"] = {"federation": "not computed", "reason": baseline_skipped}
     results["warnings"] = warnings_for(results)
     out = Path(output) if output else Path("runs") / time.strftime("%Y%m%d-%H%M%S")
-    out.mkdir(parents=True, exist_ok=True)
-    _write_atomic(out / "config.toml", published_toml(cfg))
+    make_dir(out)
+    keep_going(out / "config.toml", lambda: _write_atomic(out / "config.toml", published_toml(cfg)))
     text = table(results)
     note = results["privacy"].get("published_claim_note")
     summary = f"# fl_privtext run\n\n```\n{text}\n```\n"
@@ -798,8 +797,10 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
     alarm = next((ln for ln in text.splitlines() if ln.startswith("!!! PRIVACY VIOLATION")), None)
     if alarm:
         summary = f"# fl_privtext run\n\n**{alarm.strip('! ')}**\n" + summary.removeprefix("# fl_privtext run\n")
-    _write_atomic(out / "summary.md", summary)
-    _write_atomic(out / "results.json", json.dumps(results, indent=2))  # last: its presence means a complete run
+    keep_going(out / "summary.md", lambda: _write_atomic(out / "summary.md", summary))
+    if unwritten():  # reported on stderr as they failed; the command ends "incomplete" (fl_privtext.rundir)
+        results["incomplete"] = unwritten()
+    _write_atomic(out / "results.json", json.dumps(results, indent=2))  # last: its presence means a finished run
     if echo:
         print(text)
         for w in results["warnings"]:
@@ -811,13 +812,5 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Write a temp file beside ``path`` and rename it: an interrupted run never leaves a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """`fl_privtext.rundir.write_atomic`: no half-written file; a failure is one line naming the file."""
+    write_atomic(path, text)

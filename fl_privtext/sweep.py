@@ -35,7 +35,6 @@ import io
 import itertools
 import json
 import math
-import os
 import sys
 import time
 import tomllib
@@ -134,14 +133,12 @@ def _hash(flat: dict[str, Any]) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)  # atomic: a killed sweep never leaves half a file behind
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    """Atomic (a killed sweep never leaves half a file behind); a failure is one line naming the file
+    (`fl_privtext.rundir.write_atomic`)."""
+    from fl_privtext.rundir import make_dir, write_atomic
+
+    make_dir(path.parent, "directory")
+    write_atomic(path, text)
 
 
 class Store:
@@ -533,6 +530,7 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
     """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
     from fl_privtext import plots
     from fl_privtext.report import prior_baseline
+    from fl_privtext.rundir import keep_going, report_unwritten
 
     rows, plot_rows, missing = [], [], 0
     grid_keys = {point_key(c) for c in points}
@@ -562,13 +560,18 @@ def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: St
     _write_atomic(out / "table.csv", to_csv(rows))
     md = markdown(rows)
     total = len(with_baselines(points))
-    _write_atomic(out / "table.md", f"# sweep {spec.source}\n\n{len(rows)} of {total} points finished.\n\n"
-                                    f"{md}\n\nepsilon_worst_case is the TRUE worst-case epsilon per upload; "
-                                    "the frontier plots use it on their x axis.\n")
+    keep_going(out / "table.md", lambda: _write_atomic(
+        out / "table.md", f"# sweep {spec.source}\n\n{len(rows)} of {total} points finished.\n\n{md}\n\n"
+                          "epsilon_worst_case is the TRUE worst-case epsilon per upload; the frontier plots use it on "
+                          "their x axis.\n"))
     figures: list[str] = []
     note = ""
     if rows and plots.available():
-        figures = [str(p) for p in plots.frontier(plot_rows, out)]
+        try:
+            figures = [str(p) for p in plots.frontier(plot_rows, out)]
+        except Exception as exc:  # noqa: BLE001 - the table is written; a plot must not lose it
+            note = "no frontier plots: " + report_unwritten(getattr(exc, "filename", None) or out / plots.FRONTIER_TASK,
+                                                            exc)
     elif rows:
         note = f"no frontier plots: {plots.MISSING}"
     return {"rows": rows, "markdown": md, "missing": missing, "plots": figures, "note": note}
@@ -586,10 +589,9 @@ def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str 
     out = Path(output or spec.output or Path("sweeps") / stem)
     points = spec.points({**(sets or {}), "run.progress": "false"})  # one bar over points; no nested bars
     store = Store(out / "points")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"The sweep output directory {out} cannot be created ({exc.strerror}).") from None
+    from fl_privtext.rundir import make_dir
+
+    make_dir(out, "sweep output directory")
     if spec.source:
         _write_atomic(out / "sweep.toml", Path(spec.source).read_text())
     try:

@@ -63,3 +63,27 @@ def test_a_violation_is_flagged_in_results_and_summary(world, tmp_path):
     assert on_disk["attacks_extra"]["reidentification"]["violation"] is True
     summary = (tmp_path / "summary.md").read_text()
     assert summary.splitlines()[2].startswith("**PRIVACY VIOLATION")
+
+
+def test_a_plot_the_disk_has_no_room_for_is_reported_and_a_results_json_that_fails_is_one_line(world, tmp_path,
+                                                                                              monkeypatch, capsys):
+    import pytest
+
+    from fl_privtext.rundir import RESULTS_FILE, WriteError, collect
+    from tests.test_rundir import full_disk, no_room_for_plots
+
+    pytest.importorskip("matplotlib")
+    cfg = config()
+    point = _point(world, make_mechanism("laplace-l1", epsilon=2.0), cfg)
+    no_room_for_plots(monkeypatch)
+    with collect() as found:
+        report.finalize(point, cfg, total_s=1.0, output=tmp_path / "a", echo=False)
+    reason = f"no space left on device writing {tmp_path}/a/privacy_utility.png"
+    assert f"warning: privacy_utility.png not written: {reason}" in capsys.readouterr().err
+    on_disk = json.loads((tmp_path / "a" / RESULTS_FILE).read_text())
+    assert on_disk["incomplete"] == found == [{"file": f"{tmp_path}/a/privacy_utility.png", "reason": reason}]
+    assert reason in (tmp_path / "a" / "summary.md").read_text()
+    full_disk(monkeypatch, f".{RESULTS_FILE}.")
+    with pytest.raises(WriteError, match=f"^no space left on device writing {tmp_path}/b/{RESULTS_FILE}$"):
+        report.finalize(point, cfg, total_s=1.0, output=tmp_path / "b", echo=False)
+    assert not (tmp_path / "b" / RESULTS_FILE).exists()
