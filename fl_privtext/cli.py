@@ -129,9 +129,10 @@ def _main(args: argparse.Namespace) -> int:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        if exc.errno not in _WRITE_ERRNOS or not exc.filename:
+        if exc.errno not in _WRITE_ERRNOS:
             raise
-        print(f"fl-privtext {args.command}: error: {describe(exc.filename, exc)}", file=sys.stderr)
+        # a write outside rundir (a log, the trackers, the feature cache) on a full disk: still one line
+        print(f"fl-privtext {args.command}: error: {describe(exc.filename or 'the run files', exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         _interrupted(args.command, str(exc))

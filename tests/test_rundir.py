@@ -157,3 +157,13 @@ def test_collect_lists_what_was_reported_unwritten(tmp_path, capsys):
                                          "reason": f"cannot write {tmp_path}/no/x.md: No such file or directory"}]
     assert unwritten() == []
     assert "warning: x.md not written: cannot write" in capsys.readouterr().err
+
+
+def test_a_full_disk_anywhere_else_in_a_command_is_one_line_not_a_traceback(monkeypatch, capsys):
+    # e.g. metrics.jsonl or the feature cache, written outside rundir: the OS error still ends in one line
+    def ledger(directory: str, *, as_json: bool) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/runs/x/metrics.jsonl")
+
+    monkeypatch.setattr(cli, "_ledger", ledger)
+    assert cli.main(["ledger", "/runs/x/clients"]) == 1
+    assert capsys.readouterr().err == "fl-privtext ledger: error: no space left on device writing /runs/x/metrics.jsonl\n"
