@@ -5,11 +5,13 @@ cannot be written is a warning and the command ends "incomplete" (not 0)."""
 from __future__ import annotations
 
 import errno
+import io
 import os
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from fl_privtext import cli, sweep
@@ -159,11 +161,20 @@ def test_collect_lists_what_was_reported_unwritten(tmp_path, capsys):
     assert "warning: x.md not written: cannot write" in capsys.readouterr().err
 
 
-def test_a_full_disk_anywhere_else_in_a_command_is_one_line_not_a_traceback(monkeypatch, capsys):
-    # e.g. metrics.jsonl or the feature cache, written outside rundir: the OS error still ends in one line
-    def ledger(directory: str, *, as_json: bool) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/runs/x/metrics.jsonl")
+def test_a_full_disk_anywhere_else_in_a_command_is_one_line_not_a_traceback(monkeypatch, capsys, tmp_path):
+    # e.g. a command's own output, metrics.jsonl or the feature cache, written outside rundir: the OS error still
+    # ends in one line. The OS is what is faked: standard output on a full disk (`fl-privtext ledger DIR > file`)
+    class FullDisk(io.StringIO):
+        name = "/runs/x/ledger.txt"
 
-    monkeypatch.setattr(cli, "_ledger", ledger)
-    assert cli.main(["ledger", "/runs/x/clients"]) == 1
-    assert capsys.readouterr().err == "fl-privtext ledger: error: no space left on device writing /runs/x/metrics.jsonl\n"
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.name)
+
+    from fl_privtext.client import Ledger
+
+    Ledger(tmp_path, 0, "entry").release("k", 1.0, lambda _spent: ({"x": np.zeros(1)}, np.array([5]), 0.5))
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", FullDisk())
+    monkeypatch.setattr(sys, "stderr", err)
+    assert cli.main(["ledger", str(tmp_path)]) == 1
+    assert err.getvalue() == "fl-privtext ledger: error: no space left on device writing /runs/x/ledger.txt\n"
