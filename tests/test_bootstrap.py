@@ -59,12 +59,50 @@ def test_seeds_are_crossed_with_users_not_nested():
 
 
 def test_seed_variation_widens_the_interval():
-    # every user equally accurate within a seed, the seeds apart: the interval spans the seeds' accuracies
+    # every user equally accurate within a seed, the seeds apart: no user variance, so the interval is the seeds'
+    # Student t interval, mean 0.7 +- t_2(0.975) * 0.2 / sqrt(3) = 0.7 +- 0.497, clipped to [0, 1]
     users = np.repeat(np.arange(50), 10)
     per_seed = [UserCounts(np.arange(50), np.full(50, 10), np.full(50, k)) for k in (5, 7, 9)]
     lo, hi = counts_bootstrap(per_seed, generator(0, "boot"))
-    assert lo < 0.6 and hi > 0.8 and 0.5 <= lo and hi <= 0.9
+    assert lo == pytest.approx(0.7 - 4.302653 * 0.2 / np.sqrt(3), abs=1e-5) and hi == 1.0
     assert user_counts(np.ones(len(users), bool), users).accuracy == 1.0
+
+
+def _seed_dominated(g: np.random.Generator, seeds: int = 3) -> list[UserCounts]:
+    """Per-seed counts of 200 users x 20 records whose accuracy in a seed is 0.7 + that seed's N(0, 0.06) effect
+    (the mechanism's noise and the server's training: the same users, another model)."""
+    out = []
+    for _ in range(seeds):
+        p = TRUE_ACCURACY + g.normal(0.0, 0.06)
+        out.append(UserCounts(np.arange(200), np.full(200, 20), g.binomial(20, p, size=200)))
+    return out
+
+
+def _percentile_over_seeds(per_seed: list[UserCounts], g: np.random.Generator, n_boot: int = 500
+                           ) -> tuple[float, float]:
+    """The known-bad variant (this module before): seeds resampled with replacement in each replicate."""
+    n = np.stack([s.n for s in per_seed]).astype(float)  # (S, U)
+    c = np.stack([s.correct for s in per_seed]).astype(float)
+    users = n.shape[1]
+    draws = g.integers(users, size=(n_boot, users)) + users * np.arange(n_boot)[:, None]
+    w = np.bincount(draws.ravel(), minlength=n_boot * users).reshape(n_boot, users).astype(float)
+    acc = (w @ c.T) / (w @ n.T)  # (B, S)
+    stats = np.take_along_axis(acc, g.integers(len(per_seed), size=acc.shape), axis=1).mean(axis=1)
+    lo, hi = np.quantile(stats, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def test_three_seeds_covered_at_the_nominal_rate_where_a_percentile_bootstrap_over_seeds_is_not():
+    ours = bad = 0
+    for d in range(DATASETS):
+        per_seed = _seed_dominated(generator(11, "data", d))
+        lo, hi = counts_bootstrap(per_seed, generator(11, "boot", d), n_boot=500)
+        ours += lo <= TRUE_ACCURACY <= hi
+        lo, hi = _percentile_over_seeds(per_seed, generator(11, "bad", d))
+        bad += lo <= TRUE_ACCURACY <= hi
+    print(f"coverage at a nominal 95%: ours {ours / DATASETS:.3f}, percentile over seeds {bad / DATASETS:.3f}")
+    assert ours / DATASETS >= 0.92, ours / DATASETS
+    assert bad / DATASETS < 0.82, bad / DATASETS
 
 
 def test_bad_inputs_are_refused():
