@@ -4,8 +4,8 @@ after a refactor.
 The points, each small (3 clients, as SecAgg+ needs more than 2 shares; few epochs) and in the reproducible mode
 (``run.client-seed`` set: the clients' noise is drawn from the run's seed, simulation only), are served through
 ONE Flower simulation (one Ray start): (a) the default data with laplace-l1, (b) a secure-aggregation point
-(``server.aggregate = secagg``), (c) a sweep point with Phase A (``train.*``: federated training of the client-side encoder, then Phase B). Each point's
-results.json is written by the same code as ``fl-privtext run`` (``report.finalize``) and compared with
+(``server.aggregate = secagg``), (c) a sweep point with Phase A (``train.*``: federated training of the
+client-side encoder, then Phase B). Each point's results.json is written by the same code as ``fl-privtext run`` (``report.finalize``) and compared with
 tests/data/golden/<name>.json. Regenerate them (after a deliberate change of results, never to make a refactor
 pass): ``FL_PRIVTEXT_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py``.
 
@@ -13,7 +13,7 @@ Excluded keys, and why (nothing else is excluded):
 - ``EXCLUDED_KEYS`` anywhere in the tree: wall times, dates, versions, commits, paths and the simulation's
   fixed costs, which differ from run to run or machine to machine by nature.
 - ``EXCLUDED_SUFFIXES``: any key ending in ``_s`` (seconds) or ``_seconds``.
-- ``EXCLUDED_PATHS``: ``config.extractor.cache-dir`` (the test session's temporary cache directory),
+- ``EXCLUDED_PATHS``: ``config.extractor.cache-dir`` (where the cache lies: a machine's path, not a result),
   ``provenance.extractor.package`` (the package's version) and ``federation.placement`` (Ray's and Flower's node ids).
 - ``EXCLUDED_BY_POINT``: the secagg point's ``federation.bytes_observed`` (SecAgg+'s random keys and shares).
 Each was seen to differ between two runs of the same code (the notes beside them); the settings that make the rest
