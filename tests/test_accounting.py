@@ -20,7 +20,7 @@ def test_eight_records_three_rounds_with_label_rr_cost_sixty():
     users = np.array([0] * 8 + [1] * 2)
     released = np.tile(np.arange(10), 3)  # every record uploaded in each of 3 rounds
     cfg = _cfg(**{"privacy.label-epsilon": 2.0})
-    rep = make_mechanism("laplace-l1", epsilon=0.5).report()
+    rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
     reps, total = charge(users, released, rep, cfg, num_classes=4)
     assert reps.epsilon_of(0) == pytest.approx(8 * 3 * 0.5)  # 12: the representations alone
     assert total.epsilon_of(0) == pytest.approx(8 * 3 * (0.5 + 2))  # 60: labels charged too
@@ -33,7 +33,7 @@ def test_eight_records_three_rounds_with_label_rr_cost_sixty():
 
 def test_labels_in_the_clear_make_the_total_infinite_and_the_table_says_so():
     users = np.array([0, 0, 1])
-    rep = make_mechanism("laplace-l1", epsilon=0.5).report()
+    rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
     out = privacy_summary(rep, _cfg(), users, 2, [np.arange(3)], releases_per_record=1)
     assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"
     assert out["composition"]["per_user"]["max_epsilon_worst_case"] == pytest.approx(1.0)
@@ -52,7 +52,7 @@ def test_labels_in_the_clear_make_the_total_infinite_and_the_table_says_so():
 
 def test_only_released_rows_are_charged_and_every_repetition_composes():
     users = np.array([0, 1, 2, 3])
-    rep = make_mechanism("laplace-l1", epsilon=1.0).report()
+    rep = make_mechanism("laplace-l1", epsilon=1.0, sampler="float").report()
     cfg = _cfg(**{"privacy.label-epsilon": 1.0})
     out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1]), np.array([0, 0, 1, 2])], releases_per_record=1)
     assert out["composition"]["per_user"]["users"] == 3  # user 3 sent nothing in either repetition
@@ -64,7 +64,7 @@ def test_only_released_rows_are_charged_and_every_repetition_composes():
 def test_closed_form_8_records_3_rounds_2_seeds():
     # issue #22: 8 records x 3 rounds x 2 seeds x (0.5 + 2) = 120, basic; the tight figure is below it
     users = np.zeros(8, np.int64)
-    rep = make_mechanism("laplace-l1", epsilon=0.5).report()
+    rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
     cfg = _cfg(**{"privacy.label-epsilon": 2.0, "privacy.epsilon": 0.5})
     rows = np.tile(np.arange(8), 3)
     per_user = privacy_summary(rep, cfg, users, 2, [rows, rows], releases_per_record=3)["composition"]["per_user"]
@@ -73,7 +73,7 @@ def test_closed_form_8_records_3_rounds_2_seeds():
 
 
 def test_tight_composition_of_gaussian_uploads_is_far_below_basic():
-    rep = make_mechanism("gaussian", epsilon=1.0, delta=1e-5, dim=8).report()
+    rep = make_mechanism("gaussian", epsilon=1.0, delta=1e-5, dim=8, sampler="float").report()
     tight = tight_epsilon(rep, None, {"rep": 10}, 0.0, 1e-5)
     assert 2.0 < tight < 5.0  # basic composition says 10 (at delta 1e-4)
     assert tight_epsilon(rep, None, {"rep": 1}, 0.0, 1e-5) == pytest.approx(1.0, rel=0.05)  # one upload: its eps
@@ -81,7 +81,7 @@ def test_tight_composition_of_gaussian_uploads_is_far_below_basic():
 
 def test_phase_a_in_the_clear_makes_the_total_infinite():
     users = np.array([0, 1])
-    rep = make_mechanism("laplace-l1", epsilon=1.0).report()
+    rep = make_mechanism("laplace-l1", epsilon=1.0, sampler="float").report()
     cfg = _cfg(**{"privacy.label-epsilon": 1.0})
     out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1])], 1, phase_a_rows=np.array([0]))
     assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"

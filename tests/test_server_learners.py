@@ -9,6 +9,7 @@ from fl_privtext.privacy import make_mechanism
 from fl_privtext.server import ClassStats, make_learner, noise_variance, select
 from fl_privtext.server.learners import label_rr_matrix
 from fl_privtext.server.noise import NoiseLaw
+from tests.samplers import float_mechanism
 
 D, K = 8, 3
 
@@ -58,10 +59,10 @@ def test_lda_converges_to_the_clean_bayes_rule_under_gaussian_noise(gen):
 def test_the_noise_law_of_the_mechanism_object():
     """Monte Carlo of the mechanism's own privatize/expected: Gaussian sigma^2 (within 10%); PrivUnitG's trace
     equals its closed-form MSE at the clipping norm (within 5%)."""
-    mech = make_mechanism("gaussian", epsilon=1.0, delta=1e-5, clip_norm=1.0)
+    mech = make_mechanism("gaussian", epsilon=1.0, delta=1e-5, clip_norm=1.0, sampler="float")
     var = noise_variance(mech, D, np.zeros(D), np.random.default_rng(1))
     np.testing.assert_allclose(var, mech.noise_std ** 2, rtol=0.1)
-    pug = make_mechanism("privunitg", epsilon=2.0, dim=32)
+    pug = make_mechanism("privunitg", epsilon=2.0, dim=32, sampler="float")
     var = noise_variance(pug, 32, np.zeros(32), np.random.default_rng(2))
     assert var.sum() == pytest.approx(pug.mse(), rel=0.05)
 
@@ -145,7 +146,7 @@ def _empirical_moments(mech, x: np.ndarray, g: np.random.Generator) -> np.ndarra
 ])
 def test_additive_noise_moments_match_a_large_monte_carlo(name, params):
     """Closed-form Cov(noise) = variance I + shared 1 1^T against 200,000 seeded draws (input-independent)."""
-    mech = make_mechanism(name, **params)
+    mech = float_mechanism(name, **params)
     mo = mech.noise_moments()
     assert mo is not None and mo.kind == "additive"
     g = np.random.default_rng(11)
@@ -166,7 +167,7 @@ def test_cap_noise_moments_match_a_large_monte_carlo(name, params):
     """E[u u^T | x] = iso I + rank_one v v^T (v = x / ||x||) against 300,000 seeded draws at one input on the
     clipping sphere; and the trace equals the mechanism's own closed-form MSE (an independent formula)."""
     kw = {"epsilon": 3.0, "dim": 12, "clip_norm": 2.0, **params}
-    mech = make_mechanism(name, **kw)
+    mech = float_mechanism(name, **kw)
     mo = mech.noise_moments()
     assert mo is not None and mo.kind == "cap"
     k, c = 12, 2.0
@@ -187,7 +188,7 @@ def test_the_noise_law_is_exact_where_the_mechanism_gives_its_moments():
     at inputs on the clipping sphere is the closed-form MSE exactly; the secure PrivUnitG falls back to Monte Carlo."""
     from fl_privtext.server.noise import noise_law
 
-    pug = make_mechanism("privunitg", epsilon=2.0, dim=32)
+    pug = make_mechanism("privunitg", epsilon=2.0, dim=32, sampler="float")
     law = noise_law(pug, 32, np.zeros(32), np.random.default_rng(2))
     assert law.method == "closed form" and law.structured
     assert law.variance.sum() == pytest.approx(pug.mse(), rel=1e-12)
@@ -217,7 +218,7 @@ def test_lda_converges_to_the_clean_bayes_rule_under_privunitg(gen):
 
     from fl_privtext.server.noise import noise_law
 
-    mech = make_mechanism("privunitg", epsilon=8.0, dim=D)
+    mech = make_mechanism("privunitg", epsilon=8.0, dim=D, sampler="float")
     errs, broken = [], []
     for n in (5_000, 50_000, 500_000):
         x, y = _sphere_data(n, gen)
@@ -240,7 +241,7 @@ def test_the_clean_variance_is_floored_at_its_standard_error_never_clamped_negat
     exact law at large n the estimate is resolved and within 3 standard errors of the clean inputs' variance."""
     from fl_privtext.server.noise import noise_law
 
-    mech = make_mechanism("privunitg", epsilon=4.0, dim=D)
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=D, sampler="float")
     x, y = _sphere_data(200_000, gen)
     u = mech.privatize(x, gen)
     law = noise_law(mech, D, u.mean(0), gen)
@@ -260,7 +261,7 @@ def test_input_norms_from_public_data_enter_the_cap_law(gen):
     exactly and the noise's trace is a k + b - r2; an r2 outside [0, C^2] is refused."""
     from fl_privtext.server.noise import noise_law
 
-    mech = make_mechanism("privunitg", epsilon=4.0, dim=D)
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=D, sampler="float")
     x, _ = _sphere_data(20_000, gen)
     u = np.asarray(mech.privatize(0.7 * x, gen), np.float64)  # every input at norm 0.7 < C = 1
     second = u.T @ u / len(u)

@@ -13,6 +13,7 @@ from fl_privtext import pipeline
 from fl_privtext.metrics import binomial_interval
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.privacy.mechanisms import NoPrivacy
+from tests.samplers import float_mechanism
 
 from .conftest import config
 
@@ -55,7 +56,7 @@ def test_the_server_learners_as_attackers_without_privacy(world, learner):
 @pytest.mark.parametrize("name,params", [("laplace-l1", {"epsilon": 0.1}),
                                          ("gaussian", {"epsilon": 0.1, "delta": 1e-5})])
 def test_at_tiny_epsilon_every_attack_stays_at_its_baseline_and_under_its_ceiling(world, name, params):
-    attacks, extra = _run(world, make_mechanism(name, **params))
+    attacks, extra = _run(world, float_mechanism(name, **params))
     g = attacks["gender"]
     lo, hi = binomial_interval(g["majority_baseline"], g["num_targets"])
     assert lo <= g["accuracy"] <= hi, g
@@ -114,7 +115,7 @@ def test_a_weak_leak_on_few_known_users_is_reported_with_the_power_of_the_test()
     from .conftest import make_world
 
     prep, x = make_world(users=40, per_user=2, leak=0.05, aux_frac=0.25, seed=3)
-    mech = make_mechanism("laplace-l1", epsilon=0.5)
+    mech = make_mechanism("laplace-l1", epsilon=0.5, sampler="float")
     attacks, _ = pipeline.attack(prep, mech.privatize(x, np.random.default_rng(0)), np.arange(len(x)), 0,
                                  config(**{"attack.extra": False}), mechanism=mech)
     t = attacks["gender"]["leak_test"]

@@ -29,7 +29,7 @@ def _world(seed: int, *, eps: float = 8.0, users: int = 500, per_user: int = 4, 
     z = g.integers(0, 2, users)[user]
     x = (MEANS[z] + g.normal(size=(len(user), D)) * SCALES).astype(np.float32)
     labels = (g.random(len(user)) < np.where(z == 0, 0.7, 0.35)).astype(np.int64)
-    mech = make_mechanism("privunitg", dim=D, epsilon=eps)
+    mech = make_mechanism("privunitg", dim=D, epsilon=eps, sampler="float")
     up = mech.privatize(x, g)
     if label_epsilon > 0:
         rr = label_rr_matrix(2, label_epsilon)

@@ -12,6 +12,7 @@ from scipy import stats
 from fl_privtext.attacks import likelihood
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.privacy.mechanisms import LaplaceL1
+from tests.samplers import float_mechanism
 
 
 def _brute(mech, y, codes):
@@ -37,7 +38,7 @@ def _brute(mech, y, codes):
     ("oue", {"epsilon": 5.0, "dim": 6})])
 def test_log_likelihood_differences_equal_the_exact_density(name, params):
     g = np.random.default_rng(0)
-    mech = make_mechanism(name, **params)
+    mech = float_mechanism(name, **params)
     x = g.normal(size=(5, 6)).astype(np.float32)
     y = mech.privatize(x, g).astype(np.float64)
     codes = likelihood.encode_candidates(mech, x)
@@ -65,7 +66,7 @@ class HalfNoiseLaplace(LaplaceL1):
 
 
 def test_a_new_mechanism_plugs_in_a_likelihood_or_falls_back_to_nearest_neighbour():
-    mech = HalfNoiseLaplace(epsilon=1.0)
+    mech = HalfNoiseLaplace(epsilon=1.0, sampler="float")
     assert likelihood.lookup(mech)[1]  # inherits the Laplace likelihood through the class hierarchy
 
     class Opaque:
@@ -97,7 +98,7 @@ def test_radial_and_angular_likelihoods_equal_their_densities():
     d = 6
     x = g.normal(size=(5, d)) * 0.4
     for name, params in (("mvlaplace", {"epsilon": 3.0}), ("purkayastha", {"epsilon": 2.0})):
-        mech = make_mechanism(name, dim=d, **params)
+        mech = float_mechanism(name, dim=d, **params)
         y = mech.privatize(x.astype(np.float32), g).astype(np.float64)
         codes = likelihood.encode_candidates(mech, x)
         ours = likelihood.log_likelihood(mech, y, codes)
@@ -120,7 +121,7 @@ def test_cap_likelihood_is_a_density_ratio_that_integrates_to_one(name, params):
     # and the upload's own code has the larger mean log-likelihood than an unrelated one
     g = np.random.default_rng(3)
     d = 5
-    mech = make_mechanism(name, dim=d, **params)
+    mech = float_mechanism(name, dim=d, **params)
     cal = mech.calibration
     v = g.normal(size=(200_000, d))
     if name != "privunitg":
@@ -145,7 +146,7 @@ def test_likelihood_attacker_beats_majority_and_matches_logistic_regression(name
     mu[0], mu[1] = 0.6, 0.3
     z = (g.random(n) < 0.35).astype(int)  # majority 0.65
     x = (np.where(z[:, None] == 1, mu, -mu) + 0.03 * g.normal(size=(n, d))).astype(np.float32)
-    mech = make_mechanism(name, dim=d, **params)
+    mech = float_mechanism(name, dim=d, **params)
     y = mech.privatize(x, g).astype(np.float64)
     tr, te = np.arange(n // 2), np.arange(n // 2, n)
     codes = likelihood.encode_candidates(mech, x[tr])

@@ -63,7 +63,7 @@ def test_secure_privunitg_likelihood_is_reported_as_an_approximation_close_to_th
     mech = make_mechanism("privunitg", dim=k, epsilon=2.0, sampler="secure")
     _, exact = likelihood.lookup(mech)
     assert not exact and "normal approximation" in likelihood.note(mech)
-    float_mech = make_mechanism("privunitg", dim=k, epsilon=2.0)
+    float_mech = make_mechanism("privunitg", dim=k, epsilon=2.0, sampler="float")
     assert likelihood.lookup(float_mech)[1] and likelihood.note(float_mech) == ""
     g = np.random.default_rng(6)
     codes = g.normal(size=(4, k)) * 0.4

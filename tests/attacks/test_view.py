@@ -49,7 +49,7 @@ def test_the_view_holds_traffic_and_public_knowledge_only():
 
 def _view_truth(world, flip_targets=False):
     prep, x = world
-    mech = make_mechanism("laplace-l1", epsilon=8.0)
+    mech = make_mechanism("laplace-l1", epsilon=8.0, sampler="float")
     up = mech.privatize(x, np.random.default_rng(5))
     _, user_index = np.unique(prep.ds.user_ids, return_inverse=True)
     target = prep.roles != "aux"

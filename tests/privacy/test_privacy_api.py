@@ -13,6 +13,7 @@ from fl_privtext import privacy
 from fl_privtext.cli import main
 from fl_privtext.privacy import MECHANISMS, Accountant, PrivacyReport, make_mechanism, mechanism_params
 from fl_privtext.privacy.commands import audit, parse_params, privacy_report
+from tests.samplers import float_mechanism
 
 PACKAGE = Path(privacy.__file__).resolve().parent
 
@@ -126,7 +127,7 @@ def test_no_global_rng_in_library_code():
 ])
 def test_bad_parameters_name_the_valid_range(name, params, match):
     with pytest.raises(ValueError, match=match):
-        make_mechanism(name, **params)
+        float_mechanism(name, **params)
 
 
 def test_mechanism_params_lists_accepted_names():
@@ -141,18 +142,18 @@ def test_unknown_name_param_and_missing_param():
     with pytest.raises(ValueError, match="valid names: none, ome, sue, oue, bitrr, laplace-dpnr"):
         make_mechanism("ldp")
     with pytest.raises(ValueError, match="accepted parameters: dim, mu, epsilon, sampler, clip_norm"):
-        make_mechanism("laplace-l1", epsilon=1.0, lam=3.0)
+        make_mechanism("laplace-l1", epsilon=1.0, lam=3.0, sampler="float")
     with pytest.raises(ValueError, match="requires dim, lam"):
         make_mechanism("ome", epsilon=1.0)
     with pytest.raises(ValueError, match="numpy.random.Generator"):
-        make_mechanism("laplace-l1", epsilon=1.0).privatize(np.zeros((1, 2)), 0)  # type: ignore[arg-type]
+        make_mechanism("laplace-l1", epsilon=1.0, sampler="float").privatize(np.zeros((1, 2)), 0)  # type: ignore[arg-type]
 
 
 def test_accountant_composes_per_user():
     acc = Accountant()
     ome = make_mechanism("ome", epsilon=1.0, lam=100.0, dim=50).report()
-    l1 = make_mechanism("laplace-l1", epsilon=0.5).report()
-    g = make_mechanism("gaussian", epsilon=1.0, delta=1e-6).report()
+    l1 = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
+    g = make_mechanism("gaussian", epsilon=1.0, delta=1e-6, sampler="float").report()
     acc.charge(np.array([3, 1, 3]), l1)  # user 3 twice in one upload batch
     acc.charge(np.array([1, 2]), l1, times=4)
     acc.charge(2, g)
@@ -178,7 +179,7 @@ def test_accountant_string_ids_and_infinity():
     acc = Accountant()
     code = make_mechanism("laplace-dpnr-code", epsilon=1.0).report()
     acc.charge(np.array(["u1", "u22"]), code)
-    acc.charge(["u1"], make_mechanism("laplace-l1", epsilon=1.0).report())
+    acc.charge(["u1"], make_mechanism("laplace-l1", epsilon=1.0, sampler="float").report())
     assert math.isinf(acc.epsilon_of("u1")) and acc.epsilon_of("u1", "nominal") == pytest.approx(2.0)
     assert acc.to_json()["max_epsilon_worst_case"] == "inf" and acc.to_json()["max_epsilon"] == "inf"
     assert acc.max_epsilon("nominal") == pytest.approx(2.0)
@@ -234,7 +235,7 @@ def test_cli_outputs_json(capsys):
     (["privacy-report", "gaussian", "--set", "epsilon=1", "--set", "delta=2"], r"open interval \(0, 1\)"),
     (["privacy-report", "nope"], "valid names"),
     (["audit", "nope", "--set", "epsilon=1"], "valid names"),
-    (["audit", "laplace-l1", "--set", "epsilon=1", "--samples", "5"], "samples must be"),
+    (["audit", "laplace-l1", "--set", "epsilon=1", "--set", "sampler=float", "--samples", "5"], "samples must be"),
     (["privacy-report", "laplace-l1", "--set", "epsilon=1", "--set", "lam=2"], "accepted parameters"),
 ])
 def test_cli_errors_are_one_line_and_exit_2(capsys, argv, match):

@@ -9,6 +9,7 @@ from scipy import stats
 from fl_privtext.privacy import audit_mechanism, event_lower_bound, make_mechanism
 from fl_privtext.privacy.audit import cp_lower, cp_upper
 from fl_privtext.privacy.mechanisms import Gaussian, LaplaceL1
+from tests.samplers import float_mechanism
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,7 +63,7 @@ def test_correct_mechanisms_pass(name, params, samples):
 ])
 def test_float_sampler_calibration_passes_without_the_low_bit_test(name, params, samples):
     # the ideal real-valued mechanism is correctly calibrated; its float32 realisation is not DP (next test)
-    res = run(make_mechanism(name, **params), samples, low_bits=False)
+    res = run(float_mechanism(name, **params), samples, low_bits=False)
     assert res.verdict == "pass", res.to_json()
     assert not res.detectors
 
@@ -72,12 +73,12 @@ def test_float_sampler_calibration_passes_without_the_low_bit_test(name, params,
     ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 4}),
 ])
 def test_low_bit_distinguisher_flags_the_float_sampler_and_passes_the_secure_one(name, params):
-    flt = run(make_mechanism(name, **params), 200_000)
+    flt = run(float_mechanism(name, **params), 200_000)
     assert flt.verdict == "violation", flt.to_json()
     (det,) = flt.detectors
     # Pr[y cannot come from x1] is 0 under x1 and ~1/4 under x0: only the sample size limits the certificate
     assert det.bound.count_den == 0 and det.bound.lower_bound > 7.0
-    assert not make_mechanism(name, **params).report().float_safe
+    assert not float_mechanism(name, **params).report().float_safe
     sec = run(make_mechanism(name, sampler="secure", **params), 20_000)
     assert sec.verdict == "pass", sec.to_json()
     assert sec.detectors[0].bound.lower_bound <= params["epsilon"]
@@ -95,12 +96,12 @@ def test_secure_samplers_give_no_false_violation_over_20_seeds(name, params):
 def test_float_calibration_audits_give_no_false_violation_over_20_seeds():
     for name, params in (("laplace-l1", {"epsilon": 1.0, "dim": 4}), ("bitrr", {"epsilon": 1.0, "dim": 2}),
                          ("gaussian", {"epsilon": 1.0, "delta": 1e-5, "dim": 2})):
-        mech = make_mechanism(name, **params)
+        mech = float_mechanism(name, **params)
         assert [run(mech, 20_000, seed=s, low_bits=False).verdict for s in range(20)] == ["pass"] * 20, name
 
 
 def test_laplace_audit_is_tight():
-    res = run(make_mechanism("laplace-l1", epsilon=1.0, dim=8), 1_000_000, low_bits=False)
+    res = run(make_mechanism("laplace-l1", epsilon=1.0, dim=8, sampler="float"), 1_000_000, low_bits=False)
     assert 0.95 < res.epsilon_lower_bound <= 1.0
 
 
@@ -114,7 +115,7 @@ def test_miscalibrated_laplace_is_a_violation(eps):
 
 
 def test_miscalibrated_gaussian_is_a_violation():
-    res = run(MiscalibratedGaussian(epsilon=1.0, delta=1e-5), 500_000)
+    res = run(MiscalibratedGaussian(epsilon=1.0, delta=1e-5, sampler="float"), 500_000)
     assert res.verdict == "violation", res.to_json()
 
 
@@ -131,7 +132,7 @@ def test_ome_lambda_100_claimed_eps_1_is_a_violation():
 
 @pytest.mark.parametrize("k", (4, 16))
 def test_laplace_dpnr_is_a_violation(k):
-    res = run(make_mechanism("laplace-dpnr", epsilon=1.0, dim=k), 300_000, low_bits=False)
+    res = run(make_mechanism("laplace-dpnr", epsilon=1.0, dim=k, sampler="float"), 300_000, low_bits=False)
     assert res.verdict == "violation"
     assert 1.0 < res.epsilon_lower_bound <= k
 
@@ -148,13 +149,13 @@ def test_sue_paper_calibration_is_a_violation():
 
 
 def test_audit_is_reproducible():
-    mech = make_mechanism("laplace-box", epsilon=2.0, dim=3)
+    mech = make_mechanism("laplace-box", epsilon=2.0, dim=3, sampler="float")
     a, b = run(mech, 20_000, seed=3).to_json(), run(mech, 20_000, seed=3).to_json()
     assert a == b
 
 
 def test_audit_rejects_bad_settings():
-    mech = make_mechanism("laplace-l1", epsilon=1.0)
+    mech = make_mechanism("laplace-l1", epsilon=1.0, sampler="float")
     with pytest.raises(ValueError, match="samples must be an integer >= 1000"):
         run(mech, 10)
     with pytest.raises(ValueError, match=r"alpha must be in the open interval \(0, 1\)"):

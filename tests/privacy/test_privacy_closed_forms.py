@@ -95,7 +95,7 @@ def test_bitrr_is_exact(eps):
 @pytest.mark.parametrize("k", (2, 4, 768))
 @pytest.mark.parametrize("eps", (0.5, 1.0, 3.0))
 def test_laplace_dpnr_is_k_times_epsilon(k, eps):
-    rep = make_mechanism("laplace-dpnr", epsilon=eps, dim=k).report()
+    rep = make_mechanism("laplace-dpnr", epsilon=eps, dim=k, sampler="float").report()
     assert rep.epsilon_nominal == eps
     assert rep.epsilon_worst_case == pytest.approx(k * eps)
     assert rep.calibration["noise_scale"] == pytest.approx(1 / eps)
@@ -112,11 +112,11 @@ def test_laplace_dpnr_code_is_unbounded_and_serialised_as_inf():
 @pytest.mark.parametrize("eps", (0.1, 1.0, 8.0))
 @pytest.mark.parametrize("clip", (0.5, 1.0, 3.0))
 def test_laplace_l1_and_box_are_exact(eps, clip):
-    l1 = make_mechanism("laplace-l1", epsilon=eps, clip_norm=clip).report()
+    l1 = make_mechanism("laplace-l1", epsilon=eps, clip_norm=clip, sampler="float").report()
     assert l1.epsilon_worst_case == pytest.approx(eps) and l1.epsilon_nominal == eps
     assert l1.calibration["noise_scale"] == pytest.approx(2 * clip / eps)
     assert l1.published_claim_note is None
-    box = make_mechanism("laplace-box", epsilon=eps, dim=16, low=-clip, high=clip).report()
+    box = make_mechanism("laplace-box", epsilon=eps, dim=16, low=-clip, high=clip, sampler="float").report()
     assert box.epsilon_worst_case == pytest.approx(eps)
     assert box.calibration["noise_scale"] == pytest.approx(16 * 2 * clip / eps)
 
@@ -130,7 +130,7 @@ def test_word_dropout_amplification_dpnr_value():
 
 
 def test_mu_changes_nominal_only():
-    rep = make_mechanism("laplace-dpnr", epsilon=1.0, dim=768, mu=0.5).report()
+    rep = make_mechanism("laplace-dpnr", epsilon=1.0, dim=768, mu=0.5, sampler="float").report()
     assert rep.epsilon_nominal == pytest.approx(0.620, abs=5e-4)
     assert rep.epsilon_worst_case == pytest.approx(768.0)
     wd = rep.to_json()["word_dropout"]
@@ -138,7 +138,7 @@ def test_mu_changes_nominal_only():
     assert any("word-substitution" in a for a in rep.assumptions)
     assert any("secret" in a for a in rep.assumptions)
     assert any("mask token" in a for a in rep.assumptions)
-    assert make_mechanism("laplace-l1", epsilon=1.0).report().word_dropout is None
+    assert make_mechanism("laplace-l1", epsilon=1.0, sampler="float").report().word_dropout is None
 
 
 def test_label_rr_report():

@@ -19,6 +19,7 @@ from fl_privtext.privacy.mechanisms.metric_dp import (
     purkayastha_mean_cosine,
 )
 from fl_privtext.privacy.stage import Stage
+from tests.samplers import float_mechanism
 
 ALPHA = 1e-6
 
@@ -191,7 +192,7 @@ def test_miscalibrated_metric_mechanisms_are_caught_at_their_ldp_epsilon(cls, ep
 
 def test_float_noise_is_reported_unsafe_and_the_low_bit_audit_flags_mvlaplace():
     for name in ("privunitg", "privunit", "duchi", "mvlaplace", "purkayastha"):
-        rep = make_mechanism(name, epsilon=1.0, dim=4).report()
+        rep = float_mechanism(name, epsilon=1.0, dim=4).report()
         assert rep.float_safe is False and any("float_safe is false" in a for a in rep.assumptions)
     mech = make_mechanism("mvlaplace", epsilon=1.0, dim=2)
     res = audit(mech, 100_000, low_bits=True, claimed_epsilon=mech.epsilon_worst_case)

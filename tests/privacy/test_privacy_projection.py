@@ -49,7 +49,7 @@ def test_random_projection_changes_width_not_epsilon(name):
 
 
 def test_projected_privunitg_is_unbiased_for_the_projected_input():
-    mech = make_mechanism("privunitg", epsilon=4.0, dim=32, projection="random", proj_dim=8, clip_norm=10.0)
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=32, projection="random", proj_dim=8, clip_norm=10.0, sampler="float")
     rng = np.random.default_rng(2)
     x = rng.standard_normal(32) * 0.2
     target = mech.projector.apply(x[None])[0].astype(np.float64)
@@ -64,15 +64,15 @@ def test_pca_projection_needs_public_data_and_a_matching_projector():
     public = rng.standard_normal((500, 16))
     proj = fit_pca(public, 4, source="'ag_news'")
     mech = make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=4, public_data="ag_news",
-                          projector=proj)
+                          projector=proj, sampler="float")
     assert mech.privatize(rng.standard_normal((5, 16)), rng).shape == (5, 4)
     params = mech.report().to_json()["parameters"]
     assert params["public_data"] == "ag_news" and params["projector"]["fingerprint"] == proj.fingerprint
     with pytest.raises(ValueError, match="needs public_data"):
-        make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=4)
+        make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=4, sampler="float")
     with pytest.raises(ValueError, match="pca map from 16 to 8"):
-        make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=8, public_data="x", projector=proj)
-    unfitted = make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=4, public_data="ag_news")
+        make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=8, public_data="x", projector=proj, sampler="float")
+    unfitted = make_mechanism("privunitg", epsilon=1.0, dim=16, projection="pca", proj_dim=4, public_data="ag_news", sampler="float")
     assert unfitted.report().output_dim == 4  # the report does not need the fitted map
     with pytest.raises(ValueError, match="fitted on public data before privatizing"):
         unfitted.privatize(rng.standard_normal((5, 16)), rng)
@@ -80,11 +80,11 @@ def test_pca_projection_needs_public_data_and_a_matching_projector():
 
 def test_bad_projection_parameters():
     with pytest.raises(ValueError, match="projection must be one of none, random, pca"):
-        make_mechanism("duchi", epsilon=1.0, dim=8, projection="svd", proj_dim=2)
+        make_mechanism("duchi", epsilon=1.0, dim=8, projection="svd", proj_dim=2, sampler="float")
     with pytest.raises(ValueError, match=r"proj_dim must be an integer in \[2, dim=8\]"):
-        make_mechanism("duchi", epsilon=1.0, dim=8, projection="random", proj_dim=9)
+        make_mechanism("duchi", epsilon=1.0, dim=8, projection="random", proj_dim=9, sampler="float")
     with pytest.raises(ValueError, match="need projection = 'random' or 'pca'"):
-        make_mechanism("duchi", epsilon=1.0, dim=8, proj_dim=4)
+        make_mechanism("duchi", epsilon=1.0, dim=8, proj_dim=4, sampler="float")
 
 
 def test_privacy_report_cli_takes_projection_parameters():

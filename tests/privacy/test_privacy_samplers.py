@@ -7,6 +7,7 @@ from scipy import stats
 from fl_privtext.privacy import label_rr, make_mechanism, word_dropout
 from fl_privtext.privacy.dropout import masked_count
 from fl_privtext.privacy.randomisers import flip_bits, laplace_noise
+from tests.samplers import float_mechanism
 
 ALPHA = 1e-6
 
@@ -23,7 +24,7 @@ def assert_rate(ones: int, n: int, p: float) -> None:
     ("sue", {"epsilon": 2.0}), ("oue", {"epsilon": 2.0}), ("bitrr", {"epsilon": 50.0}),
 ])
 def test_flip_rates_match_bit_probabilities(name, params):
-    mech = make_mechanism(name, dim=5, **params)
+    mech = float_mechanism(name, dim=5, **params)
     p, q = mech.bit_probabilities()
     rng = np.random.default_rng(11)
     n = 40_000
@@ -55,7 +56,7 @@ def test_flip_bits_mixed_input_uses_the_right_probability():
     ("gaussian", {"epsilon": 0.8, "delta": 1e-6, "clip_norm": 1.5}, "noise_std"),
 ])
 def test_noise_scale_ks(name, params, scale_key):
-    mech = make_mechanism(name, **params)
+    mech = float_mechanism(name, **params)
     scale = mech.report().calibration[scale_key]
     x = np.zeros((40_000, 6), dtype=np.float32)  # normalises to itself, so the output is the noise
     y = mech.privatize(x, np.random.default_rng(5)).astype(np.float64).ravel()
@@ -66,7 +67,7 @@ def test_noise_scale_ks(name, params, scale_key):
 
 
 def test_laplace_dpnr_noise_is_independent_per_coordinate():
-    mech = make_mechanism("laplace-dpnr", epsilon=2.0, dim=8)
+    mech = make_mechanism("laplace-dpnr", epsilon=2.0, dim=8, sampler="float")
     x = np.tile(np.arange(8, dtype=np.float32), (30_000, 1))  # min-max -> (0, 1/7, ..., 1)
     noise = mech.privatize(x, np.random.default_rng(6)) - np.arange(8, dtype=np.float32) / 7
     assert stats.kstest(noise.ravel().astype(np.float64), "laplace", args=(0.0, 0.5)).pvalue > ALPHA

@@ -20,6 +20,7 @@ from fl_privtext.privacy.mechanisms.sphere import (
     to_sphere,
     truncated_normal,
 )
+from tests.samplers import float_mechanism
 
 ALPHA = 1e-6
 CAP = ("privunitg", "privunit", "duchi")
@@ -33,7 +34,7 @@ def unit(d, rng):
 # ------------------------------------------------------------------------------------------------ closed forms
 @pytest.mark.parametrize(("eps", "mse"), [(1.0, 4861), (4.0, 334), (10.0, 72)])
 def test_privunitg_mse_table_of_issue_11_at_d768(eps, mse):
-    mech = make_mechanism("privunitg", epsilon=eps, dim=768)
+    mech = make_mechanism("privunitg", epsilon=eps, dim=768, sampler="float")
     assert round(mech.report().calibration["mse_unit_sphere"]) == mse
 
 
@@ -41,7 +42,7 @@ def test_privunitg_mse_table_of_issue_11_at_d768(eps, mse):
 @pytest.mark.parametrize("d", (2, 3, 16, 384))
 @pytest.mark.parametrize("eps", (0.1, 1.0, 4.0, 16.0))
 def test_calibration_is_exact(name, d, eps):
-    rep = make_mechanism(name, epsilon=eps, dim=d).report()
+    rep = float_mechanism(name, epsilon=eps, dim=d).report()
     p, q = rep.calibration["p"], rep.calibration["q"]
     assert math.log(p * (1 - q) / (q * (1 - p))) == pytest.approx(eps, rel=1e-9)
     assert rep.epsilon_worst_case == pytest.approx(eps, rel=1e-9) and rep.epsilon_nominal == eps
@@ -50,7 +51,7 @@ def test_calibration_is_exact(name, d, eps):
 
 @pytest.mark.parametrize("d", (3, 16, 384))
 def test_thresholds_match_the_cap_probabilities(d):
-    g = make_mechanism("privunitg", epsilon=2.0, dim=d).report().calibration
+    g = make_mechanism("privunitg", epsilon=2.0, dim=d, sampler="float").report().calibration
     assert stats.norm.sf(g["threshold_over_sigma"]) == pytest.approx(g["q"], rel=1e-9)
     assert g["gamma"] == pytest.approx(g["threshold_over_sigma"] / math.sqrt(d)) and g["sigma"] == 1 / math.sqrt(d)
     u = make_mechanism("privunit", epsilon=2.0, dim=d).report().calibration
@@ -92,7 +93,7 @@ def test_duchi_matches_the_paper_and_privunit_with_a_hemisphere(d):
 
 @pytest.mark.parametrize("name", ("privunitg", "privunit"))
 def test_p_is_optimised(name):
-    mech = make_mechanism(name, epsilon=4.0, dim=128)
+    mech = float_mechanism(name, epsilon=4.0, dim=128)
     best = mech.calibration
     eps0 = math.log(best.p / (1 - best.p))
     f = privunitg_calibration if name == "privunitg" else privunit_calibration
@@ -107,15 +108,15 @@ def test_the_mse_table_of_issue_11():
     d = 768
     table = {1.0: (4861, 42_750, 4.7e6), 4.0: (334, 3591, 2.95e5), 10.0: (72, 768, 4.7e4)}
     for eps, (pug_t, gauss_t, lap_t) in table.items():
-        gauss = make_mechanism("gaussian", epsilon=eps, delta=1e-5).noise_std ** 2 * d
+        gauss = make_mechanism("gaussian", epsilon=eps, delta=1e-5, sampler="float").noise_std ** 2 * d
         lap = 2 * d * (2 * math.sqrt(d) / eps) ** 2
-        pug = make_mechanism("privunitg", epsilon=eps, dim=d).calibration.mse
+        pug = make_mechanism("privunitg", epsilon=eps, dim=d, sampler="float").calibration.mse
         assert round(pug) == pug_t and gauss == pytest.approx(gauss_t, rel=2e-3) and lap == pytest.approx(lap_t, rel=0.01)
         assert pug < gauss < lap
 
 
 def test_report_contract_and_parameters():
-    rep = make_mechanism("privunitg", epsilon=1.0, dim=16, clip_norm=2.0).report().to_json()
+    rep = make_mechanism("privunitg", epsilon=1.0, dim=16, clip_norm=2.0, sampler="float").report().to_json()
     for key in ("p", "q", "gamma", "sigma", "unbiasing_scale", "mse_unit_sphere", "mse_at_clip_norm", "work_dim"):
         assert key in rep
     assert rep["parameters"]["projection"] == "none" and rep["parameters"]["proj_dim"] is None
@@ -125,15 +126,15 @@ def test_report_contract_and_parameters():
 
 def test_bad_parameters_raise_full_sentences():
     with pytest.raises(ValueError, match="requires dim"):
-        make_mechanism("privunitg", epsilon=1.0)
+        make_mechanism("privunitg", epsilon=1.0, sampler="float")
     with pytest.raises(ValueError, match="dim must be an integer >= 2"):
         make_mechanism("privunit", epsilon=1.0, dim=1)
     with pytest.raises(ValueError, match="epsilon <= 20"):
-        make_mechanism("duchi", epsilon=40.0, dim=4)
+        make_mechanism("duchi", epsilon=40.0, dim=4, sampler="float")
     with pytest.raises(ValueError, match="sphere_map must be one of round, normalise"):
-        make_mechanism("privunitg", epsilon=1.0, dim=4, sphere_map="clip")
+        make_mechanism("privunitg", epsilon=1.0, dim=4, sphere_map="clip", sampler="float")
     with pytest.raises(ValueError, match="Expected 4 columns"):
-        make_mechanism("privunitg", epsilon=1.0, dim=4).privatize(np.zeros((2, 5)), np.random.default_rng(0))
+        make_mechanism("privunitg", epsilon=1.0, dim=4, sampler="float").privatize(np.zeros((2, 5)), np.random.default_rng(0))
 
 
 # ----------------------------------------------------------------------------------------------------- samplers
@@ -177,7 +178,7 @@ def test_to_sphere_round_keeps_sign_with_probability_one_plus_norm_over_two():
 
 def test_privunitg_output_distribution():
     # Along u: the p / (1-p) mixture of truncated normals, times C/m; orthogonal to u: N(0, (C/m)^2).
-    mech = make_mechanism("privunitg", epsilon=2.0, dim=32, sphere_map="normalise")
+    mech = make_mechanism("privunitg", epsilon=2.0, dim=32, sphere_map="normalise", sampler="float")
     cal, scale = mech.calibration, 1.0 / mech.calibration.m
     rng = np.random.default_rng(4)
     u = unit(32, rng)
@@ -198,7 +199,7 @@ def test_privunitg_output_distribution():
 
 @pytest.mark.parametrize("name", ("privunit", "duchi"))
 def test_privunit_outputs_lie_on_the_scaled_sphere_with_the_right_inner_products(name):
-    mech = make_mechanism(name, epsilon=1.0, dim=8, sphere_map="normalise")
+    mech = float_mechanism(name, epsilon=1.0, dim=8, sphere_map="normalise")
     rng = np.random.default_rng(5)
     u = unit(8, rng)
     y = mech.privatize(np.tile(u, (40_000, 1)), rng).astype(np.float64) * mech.calibration.m
@@ -215,7 +216,7 @@ def test_privunit_outputs_lie_on_the_scaled_sphere_with_the_right_inner_products
 # ----------------------------------------------------------------------------------------------- MSE and bias
 @pytest.mark.parametrize("eps", (1.0, 4.0))
 def test_privunitg_empirical_mse_within_5_percent_of_closed_form_at_d384(eps):
-    mech = make_mechanism("privunitg", epsilon=eps, dim=384)
+    mech = make_mechanism("privunitg", epsilon=eps, dim=384, sampler="float")
     rng = np.random.default_rng(6)
     x = unit(384, rng)
     y = mech.privatize(np.tile(x, (4000, 1)), rng).astype(np.float64)
@@ -245,7 +246,7 @@ def test_mse_for_ball_inputs_and_unbiasedness(name):
 def test_no_nan_or_inf_at_extremes(name):
     rng = np.random.default_rng(8)
     for d, eps in ((2, 1e-4), (2, 20.0), (3, 20.0), (768, 20.0), (768, 1e-3)):
-        mech = make_mechanism(name, epsilon=eps, dim=d)
+        mech = float_mechanism(name, epsilon=eps, dim=d)
         x = rng.standard_normal((64, d)).astype(np.float32)
         x[0] = 0.0
         x[1] *= 1e30
@@ -260,7 +261,7 @@ class MiscalibratedPrivUnitG(PrivUnitG):
     """Test-only: calibrated for 1.3 * epsilon while still claiming epsilon."""
 
     def calibrate(self) -> CapCalibration:
-        return make_mechanism("privunitg", epsilon=1.3 * self.epsilon, dim=self.dim).calibration
+        return make_mechanism("privunitg", epsilon=1.3 * self.epsilon, dim=self.dim, sampler="float").calibration
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,13 +287,13 @@ def audit(mech, n, seed=0, **kw):
 def test_cap_mechanisms_pass_the_audit_at_full_dimension(name, eps, d, n):
     # the calibration of the ideal mechanism; privunitg's float32 low bits fail the full audit
     # (tests/privacy/test_privacy_sphere_secure.py)
-    res = audit(make_mechanism(name, epsilon=eps, dim=d), n, low_bits=False)
+    res = audit(float_mechanism(name, epsilon=eps, dim=d), n, low_bits=False)
     assert res.verdict == "pass", res.to_json()
     assert 0.9 * eps < res.epsilon_lower_bound <= eps  # tight: the statistic is the likelihood-ratio class
 
 
 def test_miscalibrated_privunitg_is_caught():
-    mech = MiscalibratedPrivUnitG(epsilon=1.0, dim=64)
+    mech = MiscalibratedPrivUnitG(epsilon=1.0, dim=64, sampler="float")
     assert mech.report().epsilon_worst_case == pytest.approx(1.3)  # the report stays honest
     res = audit(mech, 100_000, seed=1, low_bits=False)
     assert res.verdict == "violation", res.to_json()
@@ -339,7 +340,7 @@ def test_to_sphere_handles_huge_and_tiny_rows(rule):
 def test_low_bit_audit_flags_the_float_privunit_and_duchi(name, params):
     """From x1 = C (1/2,1/2,1/2,1/2,0,...) the four block coordinates share one float32 offset: never inconsistent;
     from x0 = -C e_1 they are free products and ~18% of rows are inconsistent: certified far above eps = 1."""
-    res = audit(make_mechanism(name, epsilon=1.0, dim=16, **params), 200_000, seed=3)
+    res = audit(float_mechanism(name, epsilon=1.0, dim=16, **params), 200_000, seed=3)
     assert res.verdict == "violation", res.to_json()
     (det,) = res.detectors
     assert det.bound.count_den == 0 and det.bound.lower_bound > 7.0
@@ -367,12 +368,14 @@ def test_float_reports_carry_the_low_bit_bound_that_the_audit_reproduces(name):
     from fl_privtext.privacy.commands import audit as cli_audit
     from fl_privtext.privacy.commands import privacy_report
 
-    rep = privacy_report(name, {"epsilon": "1", "dim": "16"})
+    params = {"epsilon": "1", "dim": "16", **({"sampler": "float"} if name == "duchi" else {})}
+    rep = privacy_report(name, params)
     assert rep["float_safe"] is False
     low = rep["low_bit_audit"]
     assert low["epsilon_lower_bound"] > 10 * low["epsilon_claimed"]
-    assert low["command"] == f"fl-privtext audit {name} --set epsilon=1 --set dim=16 --seed 0"
-    res = cli_audit(name, {"epsilon": "1", "dim": "16"}, samples=None, seed=0)
+    sets = "".join(f" --set {k}={v}" for k, v in params.items())
+    assert low["command"] == f"fl-privtext audit {name}{sets} --seed 0"
+    res = cli_audit(name, params, samples=None, seed=0)
     assert res["samples"] == low["samples_per_input"] and res["verdict"] == "violation"
     assert res["epsilon_lower_bound"] == pytest.approx(low["epsilon_lower_bound"], abs=0.01)
     assert "low_bit_audit" not in make_mechanism("duchi", epsilon=1.0, dim=16, sampler="secure").report().to_json()

@@ -16,6 +16,7 @@ from fl_privtext.privacy.mechanisms.sphere import (
     secure_cap_probability,
     secure_privunitg_calibration,
 )
+from tests.samplers import float_mechanism
 
 ALPHA = 1e-6
 
@@ -99,19 +100,19 @@ def test_secure_output_is_unbiased_and_its_mse_matches_the_closed_form():
 
 def test_reports_say_float_safe_only_for_the_secure_privunitg():
     sec = make_mechanism("privunitg", epsilon=1.0, dim=16, sampler="secure").report().to_json()
-    flt = make_mechanism("privunitg", epsilon=1.0, dim=16).report().to_json()
+    flt = make_mechanism("privunitg", epsilon=1.0, dim=16, sampler="float").report().to_json()
     assert sec["float_safe"] is True and flt["float_safe"] is False
     cal = secure_privunitg_calibration(1.0, 16, 0.5)
     assert sec["epsilon_worst_case"] <= 1.0 and sec["epsilon_worst_case"] > 1.0 - 1e-12
     assert cal.p < 1 and any("sign vertex" in a for a in sec["assumptions"])
     for name in ("privunit", "duchi"):
-        assert make_mechanism(name, epsilon=1.0, dim=16).report().to_json()["float_safe"] is False
+        assert float_mechanism(name, epsilon=1.0, dim=16).report().to_json()["float_safe"] is False
     with pytest.raises(ValueError, match="sampler"):
         make_mechanism("privunitg", epsilon=1.0, dim=16, sampler="exact")
 
 
 def test_audit_flags_the_float_privunitg_and_passes_the_secure_one():
-    flt = audit_mechanism(make_mechanism("privunitg", epsilon=1.0, dim=16), np.random.default_rng(0),
+    flt = audit_mechanism(make_mechanism("privunitg", epsilon=1.0, dim=16, sampler="float"), np.random.default_rng(0),
                           samples=100_000)
     assert flt.verdict == "violation", flt.to_json()
     (det,) = flt.detectors
@@ -149,7 +150,9 @@ def test_secure_privunitg_refuses_epsilons_its_exact_sampler_cannot_reach_in_bou
     from fl_privtext.privacy import make_mechanism
 
     make_mechanism("privunitg", epsilon=8.0, dim=50, sampler="secure").report()  # ~200 draws per upload: fine
-    with pytest.raises(ValueError, match=r"epsilon=16, dim=50 needs ~.* exact draws per upload .* sampler='float'"):
+    # the refusal names the range (to 0.1) and the float option, in one line
+    with pytest.raises(ValueError, match=r"^privunitg with sampler='secure' supports epsilon <= 9\.7 at dim=50 "
+                                         r"\(at epsilon=16 .* draws per upload.*sampler='float'[^\n]*$"):
         make_mechanism("privunitg", epsilon=16.0, dim=50, sampler="secure").report()
 
 
@@ -239,7 +242,7 @@ def test_secure_duchi_is_unbiased_float_safe_and_uploads_only_two_values():
     rep = mech.report().to_json()
     assert rep["float_safe"] is True and 2.0 - 1e-12 < rep["epsilon_worst_case"] <= 2.0
     assert any("half-cube" in a for a in rep["assumptions"])
-    flt = make_mechanism("duchi", epsilon=2.0, dim=k).report().to_json()
+    flt = make_mechanism("duchi", epsilon=2.0, dim=k, sampler="float").report().to_json()
     assert flt["float_safe"] is False and not any("No secure sampler" in a for a in flt["assumptions"])
 
 

@@ -43,7 +43,7 @@ class Gaussian(Mechanism):
     epsilon: float
     delta: float
     clip_norm: float = 1.0
-    sampler: str = "float"
+    sampler: str = "secure"  # the default wherever a mechanism is built (issue #35); "float" is simulation-grade
     _noise_std: float = field(init=False, repr=False, compare=False, default=0.0)
 
     def __post_init__(self) -> None:
@@ -59,7 +59,8 @@ class Gaussian(Mechanism):
                              "outside what float32 uploads can carry; choose a moderate epsilon.")
         if self.sampler == "secure":
             if self.dim is None:
-                raise ValueError("gaussian: sampler='secure' needs dim (OpenDP's privacy map depends on it).")
+                raise ValueError("gaussian: sampler='secure' needs dim (the default sampler; OpenDP's privacy map "
+                                 "depends on dim): give dim, or sampler='float' (simulation-grade).")
             sigma = samplers.calibrate_gaussian(self.epsilon, self.delta, self.l2_sensitivity * FLOAT32_SLACK,
                                               int(self.dim), sigma)
         _set(self, "_noise_std", sigma)

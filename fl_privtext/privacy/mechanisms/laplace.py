@@ -36,7 +36,7 @@ class LaplaceMechanism(Mechanism):
     """
 
     epsilon: float
-    sampler: str = "float"
+    sampler: str = "secure"  # the default wherever a mechanism is built (issue #35); "float" is simulation-grade
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -50,7 +50,8 @@ class LaplaceMechanism(Mechanism):
                              f"carry (epsilon={self.epsilon:g} is too small); use epsilon >= "
                              f"{self.epsilon * self.noise_scale / 1e30:.3g}.")
         if self.sampler == "secure" and self.dim is None:
-            raise ValueError(f"{self.name}: sampler='secure' needs dim (OpenDP's privacy map depends on it).")
+            raise ValueError(f"{self.name}: sampler='secure' needs dim (the default sampler; OpenDP's privacy map "
+                             "depends on dim): give dim, or sampler='float' (simulation-grade).")
 
     @property
     @abstractmethod
@@ -153,6 +154,8 @@ class LaplaceDPNRCode(LaplaceMechanism):
     name: ClassVar[str] = "laplace-dpnr-code"
     reference: ClassVar[str] = f"{DPNR_PAPER}: the authors' public code (one noise draw per example)."
     min_dim: ClassVar[int] = 2
+
+    sampler: str = "float"  # its only sampler: exact noise would not repair the shared draw
 
     def __post_init__(self) -> None:
         super().__post_init__()

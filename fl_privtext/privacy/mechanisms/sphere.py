@@ -46,6 +46,7 @@ Duchi): float_safe is false, and the audit's low-bit distinguisher certifies the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,7 +85,9 @@ FLOAT_NOISE = (
 LOW_BIT_AUDIT: dict[str, dict[str, Any]] = {
     name: {"epsilon_lower_bound": bound, "epsilon_claimed": 1.0, "epsilon_worst_case": worst, "dim": 16,
            "samples_per_input": 1_000_000, "alpha": 0.05,
-           "command": f"fl-privtext audit {name} --set epsilon=1 --set dim=16 --seed 0",
+           # duchi's default sampler is the secure one (issue #35): its float sampler is named
+           "command": f"fl-privtext audit {name} --set epsilon=1 --set dim=16"
+                      f"{' --set sampler=float' if name == 'duchi' else ''} --seed 0",
            "detector": "shared float32 offset of coordinates 0-3 (x1 = C(1/2,1/2,1/2,1/2,0,...) vs x0 = -C e_1)",
            "note": "sample-limited lower bound on the float sampler's epsilon; the ideal mechanism's calibration "
                    "passes the same audit"}
@@ -303,6 +306,44 @@ MAX_SECURE_DRAWS = 1000  # beyond it the exact cap sampler's time and memory gro
 # for 200 rows of dim 50), so larger epsilons are refused with a one-line error
 
 
+def _secure_privunitg_cap(epsilon: float, dim: int, eps0: float) -> tuple[int, float, float, float]:
+    """The secure PrivUnitG's cap: threshold g (grid units), its probability q, the realised p, and the exact base
+    draws one upload costs (rejection by side); see :func:`secure_privunitg_calibration`."""
+    from scipy import special
+
+    ideal = privunitg_calibration(epsilon, dim, eps0)
+    a = math.exp(-1.0 / SECURE_SCALE)
+    sd = math.sqrt(dim * 2.0 * a / (1.0 - a) ** 2)
+    g = math.ceil(ideal.threshold * sd)
+    q = secure_cap_probability(dim, g)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"privunitg secure: epsilon={epsilon:g} gives a cap probability {q:.3g} out of (0, 1).")
+    logit_p = epsilon + math.log(q) - math.log1p(-q)
+    p = math.floor(float(special.expit(logit_p)) * TWO53) / TWO53
+    while p > 0 and (math.log(p) - math.log1p(-p)) + (math.log1p(-q) - math.log(q)) > epsilon:
+        p -= 2.0 ** -53
+    return g, q, p, max(p / q, (1.0 - p) / (1.0 - q))
+
+
+@functools.lru_cache(maxsize=64)
+def secure_privunitg_max_epsilon(dim: int) -> float:
+    """The largest epsilon (to 0.1, rounded down) at which the secure PrivUnitG in ``dim`` dimensions needs at most
+    MAX_SECURE_DRAWS draws per upload: the range its refusal names (about 9-11 for dim 16-384). Bisection, ~0.3 s."""
+
+    def fits(eps: float) -> bool:
+        eps0 = _optimise(eps, lambda e0: privunitg_calibration(eps, dim, e0).mse)
+        try:
+            return _secure_privunitg_cap(eps, dim, eps0)[3] <= MAX_SECURE_DRAWS
+        except ValueError:
+            return False
+
+    lo, hi = 0, 640  # tenths of epsilon; fits(0.1) holds for every dim
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid / 10) else (lo, mid)
+    return lo / 10
+
+
 def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCalibration:
     """Calibration of the secure (grid) PrivUnitG in ``dim`` = k dimensions, cap threshold from the ideal ``eps0``.
 
@@ -313,25 +354,15 @@ def secure_privunitg_calibration(epsilon: float, dim: int, eps0: float) -> CapCa
     C X . s / m is unbiased), ``mse`` = E||X||^2 / m^2 - 1 with E||X||^2 = k E[X_1^2] under the p-mixture (moments
     from the FFT pmf of S: they set the unbiasing scale and the reported MSE, not epsilon).
     """
-    from scipy import special
-
-    ideal = privunitg_calibration(epsilon, dim, eps0)
+    g, q, p, draws = _secure_privunitg_cap(epsilon, dim, eps0)
+    if draws > MAX_SECURE_DRAWS:
+        top = secure_privunitg_max_epsilon(dim)
+        raise ValueError(f"privunitg with sampler='secure' supports epsilon <= {top:g} at dim={dim} (at "
+                         f"epsilon={epsilon:g} its exact cap sampler needs ~{draws:.3g} draws per upload, at most "
+                         f"{MAX_SECURE_DRAWS}): use a smaller epsilon, or sampler='float' (simulation-grade).")
     a = math.exp(-1.0 / SECURE_SCALE)
     var = 2.0 * a / (1.0 - a) ** 2
     sd = math.sqrt(dim * var)
-    g = math.ceil(ideal.threshold * sd)
-    q = secure_cap_probability(dim, g)
-    if not 0.0 < q < 1.0:
-        raise ValueError(f"privunitg secure: epsilon={epsilon:g} gives a cap probability {q:.3g} out of (0, 1).")
-    logit_p = epsilon + math.log(q) - math.log1p(-q)
-    p = math.floor(float(special.expit(logit_p)) * TWO53) / TWO53
-    while p > 0 and (math.log(p) - math.log1p(-p)) + (math.log1p(-q) - math.log(q)) > epsilon:
-        p -= 2.0 ** -53
-    draws = max(p / q, (1.0 - p) / (1.0 - q))  # exact base draws per released row (rejection by side)
-    if draws > MAX_SECURE_DRAWS:
-        raise ValueError(f"privunitg with sampler='secure' at epsilon={epsilon:g}, dim={dim} needs ~{draws:.3g} exact "
-                         f"draws per upload (its cap has probability {q:.2g}); at most {MAX_SECURE_DRAWS} are "
-                         "supported: use a smaller epsilon, or sampler='float' (simulation-grade).")
     half = int(60.0 * sd) + abs(g) + int(60 * SECURE_SCALE)
     n = np.arange(-half, half + 1, dtype=np.float64)
     pk = _sum_pmf(dim, a, half)
@@ -788,7 +819,7 @@ class PrivUnitG(CapMechanism):
     name: ClassVar[str] = "privunitg"
     reference: ClassVar[str] = f"{AFT_PAPER}, Algorithm PrivUnitG (Section 3); PrivUnit of {BHOWMICK_PAPER}."
 
-    sampler: str = "float"
+    sampler: str = "secure"  # the default wherever a mechanism is built (issue #35); "float" is simulation-grade
 
     def __post_init__(self) -> None:
         _set(self, "sampler", _sampler(self.sampler))
@@ -916,7 +947,7 @@ class Duchi(PrivUnit):
     name: ClassVar[str] = "duchi"
     reference: ClassVar[str] = DUCHI_PAPER
 
-    sampler: str = "float"
+    sampler: str = "secure"  # the default wherever a mechanism is built (issue #35); "float" is simulation-grade
 
     def __post_init__(self) -> None:
         _set(self, "sampler", _sampler(self.sampler))
