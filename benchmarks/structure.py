@@ -51,7 +51,7 @@ STAGES: tuple[str, ...] = ("ground", "data", "extract", "privacy", "client", "fe
 STAGE_OF: dict[str, str] = {
     # small ground modules any stage may use
     "config": "ground", "rng": "ground", "constant": "ground", "names": "ground", "threads": "ground",
-    "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground",
+    "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground", "display": "ground",
     "rundir": "ground", "tracking": "ground",
     "data/": "data",
     "extract/": "extract", "encoders/": "extract",

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.config import ExperimentConfig, _flatten
+from fl_privtext.display import fmt_epsilon
 from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
+from fl_privtext.report import prior_baseline
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,6 @@ class Result:
 
     def _rows(self) -> list[tuple[str, str]]:
         """(quantity, value) rows of the summary table shown in a terminal and in Jupyter."""
-        from fl_privtext.display import fmt_epsilon
-        from fl_privtext.report import prior_baseline
 
         r = self.results
 

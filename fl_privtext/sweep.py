@@ -46,6 +46,10 @@ from typing import Any
 from fl_privtext.client import published
 from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
 from fl_privtext.config import ExperimentConfig, _flatten, keyed_flat
+from fl_privtext.display import fmt_epsilon
+from fl_privtext.metrics import clip_interval
+from fl_privtext.report import aggregate, prior_baseline
+from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
 IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
@@ -135,7 +139,6 @@ def _hash(flat: dict[str, Any]) -> str:
 def _write_atomic(path: Path, text: str) -> None:
     """Atomic (a killed sweep never leaves half a file behind); a failure is one line naming the file
     (`fl_privtext.rundir.write_atomic`)."""
-    from fl_privtext.rundir import make_dir, write_atomic
 
     make_dir(path.parent, "directory")
     write_atomic(path, text)
@@ -270,7 +273,6 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
 
         runner = functools.partial(referee_or_federation, federated=functools.partial(run_points,
                                                                                        state_dir=state_dir))
-    from fl_privtext.report import aggregate
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
@@ -317,16 +319,14 @@ def referee_or_federation(group: Sequence[ExperimentConfig], *, federated: Calla
     equals it, tests/federation/test_simulation.py) is computed there, once per point, without clients, Ray or a
     federation: no client ever serves it, and no simulation is started for it (issue #38: it was the slowest point
     of the quickstart, a federation of its own). Every other group runs through ``federated`` (`run_points`)."""
-    from fl_privtext import pipeline
-    from fl_privtext.federation.runner import REFEREE_SOURCE, plain_blocker, releases_in_clear
+    from fl_privtext.federation.runner import no_privacy_reference, plain_blocker, releases_in_clear
 
     if not all(releases_in_clear(c) and not plain_blocker(c) for c in group):
         federated(group, on_result=on_result)
         return
     for i, cfg in enumerate(group):
-        point = pipeline.run_plain(cfg)
-        point["computed_by"] = REFEREE_SOURCE
-        on_result(i, point)
+        point, source = no_privacy_reference(cfg)  # the plain loop: plain_blocker is empty
+        on_result(i, {**point, "computed_by": source})
 
 
 # ---- sweep files --------------------------------------------------------------------------------------------------
@@ -412,7 +412,6 @@ def _eps(x: Any) -> Any:
 
 def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One table row (flat, CSV-ready) from a results.json-shaped dict."""
-    from fl_privtext.report import prior_baseline
 
     u, p = res["utility"], res["privacy"]
     per_user = p.get("composition", {}).get("per_user", {}) if isinstance(p.get("composition"), dict) else {}
@@ -462,7 +461,6 @@ def seed_band(per_seed: Sequence[dict[str, Any]], level: float = 0.95) -> tuple[
         half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
         return max(0.0, mean - half), min(1.0, mean + half)
     if len(accs) == 1 and isinstance(per_seed[0].get("ci95"), (list, tuple)) and level == 0.95:
-        from fl_privtext.metrics import clip_interval
 
         return clip_interval(*per_seed[0]["ci95"])  # saved points may predate the clip at the source
     return None, None
@@ -485,7 +483,6 @@ def short_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     columns, stays in ``rows`` and table.csv): the mechanism and any other grid key, the TRUE worst-case epsilon
     (3 significant digits), the on-device EXACT accuracy with its 95% interval, the per-upload accuracy, the
     majority, and each attack's accuracy with its prior (the attacker's baseline) in brackets."""
-    from fl_privtext.display import fmt_epsilon
 
     out = []
     for r in rows:
@@ -529,8 +526,6 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: Store, out: Path) -> dict[str, Any]:
     """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
     from fl_privtext import plots
-    from fl_privtext.report import prior_baseline
-    from fl_privtext.rundir import keep_going, report_unwritten
 
     rows, plot_rows, missing = [], [], 0
     grid_keys = {point_key(c) for c in points}
@@ -589,7 +584,6 @@ def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str 
     out = Path(output or spec.output or Path("sweeps") / stem)
     points = spec.points({**(sets or {}), "run.progress": "false"})  # one bar over points; no nested bars
     store = Store(out / "points")
-    from fl_privtext.rundir import make_dir
 
     make_dir(out, "sweep output directory")
     if spec.source:

@@ -26,7 +26,7 @@ RATCHET: dict[str, int] = {
     "rooms_in_cycle_module_level": 0,
     "arrows_back_up": 11,
     "function_imports": 147,
-    "function_imports_not_heavy": 102,
+    "function_imports_not_heavy": 101,
     "private_imports": 39,
 }
 # Floors are capped at the goal, not at today's count: today's 5 (all imports) is low only because 16 rooms

@@ -74,7 +74,7 @@ def test_a_plot_the_disk_has_no_room_for_is_reported_and_a_results_json_that_fai
 
     pytest.importorskip("matplotlib")
     cfg = config()
-    point = _point(world, make_mechanism("laplace-l1", epsilon=2.0), cfg)
+    point = _point(world, make_mechanism("laplace-l1", epsilon=2.0, sampler="float"), cfg)
     no_room_for_plots(monkeypatch)
     with collect() as found:
         report.finalize(point, cfg, total_s=1.0, output=tmp_path / "a", echo=False)
