@@ -209,6 +209,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         # the referee's exact figure of the model sent (simulation only; not the server's time)
         od["exact"] = pipeline.exact_on_device(prep, cfg, pipeline.shipped_model(trained, od), trained.majority_class,
                                                seed)
+        pipeline.exact_candidates(prep, cfg, trained, od, seed)
         utility = dict(trained.utility)
         if "selection" in od:  # the clients chose the model (server.select-on = clients)
             utility["learner"] = od["learner"]
