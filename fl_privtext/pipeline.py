@@ -358,8 +358,24 @@ def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collect
     for c, t in zip(collected, trained, strict=True):
         result = on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
         result["exact"] = exact_on_device(prep, cfg, shipped_model(t, result), t.majority_class, c.seed)
+        exact_candidates(prep, cfg, t, result, c.seed)
         out.append(result)
     return out
+
+
+def exact_candidates(prep: Prepared, cfg: ExperimentConfig, trained: Trained, result: dict[str, Any], seed: int
+                     ) -> None:
+    """server.select-on = clients: beside each candidate's private estimate in ``result["selection"]``, the
+    referee's ``exact_accuracy`` of its model (simulation only, `exact_on_device`): whether the clients chose the
+    best one, which their answers cannot tell (issue #37 item 1)."""
+    sel = result.get("selection")
+    if not trained.candidates or not isinstance(sel, dict):
+        return
+    for name, model in trained.candidates.items():
+        ex = exact_on_device(prep, cfg, model, trained.majority_class, seed)
+        if name in sel["candidates"] and ex.get("available"):
+            sel["candidates"][name]["exact_accuracy"] = ex["accuracy"]
+    sel["exact_by"] = EXACT_BY
 
 
 EXACT_BY = ("simulation only: the referee applies the server's model to every test record's clean features (E[upload "

@@ -138,7 +138,8 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
                 "fl_privtext.server.ondevice_selection) among " + ", ".join(names))
     elif layout.folds == 2 and cfg.server.learner == "auto":
         name, candidates = select_from_folds(total, layout, seed=int(cfg.run.seed), public=public)
-        rule = "auto: two-fold cross-validation from aggregates (fl_privtext.server.aggregate_selection)"
+        rule = ("auto: two-fold cross-validation from aggregates (fl_privtext.server.aggregate_selection); the "
+                "class means shrunk by their deviations' own noise (denoised_means, issue #37)")
     else:
         name = learner_for(cfg.server.learner, layout, public is not None)
         rule = f"server.learner = {cfg.server.learner}" + (" (one fold: lda when the second moment is in the sum, "
@@ -208,6 +209,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         # the referee's exact figure of the model sent (simulation only; not the server's time)
         od["exact"] = pipeline.exact_on_device(prep, cfg, pipeline.shipped_model(trained, od), trained.majority_class,
                                                seed)
+        pipeline.exact_candidates(prep, cfg, trained, od, seed)
         utility = dict(trained.utility)
         if "selection" in od:  # the clients chose the model (server.select-on = clients)
             utility["learner"] = od["learner"]

@@ -10,9 +10,9 @@ from fl_privtext import pipeline
 from fl_privtext.client import ClientData, ClientPolicy, release_on_device
 from fl_privtext.client.ondevice import MAX_CANDIDATES, answer_half, on_device_answer
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.ondevice import mlp_logits
+from fl_privtext.ondevice import keep_probability, mlp_logits
 from fl_privtext.report import aggregate, table
-from fl_privtext.server.ondevice_selection import choose
+from fl_privtext.server.ondevice_selection import choose, min_detectable_difference
 from tests.refusals import refused
 
 CFG = {"privacy.mechanism": "none", "client.min-count": 1, "federation.num-clients": 1}
@@ -112,6 +112,41 @@ def test_the_choice_is_calibrated_when_every_candidate_equals_the_constant():
     assert sum(p != "constant" for p in picks) <= 20
 
 
+def _rr_replies(g: np.random.Generator, n: int, accs: list[float], eps: float) -> list[dict]:
+    """One client's select answer: per candidate, n records correct with probability acc, each bit kept with the
+    RR probability at ``eps`` (what `on_device_answer` releases, drawn directly)."""
+    p = keep_probability(eps)
+    noisy = []
+    for a in accs:
+        correct = g.random(n) < a
+        noisy.append(int(np.sum(np.where(g.random(n) < p, correct, ~correct))))
+    return [{"node": 0, "answer": {"count-epsilon": np.array([eps]), "noisy-correct": np.array(noisy),
+                                   "n": np.array([n] * len(accs))}}]
+
+
+def test_min_detectable_difference_is_the_lead_chosen_half_the_time():
+    """The closed form (RR variance + binomial + the constant's se, times the Bonferroni z) against a simulation
+    of the RR counts: a head leading by exactly the figure is chosen about half the time, by half of it rarely, by
+    twice of it almost always. AG news' numbers (issue #37): 364 answers at count-epsilon 1, 4 candidates: ~12.7
+    points, against the 3-5 points its best heads lead by."""
+    n, eps, a0 = 364, 1.0, 0.587
+    const = {"accuracy": a0, "se": 0.0, "records": 0}
+    mdd = min_detectable_difference(n, eps, 4, a0, 0.0)
+    assert mdd == pytest.approx(0.127, abs=0.002)
+    g = np.random.default_rng(0)
+    names = ["a", "b", "c", "d"]
+    rate = {}
+    for share in (0.5, 1.0, 2.0):
+        lead = share * mdd
+        picks = [choose(_rr_replies(g, n, [a0 + lead, a0, a0, a0], eps), names, constant=const)[0] for _ in range(600)]
+        rate[share] = np.mean([p == "a" for p in picks])
+    assert abs(rate[1.0] - 0.5) < 0.07, rate
+    assert rate[0.5] < 0.2 and rate[2.0] > 0.95, rate
+    _, rec = choose(_rr_replies(g, n, [a0, a0, a0, a0], eps), names, constant=const)
+    assert rec["candidates"]["a"]["min_detectable_difference"] == pytest.approx(mdd, rel=0.02)
+    assert rec["min_detectable_difference"] == pytest.approx(mdd, rel=0.02)
+
+
 def test_config_needs_auto_and_on_device():
     with pytest.raises(ValueError, match="server.select-on = clients"):
         ExperimentConfig.from_flat({"server.select-on": "clients", "server.learner": "lda"})
@@ -135,6 +170,10 @@ def test_plain_point_the_clients_choose_and_the_other_half_reports():
     # without privacy every learner beats the constant by far: the clients resolve it at count-epsilon 8
     assert od["learner"] != "constant" and sel["candidates"][od["learner"]]["beats_constant"]
     assert od["accuracy"] > sel["candidates"]["constant"]["accuracy"] + 0.1
+    # beside each estimate the referee's exact figure; the chosen one's is the shipped model's exact accuracy
+    assert sel["candidates"][od["learner"]]["exact_accuracy"] == od["exact"]["accuracy"]
+    assert sel["candidates"]["constant"]["exact_accuracy"] == pytest.approx(od["exact"]["majority_baseline"])
+    assert 0 < sel["min_detectable_difference"] < 0.2  # count-epsilon 8: a fine-grained choice
     test = np.flatnonzero(prep.roles == "test")
     halves = answer_half(prep.ds.user_index.reshape(-1)[test])
     assert sel["records"] == int((halves == 0).sum()) and od["num_test_records"] == int((halves == 1).sum())

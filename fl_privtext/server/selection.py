@@ -29,22 +29,92 @@ expectation is the true-label correctness.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from fl_privtext.server.learners import Learner
+from fl_privtext.server.noise import NoiseLaw
 
-__all__ = ["cross_validate", "select"]
+__all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "clean_accuracy", "cross_validate", "select"]
 
 FOLDS = 3
+CLEAN_MARGIN = 0.01  # a head replaces the constant only when its estimated clean accuracy is this much higher
+CLEAN_UNRESOLVED = 0.5  # a head whose held-out means' noise exceeds this share of its clean score spread is unresolved
+CLEAN_DRAWS = 2000  # Monte-Carlo draws per class of the Gaussian model (fixed seed: common numbers across heads)
+LEARNER_RULE = ("auto: the lowest out-of-fold per-upload log-loss among the learners that beat the constant's "
+                "(fl_privtext.server.selection); beside each candidate its estimated ON-DEVICE (clean-head) accuracy "
+                "(clean_accuracy_estimate, clean_unresolved, clean_choice), reported but not yet the criterion: at "
+                "the measured sizes its error exceeds the differences it should rank (issue #37)")
+
+
+def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, num_classes: int, law: NoiseLaw,
+                   label_rr: np.ndarray | None = None, seed: int = 0, draws: int = CLEAN_DRAWS
+                   ) -> tuple[float, float]:
+    """Estimated on-device accuracy of the exported head ``export`` (applied to clean features E[u | x]) from
+    held-out noisy uploads ``x`` with labels ``y`` and the mechanism's noise ``law``, under a Gaussian
+    class-conditional model: class k's clean features ~ N(mu_k, Sigma), mu_k estimated by the held-out class mean
+    m_k (independent of the head: no in-sample optimism), Sigma by the method of moments (the uploads' within-class
+    covariance minus the law's noise covariance, `LDA.clean_within`). Linear heads (one layer): in the K-dimensional
+    score space the scores are N(W mu_k + b, W Sigma W^T); m_k carries noise of covariance C_k = S_up / n_k
+    (S_up: the uploads' within-class covariance), which is deconvolved: scores drawn around W m_k with covariance
+    W (Sigma - C_k) W^T (eigenvalues floored at 0), whose expectation over m_k is the accuracy at mu_k where the
+    difference is positive semi-definite. Deeper heads: clean points drawn in D dimensions from N(m_k, Sigma_+)
+    (no deconvolution: optimistic where the held-out means are noisy). Accuracy = sum_k pi_k Pr(argmax = k), pi the
+    held-out class shares (debiased through ``label_rr``). Returns (accuracy, unresolved): the largest share over
+    classes of the score spread the deconvolution could not remove (the negative part of W (Sigma - C_k) W^T over
+    the trace of W Sigma_+ W^T; deeper heads: tr C_k / tr Sigma_+): near 0 the estimate is the accuracy at the
+    true means, at 1 and above the held-out means' noise dominates and the estimate mostly reflects it."""
+    from fl_privtext.ondevice import mlp_logits
+    from fl_privtext.rng import generator
+    from fl_privtext.server.learners import LDA, ClassStats
+
+    k = num_classes
+    lda = LDA(num_classes=k, noise=law, label_rr=label_rr)
+    lda.stats = st = ClassStats.of(np.asarray(x, np.float64), np.asarray(y, np.int64), k, law.variance, label_rr)
+    sigma, _ = lda.clean_within()
+    s_up = st.within()
+    counts = np.maximum(st.counts, 1.0)
+    pi = np.clip(st.counts, 0.0, None) / max(float(np.clip(st.counts, 0.0, None).sum()), 1e-12)
+    m = st.means
+    g = generator(int(seed), "clean-accuracy", k)
+    layers = [key for key in export if key.startswith("weight_")]
+    linear = len(layers) == 1 and not np.any(export.get("center", 0))
+    acc, unresolved = 0.0, 0.0
+    if linear:
+        std = np.asarray(export["std"], np.float64)
+        w = np.asarray(export["weight_0"], np.float64) / std
+        b = np.asarray(export["bias_0"], np.float64) - w @ np.asarray(export["mean"], np.float64)
+        z = g.standard_normal((draws, k))
+        a = w @ sigma @ w.T
+        for c in range(k):
+            cov = a - w @ s_up @ w.T / counts[c]
+            lam, vec = np.linalg.eigh((cov + cov.T) / 2)
+            root = vec * np.sqrt(np.clip(lam, 0.0, None))
+            pred = (w @ m[c] + b + z @ root.T).argmax(axis=1)
+            acc += pi[c] * float(np.mean(pred == c))
+            spread = float(np.clip(np.linalg.eigvalsh((a + a.T) / 2), 0.0, None).sum())
+            if spread > 1e-300:
+                unresolved = max(unresolved, float(-np.clip(lam, None, 0.0).sum()) / spread)
+        return acc, unresolved
+    lam, vec = np.linalg.eigh((sigma + sigma.T) / 2)
+    root = vec * np.sqrt(np.clip(lam, 0.0, None))
+    spread = max(float(np.clip(lam, 0.0, None).sum()), 1e-300)
+    for c in range(k):
+        pts = m[c] + g.standard_normal((draws, len(lam))) @ root.T
+        acc += pi[c] * float(np.mean(mlp_logits(export, pts).argmax(axis=1) == c))
+        unresolved = max(unresolved, float(np.trace(s_up)) / counts[c] / spread)
+    return acc, unresolved
 
 
 def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int,
-         label_rr: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+         label_rr: np.ndarray | None = None, law: NoiseLaw | None = None, num_classes: int = 0,
+         clean: list[tuple[float, float]] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``; with ``label_rr``
-    both against the true label (forward-corrected loss, backward-corrected correctness: module docstring)."""
+    both against the true label (forward-corrected loss, backward-corrected correctness: module docstring).
+    ``law`` given: each fold's estimated clean-head accuracy (`clean_accuracy`) appended to ``clean``."""
     from sklearn.model_selection import GroupKFold
 
     n_groups = len(np.unique(groups))
@@ -55,6 +125,8 @@ def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.n
     inv = None if label_rr is None else np.linalg.inv(label_rr)
     for tr, te in GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups):
         model = make().fit(x[tr], y[tr])
+        if law is not None and clean is not None:
+            clean.append(clean_accuracy(model.export(), x[te], y[te], num_classes, law, label_rr))
         s = model.logits(x[te])
         s = s - s.max(axis=1, keepdims=True)
         logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
@@ -93,20 +165,39 @@ def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray, tried: int) -
 
 
 def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
-           folds: int = FOLDS, order: Sequence[str] | None = None, label_rr: np.ndarray | None = None
-           ) -> tuple[str, dict[str, Any]]:
+           folds: int = FOLDS, order: Sequence[str] | None = None, label_rr: np.ndarray | None = None,
+           law: NoiseLaw | None = None, num_classes: int = 0) -> tuple[str, dict[str, Any]]:
     """The candidate with the lowest out-of-fold log-loss among those that beat the constant (paired, per user,
-    one-sided 95%, Bonferroni); the constant when none does. Returns (name, {name: {"accuracy", "log_loss",
-    "beats_constant"}}). ``makers`` must hold "constant". ``label_rr``: the uploaded labels' RR matrix, if any."""
+    one-sided 95%, Bonferroni); the constant when none does. With the noise ``law`` (what
+    `fl_privtext.server.training.fit_learner` passes) each candidate also gets its out-of-fold estimated clean-head
+    accuracy (`clean_accuracy`: ``clean_accuracy_estimate``, ``clean_unresolved``) and ``clean_beats_constant``
+    (estimated ``CLEAN_MARGIN`` above the constant's, resolved); the scores' "constant" entry names
+    ``clean_choice``, the head that rule would pick. Reported, not used to decide (`LEARNER_RULE`). Returns (name, {name: {"accuracy", "log_loss",
+    "beats_constant", ...}}). ``makers`` must hold "constant". ``label_rr``: the uploaded labels' RR matrix."""
     if "constant" not in makers:
         raise ValueError("select needs the constant predictor among the candidates.")
-    runs = {name: _oof(make, x, y, groups, folds, label_rr) for name, make in makers.items()}
+    if law is not None and num_classes < 1:
+        raise ValueError("select with a noise law needs num_classes >= 1.")
+    cleans: dict[str, list[tuple[float, float]]] = {name: [] for name in makers}
+    runs = {name: _oof(make, x, y, groups, folds, label_rr, law, num_classes, cleans[name])
+            for name, make in makers.items()}
     null = runs["constant"][1]
     tried = len(makers) - 1
     scores: dict[str, Any] = {}
     for name, (hits, loss) in runs.items():
         scores[name] = {"accuracy": float(hits.mean()), "log_loss": float(loss.mean()),
                         "beats_constant": bool(name != "constant" and _beats(loss, null, groups, tried))}
+    if law is not None:
+        est = {name: float(np.mean([a for a, _ in c])) if c else math.nan for name, c in cleans.items()}
+        clean_best = "constant"
+        for name, sc in scores.items():
+            sc["clean_accuracy_estimate"] = est[name]
+            sc["clean_unresolved"] = max((u for _, u in cleans[name]), default=math.inf)
+            sc["clean_beats_constant"] = bool(name != "constant" and est[name] > est["constant"] + CLEAN_MARGIN
+                                              and sc["clean_unresolved"] <= CLEAN_UNRESOLVED)
+            if sc["clean_beats_constant"] and (clean_best == "constant" or est[name] > est[clean_best]):
+                clean_best = name
+        scores["constant"]["clean_choice"] = clean_best
     best = "constant"
     for name in order or makers:
         if scores[name]["beats_constant"] and (best == "constant"

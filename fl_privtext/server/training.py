@@ -21,7 +21,7 @@ from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
 from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
 from fl_privtext.server.noise import NoiseLaw, noise_law
-from fl_privtext.server.selection import FOLDS, select
+from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
 
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
 
@@ -101,7 +101,8 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             cv = np.flatnonzero(np.isin(groups, keep))
         # Linear's L2 strength: chosen once on the selection's folds by user, then fixed (Linear.choose_c)
         linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x[cv], y[cv], groups[cv], FOLDS)
-        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr)
+        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr, law=noise,
+                                num_classes=num_classes)
         scores["linear"]["C"] = linear_c
         if fit_all is not None:
             fit_all.update({n: maker(n)().fit(x, y) for n in names})
@@ -165,6 +166,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "learner": chosen,  # server.learner, or what auto chose
         # auto: out-of-fold accuracy and log-loss per candidate on the server's uploads, folds by user (selection.py)
         "candidates": candidates,
+        **({"learner_rule": LEARNER_RULE} if cfg.server.learner == "auto" else {}),
         "accuracy": metrics.accuracy(truth, pred),
         "macro_f1": metrics.macro_f1(truth, pred, k),
         "majority_baseline": metrics.majority_baseline(labels[tr], truth),
