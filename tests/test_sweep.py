@@ -300,9 +300,9 @@ def test_quickstart_frontier_file_is_a_valid_sweep_with_seeds_and_its_no_privacy
     points = spec.points({"run.progress": "false"})
     everything = sweep.with_baselines(points)
     assert len(everything) == len(points) + 1 and everything[-1].privacy.mechanism == "none"
-    assert "privunitg" in spec.grid["privacy.mechanism"] and all(p.run.seeds >= 3 for p in points)
+    assert "privunitg" in spec.grid["privacy.mechanism"] and all(p.run.seeds >= 5 for p in points)
     eps = sorted({p.privacy.epsilon for p in points})
-    assert eps[0] <= 0.25 and eps[-1] >= 16  # from the majority to near no privacy (README, "quickstart frontier")
+    assert eps[0] <= 0.5 and eps[-1] >= 16  # from the majority to near no privacy (README, "quickstart frontier")
     assert spec.output == "sweeps/quickstart_frontier"
 
 
