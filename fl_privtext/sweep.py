@@ -277,9 +277,10 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
     if len(groups) > 1:
-        log(f"[sweep] {len(groups)} simulations (points differ in {', '.join(SIMULATION_KEYS)}, [client] / [server], "
-            "the shard (data, partition, run.seed), or are no-privacy points, which never share clients with private "
-            "ones)")
+        log(f"[sweep] {len(groups)} groups of points that share no clients, one Flower simulation each, except a "
+            "group of no-privacy references, which the referee's plain loop computes without clients (points differ "
+            f"in {', '.join(SIMULATION_KEYS)}, [client] / [server], the shard (data, partition, run.seed), or are "
+            "no-privacy points, which never share clients with private ones)")
     bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc="sweep points", unit="point",
                disable=None if progress else True,  # None: no bar when stderr is not a terminal (a log file)
                dynamic_ncols=True, file=sys.stderr)
