@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fl_privtext.ondevice import debiased_accuracy
+from fl_privtext.ondevice import debiased_accuracy, keep_probability
 from fl_privtext.server.learners import label_rr_matrix
 
 __all__ = ["ALPHA", "choose", "constant_from_counts", "constant_from_labels", "estimates", "min_detectable_difference"]
@@ -102,7 +102,6 @@ def min_detectable_difference(records: int, count_epsilon: float, tried: int, co
     """The smallest lead over the constant that the clients' choice detects with probability 1/2 (module docstring):
     z sqrt(v_RR / n + a0 (1 - a0) / n + se_0^2) for ``records`` = n answers at ``count_epsilon`` (``rr_se``: the
     pooled RR standard error when the clients answered at several epsilons). inf without answers."""
-    from fl_privtext.ondevice import keep_probability
 
     if records <= 0:
         return math.inf

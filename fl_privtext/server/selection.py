@@ -35,7 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.server.learners import Learner
+from fl_privtext.ondevice import mlp_logits
+from fl_privtext.rng import generator
+from fl_privtext.server.learners import LDA, ClassStats, Learner
 from fl_privtext.server.noise import NoiseLaw
 
 __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "clean_accuracy", "cross_validate", "select"]
@@ -67,9 +69,6 @@ def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, 
     classes of the score spread the deconvolution could not remove (the negative part of W (Sigma - C_k) W^T over
     the trace of W Sigma_+ W^T; deeper heads: tr C_k / tr Sigma_+): near 0 the estimate is the accuracy at the
     true means, at 1 and above the held-out means' noise dominates and the estimate mostly reflects it."""
-    from fl_privtext.ondevice import mlp_logits
-    from fl_privtext.rng import generator
-    from fl_privtext.server.learners import LDA, ClassStats
 
     k = num_classes
     lda = LDA(num_classes=k, noise=law, label_rr=label_rr)
