@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["UserCounts", "cluster_bootstrap", "counts_bootstrap", "user_counts"]
+__all__ = ["UserCounts", "cluster_bootstrap", "counts_bootstrap", "seeds_interval", "user_counts"]
 
 N_BOOT = 2000
 _CHUNK_CELLS = 1 << 22  # replicates x users per block: bounds the weight matrix at ~32 MB of float64
@@ -128,3 +128,25 @@ def cluster_bootstrap(correct: np.ndarray, users: np.ndarray, g: np.random.Gener
                          f"{users.shape}, {seeds.shape}.")
     per_seed = [user_counts(correct[seeds == s], users[seeds == s]) for s in np.unique(seeds)]
     return counts_bootstrap(per_seed, g, n_boot=n_boot, level=level)
+
+
+def seeds_interval(accuracy: Sequence[float], low: Sequence[float], high: Sequence[float], level: float = 0.95
+                   ) -> tuple[float, float]:
+    """The ``level`` interval of the mean over seeds from each seed's accuracy and its own interval over users
+    (``low``, ``high``: e.g. an attack's per-user binomial interval, one answer per user), by the rule of
+    `counts_bootstrap` without the per-user counts: each side is sqrt(users' side^2 + seed half-width^2) from the
+    mean, the users' side the mean over seeds of that seed's side, the seeds' half-width t_{S-1} sd / sqrt(S);
+    clipped to [0, 1]. One seed: its own interval."""
+    from scipy.stats import t as student_t
+
+    acc, lo, hi = (np.asarray(v, np.float64).reshape(-1) for v in (accuracy, low, high))
+    if not (len(acc) == len(lo) == len(hi) >= 1):
+        raise ValueError(f"seeds_interval needs one accuracy, low and high per seed (>= 1); got {len(acc)}, "
+                         f"{len(lo)}, {len(hi)}.")
+    estimate = float(acc.mean())
+    seed_half = 0.0
+    if len(acc) >= 2:
+        seed_half = float(student_t.ppf((1 + level) / 2, len(acc) - 1) * acc.std(ddof=1) / np.sqrt(len(acc)))
+    down = float(np.mean(np.maximum(acc - lo, 0.0)))
+    up = float(np.mean(np.maximum(hi - acc, 0.0)))
+    return max(0.0, estimate - float(np.hypot(down, seed_half))), min(1.0, estimate + float(np.hypot(up, seed_half)))

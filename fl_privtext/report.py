@@ -3,7 +3,8 @@
 results.json keys (public contract, ../shared/docs/architecture.md): utility.accuracy, utility.macro_f1;
 privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.<attribute>.accuracy,
 attacks.<attribute>.majority_baseline (and f1 for entities), attacks.<attribute>.floor_logistic (plain logistic
-regression on the same aux users and targets), attacks.<attribute>.per_user.ci_low / ci_high; empirical_privacy; federation.num_clients,
+regression on the same aux users and targets), attacks.<attribute>.per_user.ci_low / ci_high (over target users
+and, with several seeds, seeds: `fl_privtext.bootstrap.seeds_interval`); empirical_privacy; federation.num_clients,
 federation.num_users, federation.uploads_observed, federation.server_received; baseline.federation ("separate"
 whenever a no-privacy reference was computed: never by the private point's clients) and baseline.server_received;
 timing.total_s (and per stage); utility.on_device.exact.{accuracy, ci_low, ci_high} (the referee's exact figure,
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.bootstrap import counts_bootstrap
+from fl_privtext.bootstrap import counts_bootstrap, seeds_interval
 from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.display import fmt_epsilon
@@ -258,6 +259,11 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
                               "per_user_leak_detected": bool(((s["attacks"][name].get("per_user") or {})
                                                               .get("test") or {}).get("leak_detected"))}
                              for s in seeds]
+        pus = [s["attacks"][name].get("per_user") or {} for s in seeds]
+        if len(seeds) > 1 and all(all(k in pu for k in ("accuracy", "ci_low", "ci_high")) for pu in pus):
+            # over test users AND seeds (fl_privtext.bootstrap.seeds_interval), not the mean of each seed's ends
+            entry["per_user"]["ci_low"], entry["per_user"]["ci_high"] = seeds_interval(
+                [pu["accuracy"] for pu in pus], [pu["ci_low"] for pu in pus], [pu["ci_high"] for pu in pus])
         if "violation" in first:  # an alarm in any seed is an alarm
             entry["violation"] = any(bool(s["attacks"][name].get("violation")) for s in seeds)
             entry["per_user"]["violation"] = any(bool(s["attacks"][name]["per_user"].get("violation"))

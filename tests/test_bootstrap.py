@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_privtext.bootstrap import UserCounts, cluster_bootstrap, counts_bootstrap, user_counts
+from fl_privtext.bootstrap import UserCounts, cluster_bootstrap, counts_bootstrap, seeds_interval, user_counts
 from fl_privtext.rng import generator
 
 TRUE_ACCURACY = 0.7
@@ -110,3 +110,17 @@ def test_bad_inputs_are_refused():
         cluster_bootstrap(np.ones(3, bool), np.zeros(2, np.int64), generator(0))
     with pytest.raises(ValueError, match=">= 1 record"):
         user_counts(np.ones(0, bool), np.zeros(0, np.int64))
+
+
+def test_seeds_interval_is_the_users_interval_for_equal_seeds_and_the_t_interval_without_user_noise():
+    # identical seeds: each seed's own interval (the seeds add nothing)
+    assert seeds_interval([0.6, 0.6, 0.6], [0.55, 0.55, 0.55], [0.66, 0.66, 0.66]) == pytest.approx((0.55, 0.66))
+    # no user noise, the seeds apart: Student's t over the seeds, 0.7 +- t_2 0.2 / sqrt 3, clipped to [0, 1]
+    lo, hi = seeds_interval([0.5, 0.7, 0.9], [0.5, 0.7, 0.9], [0.5, 0.7, 0.9])
+    assert lo == pytest.approx(0.7 - 4.302653 * 0.2 / np.sqrt(3), abs=1e-5) and hi == 1.0
+    # both: each side in quadrature, wider than either part and than the mean of the seeds' ends (the old figure)
+    lo, hi = seeds_interval([0.58, 0.62], [0.53, 0.57], [0.63, 0.67])
+    half = 12.7062 * 0.02 * np.sqrt(2) / np.sqrt(2)
+    assert hi - 0.6 == pytest.approx(np.hypot(0.05, half), rel=1e-4) and lo < 0.55
+    with pytest.raises(ValueError, match="one accuracy, low and high per seed"):
+        seeds_interval([0.5], [0.4, 0.4], [0.6])

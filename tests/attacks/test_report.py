@@ -30,8 +30,9 @@ def _point(world, mech, cfg):
 
 def test_results_carry_the_public_attack_contract(world, tmp_path, capsys):
     cfg = config()
-    res = report.finalize(_point(world, make_mechanism("laplace-l1", epsilon=2.0, sampler="float"), cfg), cfg,
-                          total_s=1.0, output=tmp_path, echo=True)
+    point = _point(world, make_mechanism("laplace-l1", epsilon=2.0, sampler="float"), cfg)
+    _point_seeds = list(point["per_seed"])
+    res = report.finalize(point, cfg, total_s=1.0, output=tmp_path, echo=True)
     # the console's last line names summary.md, with its path, as the place to read (issue #36)
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith(f"{tmp_path / 'summary.md'}")
     on_disk = json.loads((tmp_path / "results.json").read_text())
@@ -42,6 +43,14 @@ def test_results_carry_the_public_attack_contract(world, tmp_path, capsys):
     assert isinstance(g["prior_baseline"], float) and isinstance(g["per_user"]["prior_baseline"], float)
     for key in ("accuracy", "majority_baseline", "ceiling", "ci_low", "ci_high", "floor_logistic"):
         assert isinstance(g["per_user"][key], float)
+    # two seeds: the per-user interval is over target users and seeds (bootstrap.seeds_interval), at least as wide
+    # on each side as the mean of the seeds' own ends (the old figure, which dropped the seeds' spread)
+    from fl_privtext.bootstrap import seeds_interval
+
+    pus = [s["attacks"]["gender"]["per_user"] for s in _point_seeds]
+    want = seeds_interval([p["accuracy"] for p in pus], [p["ci_low"] for p in pus], [p["ci_high"] for p in pus])
+    assert (g["per_user"]["ci_low"], g["per_user"]["ci_high"]) == want
+    assert want[0] <= np.mean([p["ci_low"] for p in pus]) and want[1] >= np.mean([p["ci_high"] for p in pus])
     assert isinstance(g["floor_logistic"], float)  # issue #37: the plain attacker beside the answer
     assert g["per_user"]["ci_low"] <= g["per_user"]["accuracy"] <= g["per_user"]["ci_high"]
     ex = on_disk["attacks_extra"]
