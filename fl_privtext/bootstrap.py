@@ -78,8 +78,6 @@ def counts_bootstrap(per_seed: Sequence[UserCounts], g: np.random.Generator, *, 
     """The ``level`` interval of the mean over seeds of each seed's accuracy (module docstring): the users' part
     by resampling users jointly over seeds, the seeds' part by Student's t; a user absent from a seed counts zero
     records there."""
-    from scipy.stats import t as student_t
-
     if not per_seed:
         raise ValueError("counts_bootstrap needs at least one seed.")
     if not 0 < level < 1 or n_boot < 1:
@@ -92,7 +90,7 @@ def counts_bootstrap(per_seed: Sequence[UserCounts], g: np.random.Generator, *, 
         n[i, pos], c[i, pos] = s.n, s.correct
     if (n.sum(axis=1) <= 0).any():
         raise ValueError("counts_bootstrap: a seed with no records.")
-    num_seeds, num_users = n.shape
+    num_users = n.shape[1]
     seed_acc = c.sum(axis=1) / n.sum(axis=1)  # (S,)
     estimate = float(seed_acc.mean())
     stats = np.empty(n_boot)
@@ -106,12 +104,7 @@ def counts_bootstrap(per_seed: Sequence[UserCounts], g: np.random.Generator, *, 
         acc = np.where(records > 0, right / np.maximum(records, 1e-300), seed_acc)
         stats[start:start + b] = acc.mean(axis=1)
     lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
-    seed_half = 0.0
-    if num_seeds >= 2:
-        seed_half = float(student_t.ppf((1 + level) / 2, num_seeds - 1) * seed_acc.std(ddof=1) / np.sqrt(num_seeds))
-    low = estimate - float(np.hypot(max(estimate - lo, 0.0), seed_half))
-    high = estimate + float(np.hypot(max(hi - estimate, 0.0), seed_half))
-    return max(0.0, low), min(1.0, high)
+    return _with_seeds(seed_acc, max(estimate - lo, 0.0), max(hi - estimate, 0.0), level)
 
 
 def cluster_bootstrap(correct: np.ndarray, users: np.ndarray, g: np.random.Generator, *,
@@ -137,16 +130,21 @@ def seeds_interval(accuracy: Sequence[float], low: Sequence[float], high: Sequen
     `counts_bootstrap` without the per-user counts: each side is sqrt(users' side^2 + seed half-width^2) from the
     mean, the users' side the mean over seeds of that seed's side, the seeds' half-width t_{S-1} sd / sqrt(S);
     clipped to [0, 1]. One seed: its own interval."""
-    from scipy.stats import t as student_t
-
     acc, lo, hi = (np.asarray(v, np.float64).reshape(-1) for v in (accuracy, low, high))
     if not (len(acc) == len(lo) == len(hi) >= 1):
         raise ValueError(f"seeds_interval needs one accuracy, low and high per seed (>= 1); got {len(acc)}, "
                          f"{len(lo)}, {len(hi)}.")
-    estimate = float(acc.mean())
-    seed_half = 0.0
-    if len(acc) >= 2:
-        seed_half = float(student_t.ppf((1 + level) / 2, len(acc) - 1) * acc.std(ddof=1) / np.sqrt(len(acc)))
-    down = float(np.mean(np.maximum(acc - lo, 0.0)))
-    up = float(np.mean(np.maximum(hi - acc, 0.0)))
+    return _with_seeds(acc, float(np.mean(np.maximum(acc - lo, 0.0))), float(np.mean(np.maximum(hi - acc, 0.0))),
+                       level)
+
+
+def _with_seeds(seed_acc: np.ndarray, down: float, up: float, level: float) -> tuple[float, float]:
+    """The interval around the mean of ``seed_acc`` (S,) whose users' sides are ``down`` / ``up``: each side in
+    quadrature with the seeds' Student t half-width t_{S-1} sd / sqrt(S) (0 for one seed), clipped to [0, 1]."""
+    from scipy.stats import t as student_t
+
+    estimate, seed_half = float(seed_acc.mean()), 0.0
+    if len(seed_acc) >= 2:
+        seed_half = float(student_t.ppf((1 + level) / 2, len(seed_acc) - 1) * seed_acc.std(ddof=1)
+                          / np.sqrt(len(seed_acc)))
     return max(0.0, estimate - float(np.hypot(down, seed_half))), min(1.0, estimate + float(np.hypot(up, seed_half)))

@@ -625,9 +625,8 @@ def table(results: dict[str, Any]) -> str:
 
 def _band(lo: Any, hi: Any, sep: str = ", ") -> str:
     """An accuracy's interval for display, clipped to [0, 1] (results saved before the clip at the source)."""
-    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
-        return f"[{_fmt(lo)}{sep}{_fmt(hi)}]"
-    lo, hi = clip_interval(lo, hi)
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+        lo, hi = clip_interval(lo, hi)
     return f"[{_fmt(lo)}{sep}{_fmt(hi)}]"
 
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.client import published
 from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
 from fl_privtext.config import ExperimentConfig, _flatten, keyed_flat
@@ -139,7 +140,6 @@ def _hash(flat: dict[str, Any]) -> str:
 def _write_atomic(path: Path, text: str) -> None:
     """Atomic (a killed sweep never leaves half a file behind); a failure is one line naming the file
     (`fl_privtext.rundir.write_atomic`)."""
-
     make_dir(path.parent, "directory")
     write_atomic(path, text)
 
@@ -413,7 +413,6 @@ def _eps(x: Any) -> Any:
 
 def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """One table row (flat, CSV-ready) from a results.json-shaped dict."""
-
     u, p = res["utility"], res["privacy"]
     per_user = p.get("composition", {}).get("per_user", {}) if isinstance(p.get("composition"), dict) else {}
     row: dict[str, Any] = dict(extra or {})
@@ -453,16 +452,9 @@ def seed_band(per_seed: Sequence[dict[str, Any]], level: float = 0.95) -> tuple[
     sd with ddof 1) for n >= 2 seeds; with one seed, that seed's own ``ci95`` when it has one (the randomized-
     response noise of on-device counts), else (None, None). Clipped to [0, 1]."""
     accs = [float(s["accuracy"]) for s in per_seed if s.get("accuracy") is not None]
-    if len(accs) >= 2:
-        from scipy.stats import t
-
-        n = len(accs)
-        mean = sum(accs) / n
-        sd = math.sqrt(sum((a - mean) ** 2 for a in accs) / (n - 1))
-        half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
-        return max(0.0, mean - half), min(1.0, mean + half)
+    if len(accs) >= 2:  # the seeds' part of fl_privtext.bootstrap's rule, with no users' part
+        return seeds_interval(accs, accs, accs, level)
     if len(accs) == 1 and isinstance(per_seed[0].get("ci95"), (list, tuple)) and level == 0.95:
-
         return clip_interval(*per_seed[0]["ci95"])  # saved points may predate the clip at the source
     return None, None
 
@@ -484,7 +476,6 @@ def short_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     columns, stays in ``rows`` and table.csv): the mechanism and any other grid key, the TRUE worst-case epsilon
     (3 significant digits), the on-device EXACT accuracy with its 95% interval, the per-upload accuracy, the
     majority, and each attack's accuracy with its prior (the attacker's baseline) in brackets."""
-
     out = []
     for r in rows:
         keys = list(r)
