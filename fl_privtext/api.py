@@ -41,7 +41,6 @@ class Result:
 
     def _rows(self) -> list[tuple[str, str]]:
         """(quantity, value) rows of the summary table shown in a terminal and in Jupyter."""
-
         r = self.results
 
         def num(x: Any) -> str:

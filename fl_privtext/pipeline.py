@@ -372,7 +372,7 @@ def exact_candidates(prep: Prepared, cfg: ExperimentConfig, trained: Trained, re
     if not trained.candidates or not isinstance(sel, dict):
         return
     for name, model in trained.candidates.items():
-        ex = exact_on_device(prep, cfg, model, trained.majority_class, seed)
+        ex = exact_on_device(prep, cfg, model, trained.majority_class, seed, interval=False)
         if name in sel["candidates"] and ex.get("available"):
             sel["candidates"][name]["exact_accuracy"] = ex["accuracy"]
     sel["exact_by"] = EXACT_BY
@@ -395,12 +395,13 @@ def shipped_model(trained: Trained, result: dict[str, Any]) -> dict[str, np.ndar
 
 
 def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.ndarray] | None,
-                    majority_class: int, seed: int) -> dict[str, Any]:
+                    majority_class: int, seed: int, *, interval: bool = True) -> dict[str, Any]:
     """The referee's exact on-device figure of ``model`` (simulation only, `EXACT_BY`): accuracy and macro-F1 over
     every test user's records, whether or not its client answered, with the user-level interval of `fl_privtext.
     bootstrap` (stream ``(seed, "referee", "on-device")``). ``_per_user`` (internal): the per-user counts the
     report pools over seeds. Why: the server's estimate carries the randomized response's noise (+-3.5 points at
-    count-epsilon 1 on AG news), so "how good is the model the mechanism allows" needs this one."""
+    count-epsilon 1 on AG news), so "how good is the model the mechanism allows" needs this one. ``interval=False``:
+    no bootstrap (``ci_low`` / ``ci_high`` None), for figures read without one (`exact_candidates`)."""
     from fl_privtext.client.ondevice import expected_input
     from fl_privtext.metrics import macro_f1_from_confusion
     from fl_privtext.ondevice import confusion, mlp_logits
@@ -420,7 +421,7 @@ def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.n
     truth = np.asarray(prep.ds.labels, np.int64)[rows]
     cm = confusion(truth, pred, len(prep.ds.label_names))
     counts = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[rows])
-    lo, hi = counts_bootstrap([counts], rng.generator(seed, "referee", "on-device"))
+    lo, hi = counts_bootstrap([counts], rng.generator(seed, "referee", "on-device")) if interval else (None, None)
     n = int(cm.sum())
     return {"available": True, "accuracy": float(np.trace(cm)) / n, "macro_f1": macro_f1_from_confusion(cm),
             "ci_low": lo, "ci_high": hi, "majority_baseline": float(cm[majority_class].sum()) / n,
