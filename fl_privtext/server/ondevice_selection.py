@@ -102,7 +102,6 @@ def min_detectable_difference(records: int, count_epsilon: float, tried: int, co
     """The smallest lead over the constant that the clients' choice detects with probability 1/2 (module docstring):
     z sqrt(v_RR / n + a0 (1 - a0) / n + se_0^2) for ``records`` = n answers at ``count_epsilon`` (``rr_se``: the
     pooled RR standard error when the clients answered at several epsilons). inf without answers."""
-
     if records <= 0:
         return math.inf
     if rr_se is None:

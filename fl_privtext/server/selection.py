@@ -69,7 +69,6 @@ def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, 
     classes of the score spread the deconvolution could not remove (the negative part of W (Sigma - C_k) W^T over
     the trace of W Sigma_+ W^T; deeper heads: tr C_k / tr Sigma_+): near 0 the estimate is the accuracy at the
     true means, at 1 and above the held-out means' noise dominates and the estimate mostly reflects it."""
-
     k = num_classes
     lda = LDA(num_classes=k, noise=law, label_rr=label_rr)
     lda.stats = st = ClassStats.of(np.asarray(x, np.float64), np.asarray(y, np.int64), k, law.variance, label_rr)
@@ -88,13 +87,13 @@ def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, 
         b = np.asarray(export["bias_0"], np.float64) - w @ np.asarray(export["mean"], np.float64)
         z = g.standard_normal((draws, k))
         a = w @ sigma @ w.T
+        spread = float(np.clip(np.linalg.eigvalsh((a + a.T) / 2), 0.0, None).sum())
         for c in range(k):
             cov = a - w @ s_up @ w.T / counts[c]
             lam, vec = np.linalg.eigh((cov + cov.T) / 2)
             root = vec * np.sqrt(np.clip(lam, 0.0, None))
             pred = (w @ m[c] + b + z @ root.T).argmax(axis=1)
             acc += pi[c] * float(np.mean(pred == c))
-            spread = float(np.clip(np.linalg.eigvalsh((a + a.T) / 2), 0.0, None).sum())
             if spread > 1e-300:
                 unresolved = max(unresolved, float(-np.clip(lam, None, 0.0).sum()) / spread)
         return acc, unresolved
