@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
 import signal
@@ -11,10 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from fl_privtext.rundir import INCOMPLETE_STATUS, WriteError, collect, describe
-
-# OSErrors that are about writing a file (a full disk, a quota, a read-only or forbidden place): one line naming it
-_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+from fl_privtext.rundir import INCOMPLETE_STATUS, WRITE_REASONS, WriteError, collect, describe
 
 
 def _parse_sets(items: Sequence[str]) -> dict[str, str]:
@@ -129,7 +125,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"fl-privtext {args.command}: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        if exc.errno not in _WRITE_ERRNOS:
+        if exc.errno not in WRITE_REASONS:  # a write error: one line naming the file
             raise
         # a write outside rundir (a log, the trackers, the feature cache) on a full disk: still one line
         print(f"fl-privtext {args.command}: error: {describe(exc.filename or 'the run files', exc)}", file=sys.stderr)

@@ -30,6 +30,12 @@ RESULTS_FILE = "results.json"
 INCOMPLETE_STATUS = 3  # the command's exit status when it finished but some artifact was not written
 
 
+# OSErrors that are about writing a file (a full disk, a quota, a read-only or forbidden place) and how to say them
+WRITE_REASONS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                 errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+                 errno.EPERM: "permission denied"}
+
+
 class WriteError(Exception):
     """A file of the run that could not be written; its text is one line naming the file and the reason."""
 
@@ -37,11 +43,8 @@ class WriteError(Exception):
 def describe(path: str | os.PathLike[str], exc: BaseException) -> str:
     """One line: what went wrong writing ``path`` (the OS's reason when it is an OSError)."""
     code = getattr(exc, "errno", None)
-    reasons = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-               errno.EROFS: "read-only file system", errno.EACCES: "permission denied", errno.EPERM:
-               "permission denied"}
-    if code in reasons:
-        return f"{reasons[code]} writing {path}"
+    if code in WRITE_REASONS:
+        return f"{WRITE_REASONS[code]} writing {path}"
     if isinstance(exc, WriteError):
         return str(exc)
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
