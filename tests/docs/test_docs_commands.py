@@ -1,7 +1,7 @@
 """Docs that run (issue #36, item 3): every shell command and python block of README.md and docs/*.md is run here on
 small data, validated here, or listed below with why it cannot run here and which test runs its code path; a
 command added to the docs and not listed fails `test_every_doc_command_is_listed`, and so does a listed command
-that the docs no longer hold. docs/quickstart.ipynb is run under a real kernel by tests/test_notebook.py.
+that the docs no longer hold. docs/quickstart.ipynb is run under a real kernel by tests/docs/test_notebook.py.
 
 Cost: two tiny Flower simulations (the README's `--config` run and the datasets page's CSV run, which
 `fl-privtext compare` then reads); everything else is parsing, preflight, loading and splitting the data, and
@@ -133,7 +133,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cat > policy.toml <<'TOML'\n# the SuperNodes' own policy: what they release, whatever the ServerApp asks "
     "(keys as in `fl-privtext run --set`)\n[privacy]\nepsilon = 1.0\n[client]\nmax-epsilon = inf\nTOML": (
         VALIDATED, ("here: the file written and read by the SuperNode's policy loader, which refuses another "
-                   "epsilon"), "tests/test_policy_groups.py::test_a_policy_file_and_node_config_set_a_supernodes_policy"),
+                   "epsilon"), "tests/client/test_policy_groups.py::test_a_policy_file_and_node_config_set_a_supernodes_policy"),
     _cmd("flower-supernode --insecure --superlink 127.0.0.1:8000 --port 9094 --node-config",
          "\"partition-id=0 num-partitions=2 policy-file='$PWD/policy.toml'\" &"): (
         SKIPPED, "a SuperNode on a fixed port, in the background", TLS),
@@ -184,7 +184,7 @@ PYTHON: dict[tuple[str, str], tuple[str, str, str]] = {
     ("docs/api.md", 'sweep = fl_privtext.run_sweep("configs/quickstart_frontier.toml")'): (
         ELSEWHERE, ("the quickstart sweep (3 minutes); the notebook makes the same calls on tiny settings, and the "
                    "sweep file is validated by test_sweeps_validate_and_list"),
-        "tests/test_notebook.py::test_quickstart_notebook_runs_under_a_real_kernel"),
+        "tests/docs/test_notebook.py::test_quickstart_notebook_runs_under_a_real_kernel"),
     ("docs/datasets.md", "from fl_privtext.data import load_dataset, assign_roles, source_roles, partition_users"): (
         RUN, "loads blog and snips from the data root", ""),
     ("docs/datasets.md", "from fl_privtext.data import from_hf"): (RUN, "hf_dataset: a tiny datasets.Dataset", ""),
@@ -233,7 +233,7 @@ PROMISES: dict[tuple[str, str], Any] = {
         ns["y"].shape == (4, 384) and ns["y"].dtype == np.float32),
 }
 
-NOTEBOOK = ("docs/quickstart.ipynb", "tests/test_notebook.py::test_quickstart_notebook_runs_under_a_real_kernel")
+NOTEBOOK = ("docs/quickstart.ipynb", "tests/docs/test_notebook.py::test_quickstart_notebook_runs_under_a_real_kernel")
 
 
 def _doc_command(cmd: str, how: str) -> str:
@@ -323,7 +323,7 @@ def test_other_tests_run_the_blocks_they_are_named_for():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod._example() == python_blocks()[("docs/api.md", "import fl_privtext")].text
-    notebook = (ROOT / "tests" / "test_notebook.py").read_text()
+    notebook = (ROOT / "tests" / "docs" / "test_notebook.py").read_text()
     assert 'NOTEBOOK = ROOT / "docs" / "quickstart.ipynb"' in notebook and "client.execute()" in notebook
     sweep_block = python_blocks()[("docs/api.md", 'sweep = fl_privtext.run_sweep("configs/quickstart_frontier.toml")')]
     for call in ("fl_privtext.run_sweep(", "sweep.to_pandas()"):  # the notebook makes the block's calls

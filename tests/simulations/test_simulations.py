@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-SIM = Path(__file__).resolve().parents[1] / "simulations"
+SIM = Path(__file__).resolve().parents[2] / "simulations"
 sys.path.insert(0, str(SIM))
 
 import sweep
@@ -146,7 +146,7 @@ PAGES = [("ome_table1.py",), ("ome_table2.py",), ("dpnr_eps.py",), ("dpnr_mu.py"
 
 @pytest.mark.parametrize("command", PAGES, ids=lambda c: " ".join(c))
 def test_every_point_a_reproduction_page_shows_is_found(command, data_root):
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, str(repo / "simulations" / command[0]), "--data-root", str(data_root),
                           *command[1:], "--list"], capture_output=True, text=True, check=False, cwd=repo, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(repo)})

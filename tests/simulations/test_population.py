@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "simulations"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "simulations"))
 
 from population import class_stats, uploads_needed
 

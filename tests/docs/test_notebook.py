@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "docs" / "quickstart.ipynb"
 TINY = {"fixed": {"federation.num-clients": 2, "run.seeds": 2, "server.learner": "centroid",
                   "attack.enabled": False, "server.on-device": True, "privacy.sampler": "float"},
