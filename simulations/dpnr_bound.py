@@ -12,7 +12,7 @@ the test noise) the expected accuracy on a test set with class shares pi is
     sum_c pi_c P_c(g = c) <= pi_max + (1 - pi_max) * T
 (write pi_c p_c <= pi_max p_{c*} + pi_c (p_c - p_{c*})_+ for the majority class c*, take the max over c and integrate).
 T is the probability gap of the likelihood-ratio test, computed by Monte Carlo (fixed seed) and bounded above at
-+4 standard errors. Checked: k = 1 against the closed form 1 - exp(-eps/2) (tests/test_simulations.py).
++4 standard errors. Checked: k = 1 against the closed form 1 - exp(-eps/2) (tests/simulations/test_simulations.py).
 Writes docs/results/dpnr/bound.json; the summary (dpnr.md) shows it.
 """
 

@@ -19,7 +19,7 @@ argmax over scores made unbiased in mean picks the class with the noisiest score
 MiniLM, PrivUnitG, 8k uploads, 10 classes with 39 to 2,127 uploads each, majority 27%): blog at true epsilon 4, lda
 9% corrected / 49% plug-in, centroid 12% / 50%; at epsilon 1, 0.7% (the rarest class) / 32%; AG news at epsilon 4,
 48% / 58% (majority 59%). The uncorrected term penalises exactly the classes whose means are least resolved; as n
-grows both rules tend to the Bayes rule. ``tests/test_server_learners.py`` keeps the failing case.
+grows both rules tend to the Bayes rule. ``tests/server/test_server_learners.py`` keeps the failing case.
 
 The moment learners (centroid, lda) read only sufficient statistics (`ClassStats`: per-class counts and sums, the
 total second moment), accumulated in chunks: O(K D + D^2) memory whatever the number of uploads. Labels that were

@@ -39,7 +39,7 @@ candidate, v_RR = p (1 - p) / (2 p - 1)^2 one randomized-response answer's varia
 keep probability), a0 the constant's accuracy (the head's binomial variance under the null), se_0 the constant's
 standard error and z the Bonferroni-corrected critical value above: a head leading by exactly this much is chosen
 with probability 1/2, one leading by less mostly not (`min_detectable_difference`; a simulation of the RR counts
-checks it in tests/test_ondevice_selection.py). Measured on AG news (issue #37): ~364 answers per candidate at
+checks it in tests/server/test_ondevice_selection.py). Measured on AG news (issue #37): ~364 answers per candidate at
 count-epsilon 1, four candidates (z = 2.24): ~12.7 points, while the best clean heads lead by 3-5. ``exact_accuracy`` of each
 candidate (the referee's, simulation only: `fl_privtext.pipeline.exact_on_device`) stands beside its estimate.
 """

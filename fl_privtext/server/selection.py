@@ -12,7 +12,7 @@ units), and then the lowest log-loss among those wins. ``utility.candidates`` ho
 
 What per-upload evidence cannot see: a noise law that UNDERSTATES the mechanism's noise. The moment learners' noisy
 head uses the uploads' own covariance whatever the law says (clean estimate + law = uploads'), so only the clean
-head, the one shipped on device, is broken by it (tests/test_ondevice_selection.py: 0.54 against 0.80 on clean
+head, the one shipped on device, is broken by it (tests/server/test_ondevice_selection.py: 0.54 against 0.80 on clean
 data, per-upload log-losses within 0.002). An overstated law does show (its noisy head's covariance exceeds the
 uploads') and is not chosen. The law comes from the mechanism's public definition (`fl_privtext.server.noise`), and
 the test clients' choice (``server.select-on = clients``) measures the clean heads themselves.
