@@ -17,7 +17,7 @@ from fl_privtext import tracking
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.pipeline import Round
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 RESULTS = {
     "utility": {"accuracy": 0.7, "accuracy_std": 0.01, "macro_f1": 0.6, "majority_baseline": 0.6,
