@@ -21,7 +21,8 @@ def __getattr__(name: str) -> Any:
     Deferred on purpose: every ``import fl_privtext.<module>`` (in each Ray worker too) runs this file first, and
     the API pulls scipy.stats through the report (about 1.5 s) and, when a run starts, torch, Flower and Ray."""
     if name in _API_NAMES:
-        from fl_privtext import api  # the API and what it pulls (scipy.stats; torch, flwr, ray once a run starts)
+        # deferred: scipy.stats through the report; torch, flwr and ray once a run starts
+        from fl_privtext import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'fl_privtext' has no attribute {name!r}")

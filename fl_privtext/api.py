@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.config import ExperimentConfig, _flatten
+from fl_privtext.config import ExperimentConfig, flatten
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 from fl_privtext.report import prior_baseline
@@ -114,7 +114,7 @@ def resolve(config: dict[str, Any] | str | Path | ExperimentConfig | None = None
     elif isinstance(config, ExperimentConfig):
         cfg = config
     elif isinstance(config, dict):
-        cfg = ExperimentConfig.from_flat(_flatten(config))
+        cfg = ExperimentConfig.from_flat(flatten(config))
     elif isinstance(config, (str, Path)):
         cfg = ExperimentConfig.load(config)
     else:

@@ -46,7 +46,7 @@ from typing import Any
 from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.client import published
 from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
-from fl_privtext.config import ExperimentConfig, _flatten, keyed_flat
+from fl_privtext.config import ExperimentConfig, flatten, keyed_flat
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
 from fl_privtext.report import aggregate, prior_baseline
@@ -361,9 +361,9 @@ class SweepSpec:
         unknown = set(meta) - {"base", "output"}
         if unknown:
             raise ValueError(f"Unknown key(s) {', '.join(sorted(unknown))} in [sweep]; valid: base, output.")
-        grid = _flatten(tree.pop("grid", {}) or {})
-        fixed = _flatten(tree.pop("fixed", {}) or {})
-        fixed = {**_flatten(tree), **fixed}  # top-level experiment tables are fixed keys too
+        grid = flatten(tree.pop("grid", {}) or {})
+        fixed = flatten(tree.pop("fixed", {}) or {})
+        fixed = {**flatten(tree), **fixed}  # top-level experiment tables are fixed keys too
         if not grid:
             raise ValueError("A sweep file needs a [grid] table of keys -> lists of values, e.g. "
                              "[grid] \"privacy.epsilon\" = [0.5, 1, 2].")

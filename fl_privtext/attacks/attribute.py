@@ -122,7 +122,7 @@ def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
     return scores.argmax(axis=1)
 
 
-def _user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A user's attribute = its most frequent value over its uploads (user-level attributes are constant)."""
     uniq, inv = _group(users)
     if values.ndim == 2:
@@ -425,7 +425,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
 
     use_labels = view.num_labels > 0 and not prob.multilabel
     lp_all = prob.log_prior(prob.z)
-    _, z_user = _user_truth(prob.z, prob.users)
+    _, z_user = user_truth(prob.z, prob.users)
     # The null: the knowledge-only predictors (majority; majority given the observed label(s)), scored IN SAMPLE
     # on the aux users. They have k (x L) parameters, so in-sample is slightly optimistic: a conservative null
     # (out-of-fold majorities flip between near-equal classes and would understate it).
