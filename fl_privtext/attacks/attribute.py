@@ -53,6 +53,7 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
+from fl_privtext.server.learners import Linear, make_learner
 from fl_privtext.server.noise import NoiseLaw
 
 FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
@@ -215,8 +216,6 @@ class _Problem:
         """The server's Linear's L2 strength for this attribute: chosen once by out-of-fold log-loss over every
         aux upload, folds by user (`Linear.choose_c`, as the server's auto does), then fixed in every fold."""
         if self._linear_c is None:
-            from fl_privtext.server.learners import Linear
-
             self._linear_c = Linear(num_classes=self.k, seed=seed).choose_c(
                 self.inputs(self.idx), self.z, self.users, max(2, int(self.view.config.folds)))
         return self._linear_c
@@ -230,8 +229,6 @@ class _Problem:
         if family in SERVER_LEARNERS:
             if self.multilabel:
                 raise _Unavailable("the server's learners are for one categorical secret")
-            from fl_privtext.server import make_learner
-
             seed = int(rng.generator(self.view.seed, "attack", family).integers(2**31))
             learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
                                    linear_c=self.linear_c(seed) if family == "linear" else None)

@@ -85,6 +85,7 @@ from fl_privtext.client.upload import ClientData, client_generator, point_key
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma, gaussian_delta
 from fl_privtext.privacy.projection import PublicProjection, random_projection
+from fl_privtext.public import public_projection  # loads the public dataset when called: pca only
 
 __all__ = [
     "PUBLIC_TAIL",
@@ -207,8 +208,6 @@ def stats_projection(cfg: ExperimentConfig, dim: int) -> PublicProjection | None
         return None
     if p.projection == "random":
         return random_projection(dim, p.proj_dim, p.proj_seed)
-    from fl_privtext.public import public_projection  # loads the public dataset: pca only
-
     return public_projection(cfg, dim)
 
 

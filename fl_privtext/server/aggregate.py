@@ -36,8 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, central_epsilon, share_noise_std
+from fl_privtext.client.aggregate import (
+    PUBLIC_TAIL,
+    StatsLayout,
+    central_epsilon,
+    share_noise_std,
+    stats_input,
+    stats_projection,
+)
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.public import public_features
 from fl_privtext.server.learners import LDA, Centroid, ClassStats, soft_spectrum
 
 __all__ = ["PUBLIC_SHRINK", "Aggregate", "fit_from_aggregate", "learner_for", "public_within", "wants_second"]
@@ -106,9 +114,6 @@ def public_within(cfg: ExperimentConfig, in_dim: int) -> np.ndarray | None:
     ``privacy.projection = pca`` (the only projection fitted on public rows)."""
     if cfg.privacy.projection != "pca":
         return None
-    from fl_privtext.client.aggregate import stats_input, stats_projection
-    from fl_privtext.public import public_features
-
     x = stats_input(public_features(cfg), stats_projection(cfg, in_dim))
     return np.atleast_2d(np.cov(x, rowvar=False))
 

@@ -470,7 +470,7 @@ class MLP:
         self.k, self.config, self.generator, self.progress = num_classes, config, generator, progress
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> MLP:
-        from fl_privtext.learn import train_mlp
+        from fl_privtext.learn import train_mlp  # torch
 
         self.model = train_mlp(x, y, num_classes=self.k, config=self.config, generator=self.generator,
                                progress=self.progress)
