@@ -5,33 +5,28 @@ Notebook API: ``fl_privtext.run(config) -> Result`` and ``fl_privtext.run_sweep(
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("fl_privtext")  # the installed distribution's, so it never disagrees with pyproject.toml
-except PackageNotFoundError:  # a source tree on sys.path that was never installed
-    __version__ = "0.0.0+unknown"
+from fl_privtext.version import __version__
+
+__all__ = ["Result", "SweepResult", "__version__", "run", "run_sweep"]
 
 
-def run(*args: Any, **kwargs: Any) -> Any:
-    """`fl_privtext.api.run`: one federated experiment from a dict, a TOML path or an ExperimentConfig."""
-    from fl_privtext.api import run as _run
-
-    return _run(*args, **kwargs)
-
-
-def run_sweep(*args: Any, **kwargs: Any) -> Any:
-    """`fl_privtext.api.run_sweep`: a sweep file (or dict) run through one federation; returns a SweepResult
-    (``.rows``, ``.to_pandas()``)."""
-    from fl_privtext.api import run_sweep as _run_sweep
-
-    return _run_sweep(*args, **kwargs)
+_API_NAMES = ("Result", "SweepResult", "run", "run_sweep")
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Result", "SweepResult"):
+    """`fl_privtext.api`'s run, run_sweep, Result and SweepResult, imported on first use (PEP 562).
+
+    Deferred on purpose: every ``import fl_privtext.<module>`` (in each Ray worker too) runs this file first, and
+    the API pulls scipy.stats through the report (about 1.5 s) and, when a run starts, torch, Flower and Ray."""
+    if name in _API_NAMES:
+        # deferred: scipy.stats through the report; torch, flwr and ray once a run starts
         from fl_privtext import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'fl_privtext' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API_NAMES})

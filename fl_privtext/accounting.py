@@ -30,6 +30,7 @@ import numpy as np
 
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import Accountant, PrivacyReport, label_rr_report
+from fl_privtext.privacy.amplification import compose_rounds, gaussian_shuffle_delta, shuffle_guarantee
 from fl_privtext.privacy.report import json_number
 
 ALSO_RELEASED = (
@@ -298,8 +299,6 @@ def shuffle_central(released: Accountant, num_users: int, cfg: ExperimentConfig,
     Approximate-DP local randomizers (``local_delta`` > 0: the Gaussian family): the pure-LDP bound is applied to
     the report's epsilon and FMT21 Theorem 3.8's extra delta, (e^eps + 1)(1 + e^-eps0 / 2) n delta0 per round
     (delta0 = the user's composed local delta per round), is added to each round's delta before composing."""
-    from fl_privtext.privacy.amplification import compose_rounds, gaussian_shuffle_delta, shuffle_guarantee
-
     repeat = cfg.federation.schedule == "repeat"
     rounds = (cfg.federation.rounds if repeat else 1) * max(1, repetitions)
     n = max(1, int(num_users))

@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.config import ExperimentConfig, _flatten
+from fl_privtext.config import ExperimentConfig, flatten
 from fl_privtext.display import fmt_epsilon
+from fl_privtext.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
+from fl_privtext.preflight import check_run
 from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 from fl_privtext.report import prior_baseline
+from fl_privtext.sweep import SweepSpec, execute, markdown, short_rows
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,7 @@ def resolve(config: dict[str, Any] | str | Path | ExperimentConfig | None = None
     elif isinstance(config, ExperimentConfig):
         cfg = config
     elif isinstance(config, dict):
-        cfg = ExperimentConfig.from_flat(_flatten(config))
+        cfg = ExperimentConfig.from_flat(flatten(config))
     elif isinstance(config, (str, Path)):
         cfg = ExperimentConfig.load(config)
     else:
@@ -140,12 +143,9 @@ def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *,
     ``config``: see `resolve`; ``output``: the run directory (default: ``run.output``, else runs/<timestamp>);
     ``uploads``: keep what the eavesdropper observed (``Result.uploads``); ``echo``: print the summary table;
     ``overwrite``: replace a finished run's results in ``output`` (refused otherwise). Bad configuration raises ValueError before anything starts."""
-    from fl_privtext.preflight import check_run
-
     cfg = resolve(config, sets)
     check_run(cfg, output=output, overwrite=overwrite)  # before torch, Flower and Ray are imported
-    from fl_privtext.federation.runner import run_experiment
-    from fl_privtext.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
+    from fl_privtext.federation.runner import run_experiment  # torch, flwr, ray (the simulation)
 
     results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads, overwrite=overwrite)
     observations = results.pop("observations", [])
@@ -180,16 +180,12 @@ class SweepResult:
         return len(self.rows)
 
     def __str__(self) -> str:
-        from fl_privtext.sweep import markdown
-
         return f"fl_privtext SweepResult: {self.output_dir} ({len(self.rows)} points)\n" + markdown(self.rows)
 
     def _repr_markdown_(self) -> str:
         """Jupyter's display: the figures that matter (`fl_privtext.sweep.short_rows`), not the whole table, and the
         plots by name (a relative link breaks when the notebook is read from another folder; show them with
         ``IPython.display.Image(filename=...)``, which embeds them in the saved notebook)."""
-        from fl_privtext.sweep import markdown, short_rows
-
         cols = len(dict.fromkeys(k for r in self.rows for k in r))
         lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "",
                  markdown(short_rows(self.rows)), "",
@@ -205,8 +201,6 @@ def run_sweep(spec: dict[str, Any] | str | Path, *, output: str | Path | None = 
     ``spec``: a sweep TOML path or the same content as a dict (``{"fixed": {...}, "grid": {"privacy.epsilon":
     [1, 2]}}``); ``output``: the sweep directory (default: ``[sweep] output``, else sweeps/<file stem>);
     ``sets``: overrides of fixed keys; ``echo``: print the per-point lines."""
-    from fl_privtext.sweep import SweepSpec, execute
-
     if isinstance(spec, dict):
         parsed = SweepSpec.from_dict(spec)
     elif isinstance(spec, (str, Path)):

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 
+from fl_privtext.client.ledger import summary
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.preflight import check_run
+from fl_privtext.privacy.commands import audit, privacy_report
 from fl_privtext.rundir import INCOMPLETE_STATUS, WRITE_REASONS, WriteError, collect, describe
+from fl_privtext.sweep import compare_from_cli, sweep_from_cli
 
 
 def _parse_sets(items: Sequence[str]) -> dict[str, str]:
@@ -89,31 +95,20 @@ def _main(args: argparse.Namespace) -> int:
     try:
         sets = _parse_sets(getattr(args, "set", []))
         if args.command == "privacy-report":
-            from fl_privtext.privacy.commands import privacy_report
-
             print(json.dumps(privacy_report(args.mechanism, sets), indent=2))
         elif args.command == "audit":
-            from fl_privtext.privacy.commands import audit
-
             print(json.dumps(audit(args.mechanism, sets, samples=args.samples, seed=args.seed), indent=2))
         elif args.command == "sweep":
-            from fl_privtext.sweep import sweep_from_cli
-
             sweep_from_cli(args.file, sets=sets, output=args.output, quiet=args.quiet, list_only=args.list,
                            client_state=args.client_state)
         elif args.command == "ledger":
             _ledger(args.dir, as_json=args.json)
         elif args.command == "compare":
-            from fl_privtext.sweep import compare_from_cli
-
             compare_from_cli(args.runs, csv_path=args.csv)
         else:
-            from fl_privtext.config import ExperimentConfig
-            from fl_privtext.preflight import check_run
-
             # the whole configuration, before torch, Flower and Ray are imported (seconds; a minute under load)
             check_run(ExperimentConfig.load(args.config, sets), output=args.output, overwrite=args.overwrite)
-            from fl_privtext.federation.runner import run_from_cli
+            from fl_privtext.federation.runner import run_from_cli  # torch, flwr, ray (the simulation)
 
             # on a terminal a bar; when stderr is a file, a pipe or CI, plain periodic lines (fl_privtext.progress)
             run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=args.quiet,
@@ -137,10 +132,6 @@ def _main(args: argparse.Namespace) -> int:
 
 def _ledger(directory: str, *, as_json: bool) -> None:
     """``fl-privtext ledger DIR``: per-user totals and refusals of the clients' state in DIR."""
-    import math
-
-    from fl_privtext.client.ledger import summary
-
     out = summary(directory)
     top = out["max_epsilon_charged"]
     if as_json:

@@ -476,7 +476,7 @@ class ExperimentConfig:
             if not p.is_file():
                 raise FileNotFoundError(f"Config file {p} does not exist.")
             with p.open("rb") as fh:
-                cfg = cls.from_flat(_flatten(tomllib.load(fh)), cfg)
+                cfg = cls.from_flat(flatten(tomllib.load(fh)), cfg)
         return cls.from_flat(sets or {}, cfg)
 
     def to_toml(self) -> str:
@@ -520,12 +520,14 @@ def _optional_int(key: str, value: Any) -> int | None:
         raise ValueError(f"Config key {key!r} expects an integer (or none); got {value!r}.") from None
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested TOML tables as one flat dict of dotted keys (``{"privacy": {"epsilon": 2}}`` -> ``privacy.epsilon``):
+    the form `ExperimentConfig.from_flat`, sweep files and client policy files share."""
     out: dict[str, Any] = {}
     for k, v in tree.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
+            out.update(flatten(v, key + "."))
         else:
             out[key] = v
     return out

@@ -1,4 +1,5 @@
-"""Where a dataset's files are: the data root and the paths under it, with no heavy import (stdlib only).
+"""Where a dataset's files are: the data root and the paths under it, the cache root (`resolve_cache_dir`) and the
+``records_per_user`` option's check, with no heavy import (stdlib only).
 
 It lives outside `fl_privtext.data` because importing that package loads Hugging Face ``datasets`` and pyarrow
 (seconds); the up-front checks (`fl_privtext.preflight`) use these functions before any such import, so a missing
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ENV_DATA_ROOT = "FL_PRIVTEXT_DATA"
 
@@ -72,3 +74,27 @@ def resolve_path(path: str | os.PathLike[str], data_root: str | os.PathLike[str]
         f"A relative path is tried against the working directory, then against the data root (data_root argument "
         f"or the environment variable {ENV_DATA_ROOT})."
     )
+
+
+CACHE_ENV = "FL_PRIVTEXT_CACHE"  # the cache root of extracted features and generated corpora
+
+
+def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Cache directory: ``cache_dir`` argument > env ``FL_PRIVTEXT_CACHE`` > ``~/.cache/fl_privtext``."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "fl_privtext"
+
+
+def records_per_user(value: Any) -> int:
+    """``data.options.records_per_user``: an integer >= 1 (the up-front checks and `fl_privtext.prepare.first_records`)."""
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or str(value).strip() != str(k):
+        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {value!r}.")
+    return k

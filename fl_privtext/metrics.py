@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -55,6 +54,8 @@ def binomial_interval(p: float, n: int, alpha: float = 0.05) -> tuple[float, flo
     """Clopper-Pearson interval of the accuracy of a fixed predictor with true rate ``p`` observed ``n`` times.
 
     Used as: "attacker accuracy is within the interval the majority baseline would produce by chance"."""
+    from scipy import stats  # scipy.stats: about 1.3 s to import, for the two intervals here only
+
     k = round(p * n)
     lo = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
     hi = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
@@ -98,5 +99,7 @@ def mean_ci95(values: list[float] | np.ndarray) -> tuple[float, float]:
         raise ValueError(f"mean_ci95 needs a non-empty 1-D array of finite values; got shape {x.shape}.")
     if x.size == 1:
         return float(x[0]), math.nan
+    from scipy import stats  # scipy.stats: about 1.3 s to import, for the two intervals here only
+
     half = float(stats.t.ppf(0.975, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
     return float(x.mean()), half

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.metrics import macro_f1_from_confusion
+
 __all__ = ["MODEL_KEYS", "check_model", "confusion", "is_finite", "mlp_logits", "on_device_counts", "summarize"]
 
 MODEL_KEYS = ("mean", "std")  # plus weight_i / bias_i for i = 0 .. layers-1; optional "center" (server.center)
@@ -106,8 +108,6 @@ def summarize(counts: Sequence[np.ndarray], majority_class: int, clients: int) -
     n = int(total.sum())
     if n == 0:
         raise ValueError("On-device evaluation: no test client reported any record.")
-    from fl_privtext.metrics import macro_f1_from_confusion  # server side only (scipy)
-
     return {
         "available": True,
         "accuracy": float(np.trace(total)) / n,

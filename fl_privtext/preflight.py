@@ -15,23 +15,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fl_privtext.checks import check_extractor
+from fl_privtext.checks import check_output as writable
+from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.datafiles import DataNotFoundError, find_files, resolve_path
+from fl_privtext.datafiles import DataNotFoundError, find_files, records_per_user, resolve_path
 from fl_privtext.names import DATASET_FILES, DATASET_OPTIONS, DATASETS, MECHANISMS, RECORDS_PER_USER
+from fl_privtext.public import check_public_data
+from fl_privtext.rundir import RESULTS_FILE
 
 # what the checks here must not import (tests/test_preflight.py checks sys.modules after a refused configuration)
 HEAVY_MODULES = ("torch", "flwr", "ray", "transformers", "datasets", "sklearn")
-
-
-def records_per_user(value: Any) -> int:
-    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.prepare.first_records`)."""
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        k = 0
-    if k < 1 or str(value).strip() != str(k):
-        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {value!r}.")
-    return k
 
 
 def check_dataset(name: str, root: str, options: dict[str, Any]) -> None:
@@ -78,8 +72,6 @@ def check_privacy(cfg: ExperimentConfig) -> None:
         raise ValueError(f"[privacy] (privacy.mechanism={name!r}): Unknown mechanism {name!r}; valid names: "
                          f"{', '.join(MECHANISMS)}.")
     if cfg.privacy.projection == "pca":
-        from fl_privtext.public import check_public_data  # numpy only
-
         base, sep, _ = check_public_data(cfg).partition(":")
         if not sep:
             check_dataset(base, cfg.data.root, {})
@@ -87,8 +79,6 @@ def check_privacy(cfg: ExperimentConfig) -> None:
         cfg, privacy=dataclasses.replace(cfg.privacy, projection="none", proj_dim=0))
     if check.privacy.projection != "none":
         return  # the width comes from the extractor: fl_privtext.federation.runner.validate checks it
-    from fl_privtext.client.upload import mechanism_for  # numpy only
-
     try:
         mechanism_for(check, 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
@@ -97,8 +87,6 @@ def check_privacy(cfg: ExperimentConfig) -> None:
 
 def check_point(cfg: ExperimentConfig) -> None:
     """Everything about one experiment point that can be checked without data, models or frameworks."""
-    from fl_privtext.checks import check_extractor
-
     check_data(cfg)
     check_extractor(cfg)
     check_privacy(cfg)
@@ -107,9 +95,6 @@ def check_point(cfg: ExperimentConfig) -> None:
 def check_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> None:
     """The run's output directory: writable, and not holding a finished run's results unless ``overwrite``
     (`fl_privtext.rundir.claim` says the same once the run holds it)."""
-    from fl_privtext.checks import check_output as writable
-    from fl_privtext.rundir import RESULTS_FILE
-
     if not output:
         return  # runs/<timestamp>: a new directory
     writable(output)

@@ -21,8 +21,8 @@ import numpy as np
 from fl_privtext.client import ClientData
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
+from fl_privtext.datafiles import records_per_user
 from fl_privtext.memory import return_freed_arrays
-from fl_privtext.preflight import records_per_user
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext.config import AUTO_PROJ_DIM, ExperimentConfig
+from fl_privtext.privacy import make_mechanism, mechanism_params
 from fl_privtext.privacy.projection import PublicProjection, fit_pca
 from fl_privtext.rng import generator
 
@@ -61,7 +62,7 @@ def check_public_data(cfg: ExperimentConfig) -> str:
 
 def public_dataset(cfg: ExperimentConfig) -> TextDataset:
     """The public rows (module docstring): another dataset, or the corpus's rows by users who are not simulated."""
-    from fl_privtext.data import load_dataset
+    from fl_privtext.data import load_dataset  # Hugging Face datasets and pyarrow (seconds)
 
     name = check_public_data(cfg)
     base, sep, _ = name.partition(":")
@@ -81,7 +82,7 @@ def public_dataset(cfg: ExperimentConfig) -> TextDataset:
 
 def public_features(cfg: ExperimentConfig) -> np.ndarray:
     """(n, dim) representations of the public dataset with the experiment's extractor (cached on disk)."""
-    from fl_privtext.extract import extract_cached, make_extractor_from
+    from fl_privtext.extract import extract_cached, make_extractor_from  # torch (the extractors)
 
     ds = public_dataset(cfg)
     return np.asarray(extract_cached(ds, make_extractor_from(cfg), cfg.extractor.cache_dir or None,
@@ -148,7 +149,7 @@ def _simulated_users(cfg: ExperimentConfig) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4)
 def _loaded_users(name: str, root: str, options: tuple) -> np.ndarray:
-    from fl_privtext.data import load_dataset
+    from fl_privtext.data import load_dataset  # Hugging Face datasets and pyarrow (seconds)
 
     users = np.asarray(load_dataset(name, data_root=root or None, **dict(options)).user_ids)
     users.setflags(write=False)
@@ -175,7 +176,7 @@ def resolved_signal(variances: np.ndarray, noise_trace: float, uploads: int) -> 
 def choose_proj_dim(public_x: np.ndarray, mechanism_at: Callable[[int], Any], uploads: int) -> AutoDim:
     """The k in {2, 4, 8, ..., d} whose mechanism ``mechanism_at(k)`` (the pca map to k dimensions fitted on
     ``public_x``, then the randomiser) has the most `resolved_signal` for ``uploads`` uploads (`auto_proj_dim`)."""
-    from fl_privtext.server.noise import noise_law
+    from fl_privtext.server.noise import noise_law  # torch: the server package loads its learners
 
     x = np.asarray(public_x, np.float32)
     dim = x.shape[1]
@@ -211,8 +212,6 @@ def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
 
 def _mechanism_at(cfg: ExperimentConfig, dim: int, k: int) -> Any:
     """The configured mechanism behind the public pca map to k dimensions (as the client builds it)."""
-    from fl_privtext.privacy import make_mechanism, mechanism_params
-
     fixed = replace(cfg, privacy=replace(cfg.privacy, proj_dim=k))
     accepted = mechanism_params(cfg.privacy.mechanism)
     params = {name: v for name, v in fixed.privacy.mechanism_params().items() if name in accepted}

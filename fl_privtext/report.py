@@ -28,6 +28,7 @@ from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
+from fl_privtext.plots import RUN_PLOT, summary_section
 from fl_privtext.rng import generator
 from fl_privtext.rundir import keep_going, make_dir, unwritten, write_atomic
 
@@ -791,8 +792,6 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
         summary += "\n**Warnings.**\n\n" + "".join(f"- {w}\n" for w in results["warnings"])
     if note:
         summary += f"\n**Privacy note.** {note}\n"
-    from fl_privtext.plots import RUN_PLOT, summary_section
-
     summary += summary_section(results, out)  # writes privacy_utility.png beside summary.md and links it
     summary += f"\n{COLUMNS}\n"
     prov = results["provenance"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import io
 import itertools
@@ -43,12 +44,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fl_privtext import plots
 from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.client import published
+from fl_privtext.client.policy import user_keys
 from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
-from fl_privtext.config import ExperimentConfig, _flatten, keyed_flat
+from fl_privtext.config import ExperimentConfig, flatten, keyed_flat
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
+from fl_privtext.preflight import check_point
+from fl_privtext.progress import tqdm
 from fl_privtext.report import aggregate, prior_baseline
 from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic
 
@@ -217,8 +222,7 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     clients, run.seed), so points over other data or another partition run in their own simulation.
     And a no-privacy point (clean uploads, `fl_privtext.federation.runner.releases_in_clear`) never shares its
     clients with a private point: the private points' server could ask them for the clean data."""
-    from fl_privtext.client.policy import user_keys
-    from fl_privtext.federation.runner import releases_in_clear
+    from fl_privtext.federation.runner import releases_in_clear  # torch, flwr, ray (the simulation)
 
     flat = cfg.to_flat()
     return (*(flat.get(k) for k in SIMULATION_KEYS), ("releases-in-clear", releases_in_clear(cfg)),
@@ -252,8 +256,6 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     ``runner`` defaults to `fl_privtext.federation.runner.run_points` (tests may pass a fake with the same
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points; ``state_dir`` is the clients'
     state (per-user ledgers) every group's simulation shares."""
-    from fl_privtext.progress import tqdm
-
     unique: dict[str, ExperimentConfig] = {}
     for cfg in points:
         unique.setdefault(point_key(cfg), cfg)
@@ -263,13 +265,9 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     if not todo:
         return {"points": len(unique), "ran": 0, "wall_s": 0.0}
     if runner is None:
-        import functools
-
-        from fl_privtext.preflight import check_point
-
         for cfg in todo:  # the points to run, before torch, Flower and Ray are imported
             check_point(cfg)
-        from fl_privtext.federation.runner import run_points
+        from fl_privtext.federation.runner import run_points  # torch, flwr, ray (the simulation)
 
         runner = functools.partial(referee_or_federation, federated=functools.partial(run_points,
                                                                                        state_dir=state_dir))
@@ -320,6 +318,7 @@ def referee_or_federation(group: Sequence[ExperimentConfig], *, federated: Calla
     equals it, tests/federation/test_simulation.py) is computed there, once per point, without clients, Ray or a
     federation: no client ever serves it, and no simulation is started for it (issue #38: it was the slowest point
     of the quickstart, a federation of its own). Every other group runs through ``federated`` (`run_points`)."""
+    # torch, flwr, ray (the simulation)
     from fl_privtext.federation.runner import no_privacy_reference, plain_blocker, releases_in_clear
 
     if not all(releases_in_clear(c) and not plain_blocker(c) for c in group):
@@ -361,9 +360,9 @@ class SweepSpec:
         unknown = set(meta) - {"base", "output"}
         if unknown:
             raise ValueError(f"Unknown key(s) {', '.join(sorted(unknown))} in [sweep]; valid: base, output.")
-        grid = _flatten(tree.pop("grid", {}) or {})
-        fixed = _flatten(tree.pop("fixed", {}) or {})
-        fixed = {**_flatten(tree), **fixed}  # top-level experiment tables are fixed keys too
+        grid = flatten(tree.pop("grid", {}) or {})
+        fixed = flatten(tree.pop("fixed", {}) or {})
+        fixed = {**flatten(tree), **fixed}  # top-level experiment tables are fixed keys too
         if not grid:
             raise ValueError("A sweep file needs a [grid] table of keys -> lists of values, e.g. "
                              "[grid] \"privacy.epsilon\" = [0.5, 1, 2].")
@@ -517,8 +516,6 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: Store, out: Path) -> dict[str, Any]:
     """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
-    from fl_privtext import plots
-
     rows, plot_rows, missing = [], [], 0
     grid_keys = {point_key(c) for c in points}
     for cfg in with_baselines(points):

@@ -53,6 +53,7 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
+from fl_privtext.server.learners import Linear, make_learner
 from fl_privtext.server.noise import NoiseLaw
 
 FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
@@ -122,7 +123,7 @@ def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
     return scores.argmax(axis=1)
 
 
-def _user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A user's attribute = its most frequent value over its uploads (user-level attributes are constant)."""
     uniq, inv = _group(users)
     if values.ndim == 2:
@@ -215,8 +216,6 @@ class _Problem:
         """The server's Linear's L2 strength for this attribute: chosen once by out-of-fold log-loss over every
         aux upload, folds by user (`Linear.choose_c`, as the server's auto does), then fixed in every fold."""
         if self._linear_c is None:
-            from fl_privtext.server.learners import Linear
-
             self._linear_c = Linear(num_classes=self.k, seed=seed).choose_c(
                 self.inputs(self.idx), self.z, self.users, max(2, int(self.view.config.folds)))
         return self._linear_c
@@ -230,8 +229,6 @@ class _Problem:
         if family in SERVER_LEARNERS:
             if self.multilabel:
                 raise _Unavailable("the server's learners are for one categorical secret")
-            from fl_privtext.server import make_learner
-
             seed = int(rng.generator(self.view.seed, "attack", family).integers(2**31))
             learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
                                    linear_c=self.linear_c(seed) if family == "linear" else None)
@@ -425,7 +422,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
 
     use_labels = view.num_labels > 0 and not prob.multilabel
     lp_all = prob.log_prior(prob.z)
-    _, z_user = _user_truth(prob.z, prob.users)
+    _, z_user = user_truth(prob.z, prob.users)
     # The null: the knowledge-only predictors (majority; majority given the observed label(s)), scored IN SAMPLE
     # on the aux users. They have k (x L) parameters, so in-sample is slightly optimistic: a conservative null
     # (out-of-fold majorities flip between near-equal classes and would understate it).

@@ -20,7 +20,7 @@ import numpy as np
 
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
-from fl_privtext.attacks.attribute import _user_truth, infer_attribute, plain_logistic
+from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
 from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
@@ -163,7 +163,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     idx = guess.target_index
     z_all = truth.attributes[name]
     z = z_all[idx]
-    t_users, z_user = _user_truth(z, view.user[idx])
+    t_users, z_user = user_truth(z, view.user[idx])
     assert np.array_equal(t_users, guess.target_users)
     k = len(spec.classes)
     ceil_up, ceil_user, eps_users = _attribute_ceilings(view, truth, z, idx, k, t_users, multilabel)
@@ -246,7 +246,7 @@ def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: 
     which reports are the user's. ``linked``: the per-pseudonym scores, kept as ``per_pseudonym``."""
     assert truth.named_user is not None
     named = truth.named_user[idx]
-    users, z_user = _user_truth(z, named)
+    users, z_user = user_truth(z, named)
     known = view.known[name].values
     prior = ((known.mean(axis=0) > 0.5).astype(np.int8) if multilabel else
              np.bincount(known, minlength=len(view.known[name].spec.classes)).argmax())

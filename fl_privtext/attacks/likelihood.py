@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fl_privtext.privacy import mechanisms as M
+from fl_privtext.privacy.mechanisms.metric_dp import log_angular_normaliser
 from fl_privtext.privacy.normalise import as_batch
 
 LogLikelihood = Callable[[object, np.ndarray, np.ndarray], np.ndarray]
@@ -195,8 +196,6 @@ def _purkayastha(mech: object, y: np.ndarray, c: np.ndarray) -> np.ndarray:
     every norm compare exactly: -kappa theta - ln I_(k-2)(kappa) + ln I_(k-2)(0), I_n(kappa) = int_0^pi
     e^(-kappa t) sin^n t dt and I_n(0) = sqrt(pi) Gamma((n+1)/2) / Gamma(n/2 + 1)."""
     from scipy import special
-
-    from fl_privtext.privacy.mechanisms.metric_dp import log_angular_normaliser
 
     kappa = float(mech.epsilon)  # type: ignore[attr-defined]
     k = y.shape[1]

@@ -29,8 +29,8 @@ from fl_privtext.client.policy import (
     state_dir_from,
 )
 from fl_privtext.client.upload import (
-    _NOT_POINT,
     CLIENT_SEED_ENV,
+    NOT_POINT,
     UPLOAD_KEYS,
     ClientData,
     Upload,
@@ -50,11 +50,11 @@ from fl_privtext.client.upload import (
 
 __all__ = [
     "CLIENT_SEED_ENV",
+    "NOT_POINT",
     "POLICY_ENV",
     "REASONS",
     "STATE_ENV",
     "UPLOAD_KEYS",
-    "_NOT_POINT",
     "ClientData",
     "ClientPolicy",
     "Ledger",

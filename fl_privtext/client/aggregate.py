@@ -72,13 +72,20 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.client.guard import _entry, _key, _stats, release_key
 from fl_privtext.client.ledger import Ledger
-from fl_privtext.client.policy import ClientPolicy, Refused
+from fl_privtext.client.policy import (
+    ClientPolicy,
+    Refused,
+    checked_entry,
+    release_digest,
+    release_key,
+    release_stats,
+)
 from fl_privtext.client.upload import ClientData, client_generator, point_key
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma, gaussian_delta
 from fl_privtext.privacy.projection import PublicProjection, random_projection
+from fl_privtext.public import public_projection  # loads the public dataset when called: pca only
 
 __all__ = [
     "PUBLIC_TAIL",
@@ -201,8 +208,6 @@ def stats_projection(cfg: ExperimentConfig, dim: int) -> PublicProjection | None
         return None
     if p.projection == "random":
         return random_projection(dim, p.proj_dim, p.proj_seed)
-    from fl_privtext.public import public_projection  # loads the public dataset: pca only
-
     return public_projection(cfg, dim)
 
 
@@ -314,7 +319,7 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
     each (eps, delta)-DP with at least t clients' fresh shares in it (`require_contributors`), so a client in k of
     them is charged k eps, which covers their composition. A same-set session that would unmask the vector over
     another active set (a dropout after masking) is refused at the unmask stage (`unmask_once`)."""
-    entry, cfg = _entry(policy, request, seed)
+    entry, cfg = checked_entry(policy, request, seed)
     mine = entry.client
     if min_contributors < mine.secagg_min_clients:
         raise Refused("policy mismatch", f"the request promises {min_contributors} contributing clients, this client's policy needs "
@@ -333,8 +338,8 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
     ledger = Ledger(state_dir, client, entry.scope)
     # keyed by what changes the vector (release_key), never the server's or the eavesdropper's settings: a request
     # that differs only in those replays the stored vector instead of buying fresh noise (as uploads do)
-    key = _key("secagg-stats", seed, release_key(cfg), layout, mine.secagg_min_clients, data_key,
-               session_key(participants))
+    key = release_digest("secagg-stats", seed, release_key(cfg), layout, mine.secagg_min_clients, data_key,
+                         session_key(participants))
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         proj = (None if cfg.privacy.projection == "none" or data.features is None else
@@ -350,7 +355,7 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
         return {"vector": np.concatenate([noisy, tail])}, users, mine.secagg_epsilon
 
     answer, charged, top, replayed = ledger.release(key, mine.max_epsilon, compute)
-    return np.asarray(answer["vector"], np.float64), {**_stats(entry.scope, charged, top, replayed), "key": key}
+    return np.asarray(answer["vector"], np.float64), {**release_stats(entry.scope, charged, top, replayed), "key": key}
 
 
 def session_key(participants: Sequence[int]) -> str:

@@ -15,7 +15,6 @@ noise AND the configuration it was computed with, so a replay recomputes exactly
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import secrets
@@ -25,7 +24,15 @@ import numpy as np
 
 from fl_privtext.client.ledger import Ledger
 from fl_privtext.client.ondevice import on_device_answer, stage_keys, stage_rows
-from fl_privtext.client.policy import ClientPolicy, PolicyEntry, Refused, pinned_keys
+from fl_privtext.client.policy import (
+    ClientPolicy,
+    PolicyEntry,
+    Refused,
+    checked_entry,
+    release_digest,
+    release_key,
+    release_stats,
+)
 from fl_privtext.client.upload import (
     ClientData,
     Upload,
@@ -48,38 +55,13 @@ def upload_epsilon(cfg: ExperimentConfig, num_classes: int, dim: int) -> float:
     return eps
 
 
-def release_key(cfg: ExperimentConfig) -> str:
-    """A hash of what in ``cfg`` changes what a client computes: the keys a policy entry pins (`client.policy.
-    pinned_keys`: the data and its shard, the extractor, the mechanism, Phase A, the rounds and repetitions); never
-    the server's or the eavesdropper's settings, nor the batch size."""
-    return hashlib.sha256(json.dumps(pinned_keys(cfg.to_flat()), sort_keys=True, default=str).encode()
-                          ).hexdigest()[:16]
-
-
-def _key(*parts: object) -> str:
-    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:32]
-
-
-def _stats(scope: str, charged: float, ledger_max: float, replayed: bool) -> dict[str, Any]:
-    return {"charged": charged, "ledger-max": ledger_max, "replayed": int(replayed), "scope": scope}
-
-
-def _entry(policy: ClientPolicy, request: ExperimentConfig, seed: int) -> tuple[PolicyEntry, ExperimentConfig]:
-    entry = policy.entry_for(request)
-    cfg = entry.config(request)
-    if not cfg.run.seed <= seed < cfg.run.seed + cfg.run.seeds:
-        raise Refused("out of range", f"repetition seed {seed} is outside this client's run.seed..run.seed+run.seeds-1 = "
-                      f"{cfg.run.seed}..{cfg.run.seed + cfg.run.seeds - 1}")
-    return entry, cfg
-
-
 def release_upload(data: ClientData, client: int, request: ExperimentConfig, seed: int, rnd: int, *,
                    policy: ClientPolicy, state_dir: str, client_seed: int | None, data_key: str = ""
                    ) -> tuple[Upload, dict[str, Any]]:
     """The upload of ``client`` for (seed, round) under its own policy. ``data_key`` names what the data is (e.g.
     the Phase A encoder's hash): a repeated request for the same (point, seed, round, data) replays the stored
     answer."""
-    entry, cfg = _entry(policy, request, seed)
+    entry, cfg = checked_entry(policy, request, seed)
     if entry.pinned.get("server.aggregate") == "secagg":
         raise Refused("clear release under secure aggregation", "this client's policy entry runs server.aggregate = "
                       "secagg: its users' statistics leave only inside noisy secure sums, never as per-user uploads")
@@ -89,7 +71,7 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
         raise Refused("labels in the clear", f"labels in the clear (privacy.label-epsilon = 0) cost inf per record, past this client's "
                       f"client.max-epsilon = {entry.client.max_epsilon:g}; set privacy.label-epsilon > 0")
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("upload", seed, rnd, release_key(cfg), data_key)
+    key = release_digest("upload", seed, rnd, release_key(cfg), data_key)
     made: list[Upload] = []
     made_with = json.dumps(cfg.to_flat(), sort_keys=True, default=str)
 
@@ -120,7 +102,7 @@ def release_upload(data: ClientData, client: int, request: ExperimentConfig, see
         up = client_upload(data, client, rnd, seed, first, client_seed=int(str(stored["root"])))
         if "keep" in stored:
             up = _subset(up, np.asarray(stored["keep"], bool))
-    stats = _stats(entry.scope, charged, top, replayed)
+    stats = release_stats(entry.scope, charged, top, replayed)
     stats["withheld"] = int(len(stored["keep"]) - np.count_nonzero(stored["keep"])) if "keep" in stored else 0
     return up, stats
 
@@ -159,11 +141,11 @@ def release_on_device(data: ClientData, client: int, request: ExperimentConfig, 
     """The on-device answer (`fl_privtext.client.ondevice`) of ``client`` for repetition ``seed`` and ``stage``:
     refused unless the policy opts in; one answer per (point, seed, stage): a second request gets the first answer
     back. The users charged are those whose records answer in ``stage``."""
-    entry, cfg = _entry(policy, request, seed)
+    entry, cfg = checked_entry(policy, request, seed)
     if not entry.client.on_device:
         raise Refused("on-device answers off", "this client does not answer on-device evaluation (client.on-device = false)")
     ledger = Ledger(state_dir, client, entry.scope)
-    key = _key("on-device", *stage_keys(stage), seed, release_key(cfg), data_key)  # the model is not in the key
+    key = release_digest("on-device", *stage_keys(stage), seed, release_key(cfg), data_key)  # the model is not in the key
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         g = client_generator(client_seed, "on-device", *stage_keys(stage), point_key(cfg), seed, client)
@@ -172,7 +154,7 @@ def release_on_device(data: ClientData, client: int, request: ExperimentConfig, 
         return answer, data.user_of(stage_rows(data, client, stage)), entry.client.count_epsilon
 
     answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon, compute)
-    return answer, _stats(entry.scope, charged, top, replayed)
+    return answer, release_stats(entry.scope, charged, top, replayed)
 
 
 def release_phase_a(kind: str, users: np.ndarray, request: ExperimentConfig, node: int, server_round: int,
@@ -183,10 +165,10 @@ def release_phase_a(kind: str, users: np.ndarray, request: ExperimentConfig, nod
     round): a repeat replays the stored answer. ``compute()`` returns a dict of arrays."""
     entry = phase_a_allowed(policy, request, len(users))
     ledger = Ledger(state_dir, node, entry.scope)
-    key = _key("phase-a", kind, server_round, digest)
+    key = release_digest("phase-a", kind, server_round, digest)
     answer, charged, top, replayed = ledger.release(key, entry.client.max_epsilon,
                                                     lambda _spent: (compute(), users, math.inf))
-    return answer, _stats(entry.scope, charged, top, replayed)
+    return answer, release_stats(entry.scope, charged, top, replayed)
 
 
 

@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.client.aggregate import stats_input, stats_projection
 from fl_privtext.client.policy import Refused
+from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import check_model, is_finite, keep_probability, mlp_logits
 
@@ -95,12 +97,8 @@ def expected_input(x: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
     of the configured mechanism, or, under ``server.aggregate = secagg``, the projected unit-normalised record the
     sums were fitted on. Shared by the client's answer and the referee's exact figure (`fl_privtext.pipeline.
     exact_on_device`), so both apply the model to the same input."""
-    from fl_privtext.client.upload import mechanism_for
-
     x = np.asarray(x, np.float64)
     if cfg.server.aggregate == "secagg":  # fitted on projected, unit-normalised records (client/aggregate.py)
-        from fl_privtext.client.aggregate import stats_input, stats_projection
-
         return stats_input(x, stats_projection(cfg, x.shape[1])).astype(np.float32)
     mech = mechanism_for(cfg, x.shape[1])
     return np.asarray(mech.expected(x.astype(np.float32)), np.float32)

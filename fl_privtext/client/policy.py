@@ -17,10 +17,11 @@ import functools
 import hashlib
 import json
 import os
+import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from fl_privtext.config import ClientConfig, ExperimentConfig
+from fl_privtext.config import ClientConfig, ExperimentConfig, flatten
 
 POLICY_ENV = "FL_PRIVTEXT_CLIENT_POLICY"  # how a simulation hands its clients their policy (JSON list of entries)
 STATE_ENV = "FL_PRIVTEXT_CLIENT_STATE"  # the clients' state directory in a simulation (their ledgers)
@@ -207,6 +208,34 @@ def _entry(flat: dict[str, Any]) -> PolicyEntry:
     return PolicyEntry(pinned=pinned_keys(cfg.to_flat()), client=cfg.client)
 
 
+def release_key(cfg: ExperimentConfig) -> str:
+    """A hash of what in ``cfg`` changes what a client computes: the keys a policy entry pins (`pinned_keys`: the data and its shard, the extractor, the mechanism, Phase A, the rounds and repetitions); never
+    the server's or the eavesdropper's settings, nor the batch size."""
+    return hashlib.sha256(json.dumps(pinned_keys(cfg.to_flat()), sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
+
+
+def release_digest(*parts: object) -> str:
+    """The ledger key of one release: a hash of what names it (its kind, seed, round, `release_key`, data key)."""
+    return hashlib.sha256(json.dumps([str(p) for p in parts]).encode()).hexdigest()[:32]
+
+
+def release_stats(scope: str, charged: float, ledger_max: float, replayed: bool) -> dict[str, Any]:
+    """What a client reports beside a release: the epsilon charged, its ledger's largest total, replayed or not."""
+    return {"charged": charged, "ledger-max": ledger_max, "replayed": int(replayed), "scope": scope}
+
+
+def checked_entry(policy: ClientPolicy, request: ExperimentConfig, seed: int) -> tuple[PolicyEntry, ExperimentConfig]:
+    """The policy entry that governs ``request`` and the configuration the client runs for it; `Refused` when the
+    request matches no entry or its repetition seed is outside the entry's seeds."""
+    entry = policy.entry_for(request)
+    cfg = entry.config(request)
+    if not cfg.run.seed <= seed < cfg.run.seed + cfg.run.seeds:
+        raise Refused("out of range", f"repetition seed {seed} is outside this client's run.seed..run.seed+run.seeds-1 = "
+                      f"{cfg.run.seed}..{cfg.run.seed + cfg.run.seeds - 1}")
+    return entry, cfg
+
+
 POLICY_FILE_KEY = "policy-file"  # a SuperNode's ``--node-config "policy-file=/path/policy.toml"``
 POLICY_FILE_ENV = "FL_PRIVTEXT_CLIENT_POLICY_FILE"  # the same file for simulated clients (their process environment)
 
@@ -276,13 +305,9 @@ def _policy_file(path: str) -> dict[str, Any]:
     experiment config's policy keys (`_PINNED_PREFIXES`, `_PINNED_KEYS`, ``client.*``)."""
     if not path:
         return {}
-    import tomllib
-
-    from fl_privtext.config import _flatten
-
     try:
         with open(os.path.expanduser(path), "rb") as fh:
-            flat = _flatten(tomllib.load(fh))
+            flat = flatten(tomllib.load(fh))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"The client's policy file {path}: {exc}") from None
     other = sorted(k for k in flat if not _is_policy_key(k))

@@ -32,12 +32,14 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
+from fl_privtext.public import public_projection  # loads the public dataset when called: pca only
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
 CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client-seed to its clients
 # Keys that do not change what a client computes: excluded from the point key.
-_NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
+NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
               "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
               "client.secagg-min-clients",  # the [client] policy never changes an upload's stream
@@ -85,10 +87,10 @@ def published(flat: dict[str, Any]) -> dict[str, Any]:
 
 def point_key(cfg: ExperimentConfig) -> str:
     """A short hash of everything in the point's configuration that changes what a client computes: the whole
-    config but `_NOT_POINT` and the eavesdropper's settings (``attack.*``). No compatibility shim: since issue #22
+    config but `NOT_POINT` and the eavesdropper's settings (``attack.*``). No compatibility shim: since issue #22
     the stream is also keyed by a digest of the data privatized, so a rerun never reproduced a saved point's draws
     bit for bit anyway (docs/results/README.md); saved points are found by the sweep's key (`fl_privtext.sweep`)."""
-    flat = {k: v for k, v in cfg.to_flat().items() if k not in _NOT_POINT and not k.startswith("attack.")}
+    flat = {k: v for k, v in cfg.to_flat().items() if k not in NOT_POINT and not k.startswith("attack.")}
     return hashlib.sha256(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -259,8 +261,6 @@ def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
             raise ValueError(f"privacy.projection = {cfg.privacy.projection} is not supported by mechanism {name!r}; "
                              "mechanisms that take it: privunitg, privunit, duchi, mvlaplace, purkayastha.")
         if cfg.privacy.projection == "pca":
-            from fl_privtext.public import public_projection  # loads the public dataset: pca only
-
             params["projector"] = public_projection(cfg, dim)
             params["proj_dim"] = params["projector"].out_dim  # privacy.proj-dim = auto: the k it chose
     return make_mechanism(name, **params)
@@ -349,8 +349,6 @@ def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dic
                      cfg: ExperimentConfig) -> np.ndarray:
     """On-device inference (`fl_privtext.ondevice`): virtual client ``client`` applies the server's exported model
     to E[upload | x] of its clean records ``rows`` and returns only the (k, k) confusion counts."""
-    from fl_privtext.ondevice import on_device_counts
-
     rows = np.asarray(rows, np.int64)
     foreign = np.setdiff1d(rows, data.shards[client])
     if foreign.size:

@@ -27,7 +27,7 @@ from fl_privtext.data._io import (
     read_lines,
     row_error,
 )
-from fl_privtext.data.schema import AttributeSpec, TextDataset, _sort_key, make_text_dataset
+from fl_privtext.data.schema import AttributeSpec, TextDataset, make_text_dataset, sort_key
 from fl_privtext.datafiles import resolve_path as _resolve_path
 
 __all__ = ["FORMATS", "LABEL_TYPES", "load_csv", "load_hf"]
@@ -496,4 +496,4 @@ def _hub_snapshot(repo_id: str) -> Path:  # pragma: no cover - needs the network
 
 def _sort_key_str(v: str) -> tuple[Any, ...]:
     # Integers numerically ("2" < "10"), then strings; the raw string breaks ties ("01" vs "1") deterministically.
-    return (*(_sort_key(int(v)) if _is_int(v) else _sort_key(v)), v)
+    return (*(sort_key(int(v)) if _is_int(v) else sort_key(v)), v)

@@ -26,6 +26,7 @@ from fl_privtext.data._io import (
     row_error,
 )
 from fl_privtext.data.schema import AttributeSpec, TextDataset, make_text_dataset
+from fl_privtext.rng import generator
 
 __all__ = [
     "as_str_tuple",
@@ -64,8 +65,6 @@ def _subsample(n: int, max_rows: int | None, seed: int, what: str) -> np.ndarray
         return np.arange(n)
     if int(max_rows) < 0:
         raise ValueError(f"{what}: max_rows must be a positive integer or None, got {max_rows}.")
-    from fl_privtext.rng import generator
-
     rng = generator(int(seed), "data", what, "subsample")
     return np.sort(rng.choice(n, size=int(max_rows), replace=False))
 

@@ -512,7 +512,8 @@ def make_text_dataset(
     )
 
 
-def _sort_key(v: Any) -> tuple[int, Any]:
+def sort_key(v: Any) -> tuple[int, Any]:
+    """Order for attribute values of mixed types (bools, then numbers, then strings): classes get stable ids."""
     if isinstance(v, bool):
         return (0, int(v))
     if isinstance(v, (int, np.integer)):
@@ -534,7 +535,7 @@ def encode_categorical(
         if v is None or (isinstance(v, float) and math.isnan(v)):
             raise ValueError(f"{what}: row {i} is missing (None/NaN).")
     if classes is None:
-        distinct = sorted(set(vals), key=_sort_key)
+        distinct = sorted(set(vals), key=sort_key)
     else:
         distinct = list(classes)
     names = tuple(str(c) for c in distinct)
@@ -639,7 +640,7 @@ def from_hf(
         given = _class_label_names(dataset, column)
         if attr_name in multilabel:
             if given is None:
-                distinct = sorted({v for row in raw for v in (row or [])}, key=_sort_key)
+                distinct = sorted({v for row in raw for v in (row or [])}, key=sort_key)
                 classes = tuple(str(v) for v in distinct)
                 index = {str(v): j for j, v in enumerate(distinct)}
             else:

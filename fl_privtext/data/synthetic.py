@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 
 from fl_privtext.data.default import DEFAULT_ATTRIBUTES, DEFAULT_LABELS
 from fl_privtext.data.schema import TextDataset
+from fl_privtext.datafiles import resolve_cache_dir
 from fl_privtext.rng import generator
 
 __all__ = ["GENERATOR_VERSION", "SYNTHETIC_NAME", "USERS_PER_BATCH", "generate_batches", "load_synthetic"]
@@ -247,8 +248,6 @@ def _check(users: Any, seed: Any) -> tuple[int, int]:
 
 
 def _file(users: int, seed: int) -> Path:
-    from fl_privtext.extract.cache import resolve_cache_dir  # light: numpy only
-
     return resolve_cache_dir() / "synthetic" / f"{GENERATOR_VERSION}-users{users}-seed{seed}.arrow"
 
 

@@ -14,6 +14,8 @@ import torch
 
 from fl_privtext.config import TrainConfig
 from fl_privtext.encoders.nets import UNK
+from fl_privtext.extract.glove import glove_table, tokenize
+from fl_privtext.extract.transformer import default_model_dir, load_model
 
 
 @dataclass
@@ -51,8 +53,6 @@ class TrainData:
             return {"ids": torch.from_numpy(ids).to(device),
                     "lengths": torch.tensor([max(1, len(s)) for s in seqs], dtype=torch.int64)}
         if kind == "transformer":
-            from fl_privtext.extract.transformer import default_model_dir, load_model
-
             tokenizer, _, _ = load_model(str(default_model_dir()), torch.device("cpu"))
             enc = tokenizer([texts[int(i)] for i in rows], truncation=True, max_length=cfg.max_tokens,
                             padding=True, return_tensors="pt")
@@ -62,8 +62,6 @@ class TrainData:
     def _token_ids(self, row: int, texts: Sequence[str], cfg: TrainConfig) -> list[int]:
         # GloVe tokenisation; word i of GloVe's frequency-ordered vocabulary -> id i + 2 when i < vocab_size.
         if row not in self._tokens:
-            from fl_privtext.extract.glove import glove_table, tokenize
-
             vocab = glove_table().vocab
             ids = []
             for tok in tokenize(texts[row])[: cfg.max_tokens]:

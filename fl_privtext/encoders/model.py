@@ -15,6 +15,8 @@ from torch import nn
 
 from fl_privtext.config import TrainConfig
 from fl_privtext.encoders import nets
+from fl_privtext.extract.glove import glove_table
+from fl_privtext.extract.transformer import default_model_dir, load_model
 
 
 @dataclass(frozen=True)
@@ -65,13 +67,9 @@ def build_encoder(cfg: TrainConfig, spec: ModelSpec, g: torch.Generator) -> nets
     if cfg.encoder == "lstm":
         vectors = None
         if cfg.glove_init:
-            from fl_privtext.extract.glove import glove_table
-
             vectors = np.array(glove_table().vectors[: cfg.vocab_size], np.float32)  # a writable copy
         return nets.LSTMEncoder(cfg.vocab_size, cfg.hidden, cfg.dropout, g, vectors=vectors)
     if cfg.encoder == "minilm":
-        from fl_privtext.extract.transformer import default_model_dir, load_model
-
         _, net, _ = load_model(str(default_model_dir()), torch.device("cpu"))
         return nets.MiniLMEncoder(copy.deepcopy(net).train(), cfg.minilm_layers)
     raise ValueError(f"train.encoder must be one of trunk, lstm, minilm; got {cfg.encoder!r}.")

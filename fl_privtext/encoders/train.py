@@ -42,6 +42,8 @@ import torch
 from torch import nn
 
 from fl_privtext import rng
+from fl_privtext.client.upload import client_generator as private_generator
+from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.encoders.inputs import TrainData
 from fl_privtext.encoders.model import PrivModel
@@ -54,9 +56,7 @@ GRL = ("adversarial", "cape")  # defences with gradient-reversed adversary heads
 def client_generator(client_seed: int | None, client: int, rnd: int, purpose: str) -> np.random.Generator:
     """The ONE source of a client's Phase A randomness (noise layer, dropout masks, batch order): the client's
     private generator (OS entropy, or the reproducible client seed that never travels through the server)."""
-    from fl_privtext.client import client_generator as private
-
-    return private(client_seed, "train", purpose, rnd, client)
+    return private_generator(client_seed, "train", purpose, rnd, client)
 
 
 def torch_gen(g: np.random.Generator) -> torch.Generator:
@@ -68,8 +68,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 def noise_mechanism(cfg: ExperimentConfig, width: int) -> Any:
-    from fl_privtext.client import mechanism_for
-
     mech = mechanism_for(cfg, width)
     if int(mech.output_dim) != width:
         raise ValueError(

@@ -37,6 +37,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from fl_privtext.datafiles import resolve_cache_dir
+from fl_privtext.progress import progress_bar
+
 if TYPE_CHECKING:
     from fl_privtext.extract.base import Extractor
 
@@ -47,21 +50,10 @@ except ImportError:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 
-CACHE_ENV = "FL_PRIVTEXT_CACHE"
 RESUME_CHUNK = 1024  # rows per resumable extraction chunk: an interruption loses at most one chunk
 LAYOUT_VERSION = 1
 _TMP_SUFFIX = ".tmp"
 _STALE_TMP_AGE_S = 24 * 3600.0
-
-
-def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Cache directory: ``cache_dir`` argument > env ``FL_PRIVTEXT_CACHE`` > ``~/.cache/fl_privtext``."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "fl_privtext"
 
 
 def _atomic_write_bytes(path: Path, write: Any) -> None:
@@ -415,8 +407,6 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
 
     Memory stays bounded by one chunk: texts are read chunk by chunk (``ds.text_column`` when the dataset has it,
     a lazy view of its Arrow column) and the finished parts are copied one at a time into the cache file."""
-    from fl_privtext.progress import progress_bar
-
     n = len(ds)
     texts, pairs = _text_columns(ds)
     if n == 0:

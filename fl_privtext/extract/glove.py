@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-import fl_privtext
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
 from fl_privtext.progress import progress_bar
+from fl_privtext.version import __version__
 
 TOKENIZER_VERSION = "glove-tok-1"  # bump whenever normalize_text / tokenize change their output
 CODE_VERSION = "glove-mean-1"  # bump whenever the pooling code changes its output
@@ -316,7 +316,7 @@ class GloveExtractor:
                 "max_length": self.max_length,
                 "tokenizer": TOKENIZER_VERSION,
                 "code": CODE_VERSION,
-                "package": fl_privtext.__version__,
+                "package": __version__,
             }
         return dict(self._identity)
 

@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import torch
 
-import fl_privtext
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
 from fl_privtext.progress import progress_bar
+from fl_privtext.version import __version__
 
 CODE_VERSION = "hf-pool-1"  # bump whenever tokenisation/pooling code changes its output
 POOLINGS = ("mean", "cls")
@@ -261,7 +261,7 @@ class HFExtractor:
                 "max_length": self.max_length,
                 "dtype": self.compute_dtype(),  # "float32" for the default: float32 cache keys are unchanged
                 "code": CODE_VERSION,
-                "package": fl_privtext.__version__,
+                "package": __version__,
             }
         return dict(self._identity)
 

@@ -11,7 +11,7 @@ Learners (errors-in-variables: the sum's noise variance is known exactly from th
   tr(sum_u sum_r x_r x_r^T / n_u) = sum_k counts_k; the noise's contribution to sum_k counts_k ||m_k||^2
   (d sigma^2 / counts_k per class) is subtracted.
 - ``lda``: needs the second moment; the within-class covariance from it, its eigenvalues' deviations from
-  their mean shrunk by the noise edge (`fl_privtext.server.learners._soft_spectrum`) whose error term includes
+  their mean shrunk by the noise edge (`fl_privtext.server.learners.soft_spectrum`) whose error term includes
   the added noise's ||E||_F^2 / (n - K)^2 (E: symmetric, sigma^2 per diagonal entry, sigma^2 / 2 per
   off-diagonal). At full shrinkage the rule IS the centroid's.
 - ``lda`` from PUBLIC data (``privacy.projection = pca``: the server holds the public rows the projection was fitted
@@ -36,9 +36,17 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, central_epsilon, share_noise_std
+from fl_privtext.client.aggregate import (
+    PUBLIC_TAIL,
+    StatsLayout,
+    central_epsilon,
+    share_noise_std,
+    stats_input,
+    stats_projection,
+)
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.server.learners import LDA, Centroid, ClassStats, _soft_spectrum
+from fl_privtext.public import public_features
+from fl_privtext.server.learners import LDA, Centroid, ClassStats, soft_spectrum
 
 __all__ = ["PUBLIC_SHRINK", "Aggregate", "fit_from_aggregate", "learner_for", "public_within", "wants_second"]
 
@@ -106,9 +114,6 @@ def public_within(cfg: ExperimentConfig, in_dim: int) -> np.ndarray | None:
     ``privacy.projection = pca`` (the only projection fitted on public rows)."""
     if cfg.privacy.projection != "pca":
         return None
-    from fl_privtext.client.aggregate import stats_input, stats_projection
-    from fl_privtext.public import public_features
-
     x = stats_input(public_features(cfg), stats_projection(cfg, in_dim))
     return np.atleast_2d(np.cov(x, rowvar=False))
 
@@ -163,7 +168,7 @@ def fit_from_aggregate(learner: str, agg: Aggregate, public: np.ndarray | None =
     m, lp = st.means, np.log(st.priors)
     sw = st.within()
     if from_second:
-        prec = np.linalg.inv(_soft_spectrum(sw, cov_error))  # (D, D): regularised for the added noise's error
+        prec = np.linalg.inv(soft_spectrum(sw, cov_error))  # (D, D): regularised for the added noise's error
     elif name == "lda":
         assert public is not None
         prec = np.linalg.inv(_shrunk_public(public))

@@ -46,7 +46,7 @@ from scipy import stats as sps
 from fl_privtext.client.aggregate import StatsLayout
 from fl_privtext.rng import generator
 from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate
-from fl_privtext.server.learners import _linear_export
+from fl_privtext.server.learners import linear_export
 
 __all__ = ["ConstantRule", "candidate_rule", "held_out_accuracy", "select_from_folds"]
 
@@ -63,7 +63,7 @@ class ConstantRule:
     b: np.ndarray
 
     def export(self) -> dict[str, np.ndarray]:
-        return _linear_export(self.w, self.b)
+        return linear_export(self.w, self.b)
 
 
 def candidate_rule(name: str, agg: Aggregate, public: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:

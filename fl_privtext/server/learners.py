@@ -160,7 +160,8 @@ class ClassStats:
         return float(np.sqrt(max(self.fourth / n - m2 * m2, 0.0) / n))
 
 
-def _linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+def linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """A linear model (k, D) weights and (k,) bias in the exported format (module docstring), no standardisation."""
     d = w.shape[1]
     return {"mean": np.zeros(d, np.float32), "std": np.ones(d, np.float32),
             "weight_0": np.asarray(w, np.float32), "bias_0": np.asarray(b, np.float32)}
@@ -184,7 +185,7 @@ def _shrunk(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0) -> 
     return (1 - a) * s + a * mu * np.eye(d)
 
 
-def _soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray:
+def soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray:
     """Regularise a noisy covariance estimate by shrinking each eigenvalue's deviation from their mean mu:
     lambda -> mu + (lambda - mu) max(0, 1 - edge^2 / (lambda - mu)^2), edge = 2 sqrt(err / D) the spectral norm of
     a symmetric noise matrix of Frobenius error^2 ``err`` (semicircle edge 2 sigma sqrt(D), sigma^2 = err / D^2).
@@ -270,7 +271,7 @@ class _Moments:
         return np.asarray(x, np.float64) @ self.w_noisy.T + self.b_noisy
 
     def export(self) -> dict[str, np.ndarray]:
-        return _linear_export(self.w_clean, self.b_clean)
+        return linear_export(self.w_clean, self.b_clean)
 
 
 class Centroid(_Moments):
@@ -321,7 +322,7 @@ class LDA(_Moments):
             err = max(tr_up ** 2 - float(np.trace(raw)) ** 2 + float((sw * sw).sum()) - float((raw * raw).sum()),
                       0.0) / n
         err += getattr(self, "cov_error", 0.0)
-        clean = _soft_spectrum(raw, err, floor)  # the means' within-class covariance
+        clean = soft_spectrum(raw, err, floor)  # the means' within-class covariance
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
         for head, cov, m in (("noisy", clean + noise, st.shrunk_means()), ("clean", clean, st.means)):
             prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
@@ -353,7 +354,7 @@ class Constant:
         return np.tile(self.b, (len(x), 1))
 
     def export(self) -> dict[str, np.ndarray]:
-        return _linear_export(np.zeros((self.k, self.d)), self.b)
+        return linear_export(np.zeros((self.k, self.d)), self.b)
 
 
 @contextlib.contextmanager
@@ -454,7 +455,7 @@ class Linear:
         return ((np.asarray(x, np.float64) - self.mean) / self.std) @ self.w.T + self.b
 
     def export(self) -> dict[str, np.ndarray]:
-        out = _linear_export(self.w_clean, self.b)
+        out = linear_export(self.w_clean, self.b)
         out["mean"], out["std"] = self.mean.astype(np.float32), self.std.astype(np.float32)
         return out
 
@@ -469,7 +470,7 @@ class MLP:
         self.k, self.config, self.generator, self.progress = num_classes, config, generator, progress
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> MLP:
-        from fl_privtext.learn import train_mlp
+        from fl_privtext.learn import train_mlp  # torch
 
         self.model = train_mlp(x, y, num_classes=self.k, config=self.config, generator=self.generator,
                                progress=self.progress)

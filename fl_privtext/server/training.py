@@ -16,11 +16,14 @@ import numpy as np
 
 from fl_privtext import constant, metrics, rng
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
+from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
+from fl_privtext.public import check_public_data, public_features
 from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
 from fl_privtext.server.noise import NoiseLaw, noise_law
+from fl_privtext.server.ondevice_selection import constant_from_labels
 from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
 
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
@@ -119,8 +122,6 @@ def public_input_norm2(cfg: ExperimentConfig, mechanism: Any) -> tuple[float | N
     mo = mechanism.noise_moments() if hasattr(mechanism, "noise_moments") else None
     if mo is None or mo.kind != "cap" or mo.sphere_map != "round" or not cfg.privacy.public_data.strip():
         return None, ""
-    from fl_privtext.public import check_public_data, public_features
-
     m = np.asarray(mechanism.expected(public_features(cfg)), np.float64)
     return float(np.einsum("ij,ij->i", m, m).mean()), f"{check_public_data(cfg)!r} ({len(m)} rows)"
 
@@ -143,8 +144,6 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     k = len(prep.ds.label_names)
     features = server_inputs(features, cfg)
     if mechanism is None:
-        from fl_privtext.client import mechanism_for
-
         dim = input_dim or (prep.features.shape[1] if prep.features is not None else features.shape[1])
         mechanism = mechanism_for(cfg, dim)
     input_dim = input_dim or int(getattr(mechanism, "dim", None) or features.shape[1])
@@ -215,7 +214,5 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         out["on_device_candidates_dropped"] = sorted(set(exports) - set(sendable))  # not finite in float32
     prior = None
     if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
-        from fl_privtext.server.ondevice_selection import constant_from_labels
-
         prior = constant_from_labels(labels[tr], k, cfg.privacy.label_epsilon, len(np.unique(train_groups)))
     return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)
