@@ -26,11 +26,11 @@ per-session temporary cache gave other noise in every session (2026-11-27: the a
 keys of (a), the utility of (b) 0.61 vs 0.35). Phase A (c) is OPT-IN (``FL_PRIVTEXT_GOLDEN=1`` or the update
 variable): it still differs between sessions (~50 keys: training, utility, attacks) and, with 2-3 updates a round,
 between two runs in one process (FedAvg sums the updates in arrival order: round 2's val_loss 0.70618908 vs
-0.70618912, update_norms permuted). The secure-aggregation point (b) is OPT-IN too: its clients' noise is keyed by
-the SecAgg+ session (issue #34: a server cannot replay a session for fresh noise), and the session's keys are
-random, so three runs of the same code in one session gave the on-device exact accuracy 0.611, 0.653 and 0.643
-(2026-11-27, before and after the secure selection's shrinkage fix). Making it comparable needs a reproducible-mode
-session key derived from the client seed; until then only (a) guards the refactor by default.
+0.70618912, update_norms permuted). The secure-aggregation point (b) runs by default: its clients' noise was keyed by the
+SecAgg+ session's participant node ids (issue #34: a server cannot replay a session for fresh noise), which Flower
+draws at random per run (three runs gave the on-device exact accuracy 0.611, 0.653 and 0.643); in the seeded mode it
+is now keyed by the session's ordinal among that release's sessions (`fl_privtext.client.ledger.Ledger.ordinal`),
+and two runs in one session, then a run in another process, gave the same results.json.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from fl_privtext.config import ExperimentConfig
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 UPDATE = os.environ.get("FL_PRIVTEXT_UPDATE_GOLDEN") == "1"
 ALL = UPDATE or os.environ.get("FL_PRIVTEXT_GOLDEN") == "1"
-OPT_IN = ("phase_a", "secagg")  # not reproducible run to run (module docstring)
+OPT_IN = ("phase_a",)  # not reproducible run to run (module docstring)
 # a fixed path, not the session's temporary cache: it is part of point_key, hence of the clients' noise streams
 GOLDEN_CACHE = Path("/tmp/fl_privtext_golden_cache")
 

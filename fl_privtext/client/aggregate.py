@@ -341,15 +341,18 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
     key = release_digest("secagg-stats", seed, release_key(cfg), layout, mine.secagg_min_clients, data_key,
                          session_key(participants))
 
+    # a new participant set draws new noise in the seeded mode too, keyed by the set's ordinal among this release's
+    # sessions (node ids are random per Flower run; outside SecAgg+ the plain loop's stream is unchanged)
+    session = (() if not participants else
+               (ledger.ordinal(release_digest("secagg-sessions", seed, release_key(cfg), layout, data_key),
+                               session_key(participants)),))
+
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         proj = (None if cfg.privacy.projection == "none" or data.features is None else
                 stats_projection(cfg, int(data.features.shape[1])))
         clean, users = client_statistics(data, client, layout, proj)
         g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client, str(layout),
-                             mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients,
-                             # a new participant set draws new noise in the seeded mode too (outside SecAgg+, the
-                             # plain loop's stream is unchanged)
-                             *((session_key(participants),) if participants else ()))
+                             mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients, *session)
         noisy = clean + g.normal(0.0, sigma, clean.shape)
         tail = [1.0, sigma * sigma, float(client_seed is not None)]
         return {"vector": np.concatenate([noisy, tail])}, users, mine.secagg_epsilon

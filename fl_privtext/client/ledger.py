@@ -76,6 +76,21 @@ class Ledger:
         with self._locked():
             return bind_once(self.dir / f"bound-{name}.txt", value)
 
+    def ordinal(self, name: str, value: str) -> int:
+        """The position of ``value`` among the distinct values seen under ``name`` in this entry, in the order they
+        first came (0 for the first; a new value is appended now). The seeded mode keys a secure-sum vector's noise
+        by its session's ordinal instead of the participants' node ids, which Flower draws at random per run: the
+        same run gives the same noise, and a session over a new set still draws new noise."""
+        with self._locked():
+            path = self.dir / f"ordinals-{name}.txt"
+            seen = path.read_text().splitlines() if path.exists() else []
+            if value in seen:
+                return seen.index(value)
+            bind_once(path, "")  # the file exists; appended under the node's lock
+            with open(path, "a") as fh:
+                fh.write(value + "\n")
+            return len(seen)
+
     def stored(self, key: str) -> dict[str, np.ndarray] | None:
         """The answer stored under ``key`` (a repeated request), or None."""
         path = self.dir / "answers" / f"{key}.npz"
