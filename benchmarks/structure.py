@@ -52,7 +52,7 @@ STAGE_OF: dict[str, str] = {
     # small ground modules any stage may use
     "config": "ground", "rng": "ground", "constant": "ground", "names": "ground", "threads": "ground",
     "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground", "display": "ground",
-    "rundir": "ground", "tracking": "ground", "version": "ground",
+    "rundir": "ground", "tracking": "ground", "version": "ground", "registry": "ground",
     "data/": "data",
     "extract/": "extract", "encoders/": "extract",
     "privacy/": "privacy", "public": "privacy", "accounting": "privacy",

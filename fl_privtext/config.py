@@ -9,26 +9,35 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from fl_privtext.names import ATTACK_FAMILIES, EXTRACTORS, LEARNERS
+
 Scalar = bool | int | float | str
 
-EXTRACTOR_NAMES = ("glove", "minilm", "hf")
+
 EXTRACTOR_PRECISIONS = ("float32", "bf16", "fp16")  # = fl_privtext.extract.transformer.PRECISIONS (no torch import here)
 SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 SCHEDULES = ("repeat", "stream")
-ATTACK_FAMILIES = ("mlp", "logistic", "likelihood")
 AUTO_PROJ_DIM = "auto"  # privacy.proj-dim = auto (fl_privtext.public.auto_proj_dim)
-LEARNER_CHOICES = ("auto", "mlp", "linear", "lda", "centroid")  # server.learner / attack.learner (fl_privtext.server)
+AUTO_LEARNER = "auto"  # server.learner / attack.learner: auto, or a name of the learner registry (fl_privtext.names)
 AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
 SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model
 DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
-def _check_choice(key: str, value: str, valid: tuple[str, ...]) -> None:
+def learner_choices() -> tuple[str, ...]:
+    """server.learner / attack.learner: auto, then the learner registry's names (read when checked: a learner
+    registered after this module was imported is a choice too)."""
+    return (AUTO_LEARNER, *LEARNERS)
+
+
+def _check_choice(key: str, value: str, valid: Iterable[str]) -> None:
+    valid = tuple(valid)
     if value not in valid:
         raise ValueError(f"{key} must be one of {', '.join(valid)}; got {value!r}.")
 
@@ -75,7 +84,7 @@ class ExtractorConfig:
     chunk_rows: int = 1024  # rows per resumable extraction chunk (an interrupted extraction resumes from its chunks)
 
     def __post_init__(self) -> None:
-        _check_choice("extractor.name", self.name, EXTRACTOR_NAMES)
+        _check_choice("extractor.name", self.name, EXTRACTORS)
         _check_choice("extractor.pooling", self.pooling, ("mean", "cls"))
         _check_choice("extractor.precision", self.precision, EXTRACTOR_PRECISIONS)
         if self.name == "glove" and self.precision != "float32":
@@ -274,8 +283,7 @@ class ServerConfig(MLPConfig):
             raise ValueError(f"server.select-on = clients lets the test clients choose among server.learner = auto's "
                              f"candidates for on-device inference: it needs server.learner = auto and "
                              f"server.on-device = true; got learner {self.learner!r}, on-device {self.on_device}.")
-        if self.learner not in LEARNER_CHOICES:
-            raise ValueError(f"server.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
+        _check_choice("server.learner", self.learner, learner_choices())
         _check_choice("server.aggregate", self.aggregate, AGGREGATES)
         if self.secagg_threshold < 0 or self.secagg_threshold == 1:
             raise ValueError(f"server.secagg-threshold must be 0 (every client) or >= 2; got {self.secagg_threshold}.")
@@ -309,8 +317,7 @@ class AttackConfig(MLPConfig):
 
     def __post_init__(self) -> None:
         self._check("attack.")
-        if self.learner not in LEARNER_CHOICES:
-            raise ValueError(f"attack.learner must be one of {', '.join(LEARNER_CHOICES)}; got {self.learner!r}.")
+        _check_choice("attack.learner", self.learner, learner_choices())
         unknown = [f for f in self.family_list() if f not in ATTACK_FAMILIES]
         if unknown or not self.family_list():
             raise ValueError(f"attack.families must be a comma-separated subset of {', '.join(ATTACK_FAMILIES)}; "

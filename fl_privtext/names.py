@@ -1,24 +1,72 @@
-"""The names the registries accept, readable without importing them (stdlib only).
+"""The registries of named components, and the names of those that stay elsewhere, readable without importing them
+(stdlib only).
 
-The registries themselves live next to their implementations and import what those need (`fl_privtext.data.DATASETS`
-loads Hugging Face ``datasets``, `fl_privtext.extract.EXTRACTORS` and `fl_privtext.server.learners` load torch): seconds
-at start-up. The up-front checks (`fl_privtext.preflight`) read these lists instead, so a misspelt name is reported
-before any of that is imported. tests/test_errors_before_imports.py checks every list against its registry, so they cannot drift.
+The components need torch, Flower or Hugging Face ``datasets`` (seconds at start-up); the up-front checks
+(`fl_privtext.preflight`, `fl_privtext.config`) read only names, so a misspelt name is reported before any of that is
+imported. The registries (`fl_privtext.registry.Registry`) give each built-in as a lazy ``"module:attr"`` and import
+it on first use; the owners read the same object (``fl_privtext.server.learners.LEARNERS is LEARNERS``), so the
+config's choice lists, the owners' dispatch and the report cannot drift. Adding a component is its own file plus
+one ``register`` call (or one line here, for a built-in). The datasets' lists stand in for the registry of
+`fl_privtext.data`; tests/test_errors_before_imports.py checks them against it.
 """
 
 from __future__ import annotations
 
-from fl_privtext.config import EXTRACTOR_NAMES, LEARNER_CHOICES
+from typing import Any
 
-__all__ = ["DATASETS", "DATASET_FILES", "DATASET_OPTIONS", "EXTRACTORS", "LEARNERS", "MECHANISMS",
-           "RECORDS_PER_USER"]
+from fl_privtext.registry import Registry
 
-# = fl_privtext.privacy.mechanisms.MECHANISMS, in its order (the order its error messages list them in)
-MECHANISMS = ("none", "ome", "sue", "oue", "bitrr", "laplace-dpnr", "laplace-dpnr-code", "laplace-l1", "laplace-box",
-              "gaussian", "privunitg", "privunit", "duchi", "mvlaplace", "purkayastha")
+__all__ = ["ATTACKS", "ATTACK_FAMILIES", "DATASETS", "DATASET_FILES", "DATASET_OPTIONS", "EXTRACTORS", "LEARNERS",
+           "MECHANISMS", "RECORDS_PER_USER", "SECAGG_TASKS"]
 
-EXTRACTORS = EXTRACTOR_NAMES  # = fl_privtext.extract.EXTRACTORS
-LEARNERS = tuple(n for n in LEARNER_CHOICES if n != "auto")  # = fl_privtext.server.learners.LEARNERS
+# privacy.mechanism: the mechanism class (fl_privtext.privacy.mechanisms.make_mechanism), in the order its error
+# messages list them in; each built-in by its name in the mechanisms package (robust to moves inside it)
+MECHANISMS: Registry[Any] = Registry("mechanism", {
+    name: f"fl_privtext.privacy.mechanisms:{cls}"
+    for name, cls in (("none", "NoPrivacy"), ("ome", "OME"), ("sue", "SUE"), ("oue", "OUE"), ("bitrr", "BitRR"),
+                      ("laplace-dpnr", "LaplaceDPNR"), ("laplace-dpnr-code", "LaplaceDPNRCode"),
+                      ("laplace-l1", "LaplaceL1"), ("laplace-box", "LaplaceBox"), ("gaussian", "Gaussian"),
+                      ("privunitg", "PrivUnitG"), ("privunit", "PrivUnit"), ("duchi", "Duchi"),
+                      ("mvlaplace", "MultivariateLaplace"), ("purkayastha", "Purkayastha"))
+})
+
+# extractor.name: the extractor class, called with its keyword options (fl_privtext.extract.make_extractor)
+EXTRACTORS: Registry[Any] = Registry("extractor", {
+    "glove": "fl_privtext.extract.glove:GloveExtractor",
+    "minilm": "fl_privtext.extract.base:MiniLMExtractor",
+    "hf": "fl_privtext.extract.transformer:HFExtractor",
+})
+
+# server.learner / attack.learner (besides "auto"): a factory LearnerInputs -> Learner
+# (fl_privtext.server.learners.make_learner; "constant" is auto's null, not a choice)
+LEARNERS: Registry[Any] = Registry("learner", {
+    "mlp": "fl_privtext.server.learners:MLP.build",
+    "linear": "fl_privtext.server.learners:Linear.build",
+    "lda": "fl_privtext.server.learners:LDA.build",
+    "centroid": "fl_privtext.server.learners:Centroid.build",
+})
+
+# attack.families: the eavesdropper's attribute-inference families, each fit(problem, train, rows, key) -> the
+# per-upload log posteriors of ``rows`` (fl_privtext.attacks.attribute; the server's learners join them by name)
+ATTACK_FAMILIES: Registry[Any] = Registry("attacker family", {
+    "mlp": "fl_privtext.attacks.attribute:mlp_family",
+    "logistic": "fl_privtext.attacks.attribute:logistic_family",
+    "likelihood": "fl_privtext.attacks.attribute:likelihood_family",
+})
+
+# attack.extra: the eavesdropper's attacks on the whole traffic, each run(view, truth) -> {results.json
+# attacks_extra key: its result} (fl_privtext.attacks.evaluate.run_attacks; fl_privtext.report prints them)
+ATTACKS: Registry[Any] = Registry("attack", {
+    "linkage": "fl_privtext.attacks.evaluate:linkage_attacks",
+    "inversion": "fl_privtext.attacks.evaluate:inversion_attack",
+})
+
+# a secure-sum request's task (client side): vector(msg, context) -> the client's clipped, noised float vector
+# (fl_privtext.federation.secagg); importing the client app registers nothing, the name resolves here
+SECAGG_TASKS: Registry[Any] = Registry("secure-sum task", {
+    "phase-a": "fl_privtext.federation.secagg_train:phase_a_vector",
+    "phase-b-stats": "fl_privtext.federation.secagg_stats:stats_vector",
+})
 
 _COLUMN_OPTIONS = ("path", "text", "text_pair", "label", "label_type", "label_names", "attributes",
                    "multilabel_attributes", "attribute_classes", "multilabel_sep", "user", "split")

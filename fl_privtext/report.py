@@ -665,6 +665,14 @@ def _ceil(value: Any, vacuous: Any) -> str:
     return "vacuous" if vacuous else _fmt(value)
 
 
+# attacks_extra entries with a line of their own below; any other (a registered attack) is listed by its figures
+DESCRIBED_EXTRA = ("reidentification", "membership", "inversion")
+
+
+def _is_figure(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
 def attack_lines(results: dict[str, Any]) -> list[str]:
     """Every attack next to its baseline, its LDP ceiling (true epsilon) and its 95% CI; alarms first."""
     attacks, extra = results.get("attacks", {}), results.get("attacks_extra", {})
@@ -698,7 +706,7 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
             out.append(f"{name}: per user under the shuffler: {int(pu['answered_from_prior'])} of "
                        f"{int(pu['num_users'])} named users answered from the prior (no report linked to them); "
                        f"per-report inference as above")
-    reid, memb, inv = (extra.get(k, {}) for k in ("reidentification", "membership", "inversion"))
+    reid, memb, inv = (extra.get(k, {}) for k in DESCRIBED_EXTRA)
     if "scope" in reid:
         out.append("re-identification / membership under the shuffler: per-report content matching (a match links "
                    "no other report, round or node)")
@@ -714,6 +722,10 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
         out.append(f"keyword inversion (top-{inv['vocab_size']} words): F1 {_fmt(inv['f1'])} vs word-frequency "
                    f"baseline {_fmt(inv['f1_baseline'])}; entity recall {_fmt(inv.get('entity_recall'))} vs "
                    f"{_fmt(inv.get('entity_recall_baseline'))}")
+    for name, a in extra.items():  # an attack registered beyond the built-ins (fl_privtext.names.ATTACKS)
+        if name not in DESCRIBED_EXTRA and isinstance(a, dict):
+            out.append(f"{name}: " + (", ".join(f"{k} {_fmt(v)}" for k, v in a.items() if _is_figure(v))
+                                      if a.get("available", True) else f"not available ({a.get('reason')})"))
     if any(a.get("ceiling_vacuous") for a in attacks.values()) or reid.get("ceiling_vacuous"):
         out.append("ceilings marked 'vacuous' are 1: the mechanism's true worst-case epsilon bounds nothing there.")
     return out

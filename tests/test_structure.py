@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RATCHET: dict[str, int] = {
     "import_circles": 0,
     "room_circles": 2,
-    "files_in_cycle": 6,
+    "files_in_cycle": 5,
     "rooms_in_cycle": 3,
     "rooms_in_cycle_module_level": 0,
     "arrows_back_up": 8,
-    "function_imports": 97,
-    "function_imports_not_heavy": 51,
+    "function_imports": 95,
+    "function_imports_not_heavy": 49,
     "private_imports": 28,
 }
 # Floors are capped at the goal, not at today's count: today's 5 (all imports) is low only because 16 rooms

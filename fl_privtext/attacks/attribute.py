@@ -53,9 +53,11 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
+from fl_privtext.names import ATTACK_FAMILIES, LEARNERS
 from fl_privtext.server.learners import Linear, make_learner
 from fl_privtext.server.noise import NoiseLaw
 
+# the built-ins' trial order (their names: fl_privtext.names.ATTACK_FAMILIES and LEARNERS); registered ones follow
 FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
 # simplest first (an exact out-of-fold tie goes to the simpler): the exact noise law, then growing capacity
 SIMPLICITY = ("likelihood", "centroid", "lda", "linear", "logistic", "mlp")
@@ -221,30 +223,28 @@ class _Problem:
         return self._linear_c
 
     def fit_predict(self, family: str, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
-        """Fit ``family`` on aux uploads ``train`` (positions into idx); log posteriors for uploads ``rows``."""
+        """Fit ``family`` on aux uploads ``train`` (positions into idx); log posteriors for uploads ``rows``. A name
+        of `ATTACK_FAMILIES` is that family's fit; any other name of `LEARNERS` is the server's learner."""
+        if family in ATTACK_FAMILIES:
+            out: np.ndarray = ATTACK_FAMILIES[family](self, train, rows, key)
+            return out
+        if family in LEARNERS:
+            return self._server_learner(family, train, rows)
+        raise ValueError(f"Unknown attacker family {family!r}; valid: {', '.join(FAMILIES)}.")
+
+    def _server_learner(self, family: str, train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The server's learner ``family`` (`fl_privtext.server.make_learner`), with the attacker's noise law."""
+        if self.multilabel:
+            raise _Unavailable("the server's learners are for one categorical secret")
         xs, z = self.inputs(self.idx[train]), self.z[train]
-        cfg = self.view.config
-        if family == "likelihood":
-            return self._likelihood(train, rows)
-        if family in SERVER_LEARNERS:
-            if self.multilabel:
-                raise _Unavailable("the server's learners are for one categorical secret")
-            seed = int(rng.generator(self.view.seed, "attack", family).integers(2**31))
-            learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
-                                   linear_c=self.linear_c(seed) if family == "linear" else None)
-            learner.fit(xs, z)
-            return _log_softmax(self.score(rows, lambda x: learner.logits(x)))
-        mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
-        out_dim = self.k
-        if family == "logistic":
-            w, b = fit_logistic((xs - mean) / std, z, out_dim, multilabel=self.multilabel)
-            s = self.score(rows, lambda x: ((x - mean) / std) @ w + b)
-        elif family == "mlp":
-            model = train_mlp(xs, z, num_classes=None if self.multilabel else self.k, config=cfg.mlp(),
-                              generator=rng.torch_generator(self.view.seed, "attack", self.known.spec.name, key))
-            s = self.score(rows, lambda x: model.logits(x).astype(np.float64))
-        else:
-            raise ValueError(f"Unknown attacker family {family!r}; valid: {', '.join(FAMILIES)}.")
+        seed = int(rng.generator(self.view.seed, "attack", family).integers(2**31))
+        learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
+                               linear_c=self.linear_c(seed) if family == "linear" else None)
+        learner.fit(xs, z)
+        return _log_softmax(self.score(rows, lambda x: learner.logits(x)))
+
+    def link(self, s: np.ndarray) -> np.ndarray:
+        """Scores -> log posteriors: log-sigmoid per attribute (multilabel), else log-softmax over classes."""
         return _log_sigmoid(s) if self.multilabel else _log_softmax(s)
 
     def law(self, width: int) -> NoiseLaw:
@@ -292,6 +292,30 @@ class _Problem:
 
 class _Unavailable(Exception):
     pass
+
+
+# The families of ATTACK_FAMILIES (fl_privtext.names): fit(problem, train, rows, key) -> (len(rows), k) log posteriors
+# of the uploads ``rows``, fitted on the aux uploads ``train`` (positions into problem.idx); ``key`` names the fold.
+def logistic_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+    """``logistic``: L2-regularised logistic regression on the standardised inputs (`fit_logistic`)."""
+    xs, z = prob.inputs(prob.idx[train]), prob.z[train]
+    mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
+    w, b = fit_logistic((xs - mean) / std, z, prob.k, multilabel=prob.multilabel)
+    return prob.link(prob.score(rows, lambda x: ((x - mean) / std) @ w + b))
+
+
+def mlp_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+    """``mlp``: the DPNR/Coavoux probe (``attack.*`` hyper-parameters; `fl_privtext.learn.train_mlp`)."""
+    xs, z = prob.inputs(prob.idx[train]), prob.z[train]
+    model = train_mlp(xs, z, num_classes=None if prob.multilabel else prob.k, config=prob.view.config.mlp(),
+                      generator=rng.torch_generator(prob.view.seed, "attack", prob.known.spec.name, key))
+    return prob.link(prob.score(rows, lambda x: model.logits(x).astype(np.float64)))
+
+
+def likelihood_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+    """``likelihood``: the mechanism's exact log-likelihood under each class's centroid code
+    (`_Problem._likelihood`)."""
+    return prob._likelihood(train, rows)
 
 
 # ------------------------------------------------------------------------------------------------ the attack
@@ -383,8 +407,9 @@ def families_of(cfg: Any) -> list[str]:
     """The attacker families tried: ``attack.families`` plus the server's learners (``attack.learner = auto``), or
     the one learner ``attack.learner`` names."""
     choice = getattr(cfg, "learner", "auto")
-    if choice == "auto":
-        return [f for f in FAMILIES if f in cfg.family_list() or f in SERVER_LEARNERS]
+    if choice == "auto":  # the built-ins in FAMILIES' order, then any family registered beyond them
+        return [f for f in FAMILIES if f in cfg.family_list() or f in SERVER_LEARNERS] + \
+            [f for f in cfg.family_list() if f not in FAMILIES]
     return [choice]
 
 

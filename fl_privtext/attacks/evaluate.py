@@ -27,6 +27,7 @@ from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import AttributeSpec
+from fl_privtext.names import ATTACKS
 from fl_privtext.threads import limited
 
 
@@ -371,26 +372,36 @@ def run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[st
         return _run_attacks(view, truth)
 
 
+def linkage_attacks(view: AttackView, truth: Truth) -> dict[str, Any]:
+    """``linkage`` (`ATTACKS`): re-identification and membership of the public candidates (`score_linkage`)."""
+    if view.candidates is None or len(view.queries) < 2:
+        unavailable = {"available": False, "reason": "no public representations"}
+        return {"reidentification": unavailable, "membership": unavailable}
+    extra = score_linkage(view, truth)
+    if truth.named_user is not None:  # federation.shuffle: what a match can and cannot tell
+        for key in ("reidentification", "membership"):
+            extra[key]["scope"] = (
+                "per report (federation.shuffle): the game matches a report's content to a candidate's "
+                "public text, which the shuffler does not hide; the report carries no sender and a "
+                "fresh pseudonym, so a match links it to no other report, round or node. The ceiling is "
+                "the local one of one report; the central guarantee against the server is "
+                "privacy.central.")
+    return extra
+
+
+def inversion_attack(view: AttackView, truth: Truth) -> dict[str, Any]:
+    """``inversion`` (`ATTACKS`): keyword inversion (`score_inversion`), or why it could not run."""
+    try:
+        return {"inversion": score_inversion(view, truth)}
+    except ValueError as exc:
+        return {"inversion": {"available": False, "reason": str(exc)}}
+
+
 def _run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[str, Any]]:
     attacks = {name: score_attribute(view, truth, name) for name in view.known}
     extra: dict[str, Any] = {}
     if view.config.extra:
-        if view.candidates is not None and len(view.queries) >= 2:
-            extra.update(score_linkage(view, truth))
-            if truth.named_user is not None:  # federation.shuffle: what a match can and cannot tell
-                for key in ("reidentification", "membership"):
-                    extra[key]["scope"] = (
-                        "per report (federation.shuffle): the game matches a report's content to a candidate's "
-                        "public text, which the shuffler does not hide; the report carries no sender and a "
-                        "fresh pseudonym, so a match links it to no other report, round or node. The ceiling is "
-                        "the local one of one report; the central guarantee against the server is "
-                        "privacy.central.")
-        else:
-            extra["reidentification"] = extra["membership"] = {"available": False,
-                                                                "reason": "no public representations"}
-        try:
-            extra["inversion"] = score_inversion(view, truth)
-        except ValueError as exc:
-            extra["inversion"] = {"available": False, "reason": str(exc)}
+        for name in ATTACKS:  # each whole-traffic attack adds its results.json attacks_extra entries
+            extra.update(ATTACKS[name](view, truth))
         extra["violation"] = bool(any(v.get("violation", False) for v in extra.values() if isinstance(v, dict)))
     return attacks, extra

@@ -8,8 +8,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from fl_privtext.extract.glove import GloveExtractor
 from fl_privtext.extract.transformer import HFExtractor
+from fl_privtext.names import EXTRACTORS
 
 
 @runtime_checkable
@@ -55,11 +55,7 @@ class MiniLMExtractor(HFExtractor):
         )
 
 
-EXTRACTORS: dict[str, type] = {
-    "glove": GloveExtractor,
-    "minilm": MiniLMExtractor,
-    "hf": HFExtractor,
-}
+# EXTRACTORS (fl_privtext.names): extractor.name -> the extractor class, a registry the config reads without torch
 
 
 def make_extractor(name: str, **opts: Any) -> Extractor:
@@ -70,7 +66,7 @@ def make_extractor(name: str, **opts: Any) -> Extractor:
     """
     if name not in EXTRACTORS:
         raise ValueError(f"Unknown extractor {name!r}; valid names are: {', '.join(sorted(EXTRACTORS))}.")
-    cls = EXTRACTORS[name]
+    cls: Any = EXTRACTORS[name]
     accepted = [p for p in inspect.signature(cls).parameters]
     unknown = sorted(set(opts) - set(accepted))
     if unknown:

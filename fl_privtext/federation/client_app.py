@@ -264,8 +264,6 @@ def _log(context: Context, write: Any) -> None:
 
 def build_app(defend: bool = True) -> ClientApp:
     """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
-    import fl_privtext.federation.secagg_stats
-    import fl_privtext.federation.secagg_train  # noqa: F401 - registers the "phase-a" secure-sum task
     from fl_privtext.federation.train_handlers import register
 
     app_class = GatedClientApp if defend else ClientApp

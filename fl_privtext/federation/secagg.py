@@ -62,6 +62,8 @@ from flwr.serverapp import Grid
 from fl_privtext.client.ledger import bind_once, node_dir
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.grid import DelegatingGrid
+from fl_privtext.names import SECAGG_TASKS as TASKS
+from fl_privtext.registry import Registry
 
 RECORD = "secagg"  # our ConfigRecord in the masked-vector request: task, clipping range, quantization range
 SECAGG_CONFIGS = RECORD_KEY_CONFIGS  # Flower's protocol record ("secaggplus_configs")
@@ -69,8 +71,9 @@ MOD_RANGE = 2**32
 GUARD = "fl-privtext-secagg-guard"  # client state: the fewest active clients this client unmasks for
 META = "fl-privtext-secagg-meta"  # client state: public numbers a task declares with its vector (`declare`)
 
-SECAGG_TASKS: dict[str, Callable[[Message, Context], np.ndarray]] = {}
-"""Client side: task name -> the client's vector for a secure-sum request (float, already clipped and noised)."""
+SECAGG_TASKS: Registry[Callable[[Message, Context], np.ndarray]] = TASKS
+"""Client side: task name -> the client's vector for a secure-sum request (float, already clipped and noised): the
+registry of `fl_privtext.names` (built-ins resolved on first request, so no module must be imported to register)."""
 
 
 class SecAggAborted(RuntimeError):

@@ -20,7 +20,6 @@ from fl_privtext.client import client_seed_from, policy_from, state_dir_from
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.secagg import (
-    SECAGG_TASKS,
     SecAggAborted,
     require_contributors,
     secure_sum,
@@ -62,8 +61,6 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     unmask_once(context, session_record(state_dir, client, str(stats["scope"]), str(stats["key"])))
     return vec
 
-
-SECAGG_TASKS[TASK] = stats_vector
 
 
 def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = "",

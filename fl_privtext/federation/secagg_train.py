@@ -58,7 +58,6 @@ from flwr.serverapp import Grid
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.secagg import (
     RECORD,
-    SECAGG_TASKS,
     SecAggAborted,
     declare,
     grid_step,
@@ -164,8 +163,6 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
             min_clients=m, charged=charged)
     return np.asarray(answer["vector"], np.float64)
 
-
-SECAGG_TASKS[TASK] = phase_a_vector
 
 
 # ---------------------------------------------------------------------------------------------------------- server

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fl_privtext import rng
+from fl_privtext.names import LEARNERS
 from fl_privtext.server.noise import NoiseLaw
 
 __all__ = [
@@ -50,12 +51,14 @@ __all__ = [
     "ClassStats",
     "Constant",
     "Learner",
+    "LearnerInputs",
     "Linear",
     "label_rr_matrix",
     "make_learner",
 ]
 
-LEARNERS = ("mlp", "linear", "lda", "centroid")  # config names; "auto" picks among them and the constant
+# LEARNERS (fl_privtext.names): the config's names -> factory(LearnerInputs); "auto" picks among the built-ins and the
+# constant. A new learner is a class with fit/logits/export and a ``build``, registered with LEARNERS.register.
 CHUNK = 65_536
 LINEAR_CS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # Linear: the L2 strengths its cross-validation tries
 MAX_LINEAR_ROWS = 20_000  # the logistic regression fits on at most this many uploads (a seeded subsample)
@@ -69,6 +72,20 @@ class Learner(Protocol):
     def logits(self, x: np.ndarray) -> np.ndarray: ...
 
     def export(self) -> dict[str, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class LearnerInputs:
+    """What the server knows when it builds a learner (`make_learner`): each registered factory takes what it needs.
+    ``noise``: the mechanism's noise law (or its per-coordinate variance); ``mlp``: MLP keyword arguments (config,
+    generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation)."""
+
+    num_classes: int
+    noise: np.ndarray | NoiseLaw | None = None
+    label_rr: np.ndarray | None = None
+    seed: int = 0
+    mlp: dict[str, Any] | None = None
+    linear_c: float | None = None
 
 
 def label_rr_matrix(num_classes: int, epsilon: float) -> np.ndarray:
@@ -220,6 +237,13 @@ class _Moments:
         self.k, self.noise, self.label_rr = num_classes, self.law.variance, label_rr
         self.record = {}
 
+    @classmethod
+    def build(cls, inputs: LearnerInputs) -> _Moments:
+        """The registry's factory: needs the mechanism's noise law."""
+        if inputs.noise is None:
+            raise ValueError(f"Learner {cls.name!r} needs the mechanism's noise variance (fl_privtext.server.noise).")
+        return cls(num_classes=inputs.num_classes, noise=inputs.noise, label_rr=inputs.label_rr)
+
     def fit(self, x: np.ndarray, y: np.ndarray) -> _Moments:
         self.stats = ClassStats.of(x, y, self.k, self.noise, self.label_rr)
         self._heads()
@@ -341,6 +365,10 @@ class Constant:
     def __init__(self, *, num_classes: int, label_rr: np.ndarray | None = None, **_: Any):
         self.k, self.label_rr = num_classes, label_rr
 
+    @classmethod
+    def build(cls, inputs: LearnerInputs) -> Constant:
+        return cls(num_classes=inputs.num_classes, label_rr=inputs.label_rr)
+
     def fit(self, x: np.ndarray, y: np.ndarray) -> Constant:
         counts = np.bincount(y, minlength=self.k).astype(np.float64)
         if self.label_rr is not None:
@@ -388,6 +416,13 @@ class Linear:
         if C is not None and not C > 0:
             raise ValueError(f"Linear's C must be > 0; got {C!r}.")
         self.k, self.seed, self.noise, self.C = num_classes, seed, noise, C
+
+    @classmethod
+    def build(cls, inputs: LearnerInputs) -> Linear:
+        """The registry's factory: the noise law's per-coordinate variance corrects the exported weights."""
+        noise = inputs.noise
+        return cls(num_classes=inputs.num_classes, seed=inputs.seed,
+                   noise=noise.variance if isinstance(noise, NoiseLaw) else noise, C=inputs.linear_c)
 
     def _rows(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """At most ``MAX_LINEAR_ROWS`` uploads (a seeded subsample), as float64."""
@@ -469,6 +504,13 @@ class MLP:
     def __init__(self, *, num_classes: int, config: Any, generator: Any, progress: str | None = None, **_: Any):
         self.k, self.config, self.generator, self.progress = num_classes, config, generator, progress
 
+    @classmethod
+    def build(cls, inputs: LearnerInputs) -> MLP:
+        """The registry's factory: needs its config and generator (``LearnerInputs.mlp``)."""
+        if inputs.mlp is None:
+            raise ValueError("Learner 'mlp' needs its config and generator (mlp={...}).")
+        return cls(num_classes=inputs.num_classes, **inputs.mlp)
+
     def fit(self, x: np.ndarray, y: np.ndarray) -> MLP:
         from fl_privtext.learn import train_mlp  # torch
 
@@ -486,21 +528,14 @@ class MLP:
 def make_learner(name: str, *, num_classes: int, noise: np.ndarray | NoiseLaw | None = None,
                  label_rr: np.ndarray | None = None, seed: int = 0, mlp: dict[str, Any] | None = None,
                  linear_c: float | None = None) -> Learner:
-    """A fresh learner by name (``constant`` or one of `LEARNERS`); ``noise``: the mechanism's noise law
-    (`fl_privtext.server.noise.NoiseLaw`, or its per-coordinate variance); ``mlp``: MLP keyword arguments
+    """A fresh learner by name (``constant`` or one of `LEARNERS`, the registry); ``noise``: the mechanism's noise
+    law (`fl_privtext.server.noise.NoiseLaw`, or its per-coordinate variance); ``mlp``: MLP keyword arguments
     (config, generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation)."""
+    inputs = LearnerInputs(num_classes=num_classes, noise=noise, label_rr=label_rr, seed=seed, mlp=mlp,
+                           linear_c=linear_c)
     if name == "constant":
-        return Constant(num_classes=num_classes, label_rr=label_rr)
-    if name in ("centroid", "lda"):
-        if noise is None:
-            raise ValueError(f"Learner {name!r} needs the mechanism's noise variance (fl_privtext.server.noise).")
-        cls = Centroid if name == "centroid" else LDA
-        return cls(num_classes=num_classes, noise=noise, label_rr=label_rr)
-    if name == "linear":
-        return Linear(num_classes=num_classes, seed=seed,
-                      noise=noise.variance if isinstance(noise, NoiseLaw) else noise, C=linear_c)
-    if name == "mlp":
-        if mlp is None:
-            raise ValueError("Learner 'mlp' needs its config and generator (mlp={...}).")
-        return MLP(num_classes=num_classes, **mlp)
-    raise ValueError(f"Unknown learner {name!r}; valid names: constant, {', '.join(LEARNERS)}.")
+        return Constant.build(inputs)
+    if name not in LEARNERS:
+        raise ValueError(f"Unknown learner {name!r}; valid names: constant, {', '.join(LEARNERS)}.")
+    learner: Learner = LEARNERS[name](inputs)
+    return learner

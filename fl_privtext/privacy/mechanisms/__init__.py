@@ -3,15 +3,14 @@
 Layout: :mod:`.base` (the :class:`Mechanism` base class, its stages and the shared contract texts), one module per
 family (:mod:`.none`, :mod:`.bits` randomised response on bit encodings, :mod:`.laplace`, :mod:`.gaussian`,
 :mod:`.sphere`, :mod:`.metric_dp`), and :mod:`.samplers` (float and exact noise) that every family calls. Adding a
-mechanism is one new module and one line in ``MECHANISMS`` below.
+mechanism is one new module and one line in ``fl_privtext.names.MECHANISMS`` (or ``MECHANISMS.register``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Any
 
+from fl_privtext.names import MECHANISMS as _MECHANISMS
 from fl_privtext.privacy.mechanisms.base import (
     CALIBRATIONS,
     COMPOSITION,
@@ -40,12 +39,10 @@ from fl_privtext.privacy.mechanisms.laplace import (
 from fl_privtext.privacy.mechanisms.metric_dp import MultivariateLaplace, Purkayastha
 from fl_privtext.privacy.mechanisms.none import NoPrivacy
 from fl_privtext.privacy.mechanisms.sphere import CapMechanism, Duchi, PrivUnit, PrivUnitG
+from fl_privtext.registry import Registry
 
-MECHANISMS: Mapping[str, type[Mechanism]] = MappingProxyType({
-    cls.name: cls
-    for cls in (NoPrivacy, OME, SUE, OUE, BitRR, LaplaceDPNR, LaplaceDPNRCode, LaplaceL1, LaplaceBox, Gaussian,
-                PrivUnitG, PrivUnit, Duchi, MultivariateLaplace, Purkayastha)
-})
+# name -> class: the registry of fl_privtext.names (its names readable without numpy; a new mechanism registers there)
+MECHANISMS: Registry[type[Mechanism]] = _MECHANISMS
 
 __all__ = [
     "CALIBRATIONS", "COMPOSITION", "DPNR_PAPER", "FLOAT32_SLACK", "FLOAT_SAMPLER", "MECHANISMS",
@@ -59,7 +56,7 @@ __all__ = [
 
 def mechanism_params(name: str) -> tuple[str, ...]:
     """Keyword parameters (python names) that mechanism ``name`` accepts."""
-    cls = MECHANISMS.get(name)
+    cls = MECHANISMS.get(name, None)
     if cls is None:
         raise ValueError(f"Unknown mechanism {name!r}; valid names: {', '.join(MECHANISMS)}.")
     return cls.accepted_params()
