@@ -52,7 +52,7 @@ STAGE_OF: dict[str, str] = {
     # small ground modules any stage may use
     "config": "ground", "rng": "ground", "constant": "ground", "names": "ground", "threads": "ground",
     "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground", "display": "ground",
-    "rundir": "ground", "tracking": "ground",
+    "rundir": "ground",
     "data/": "data",
     "extract/": "extract", "encoders/": "extract",
     "privacy/": "privacy", "public": "privacy", "accounting": "privacy",
@@ -60,8 +60,8 @@ STAGE_OF: dict[str, str] = {
     "federation/": "federation",
     "server/": "server", "learn": "server",
     "attacks/": "attacks",
-    "report": "report", "plots": "report",
-    "pipeline": "orchestrator", "prepare": "orchestrator", "secure_stats": "orchestrator",
+    "report/": "report",
+    "pipeline/": "orchestrator",
     "__init__": "entry", "api": "entry", "cli": "entry", "sweep": "entry", "checks": "entry", "preflight": "entry",
 }
 

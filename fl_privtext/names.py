@@ -41,7 +41,7 @@ DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 DATASETS = tuple(DATASET_OPTIONS)
 
-# any dataset: each user's first k records only (fl_privtext.prepare.first_records), not a loader option
+# any dataset: each user's first k records only (fl_privtext.pipeline.preparation.first_records), not a loader option
 RECORDS_PER_USER = "records_per_user"
 
 # The files each staged dataset's loader reads under the data root (fl_privtext.data.loaders; the loader's own

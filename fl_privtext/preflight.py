@@ -24,7 +24,7 @@ HEAVY_MODULES = ("torch", "flwr", "ray", "transformers", "datasets", "sklearn")
 
 
 def records_per_user(value: Any) -> int:
-    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.prepare.first_records`)."""
+    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.pipeline.preparation.first_records`)."""
     try:
         k = int(value)
     except (TypeError, ValueError):

@@ -517,7 +517,7 @@ def to_csv(rows: Sequence[dict[str, Any]]) -> str:
 
 def write_outputs(spec: SweepSpec, points: Sequence[ExperimentConfig], store: Store, out: Path) -> dict[str, Any]:
     """table.csv, table.md and the frontier plots from every finished point (in grid order)."""
-    from fl_privtext import plots
+    from fl_privtext.report import plots
 
     rows, plot_rows, missing = [], [], 0
     grid_keys = {point_key(c) for c in points}

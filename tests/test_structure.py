@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RATCHET: dict[str, int] = {
     "import_circles": 0,
     "room_circles": 3,
-    "files_in_cycle": 41,
-    "rooms_in_cycle": 16,
+    "files_in_cycle": 43,  # two package faces (pipeline/, report/) joined the knot; falls as it is untied
+    "rooms_in_cycle": 14,
     "rooms_in_cycle_module_level": 0,
-    "arrows_back_up": 11,
-    "function_imports": 147,
-    "function_imports_not_heavy": 101,
+    "arrows_back_up": 10,
+    "function_imports": 143,
+    "function_imports_not_heavy": 99,
     "private_imports": 39,
 }
 # Floors are capped at the goal, not at today's count: today's 5 (all imports) is low only because 16 rooms

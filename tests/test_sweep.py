@@ -307,7 +307,7 @@ def test_quickstart_frontier_file_is_a_valid_sweep_with_seeds_and_its_no_privacy
 
 
 def test_the_frontier_draws_the_exact_on_device_figure_where_the_table_has_it(tmp_path):
-    from fl_privtext import plots
+    from fl_privtext.report import plots
 
     est = {"on_device_accuracy": 0.61, "on_device_ci_low": 0.5, "on_device_ci_high": 0.7}
     assert plots.on_device_columns([est])[0] == "on_device_accuracy"  # older tables: the server's estimate, named so

@@ -368,8 +368,8 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     ``<output>/clients`` (this run's own)."""
     from fl_privtext.checks import check_output
     from fl_privtext.report import finalize
+    from fl_privtext.report.tracking import Tracker
     from fl_privtext.rundir import claim
-    from fl_privtext.tracking import Tracker
 
     t0 = time.perf_counter()
     if output or cfg.run.output:

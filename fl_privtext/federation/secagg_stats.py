@@ -1,4 +1,4 @@
-"""Phase B through SecAgg+ (``server.aggregate = secagg``): the Flower adapter of `fl_privtext.secure_stats`.
+"""Phase B through SecAgg+ (``server.aggregate = secagg``): the Flower adapter of `fl_privtext.pipeline.secure`.
 
 Client: the secure-sum task ``phase-b-stats`` (`SECAGG_TASKS`): the client's noisy class statistics
 (`fl_privtext.client.aggregate.release_statistics`) under ITS policy and ledger; a request its policy refuses makes
@@ -31,7 +31,7 @@ from fl_privtext.federation.secagg import (
 
 __all__ = ["TASK", "secagg_sum_round", "serve_secagg_point", "stats_vector"]
 
-RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.secure_stats.stats_request`)
+RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.pipeline.secure.stats_request`)
 
 
 def stats_vector(msg: Message, context: Context) -> np.ndarray:
@@ -68,12 +68,12 @@ SECAGG_TASKS[TASK] = stats_vector
 
 def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = "",
                      encoder: ArrayRecord | None = None) -> Callable[[int, StatsLayout, int], Any]:
-    """The transport of `fl_privtext.secure_stats.run_secagg_point` over SecAgg+: the request carries the point's
+    """The transport of `fl_privtext.pipeline.secure.run_secagg_point` over SecAgg+: the request carries the point's
     config and the task record (and Phase A's ``encoder``, whose r(x) the clients then sum); SecAgg+'s reconstruction threshold is the number of contributors promised (Flower
     needs it below ``num_shares`` = every node: at most n - 1), so the protocol halts below it; the server also
     refuses to use a sum with fewer contributors than promised (an honest-but-curious server keeps its promise)."""
     from fl_privtext.federation.server_app import _query
-    from fl_privtext.secure_stats import SumResult, clipping_range, stats_request
+    from fl_privtext.pipeline.secure import SumResult, clipping_range, stats_request
 
     def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
         records: dict[str, Any] = {RECORD: ConfigRecord(stats_request(cfg, seed, layout, need))}
@@ -98,7 +98,7 @@ def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *
     from fl_privtext import pipeline
     from fl_privtext.federation.server_app import evaluate_on_device
     from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
-    from fl_privtext.secure_stats import run_secagg_point
+    from fl_privtext.pipeline.secure import run_secagg_point
 
     if cfg.train.rounds > 0 and cfg.privacy.projection != "none":
         raise ValueError("server.aggregate = secagg after Phase A sums the trained encoder's r(x); a public projection "

@@ -69,7 +69,7 @@ def _session(fed: dict[str, Any], nodes: list[int], promise: int) -> secagg.Secu
     """One ordinary SecAgg+ session of the Phase B task over ``nodes``, the server driving it itself (so the
     server-side check of `secagg_sum_round` does not stand in for the clients')."""
     from fl_privtext.federation.server_app import _query
-    from fl_privtext.secure_stats import clipping_range, stats_request
+    from fl_privtext.pipeline.secure import clipping_range, stats_request
 
     cfg, layout = fed["cfg"], fed["layout"]
     content = _query(cfg, fed["snapshot"], **{secagg_stats.RECORD: ConfigRecord(stats_request(cfg, 0, layout,

@@ -19,7 +19,7 @@ from fl_privtext.client import POLICY_ENV, ClientPolicy, Refused
 from fl_privtext.client.policy import policy_from
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation import runner
-from fl_privtext.report import _json_safe, baseline_summary
+from fl_privtext.report.results import _json_safe, baseline_summary
 
 CLIENT_SEED = 918_273_645
 SMALL = {"run.progress": False, "federation.num-clients": 2, "federation.rounds": 2, "server.learner": "centroid",

@@ -15,8 +15,8 @@ from fl_privtext.client import CLIENT_SEED_ENV, POLICY_ENV, STATE_ENV, ClientPol
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.server_app import serve
+from fl_privtext.pipeline.secure import run_plain_secagg
 from fl_privtext.report import aggregate
-from fl_privtext.secure_stats import run_plain_secagg
 from tests.federation.secagg_grid import InProcessGrid
 
 NODES = [101, 202, 303, 404]

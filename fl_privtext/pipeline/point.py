@@ -20,9 +20,7 @@ import numpy as np
 from fl_privtext import rng
 from fl_privtext.accounting import privacy_summary
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
-from fl_privtext.client import (  # noqa: F401  UPLOAD_KEYS: re-exported (tests read pipeline.UPLOAD_KEYS)
-    UPLOAD_KEYS,
-    client_on_device,
+from fl_privtext.client import (
     client_upload,
     mechanism_for,
     merge_uploads,
@@ -31,11 +29,11 @@ from fl_privtext.client import (  # noqa: F401  UPLOAD_KEYS: re-exported (tests 
 )
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
-from fl_privtext.prepare import Prepared, data_key, load, prepare  # noqa: F401  re-exported (pipeline.prepare)
+from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.privacy.report import json_number
 from fl_privtext.progress import progress_bar
-from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
+from fl_privtext.server import Trained, train_server
 from fl_privtext.server.ondevice_selection import choose
 from fl_privtext.threads import driver_threads, limited
 

@@ -791,7 +791,7 @@ def finalize(point: dict[str, Any], cfg: ExperimentConfig, *, total_s: float, ou
         summary += "\n**Warnings.**\n\n" + "".join(f"- {w}\n" for w in results["warnings"])
     if note:
         summary += f"\n**Privacy note.** {note}\n"
-    from fl_privtext.plots import RUN_PLOT, summary_section
+    from fl_privtext.report.plots import RUN_PLOT, summary_section
 
     summary += summary_section(results, out)  # writes privacy_utility.png beside summary.md and links it
     summary += f"\n{COLUMNS}\n"
