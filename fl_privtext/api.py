@@ -144,7 +144,7 @@ def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *,
 
     cfg = resolve(config, sets)
     check_run(cfg, output=output, overwrite=overwrite)  # before torch, Flower and Ray are imported
-    from fl_privtext.federation.runner import run_experiment
+    from fl_privtext.pipeline.runner import run_experiment
     from fl_privtext.report.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
 
     results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads, overwrite=overwrite)

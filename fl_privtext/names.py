@@ -8,6 +8,8 @@ before any of that is imported. tests/test_errors_before_imports.py checks every
 
 from __future__ import annotations
 
+from typing import Any
+
 from fl_privtext.config import EXTRACTOR_NAMES, LEARNER_CHOICES
 
 __all__ = ["DATASETS", "DATASET_FILES", "DATASET_OPTIONS", "EXTRACTORS", "LEARNERS", "MECHANISMS",
@@ -58,3 +60,14 @@ DATASET_FILES: dict[str, tuple[str, ...]] = {
     "snips": tuple(f"snips_intents/{d}/{f}" for d in ("train", "valid", "test") for f in ("seq.in", "label", "seq.out")),
     "mrpc": ("mrpc/msr_paraphrase_train.txt", "mrpc/msr_paraphrase_test.txt"),
 }
+
+
+def records_per_user(value: Any) -> int:
+    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.pipeline.preparation.first_records`)."""
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or str(value).strip() != str(k):
+        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {value!r}.")
+    return k

@@ -5,7 +5,7 @@ the output directory), the dataset's options and the mechanism's name and parame
 ``fl-privtext run`` / ``sweep`` and ``fl_privtext.run`` / ``run_sweep`` call these BEFORE importing torch, Flower,
 Ray, transformers, datasets or scikit-learn (seconds to import, a minute on a loaded machine), so a typo is answered
 at once. Each failure raises the same ValueError (FileNotFoundError for --config) with the same words as the later,
-data-dependent checks (`fl_privtext.federation.runner.validate`), which still run.
+data-dependent checks (`fl_privtext.pipeline.runner.validate`), which still run.
 """
 
 from __future__ import annotations
@@ -17,21 +17,17 @@ from typing import Any
 
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.datafiles import DataNotFoundError, find_files, resolve_path
-from fl_privtext.names import DATASET_FILES, DATASET_OPTIONS, DATASETS, MECHANISMS, RECORDS_PER_USER
+from fl_privtext.names import (
+    DATASET_FILES,
+    DATASET_OPTIONS,
+    DATASETS,
+    MECHANISMS,
+    RECORDS_PER_USER,
+    records_per_user,
+)
 
 # what the checks here must not import (tests/test_preflight.py checks sys.modules after a refused configuration)
 HEAVY_MODULES = ("torch", "flwr", "ray", "transformers", "datasets", "sklearn")
-
-
-def records_per_user(value: Any) -> int:
-    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.pipeline.preparation.first_records`)."""
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        k = 0
-    if k < 1 or str(value).strip() != str(k):
-        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {value!r}.")
-    return k
 
 
 def check_dataset(name: str, root: str, options: dict[str, Any]) -> None:
@@ -86,7 +82,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
     check = cfg if cfg.server.aggregate != "secagg" else dataclasses.replace(
         cfg, privacy=dataclasses.replace(cfg.privacy, projection="none", proj_dim=0))
     if check.privacy.projection != "none":
-        return  # the width comes from the extractor: fl_privtext.federation.runner.validate checks it
+        return  # the width comes from the extractor: fl_privtext.pipeline.runner.validate checks it
     from fl_privtext.client.upload import mechanism_for  # numpy only
 
     try:
@@ -97,7 +93,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
 
 def check_point(cfg: ExperimentConfig) -> None:
     """Everything about one experiment point that can be checked without data, models or frameworks."""
-    from fl_privtext.checks import check_extractor
+    from fl_privtext.pipeline.checks import check_extractor
 
     check_data(cfg)
     check_extractor(cfg)
@@ -107,7 +103,7 @@ def check_point(cfg: ExperimentConfig) -> None:
 def check_output(output: str | os.PathLike[str] | None, *, overwrite: bool) -> None:
     """The run's output directory: writable, and not holding a finished run's results unless ``overwrite``
     (`fl_privtext.rundir.claim` says the same once the run holds it)."""
-    from fl_privtext.checks import check_output as writable
+    from fl_privtext.pipeline.checks import check_output as writable
     from fl_privtext.rundir import RESULTS_FILE
 
     if not output:

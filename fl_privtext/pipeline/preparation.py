@@ -22,7 +22,7 @@ from fl_privtext.client import ClientData
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.memory import return_freed_arrays
-from fl_privtext.preflight import records_per_user
+from fl_privtext.names import records_per_user
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
 

@@ -305,3 +305,32 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
 def results(point: dict[str, Any], total_s: float = 0.0) -> dict[str, Any]:
     """results.json's structure for a secagg point (`fl_privtext.report.aggregate`)."""
     return aggregate(point, total_s)
+
+
+def serve_point(t: Any) -> Callable[[], dict[str, Any]]:
+    """The secure-aggregation mode of `fl_privtext.pipeline.federated.serve_point` over the Flower transport ``t``
+    (`fl_privtext.federation.server_app.PointTransport`): Phase A first when train.rounds > 0 (the secure sums and
+    the on-device queries then carry its encoder), every seed's secure sum and on-device evaluation now (while the
+    federation runs); returns the (already done) computation as a job."""
+    cfg = t.cfg
+    if cfg.train.rounds > 0 and cfg.privacy.projection != "none":
+        raise ValueError("server.aggregate = secagg after Phase A sums the trained encoder's r(x); a public projection "
+                         "(privacy.projection) is fitted to the frozen extractor's features: set privacy.projection "
+                         "= none or train.rounds = 0.")
+    t0 = time.perf_counter()
+    prep = prepare(cfg, features="none")  # users, roles and shards; never texts or features
+    training = t.train_encoder(prep, keep_updates=False)
+    if cfg.train.rounds > 0:
+        dim = t.encoder_width(prep)
+    else:
+        dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
+    secure_sum = t.sum_round(lambda seed, layout, need: stats_request(cfg, seed, layout, need),
+                             lambda layout: clipping_range(prep, layout, cfg))
+
+    def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
+        out = secure_sum(seed, layout, need)
+        return SumResult(out.total, out.contributors, out.dropped, out.rounds, out.bytes)
+
+    point = run_secagg_point(prep, cfg, sum_round, t.evaluate_everywhere, dim=dim, training=training)
+    point["server_s"] = time.perf_counter() - t0
+    return lambda: point

@@ -280,7 +280,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
 
     timing: dict[str, Any] = {k: float(np.sum([s["timing"][k] for s in seeds])) for k in seeds[0]["timing"]}
     timing["server_s"] = point["server_s"]
-    if "simulation" in point:  # the Flower simulation's fixed costs (fl_privtext.federation.runner.fixed_costs)
+    if "simulation" in point:  # the Flower simulation's fixed costs (fl_privtext.federation.simulation.fixed_costs)
         timing["simulation"] = {k: v for k, v in point["simulation"].items() if k.endswith("_s")}
     timing["total_s"] = total_s
     privacy = point["privacy"]
