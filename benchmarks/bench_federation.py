@@ -15,7 +15,7 @@ whole job: for Flower, `run_points` (Ray start, actors, rounds, training, attack
 `pipeline.run_plain` (the same clients, training and attacks, called in-process). Paths alternate over
 ``--repeats`` runs; medians are reported, and the results of both paths must be identical.
 
-Fixed costs of the Flower path (from `run_points`' clock, `fl_privtext.federation.runner.fixed_costs`) are printed
+Fixed costs of the Flower path (from `run_points`' clock, `fl_privtext.federation.simulation.fixed_costs`) are printed
 separately: Ray start (overlapping the driver's preparation), Flower's start, the first round (which includes the
 actors' start-up) and the shutdown (overlapping the server's training). ``startup_s`` is everything before the first
 round's replies: until the first round is done, less the plain loop's round. ``ratio_after_startup`` =
@@ -79,7 +79,7 @@ def _worker(args: argparse.Namespace) -> None:
     prep = pipeline.prepare(cfg, features="extract")  # untimed and identical for both paths
     t = time.perf_counter()
     if args.worker == "flower":
-        from fl_privtext.federation.runner import run_points
+        from fl_privtext.pipeline.runner import run_points
 
         (res,) = run_points([cfg])
     else:

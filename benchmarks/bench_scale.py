@@ -6,7 +6,7 @@
 
 The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
 default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
-and the default attacks, through `fl_privtext.federation.runner.run_experiment` (results.json and summary.md are
+and the default attacks, through `fl_privtext.pipeline.runner.run_experiment` (results.json and summary.md are
 written to ``--output``). Only ``run.baseline`` is off unless ``--baseline``: the no-privacy baseline would compute
 every user a second time (the referee's plain loop, outside the federation).
 
@@ -194,7 +194,8 @@ def main() -> None:
     timeline = Timeline()
     with MemorySampler() as mem:
         from fl_privtext import pipeline
-        from fl_privtext.federation import runner, server_app
+        from fl_privtext.federation import server_app
+        from fl_privtext.pipeline import federated, point, runner
 
         cfg = _config(args, cache_dir, output)
         with timeline.stage("generate"):
@@ -202,8 +203,8 @@ def main() -> None:
         with timeline.stage("extract"):
             pipeline.prepare(cfg, features="extract")
         timeline.wrap(server_app, "collect", "upload rounds")  # each round: queries out, replies merged
-        timeline.wrap(pipeline, "train_point", "server training")
-        timeline.wrap(pipeline, "attack", "attacks")
+        timeline.wrap(federated, "train_point", "server training")  # where the Flower path calls them
+        timeline.wrap(point, "attack", "attacks")
         t_run = time.perf_counter()
         results = runner.run_experiment(cfg, output=output, echo=False)
         t_end = time.perf_counter()

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_startup.py --repeats 5
 
-``inherited`` (what `fl_privtext.federation.runner._init_ray` does): the variables (threads, client seed,
+``inherited`` (what `fl_privtext.federation.simulation.init_ray` does): the variables (threads, client seed,
 PYTHONPATH) are in the driver's environment while ``ray.init`` starts Ray's processes, which inherit them.
 ``runtime_env``: the same variables as a job-level ``runtime_env`` (what `_init_ray` did before, and Flower's own
 Ray backend does). Each timing runs in a fresh process: ``ray.init``, then as many of Flower's ``ClientAppActor`` as
@@ -35,7 +35,8 @@ def _worker(setting: str) -> None:
     import ray
     from flwr.simulation.ray_transport.ray_actor import ClientAppActor
 
-    from fl_privtext.federation.runner import _init_ray, _quiet_env
+    from fl_privtext.federation.simulation import init_ray as _init_ray
+    from fl_privtext.federation.simulation import quiet_env as _quiet_env
     from fl_privtext.threads import worker_env
 
     _quiet_env()

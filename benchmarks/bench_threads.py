@@ -28,7 +28,7 @@ SETTINGS = {"oversubscribed": {"federation.client-threads": 2, "run.threads": 2}
 
 def _worker(setting: str, rounds: int) -> None:
     from fl_privtext.config import ExperimentConfig
-    from fl_privtext.federation.runner import run_experiment
+    from fl_privtext.pipeline.runner import run_experiment
 
     flat: dict[str, Any] = {"federation.num-clients": 2, "train.rounds": rounds, "train.encoder": "trunk",
                             "run.progress": False, **SETTINGS[setting]}

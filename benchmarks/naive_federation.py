@@ -78,8 +78,9 @@ def run(design: str, users: int, nodes: int, window: int) -> dict[str, Any]:
     from flwr.simulation import run_simulation
 
     from fl_privtext.federation.inflight import send_windowed
-    from fl_privtext.federation.runner import _init_ray, _quiet_env
-    from fl_privtext.federation.server_app import _wait_for_nodes
+    from fl_privtext.federation.requests import wait_for_nodes as _wait_for_nodes
+    from fl_privtext.federation.simulation import init_ray as _init_ray
+    from fl_privtext.federation.simulation import quiet_env as _quiet_env
 
     _quiet_env()
     t0 = time.perf_counter()

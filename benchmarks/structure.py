@@ -60,8 +60,8 @@ STAGE_OF: dict[str, str] = {
     "federation/": "federation",
     "server/": "server", "learn": "server",
     "attacks/": "attacks",
-    "report": "report", "plots": "report",
-    "pipeline": "orchestrator", "prepare": "orchestrator", "secure_stats": "orchestrator",
+    "report/": "report",
+    "pipeline/": "orchestrator",
     "__init__": "entry", "api": "entry", "cli": "entry", "sweep": "entry", "checks": "entry", "preflight": "entry",
 }
 

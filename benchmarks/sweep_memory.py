@@ -75,7 +75,7 @@ def main() -> None:
     ap.add_argument("--json", default="", help="write the measurements and the points' results here")
     args = ap.parse_args()
 
-    from fl_privtext.federation.runner import run_points
+    from fl_privtext.pipeline.runner import run_points
 
     base = ExperimentConfig.from_flat({
         "data.name": "synthetic", "data.options.users": args.users, "extractor.name": "glove",

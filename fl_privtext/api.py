@@ -17,10 +17,10 @@ import numpy as np
 
 from fl_privtext.config import ExperimentConfig, flatten
 from fl_privtext.display import fmt_epsilon
-from fl_privtext.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
 from fl_privtext.preflight import check_run
 from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 from fl_privtext.report import prior_baseline
+from fl_privtext.report.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
 from fl_privtext.sweep import SweepSpec, execute, markdown, short_rows
 
 
@@ -145,7 +145,7 @@ def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *,
     ``overwrite``: replace a finished run's results in ``output`` (refused otherwise). Bad configuration raises ValueError before anything starts."""
     cfg = resolve(config, sets)
     check_run(cfg, output=output, overwrite=overwrite)  # before torch, Flower and Ray are imported
-    from fl_privtext.federation.runner import run_experiment  # torch, flwr, ray (the simulation)
+    from fl_privtext.pipeline.runner import run_experiment  # torch, flwr, ray (the simulation)
 
     results = run_experiment(cfg, output=output, echo=echo, keep_observations=uploads, overwrite=overwrite)
     observations = results.pop("observations", [])

@@ -108,7 +108,7 @@ def _main(args: argparse.Namespace) -> int:
         else:
             # the whole configuration, before torch, Flower and Ray are imported (seconds; a minute under load)
             check_run(ExperimentConfig.load(args.config, sets), output=args.output, overwrite=args.overwrite)
-            from fl_privtext.federation.runner import run_from_cli  # torch, flwr, ray (the simulation)
+            from fl_privtext.pipeline.runner import run_from_cli  # torch, flwr, ray (the simulation)
 
             # on a terminal a bar; when stderr is a file, a pipe or CI, plain periodic lines (fl_privtext.progress)
             run_from_cli(config_path=args.config, sets=sets, output=args.output, quiet=args.quiet,

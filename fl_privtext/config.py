@@ -345,7 +345,7 @@ class RunConfig:
     # An integer: reproducible simulation only; handed to the clients outside the ServerApp's messages, and a server
     # that held it could remove the noise (docs/privacy.md, "Threat model").
     client_seed: int | None = None
-    # Experiment tracking, each off by default, local files only (fl_privtext.tracking): TensorBoard event files in
+    # Experiment tracking, each off by default, local files only (fl_privtext.report.tracking): TensorBoard event files in
     # <output>/tensorboard (tensorboardX or torch's writer), an MLflow SQLite store <output>/mlflow.db.
     tensorboard: bool = False
     mlflow: bool = False

@@ -90,7 +90,7 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def records_per_user(value: Any) -> int:
-    """``data.options.records_per_user``: an integer >= 1 (the up-front checks and `fl_privtext.prepare.first_records`)."""
+    """``data.options.records_per_user``: an integer >= 1 (the up-front checks and `fl_privtext.pipeline.preparation.first_records`)."""
     try:
         k = int(value)
     except (TypeError, ValueError):

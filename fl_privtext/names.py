@@ -89,7 +89,7 @@ DATASET_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 DATASETS = tuple(DATASET_OPTIONS)
 
-# any dataset: each user's first k records only (fl_privtext.prepare.first_records), not a loader option
+# any dataset: each user's first k records only (fl_privtext.pipeline.preparation.first_records), not a loader option
 RECORDS_PER_USER = "records_per_user"
 
 # The files each staged dataset's loader reads under the data root (fl_privtext.data.loaders; the loader's own
@@ -106,3 +106,14 @@ DATASET_FILES: dict[str, tuple[str, ...]] = {
     "snips": tuple(f"snips_intents/{d}/{f}" for d in ("train", "valid", "test") for f in ("seq.in", "label", "seq.out")),
     "mrpc": ("mrpc/msr_paraphrase_train.txt", "mrpc/msr_paraphrase_test.txt"),
 }
+
+
+def records_per_user(value: Any) -> int:
+    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.pipeline.preparation.first_records`)."""
+    try:
+        k = int(value)
+    except (TypeError, ValueError):
+        k = 0
+    if k < 1 or str(value).strip() != str(k):
+        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {value!r}.")
+    return k

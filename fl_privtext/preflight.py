@@ -5,7 +5,7 @@ the output directory), the dataset's options and the mechanism's name and parame
 ``fl-privtext run`` / ``sweep`` and ``fl_privtext.run`` / ``run_sweep`` call these BEFORE importing torch, Flower,
 Ray, transformers, datasets or scikit-learn (seconds to import, a minute on a loaded machine), so a typo is answered
 at once. Each failure raises the same ValueError (FileNotFoundError for --config) with the same words as the later,
-data-dependent checks (`fl_privtext.federation.runner.validate`), which still run.
+data-dependent checks (`fl_privtext.pipeline.runner.validate`), which still run.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fl_privtext.checks import check_extractor
-from fl_privtext.checks import check_output as writable
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.datafiles import DataNotFoundError, find_files, records_per_user, resolve_path
 from fl_privtext.names import DATASET_FILES, DATASET_OPTIONS, DATASETS, MECHANISMS, RECORDS_PER_USER
+from fl_privtext.pipeline.checks import check_extractor
+from fl_privtext.pipeline.checks import check_output as writable
 from fl_privtext.public import check_public_data
 from fl_privtext.rundir import RESULTS_FILE
 
@@ -78,7 +78,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
     check = cfg if cfg.server.aggregate != "secagg" else dataclasses.replace(
         cfg, privacy=dataclasses.replace(cfg.privacy, projection="none", proj_dim=0))
     if check.privacy.projection != "none":
-        return  # the width comes from the extractor: fl_privtext.federation.runner.validate checks it
+        return  # the width comes from the extractor: fl_privtext.pipeline.runner.validate checks it
     try:
         mechanism_for(check, 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it

@@ -19,7 +19,7 @@ A *point* is one ``ExperimentConfig`` (all its seeds). Its result (`fl_privtext.
 atomically to ``OUT/points/<key>.json`` as soon as it finishes, where ``key`` hashes every config key that can
 change the numbers (`point_key`); a rerun skips the points whose file exists, so an interrupted sweep resumes where
 it stopped. All points that share the federation size, resources and ``run.client-seed`` run inside ONE Flower
-simulation (`fl_privtext.federation.runner.run_points`); a grid over those keys gets one simulation per group, and
+simulation (`fl_privtext.pipeline.runner.run_points`); a grid over those keys gets one simulation per group, and
 the no-privacy points (each grid's reference, `baseline_of`) run in a simulation of their own, never beside a
 private point.
 Then ``OUT/table.csv``, ``OUT/table.md`` and the frontier plots (``frontier_task.png``, ``frontier_attack.png``:
@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fl_privtext import plots
 from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.client import published
 from fl_privtext.client.policy import user_keys
@@ -54,7 +53,7 @@ from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
 from fl_privtext.preflight import check_point
 from fl_privtext.progress import tqdm
-from fl_privtext.report import aggregate, prior_baseline
+from fl_privtext.report import aggregate, plots, prior_baseline
 from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
@@ -220,9 +219,9 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     differ only in the server's settings (e.g. server.learner) would share the first model's answer. And each
     shard: a client holds one set of users (fl_privtext.client.policy.user_keys: the data, the partition into
     clients, run.seed), so points over other data or another partition run in their own simulation.
-    And a no-privacy point (clean uploads, `fl_privtext.federation.runner.releases_in_clear`) never shares its
+    And a no-privacy point (clean uploads, `fl_privtext.pipeline.runner.releases_in_clear`) never shares its
     clients with a private point: the private points' server could ask them for the clean data."""
-    from fl_privtext.federation.runner import releases_in_clear  # torch, flwr, ray (the simulation)
+    from fl_privtext.pipeline.runner import releases_in_clear  # torch, flwr, ray (the simulation)
 
     flat = cfg.to_flat()
     return (*(flat.get(k) for k in SIMULATION_KEYS), ("releases-in-clear", releases_in_clear(cfg)),
@@ -253,7 +252,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     """Run every point not yet in ``store``: one ``run_points`` call per simulation group (usually one), each
     point saved as soon as it finishes. Returns ``{"points", "ran", "wall_s"}``.
 
-    ``runner`` defaults to `fl_privtext.federation.runner.run_points` (tests may pass a fake with the same
+    ``runner`` defaults to `fl_privtext.pipeline.runner.run_points` (tests may pass a fake with the same
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points; ``state_dir`` is the clients'
     state (per-user ledgers) every group's simulation shares."""
     unique: dict[str, ExperimentConfig] = {}
@@ -267,7 +266,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     if runner is None:
         for cfg in todo:  # the points to run, before torch, Flower and Ray are imported
             check_point(cfg)
-        from fl_privtext.federation.runner import run_points  # torch, flwr, ray (the simulation)
+        from fl_privtext.pipeline.runner import run_points  # torch, flwr, ray (the simulation)
 
         runner = functools.partial(referee_or_federation, federated=functools.partial(run_points,
                                                                                        state_dir=state_dir))
@@ -314,12 +313,12 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
 def referee_or_federation(group: Sequence[ExperimentConfig], *, federated: Callable[..., Any],
                           on_result: Callable[[int, dict[str, Any]], None]) -> None:
     """Run one simulation group. A group of no-privacy points (the grid's references, `baseline_of`) that the
-    referee's plain loop computes exactly (`fl_privtext.federation.runner.plain_blocker` empty: the Flower path
+    referee's plain loop computes exactly (`fl_privtext.pipeline.runner.plain_blocker` empty: the Flower path
     equals it, tests/federation/test_simulation.py) is computed there, once per point, without clients, Ray or a
     federation: no client ever serves it, and no simulation is started for it (issue #38: it was the slowest point
     of the quickstart, a federation of its own). Every other group runs through ``federated`` (`run_points`)."""
     # torch, flwr, ray (the simulation)
-    from fl_privtext.federation.runner import no_privacy_reference, plain_blocker, releases_in_clear
+    from fl_privtext.pipeline.runner import no_privacy_reference, plain_blocker, releases_in_clear
 
     if not all(releases_in_clear(c) and not plain_blocker(c) for c in group):
         federated(group, on_result=on_result)

@@ -196,7 +196,7 @@ def write_summary(root: str) -> Path:
         "epochs (`server.hidden = 128`, `server.standardize = false` in configs/ome_sentiment.toml). The earlier "
         "version of this page used the platform's defaults instead (width by upload width: 768 hidden for the "
         "500-bit code; every input z-scored) while saying 128; its sentiment numbers are superseded. All points of "
-        "a command run inside ONE simulation (`fl_privtext.federation.runner.run_points`).")
+        "a command run inside ONE simulation (`fl_privtext.pipeline.runner.run_points`).")
     add("- IMDb / Amazon / Yelp: the Kotzias et al. sentences (1,000 each), GloVe-6B-50d mean (as in the paper), "
         "8:2 split drawn at random by user (each sentence is its own user). CPU budget: 1 seed per split (the "
         "paper: 20 runs; see *Granularity*), and the correct mechanisms (`bitrr`, `laplace-l1`) only at ε = 1.")

@@ -4,7 +4,7 @@ central epsilon.
     PYTHONPATH=. HF_HUB_OFFLINE=1 FL_PRIVTEXT_CACHE=/tmp/secstats_cache python simulations/secagg_blog.py \
         [--data-root /work/shared/data] [--epsilons 1,2,4,8] [--learner auto] [--proj-dim 64]
 
-The plain in-process loop (`fl_privtext.secure_stats.run_plain_secagg`): every client releases its noisy class
+The plain in-process loop (`fl_privtext.pipeline.secure.run_plain_secagg`): every client releases its noisy class
 statistics under its own policy (client.secagg-epsilon, client.secagg-min-clients = 10 = every client) and the sum
 is the exact one SecAgg+ reveals (the Flower path, `fl-privtext run --set server.aggregate=secagg`, gives the same
 sum up to SecAgg+'s rounding). Blog as in simulations/frontier.py: 10 clients, 3 seeds, reproducible client streams.
@@ -19,7 +19,7 @@ import json
 
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.secure_stats import results, run_plain_secagg
+from fl_privtext.pipeline.secure import results, run_plain_secagg
 
 
 def main() -> None:

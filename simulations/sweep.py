@@ -48,7 +48,7 @@ def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable
     """Run every point not yet in ``store`` (one ``run_points`` call per federation group: usually one), each
     saved as soon as it finishes; returns counts and timings (`fl_privtext.sweep.run_sweep`).
 
-    ``runner`` defaults to ``fl_privtext.federation.runner.run_points`` (tests may pass a fake)."""
+    ``runner`` defaults to ``fl_privtext.pipeline.runner.run_points`` (tests may pass a fake)."""
     return _run_sweep(points, store, log=log, runner=runner, describe=describe)
 
 

@@ -147,7 +147,7 @@ class LocalRayCluster:
 def run_on_cluster(address: str, output: Path, sets: dict[str, Any] | None = None) -> dict[str, Any]:
     """One `fl-privtext run` attached to the cluster (4 virtual clients, the embedded default data)."""
     from fl_privtext.config import ExperimentConfig
-    from fl_privtext.federation.runner import run_experiment
+    from fl_privtext.pipeline.runner import run_experiment
 
     flat = {"federation.ray-address": address, "federation.num-clients": 4, "federation.rounds": 2,
             "run.progress": False, **(sets or {})}

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from fl_privtext import ondevice, plots, report, sweep
+from fl_privtext import ondevice, report, sweep
 from fl_privtext.display import fmt_epsilon
+from fl_privtext.report import plots
 
 
 def _attack(acc: float, majority: float, given_label: float, prior: str, *, leak: bool = False) -> dict[str, Any]:

@@ -203,8 +203,8 @@ def test_light_file_lists_match_what_each_loader_reads(name, tmp_path):
 ])
 def test_the_early_check_says_what_the_loader_says(flat, tmp_path, monkeypatch):
     """Same refusal, same words: the check before the imports and the loader after them."""
-    from fl_privtext import prepare
     from fl_privtext.config import ExperimentConfig
+    from fl_privtext.pipeline import preparation as prepare
     from fl_privtext.preflight import check_data
 
     monkeypatch.chdir(tmp_path)

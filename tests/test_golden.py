@@ -137,7 +137,7 @@ def test_differences_catch_a_changed_value_a_missing_key_and_ignore_timings() ->
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    from fl_privtext.federation.runner import run_points
+    from fl_privtext.pipeline.runner import run_points
     from fl_privtext.report import finalize
 
     cfgs = _configs(GOLDEN_CACHE)

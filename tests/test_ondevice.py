@@ -150,7 +150,7 @@ def test_plain_loop_reports_both_protocols(prep):
 def _tiny_prepared():
     """Four users, two features, two classes: users a, b, c are test users, d trains (closed-form test below)."""
     from fl_privtext.data.schema import make_text_dataset
-    from fl_privtext.prepare import Prepared
+    from fl_privtext.pipeline.preparation import Prepared
 
     users = ["a", "a", "b", "b", "b", "c", "d", "d"]
     x = np.array([[1, 0], [0, 1], [0, 1], [0, 2], [3, 0], [0, 1], [1, 0], [0, 1]], np.float32)

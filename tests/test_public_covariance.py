@@ -9,7 +9,7 @@ import pytest
 
 from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, share_noise_std, user_statistics
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.prepare import load
+from fl_privtext.pipeline.preparation import load
 from fl_privtext.public import OTHER_USERS_MAX_ROWS, public_dataset
 from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, learner_for
 from fl_privtext.server.aggregate_selection import select_from_folds

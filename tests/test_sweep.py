@@ -21,7 +21,7 @@ import pytest
 
 from fl_privtext import sweep
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation import runner
+from fl_privtext.pipeline import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP_TOML = """
@@ -237,7 +237,7 @@ def test_the_no_privacy_point_never_shares_a_simulation_with_a_private_point():
     sweep.run_sweep(points, sweep.Store("/nonexistent/points"), log=lambda s: None,
                     runner=lambda group, on_result: calls.append(list(group)))
     assert sorted(len(c) for c in calls) == [1, 2]
-    for group in calls:  # the runner's guard (fl_privtext.federation.runner._client_policy) accepts each group
+    for group in calls:  # the runner's guard (fl_privtext.pipeline.runner._client_policy) accepts each group
         assert len({p.privacy.mechanism == "none" for p in group}) == 1
         runner._client_policy(group)
 
@@ -307,7 +307,7 @@ def test_quickstart_frontier_file_is_a_valid_sweep_with_seeds_and_its_no_privacy
 
 
 def test_the_frontier_draws_the_exact_on_device_figure_where_the_table_has_it(tmp_path):
-    from fl_privtext import plots
+    from fl_privtext.report import plots
 
     est = {"on_device_accuracy": 0.61, "on_device_ci_low": 0.5, "on_device_ci_high": 0.7}
     assert plots.on_device_columns([est])[0] == "on_device_accuracy"  # older tables: the server's estimate, named so

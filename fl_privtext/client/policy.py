@@ -280,7 +280,7 @@ def policy_from(node_config: dict[str, Any] | None = None, run_config: dict[str,
 
 
 def run_points(cfg: ExperimentConfig) -> list[ExperimentConfig]:
-    """The points one ``flwr run`` asks its clients for (`fl_privtext.federation.server_app.main`): the run
+    """The points one ``flwr run`` asks its clients for (`fl_privtext.pipeline.apps.main`): the run
     config's point alone. Its no-privacy reference is the referee's computation, never a release of these clients
     (issue #34: no entry without privacy beside a private one). Simulated clients agree to exactly these by default
     (`policy_from`, 5)."""

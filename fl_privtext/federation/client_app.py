@@ -37,7 +37,6 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 
 from fl_privtext.client import (
-    ClientData,
     Refused,
     client_on_device,
     client_seed_from,
@@ -49,9 +48,10 @@ from fl_privtext.client import (
 )
 from fl_privtext.client.gate import MESSAGES, REPLY_PATTERN, kind_of
 from fl_privtext.client.ledger import log_error, log_refusal
-from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.replies import array_digest, ledger_record, prep_key, refusal
+from fl_privtext.federation.client_data import Prepare, data_mod, request_config
+from fl_privtext.federation.replies import ledger_record, refusal
 from fl_privtext.federation.secagg import secagg_mod
+from fl_privtext.federation.train_handlers import phase_b_data, register
 from fl_privtext.threads import apply_torch_threads, share
 
 
@@ -65,71 +65,6 @@ def thread_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
     return call_next(msg, context)
 
 
-@functools.lru_cache(maxsize=2)
-def _client_data(flat_items: tuple, snapshot: str, shard_digest: str = "") -> ClientData:
-    # Long-lived Ray actors reuse this: shards, labels and memory-mapped features load once per actor. A snapshot
-    # (the server's hint) is used only when it holds the shard the client's policy names (``shard_digest``).
-    if snapshot and shard_digest and os.path.exists(snapshot):  # absent on another machine of a Ray cluster
-        data = ClientData.load(snapshot)
-        if data.shard_digest() != shard_digest:
-            raise Refused("shard mismatch", f"the client-data snapshot {snapshot} holds shard {data.shard_digest()}, "
-                          f"this client's policy names {shard_digest}")
-        return data
-    from fl_privtext.pipeline import prepare  # the full dataset path: imports torch and HF datasets
-
-    return prepare(ExperimentConfig.from_flat(dict(flat_items)), features="cached").client
-
-
-def _data_for(msg: Message, cfg: ExperimentConfig, context: Context) -> ClientData:
-    """This client's OWN shard (issue #34 item 5): prepared from the keys its policy pins, never the request's; a
-    request naming another shard is `Refused` ("shard mismatch"), and so is a snapshot that does not hold it."""
-    policy = policy_from(dict(context.node_config), dict(context.run_config))
-    own = policy.shard_of(cfg)
-    hints = msg.content.config_records.get("client-data")
-    snapshot = str(hints["snapshot"]) if hints is not None else ""
-    return _client_data(prep_key(own), snapshot, policy.shard_digest)
-
-
-def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[ClientData, str]:
-    """This client's data for a Phase B message and the key of what it computes on: after Phase A (the message
-    carries its encoder) the trained encoder's r(x) in place of the frozen features, keyed by the encoder's digest
-    (uploads, on-device answers and secure sums alike); else the cached features and "".
-
-    A server-sent encoder runs on the client's clean data, so it is accepted only where the client's policy entry
-    runs Phase A (``train.rounds > 0``), and only ONE encoder per entry: the first one a Phase B request carries is
-    bound (its digest, in the entry's state); any other is refused (``encoder not allowed``). The client cannot check
-    the server's aggregation, but a malicious server cannot probe its data with many encoders; its output is
-    sanitized (`fl_privtext.client.gate.sanitize`) and every release of it is charged as any other."""
-    data = _data_for(msg, cfg, context)
-    if "encoder" not in msg.content.array_records:
-        return data, ""
-    from fl_privtext.client import Ledger
-    from fl_privtext.federation.train_handlers import encoded_client_data
-
-    nc = dict(context.node_config)
-    entry = policy_from(nc, dict(context.run_config)).entry_for(cfg)
-    if int(entry.pinned.get("train.rounds", 0) or 0) <= 0:
-        raise Refused("encoder not allowed", "a Phase B request carries an encoder; this client's policy entry runs "
-                      "no Phase A (train.rounds = 0)")
-    digest = array_digest(msg.content.array_records["encoder"])
-    bound = Ledger(state_dir_from(nc), int(nc["partition-id"]), entry.scope).bind("encoder", digest)  # type: ignore[arg-type]
-    if bound != digest:
-        raise Refused("encoder not allowed", f"encoder {digest} requested; this entry is bound to encoder {bound}")
-    return encoded_client_data(data, msg, cfg), digest
-
-
-def _config(msg: Message) -> ExperimentConfig:
-    """The server's REQUEST: its config without what only the client decides (seed, policy: never read here)."""
-    if "config" not in msg.content.config_records:
-        raise Refused("malformed request", "the request carries no ConfigRecord 'config'")
-    flat = {k: v for k, v in dict(msg.content.config_records["config"]).items()
-            if k != "run.client-seed" and not k.startswith("client.")}
-    try:
-        return ExperimentConfig.from_flat(flat)
-    except (ValueError, TypeError) as exc:
-        raise Refused("malformed request", f"the request's config: {exc}") from None
-
-
 def placement() -> ConfigRecord:
     """Where this reply was computed: the host name and, under Ray, the Ray node id ("" elsewhere, e.g. on a
     Deployment Engine SuperNode). Public metadata like the sender's node id; it shows which machine of a
@@ -140,7 +75,7 @@ def placement() -> ConfigRecord:
 
 
 def upload(msg: Message, context: Context, defend: bool = True) -> Message:
-    cfg = _config(msg)
+    cfg = request_config(msg)
     task = msg.content.config_records["task"]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     num_partitions = int(context.node_config["num-partitions"])  # type: ignore[arg-type]
@@ -181,7 +116,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     """On-device inference (`fl_privtext.client.ondevice`): the server's model applied to ALL this client's test
     records; the reply is the randomized-response sum of their correctness (the old behaviour, ``defend=False``:
     confusion counts over the rows the server lists)."""
-    cfg = _config(msg)
+    cfg = request_config(msg)
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     data, data_key = phase_b_data(msg, cfg, context)
     task = msg.content.config_records.get("task")
@@ -262,16 +197,14 @@ def _log(context: Context, write: Any) -> None:
         pass
 
 
-def build_app(defend: bool = True) -> ClientApp:
-    """The ClientApp; ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
-    from fl_privtext.federation.train_handlers import register
-
+def build_app(prepare: Prepare, defend: bool = True) -> ClientApp:
+    """The ClientApp; ``prepare`` is how a client prepares its own data from a config when no snapshot is handed
+    to it (`fl_privtext.federation.client_data`: the orchestrator's, `fl_privtext.pipeline.federated.build_app`).
+    ``defend=False`` gives the OLD, obedient behaviour (adversarial tests' power checks only)."""
     app_class = GatedClientApp if defend else ClientApp
-    new = app_class(mods=[thread_mod, secagg_mod])  # secagg_mod acts on SecAgg+ protocol messages only
+    # secagg_mod acts on SecAgg+ protocol messages only; data_mod hands every handler the client's data
+    new = app_class(mods=[data_mod(prepare), thread_mod, secagg_mod])
     new.query("upload")(functools.partial(upload, defend=defend))
     new.query("evaluate")(functools.partial(evaluate, defend=defend))
     register(new, defend)
     return new
-
-
-app = build_app()

@@ -1,15 +1,14 @@
-"""Phase B through SecAgg+ (``server.aggregate = secagg``): the Flower adapter of `fl_privtext.secure_stats`.
+"""Phase B through SecAgg+ (``server.aggregate = secagg``): the Flower adapter of `fl_privtext.pipeline.secure`.
 
 Client: the secure-sum task ``phase-b-stats`` (`SECAGG_TASKS`): the client's noisy class statistics
 (`fl_privtext.client.aggregate.release_statistics`) under ITS policy and ledger; a request its policy refuses makes
 the client leave the protocol (it is listed in ``dropped`` with the ``refused: ...`` reason).
-Server: `serve_secagg_point`: per seed one secure sum over every node (`fl_privtext.federation.secagg.secure_sum`),
-the learner from it, the on-device evaluation as for uploads (`server_app.evaluate_on_device`).
+Server: `secagg_sum_round`: per seed one secure sum over every node (`fl_privtext.federation.secagg.secure_sum`);
+the orchestrator (`fl_privtext.pipeline.secure`) fits the learner from it and runs the on-device evaluation.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,18 +18,22 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from fl_privtext.client import client_seed_from, policy_from, state_dir_from
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.client_data import request_config
+from fl_privtext.federation.requests import query
 from fl_privtext.federation.secagg import (
     SecAggAborted,
+    SecureSum,
     require_contributors,
     secure_sum,
     session_participants,
     session_record,
     unmask_once,
 )
+from fl_privtext.federation.train_handlers import phase_b_data
 
-__all__ = ["TASK", "secagg_sum_round", "serve_secagg_point", "stats_vector"]
+__all__ = ["TASK", "SumRequest", "secagg_sum_round", "stats_vector"]
 
-RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.secure_stats.stats_request`)
+RECORD = "stats-task"  # the request's ConfigRecord (`fl_privtext.pipeline.secure.stats_request`)
 
 
 def stats_vector(msg: Message, context: Context) -> np.ndarray:
@@ -39,9 +42,7 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
     another set is a new release, fresh noise, charged; fewer selected or masking clients than the client's own
     ``client.secagg-min-clients`` is refused (``too few contributors``), as is an unmasking with fewer active or
     with another active set than this vector was first unmasked with (`secagg_mod`)."""
-    from fl_privtext.federation.client_app import _config, phase_b_data
-
-    cfg = _config(msg)
+    cfg = request_config(msg)
     task = msg.content.config_records[RECORD]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     nc = dict(context.node_config)
@@ -63,65 +64,30 @@ def stats_vector(msg: Message, context: Context) -> np.ndarray:
 
 
 
-def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, prep: Any, snapshot: str = "",
-                     encoder: ArrayRecord | None = None) -> Callable[[int, StatsLayout, int], Any]:
-    """The transport of `fl_privtext.secure_stats.run_secagg_point` over SecAgg+: the request carries the point's
-    config and the task record (and Phase A's ``encoder``, whose r(x) the clients then sum); SecAgg+'s reconstruction threshold is the number of contributors promised (Flower
-    needs it below ``num_shares`` = every node: at most n - 1), so the protocol halts below it; the server also
-    refuses to use a sum with fewer contributors than promised (an honest-but-curious server keeps its promise)."""
-    from fl_privtext.federation.server_app import _query
-    from fl_privtext.secure_stats import SumResult, clipping_range, stats_request
+# (seed, layout, min contributors) -> the request's task record (`fl_privtext.pipeline.secure.stats_request`)
+SumRequest = Callable[[int, StatsLayout, int], dict[str, Any]]
 
-    def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
-        records: dict[str, Any] = {RECORD: ConfigRecord(stats_request(cfg, seed, layout, need))}
+
+def secagg_sum_round(grid: Any, nodes: Sequence[int], cfg: ExperimentConfig, snapshot: str = "",
+                     encoder: ArrayRecord | None = None, *, request: SumRequest,
+                     clipping_range: Callable[[StatsLayout], float]) -> Callable[[int, StatsLayout, int], SecureSum]:
+    """The transport of `fl_privtext.pipeline.secure.run_secagg_point` over SecAgg+: the request carries the point's
+    config and the task record (``request``; and Phase A's ``encoder``, whose r(x) the clients then sum); SecAgg+'s
+    reconstruction threshold is the number of contributors promised (Flower needs it below ``num_shares`` = every
+    node: at most n - 1), so the protocol halts below it; the server also refuses to use a sum with fewer
+    contributors than promised (an honest-but-curious server keeps its promise)."""
+
+    def sum_round(seed: int, layout: StatsLayout, need: int) -> SecureSum:
+        records: dict[str, Any] = {RECORD: ConfigRecord(request(seed, layout, need))}
         if encoder is not None:
             records["encoder"] = encoder
-        content = _query(cfg, snapshot, **records)
-        out = secure_sum(grid, nodes, TASK, content, clipping_range=clipping_range(prep, layout, cfg),
+        content = query(cfg, snapshot, **records)
+        out = secure_sum(grid, nodes, TASK, content, clipping_range=clipping_range(layout),
                          num_shares=len(nodes), reconstruction_threshold=max(2, min(need, len(nodes) - 1)),
                          timeout=cfg.federation.round_timeout or None)
         if len(out.contributors) < need:
             raise SecAggAborted(f"only {len(out.contributors)} clients contributed, {need} were promised; the sum is "
                                 f"not used ({'; '.join(out.reasons.values())[:300]}).")
-        return SumResult(out.total, out.contributors, out.dropped, out.rounds, out.bytes)
+        return out
 
     return sum_round
-
-
-def serve_secagg_point(grid: Any, cfg: ExperimentConfig, nodes: Sequence[int], *, snapshot: str = ""
-                       ) -> Callable[[], dict[str, Any]]:
-    """One point with ``server.aggregate = secagg``: every seed's secure sum and on-device evaluation now (while
-    the federation runs); returns the (already done) computation as a job like `server_app.serve_point`."""
-    from fl_privtext import pipeline
-    from fl_privtext.federation.server_app import evaluate_on_device
-    from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
-    from fl_privtext.secure_stats import run_secagg_point
-
-    if cfg.train.rounds > 0 and cfg.privacy.projection != "none":
-        raise ValueError("server.aggregate = secagg after Phase A sums the trained encoder's r(x); a public projection "
-                         "(privacy.projection) is fitted to the frozen extractor's features: set privacy.projection "
-                         "= none or train.rounds = 0.")
-    t0 = time.perf_counter()
-    prep = pipeline.prepare(cfg, features="none")  # users, roles and shards; never texts or features
-    encoder: ArrayRecord | None = None
-    phase_b: Any = grid
-    if cfg.train.rounds > 0:  # Phase A first; the secure sums and the on-device queries then carry its encoder
-        training = train_phase(grid, cfg)
-        encoder = training.pop("encoder_arrays")
-        phase_b = InjectingGrid(grid, {"encoder": encoder})
-        dim = encoder_out_dim(cfg)
-    else:
-        training = training_off(cfg)
-        dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
-
-    def evaluate_round(trained: Any, requests: dict[int, np.ndarray], seed: int, stage: str = "all") -> list[Any]:
-        # the server does not know which node holds which partition (no uploads, no row ids): the model goes to
-        # every node, each answers for all its test users or refuses (fewer than client.min-count of them)
-        del requests
-        return evaluate_on_device(phase_b, cfg, trained, {int(n): np.zeros(0, np.int64) for n in nodes}, snapshot,
-                                  seed, stage)
-
-    point = run_secagg_point(prep, cfg, secagg_sum_round(grid, nodes, cfg, prep, snapshot, encoder), evaluate_round,
-                             dim=dim, training=training)
-    point["server_s"] = time.perf_counter() - t0
-    return lambda: point

@@ -204,10 +204,11 @@ def _declared_noise(declared: list[dict[str, float]]) -> tuple[float, float, int
                                    "of equal shares, the others counted as independent post-processing noise")
 
 
-def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False) -> dict[str, Any]:
+def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: bool = False
+                       ) -> dict[str, Any]:
     """Phase A through SecAgg+; returns `training.train_phase`'s summary, plus ``secagg`` (per round: selected,
     contributors, dropped, message rounds, bytes), ``noise_added`` and, under client noise, ``central``."""
-    from fl_privtext import pipeline, rng
+    from fl_privtext import rng
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
     from fl_privtext.federation.training import check_training, dp_fedavg_guarantee
@@ -215,7 +216,6 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool 
 
     t0 = time.perf_counter()
     t = cfg.train
-    prep = pipeline.prepare(cfg, features="none")
     check_training(cfg, prep)
     if t.strategy == "fedadam":
         raise ValueError("train.secagg supports train.strategy = fedavg or fedprox (the server averages the sum).")

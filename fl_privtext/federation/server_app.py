@@ -1,57 +1,42 @@
-"""The untrusted server: asks every client to upload, trains the task model, and hosts the eavesdropper.
+"""The untrusted server's Flower side: its queries (upload rounds, on-device evaluation) and the eavesdropper.
 
-`serve` is the whole server loop; `app` is the ServerApp for `flwr run .` (config from the run config);
-`fl_privtext.federation.runner` builds an equivalent ServerApp around `serve` for `fl-privtext run`.
+`serve` is the server loop over every point; each point's transport (`PointTransport`) is driven by the
+orchestrator's ``run_point`` (`fl_privtext.pipeline.federated.serve_point`), which decides what is asked in which
+order. The ServerApp of `flwr run .` is `fl_privtext.pipeline.apps.server_app`; `fl-privtext run` builds its own in
+`fl_privtext.federation.simulation`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from fl_privtext import pipeline
 from fl_privtext.client import merge_uploads
+from fl_privtext.client.aggregate import StatsLayout
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid, numpy_view
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.inflight import send_windowed, window_size
+from fl_privtext.federation.requests import query, wait_for_nodes
+from fl_privtext.federation.secagg import SecureSum
+from fl_privtext.federation.secagg_stats import SumRequest, secagg_sum_round
+from fl_privtext.federation.secagg_train import train_phase_secagg
 from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID, ShufflingGrid
+from fl_privtext.federation.traffic import Observed, OnRound, Round
+from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
 
-app = ServerApp()
 log = logging.getLogger(__name__)
 
 
-def _wait_for_nodes(grid: Grid, n: int, timeout_s: float = 600.0) -> list[int]:
-    t0 = time.monotonic()
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= n:
-            return nodes[:n] if len(nodes) == n else nodes
-        if time.monotonic() - t0 > timeout_s:
-            raise RuntimeError(f"Only {len(nodes)} of {n} SuperNodes connected within {timeout_s:.0f} s.")
-        time.sleep(0.05)
-
-
-def _query(cfg: ExperimentConfig, snapshot: str, **records: ConfigRecord | ArrayRecord) -> RecordDict:
-    """A query's content: the experiment config, where the client data lies (simulation only), extra records."""
-    # the request: never the clients' [client] policy (theirs alone; the server holds only defaults it never sends)
-    content: dict[str, ConfigRecord | ArrayRecord] = {"config": ConfigRecord(
-        {k: v for k, v in cfg.to_flat().items() if not k.startswith("client.")})}
-    if snapshot:
-        content["client-data"] = ConfigRecord({"snapshot": snapshot})
-    return RecordDict({**content, **records})
-
-
 def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig, seed: int,
-            rnd: int, snapshot: str = "", shuffler: ShufflingGrid | None = None) -> pipeline.Round:
+            rnd: int, snapshot: str = "", shuffler: ShufflingGrid | None = None) -> Round:
     """One round: query every node for its users' uploads; return what arrived within
     ``federation.round-timeout`` s. A client that fails (an exception, a crashed actor) or does not answer in time
     is listed in ``Round.failures`` and the round goes on without it; a round with no upload at all is an error.
@@ -63,7 +48,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     (`fl_privtext.federation.shuffler`); the round's ``revealed`` record ids and ``senders`` come from the
     shuffler's key, for the platform's scoring and accounting only."""
     msgs = (
-        Message(_query(cfg, snapshot, task=ConfigRecord({"seed": seed, "round": rnd})), dst_node_id=node,
+        Message(query(cfg, snapshot, task=ConfigRecord({"seed": seed, "round": rnd})), dst_node_id=node,
                 message_type="query.upload")
         for node in nodes
     )
@@ -92,7 +77,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                     for n in nodes if int(n) not in answered)
     if not good and failures and all(f["kind"] == "refused" for f in failures):  # the clients' policy said no
         log.warning("round %d: every client refused (%s)", rnd, failures[0]["reason"][:300])
-        return pipeline.Round(merge_uploads([]), 0, failures=failures)
+        return Round(merge_uploads([]), 0, failures=failures)
     if not good:
         reasons = "; ".join(f["reason"] for f in failures[:3])
         raise RuntimeError(f"Round {rnd}: none of the {len(nodes)} clients delivered an upload ({reasons}).")
@@ -114,7 +99,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
         senders = {n: rows for n, rows in shuffler.sent_by.items() if len(rows)}  # the referee's key
         revealed = shuffler.reveal(merged["rows"])
         placement = []  # per-reply placement is dropped by the shuffler
-    return pipeline.Round(merged, max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
+    return Round(merged, max(int(s["input_dim"]) for s in stats),  # type: ignore[arg-type]
                           failures=failures, seeded=[bool(s.get("seeded", 0)) for s in stats], senders=senders,
                           placement=placement, ledger=[ledger_of(r) for r in good if "ledger" in
                                                        r.content.config_records or not shuffled],
@@ -137,7 +122,7 @@ def ledger_of(reply: Message) -> dict[str, Any]:
     return out
 
 
-def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trained,
+def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: Any,
                        requests: dict[int, Any], snapshot: str = "", seed: int | None = None,
                        stage: str = "all") -> list[Any]:
     """On-device inference (`fl_privtext.ondevice`): send the server's model to every node that holds test users
@@ -154,7 +139,7 @@ def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trai
               if stage == "select" else {"model": record(trained.model)})
     task = ConfigRecord({"seed": cfg.run.seed if seed is None else int(seed),
                          **({"stage": stage} if stage != "all" else {})})
-    msgs = [Message(_query(cfg, snapshot, **models, task=task,
+    msgs = [Message(query(cfg, snapshot, **models, task=task,
                            rows=ArrayRecord({"rows": Array(np.asarray(rows, np.int64))})),
                     dst_node_id=node, message_type="query.evaluate")
             for node, rows in requests.items()]
@@ -180,19 +165,125 @@ def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: pipeline.Trai
 Job = Callable[[], dict[str, Any]]
 
 
+@dataclass
+class PointTransport:
+    """One experiment point's traffic through the federation, as the orchestrator drives it
+    (`fl_privtext.pipeline.federated.serve_point`): the upload rounds (``collect_round``), the eavesdropper's record
+    of them (``eavesdrop``), the on-device queries (``evaluate_round``), Phase A (``train_encoder``) and the secure
+    sums (``sum_round``). It holds no experiment logic: what to ask, in which order, is the orchestrator's.
+
+    ``federation.shuffle``: ``shuffler`` (below ``eaves``) shuffles this point's upload rounds per cohort; the
+    on-device evaluation then names no rows and goes to every node (each client answers for its own test users,
+    `fl_privtext.client.ondevice`, or refuses)."""
+
+    eaves: EavesdroppingGrid
+    cfg: ExperimentConfig
+    nodes: list[int]
+    snapshot: str = ""
+    shuffler: ShufflingGrid | None = None
+    keep_observations: bool = False
+    on_round: OnRound | None = None
+    grid: Grid | None = None  # where Phase B's queries go: ``eaves``, or Phase A's InjectingGrid once it ran
+    encoder: ArrayRecord | None = None  # Phase A's encoder, carried by every Phase B query
+    observations: list[Any] = field(default_factory=list)
+    sent: list[Any] = field(default_factory=list)
+
+    @property
+    def phase_b(self) -> Grid:
+        return self.grid if self.grid is not None else self.eaves
+
+    def shuffle(self, roles: np.ndarray) -> None:
+        """Set the shuffler for this point: on under ``federation.shuffle`` (cohorts by role, pseudonyms after the
+        record ids), else off."""
+        if self.shuffler is not None:
+            on = self.cfg.federation.shuffle
+            self.shuffler.configure(on=on, cohorts=roles if on else None, first_pseudonym=len(roles) if on else 0)
+
+    def train_encoder(self, prep: Any, *, keep_updates: bool | None = None, grid: Grid | None = None
+                      ) -> dict[str, Any]:
+        """Phase A (train.rounds > 0): train the encoder federatedly (through SecAgg+ under ``train.secagg``);
+        Phase B's queries then carry it. Returns results.json's ``training``."""
+        if self.cfg.train.rounds == 0:
+            return training_off(self.cfg)
+        keep = self.keep_observations if keep_updates is None else keep_updates
+        below = self.eaves if grid is None else grid
+        if self.cfg.train.secagg:  # the updates reach the server only as a secure sum (issue #24)
+            training = train_phase_secagg(below, self.cfg, prep, keep_updates=keep)
+        else:
+            training = train_phase(below, self.cfg, prep, keep_updates=keep)
+        self.encoder = training.pop("encoder_arrays")
+        self.grid = InjectingGrid(below, {"encoder": self.encoder})
+        return training
+
+    def encoder_width(self, prep: Any) -> int:
+        """The width of Phase A's r(x) (`fl_privtext.federation.training.encoder_out_dim`)."""
+        return encoder_out_dim(self.cfg, prep)
+
+    def collect_round(self, seed: int, rnd: int) -> Round:
+        return collect(self.phase_b, self.nodes, self.cfg, seed, rnd, self.snapshot,  # type: ignore[arg-type]
+                       self.shuffler)
+
+    def start_seed(self) -> None:
+        self.eaves.reset()
+
+    def eavesdrop(self) -> Observed:
+        if self.keep_observations:
+            self.observations.extend(self.eaves.observations)
+            self.sent.extend(self.eaves.sent)
+            self.eaves.sent.clear()
+        observed = Observed(uploads=self.eaves.uploads(), messages=len(self.eaves.observations),
+                            nbytes=self.eaves.bytes_observed)
+        self.eaves.reset()  # `observed` holds the seed's uploads (compared with what the server received): drop the
+        # per-message copies (with keep_observations, `observations` above still references them)
+        return observed
+
+    def evaluate_round(self, trained: Any, requests: dict[int, Any], seed: int, stage: str = "all") -> list[Any]:
+        """The on-device queries of one seed; under federation.shuffle the server cannot name a client's rows:
+        every node, no rows."""
+        if self.cfg.federation.shuffle:
+            requests = {int(n): np.zeros(0, np.int64) for n in self.nodes}
+        return evaluate_on_device(self.phase_b, self.cfg, trained, requests, self.snapshot, seed, stage)
+
+    def evaluate_everywhere(self, trained: Any, requests: dict[int, np.ndarray], seed: int, stage: str = "all"
+                            ) -> list[Any]:
+        """The on-device queries without row ids (``server.aggregate = secagg``: the server does not know which
+        node holds which partition): the model goes to every node, each answers for all its test users or
+        refuses (fewer than client.min-count of them)."""
+        del requests
+        return evaluate_on_device(self.phase_b, self.cfg, trained, {int(n): np.zeros(0, np.int64) for n in self.nodes},
+                                  self.snapshot, seed, stage)
+
+    def sum_round(self, request: SumRequest, clipping_range: Callable[[StatsLayout], float]
+                  ) -> Callable[[int, StatsLayout, int], SecureSum]:
+        """``server.aggregate = secagg``: one secure sum of the clients' noisy statistics per call
+        (`fl_privtext.federation.secagg_stats.secagg_sum_round`), over this point's grid below Phase A's."""
+        return secagg_sum_round(self.eaves, self.nodes, self.cfg, self.snapshot, self.encoder, request=request,
+                                clipping_range=clipping_range)
+
+    def keep(self, point: dict[str, Any]) -> None:
+        """``keep_observations``: the eavesdropper's raw observations and the server's own queries of this point."""
+        if self.keep_observations:
+            point["observations"] = self.observations
+            point["sent"] = self.sent
+
+
+PointRunner = Callable[[PointTransport], Job]  # one point's computation order (the orchestrator's)
+
+
 def _now(job: Job) -> dict[str, Any]:
     return job()
 
 
-def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence[str] | None = None,
-          keep_observations: bool = False, on_result: Callable[[int, dict[str, Any]], None] | None = None,
-          submit: Callable[[Job], Any] = _now,
-          on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None,
-          max_pending: int = 1) -> list[Any]:
-    """Run every experiment point (config x seeds) through the same federation; one result per point.
+def serve(grid: Grid, points: Sequence[ExperimentConfig], *, run_point: PointRunner,
+          snapshots: Sequence[str] | None = None, keep_observations: bool = False,
+          on_result: Callable[[int, dict[str, Any]], None] | None = None, submit: Callable[[Job], Any] = _now,
+          on_round: Callable[[int, int, int, Round, float], None] | None = None, max_pending: int = 1) -> list[Any]:
+    """Serve every experiment point (config x seeds) through the same federation; one result per point.
 
     A sweep passes many points, paying Flower/Ray start-up once. Every point is a full federated pass: clients
-    privatize and upload anew, the server trains on what it receives, the eavesdropper attacks what it saw.
+    privatize and upload anew, the server trains on what it receives, the eavesdropper attacks what it saw; the
+    order of that is ``run_point``'s (the orchestrator, `fl_privtext.pipeline.federated.serve_point`), which gets
+    the point's transport and returns the computation still to do.
     The server's computation of a point (training, attacks) is handed to ``submit``: by default it runs at once
     and the result dict is returned; ``fl-privtext run`` passes an executor's ``submit`` (Futures are returned), so
     it overlaps the next point's uploads and, after the last point, Flower's shutdown.
@@ -216,8 +307,8 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
             out[i - 1 - max_pending].result()  # jobs run in order: every earlier point is computed (and released)
         hook = None if on_round is None else (
             lambda seed, rnd, r, dt, i=i: on_round(i, seed, rnd, r, dt))  # type: ignore[misc]
-        evaluate = serve_point(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
-                               keep_observations=keep_observations, on_round=hook, shuffler=shuffler)
+        evaluate = run_point(transport(eaves, cfg, snapshot=snapshots[i] if snapshots else "",
+                                       keep_observations=keep_observations, on_round=hook, shuffler=shuffler))
 
         def job(i: int = i, evaluate: Job = evaluate) -> dict[str, Any]:
             result = evaluate()
@@ -229,114 +320,18 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, snapshots: Sequence
     return out
 
 
-def serve_point(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: str = "",
-                keep_observations: bool = False, on_round: pipeline.OnRound | None = None,
-                shuffler: ShufflingGrid | None = None) -> Job:
-    """One experiment point's traffic (every seed, every round); returns the computation still to do on it:
-    train and evaluate on what the server received, attack what the eavesdropper observed.
-
-    ``federation.shuffle``: ``shuffler`` (below ``eaves``) shuffles this point's upload rounds per cohort; the
-    on-device evaluation then names no rows and goes to every node (each client answers for its own test users,
-    `fl_privtext.client.ondevice`, or refuses). ``server.aggregate = secagg``: no uploads at all, one secure sum
-    of noisy class statistics per seed (`fl_privtext.federation.secagg_stats`)."""
+def transport(eaves: EavesdroppingGrid, cfg: ExperimentConfig, *, snapshot: str = "", keep_observations: bool = False,
+              on_round: OnRound | None = None, shuffler: ShufflingGrid | None = None) -> PointTransport:
+    """One point's transport, once its ``federation.num-clients`` nodes are connected."""
     if cfg.federation.shuffle and shuffler is None:
         raise ValueError("federation.shuffle = true needs the shuffler below the server's Grid (serve() builds it).")
-    nodes = _wait_for_nodes(eaves, cfg.federation.num_clients)
-    if cfg.server.aggregate == "secagg":  # Phase B as one secure sum of noisy class statistics per seed
-        from fl_privtext.federation.secagg_stats import serve_secagg_point
-
-        return serve_secagg_point(eaves, cfg, nodes, snapshot=snapshot)
-    prep = pipeline.prepare(cfg, features="none")  # the server knows users and roles, never texts or features
-    if shuffler is not None:
-        shuffler.configure(on=cfg.federation.shuffle, cohorts=prep.roles if cfg.federation.shuffle else None,
-                           first_pseudonym=len(prep.roles) if cfg.federation.shuffle else 0)
-    observations: list[Any] = []
-    sent: list[Any] = []
-    training, phase_b = _phase_a(eaves, cfg, keep_observations)
-
-    def collect_round(seed: int, rnd: int) -> pipeline.Round:
-        return collect(phase_b, nodes, cfg, seed, rnd, snapshot, shuffler)  # type: ignore[arg-type]
-
-    def eavesdrop() -> pipeline.Observed:
-        if keep_observations:
-            observations.extend(eaves.observations)
-            sent.extend(eaves.sent)
-            eaves.sent.clear()
-        observed = pipeline.Observed(uploads=eaves.uploads(), messages=len(eaves.observations),
-                                     nbytes=eaves.bytes_observed)
-        eaves.reset()  # `observed` holds the seed's uploads (compared with what the server received): drop the
-        # per-message copies (with keep_observations, `observations` above still references them)
-        return observed
-
-    collected = pipeline.collect_point(cfg, collect_round, eavesdrop, start_seed=eaves.reset,
-                                       on_round=on_round)
-    trained = on_device = None
-    if pipeline.on_device_wanted(prep, cfg):  # the model must reach the clients while the federation runs
-        trained = pipeline.train_point(prep, cfg, collected)
-        def ask(t: pipeline.Trained, req: dict[int, Any], seed: int, stage: str = "all") -> list[Any]:
-            if cfg.federation.shuffle:  # the server cannot name a client's rows: every node, no rows
-                req = {int(n): np.zeros(0, np.int64) for n in nodes}
-            return evaluate_on_device(phase_b, cfg, t, req, snapshot, seed, stage)  # type: ignore[arg-type]
-
-        on_device = pipeline.on_device(prep, cfg, collected, trained, ask)
-
-    def evaluate() -> dict[str, Any]:
-        point = pipeline.evaluate_point(prep, cfg, collected, trained, on_device,
-                                        phase_a_central=training.get("central"))
-        point["training"] = training
-        if keep_observations:
-            point["observations"] = observations
-            point["sent"] = sent  # the server's own queries of this point
-        return point
-
-    return evaluate
+    nodes = wait_for_nodes(eaves, cfg.federation.num_clients)
+    return PointTransport(eaves, cfg, nodes, snapshot=snapshot, shuffler=shuffler,
+                          keep_observations=keep_observations, on_round=on_round)
 
 
-def _phase_a(eaves: EavesdroppingGrid, cfg: ExperimentConfig, keep: bool) -> tuple[dict[str, Any], Grid]:
-    """Phase A (train.rounds > 0): train the encoder federatedly; Phase B's queries then carry it."""
-    from fl_privtext.federation.training import InjectingGrid, train_phase, training_off
-
-    if cfg.train.rounds == 0:
-        return training_off(cfg), eaves
-    training = train_phase(eaves, cfg, keep_updates=keep)
-    return training, InjectingGrid(eaves, {"encoder": training.pop("encoder_arrays")})
-
-
-@app.main()
-def main(grid: Grid, context: Context) -> None:
-    """`flwr run .`: the run config (pyproject [tool.flwr.app.config] + overrides) is the experiment config."""
-    from fl_privtext.federation.runner import REFEREE_SOURCE
-    from fl_privtext.report import finalize
-
-    if any(str(k).startswith("client.") for k in context.run_config):
-        raise ValueError("The [client] policy must not be in the run config: it is the clients' own. Give it to the "
-                         "SuperNodes instead (--node-config 'client.max-epsilon=4 client.on-device=true').")
-    cfg = ExperimentConfig.from_flat(dict(context.run_config))
-    if cfg.run.client_seed is not None:
-        raise ValueError("run.client-seed must not be in the run config: the ServerApp would hold the seed of the "
-                         "clients' noise. Give it to the SuperNodes instead (--node-config 'client-seed=N', or the "
-                         "FL_PRIVTEXT_CLIENT_SEED environment variable of the simulation).")
-    t0 = time.perf_counter()
-    (served,) = serve(grid, [cfg])
-    baseline, skipped = _referee_baseline(cfg)
-    out = finalize(served, cfg, total_s=time.perf_counter() - t0, output=cfg.run.output or None,
-                   baseline=baseline, baseline_source=REFEREE_SOURCE, baseline_skipped=skipped)
-    log.warning("fl-privtext: results written to %s", os.path.abspath(out["output_dir"]))
-
-
-def _referee_baseline(cfg: ExperimentConfig) -> tuple[dict[str, Any] | None, str]:
-    """`flwr run .`'s no-privacy reference: the SuperNodes serve only the private point (a client that held a
-    no-privacy entry would hand its clean data to any server that asks), so the reference is the referee's own
-    computation on the same data, without clients (`fl_privtext.pipeline.run_plain`, which the Flower path equals).
-    Returns (the point, "") or (None, why not) where the plain loop cannot stand in for the federation."""
-    from fl_privtext.federation.runner import baseline_point, plain_blocker
-
-    reference = baseline_point(cfg)
-    if reference is None:
-        return None, ""
-    why = plain_blocker(reference)
-    if why:
-        msg = f"{why}: the referee's plain loop does not run it, and the SuperNodes serve only the private point"
-        log.warning("fl-privtext: no no-privacy reference (%s)", msg)
-        return None, msg
-    return pipeline.run_plain(reference), ""
+def server_app(main: Callable[[Grid, Context], None]) -> ServerApp:
+    """A ServerApp whose main is ``main`` (the orchestrator's: `fl_privtext.pipeline.federated`)."""
+    app = ServerApp()
+    app.main()(main)
+    return app

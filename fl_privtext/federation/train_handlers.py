@@ -21,6 +21,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 
 from fl_privtext.client import (
+    ClientData,
+    Ledger,
     Refused,
     client_seed_from,
     phase_a_allowed,
@@ -29,6 +31,7 @@ from fl_privtext.client import (
     state_dir_from,
 )
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.client_data import data_for, prepared
 from fl_privtext.federation.replies import array_digest, ledger_record, prep_key
 
 _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
@@ -45,13 +48,12 @@ def experiment_config(config: ConfigRecord) -> ExperimentConfig:
 @functools.lru_cache(maxsize=2)
 def _prepared(key: tuple) -> tuple[Any, Any]:
     # Per actor: the dataset (texts, labels, z), roles, shards and cached features, and the TrainData view of it.
-    from fl_privtext import pipeline
     from fl_privtext.encoders import TrainData
 
     cfg = ExperimentConfig.from_flat(dict(key))
-    prep = pipeline.prepare(cfg, features="cached")
+    prep = prepared(cfg, "cached")
     if prep.features is None and cfg.train.encoder == "trunk":
-        prep = pipeline.prepare(cfg, features="extract")
+        prep = prepared(cfg, "extract")
     return prep, TrainData.from_prepared(prep)
 
 
@@ -237,3 +239,28 @@ def encoded_client_data(data: Any, msg: Message, cfg: ExperimentConfig) -> Any:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported.")
     _, tdata, model = _setup(cfg, msg.content.array_records["encoder"])
     return dataclasses.replace(data, features=_EncodedFeatures(model, tdata, cfg))
+
+
+def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[ClientData, str]:
+    """This client's data for a Phase B message and the key of what it computes on: after Phase A (the message
+    carries its encoder) the trained encoder's r(x) in place of the frozen features, keyed by the encoder's digest
+    (uploads, on-device answers and secure sums alike); else the cached features and "".
+
+    A server-sent encoder runs on the client's clean data, so it is accepted only where the client's policy entry
+    runs Phase A (``train.rounds > 0``), and only ONE encoder per entry: the first one a Phase B request carries is
+    bound (its digest, in the entry's state); any other is refused (``encoder not allowed``). The client cannot check
+    the server's aggregation, but a malicious server cannot probe its data with many encoders; its output is
+    sanitized (`fl_privtext.client.gate.sanitize`) and every release of it is charged as any other."""
+    data = data_for(msg, cfg, context)
+    if "encoder" not in msg.content.array_records:
+        return data, ""
+    nc = dict(context.node_config)
+    entry = policy_from(nc, dict(context.run_config)).entry_for(cfg)
+    if int(entry.pinned.get("train.rounds", 0) or 0) <= 0:
+        raise Refused("encoder not allowed", "a Phase B request carries an encoder; this client's policy entry runs "
+                      "no Phase A (train.rounds = 0)")
+    digest = array_digest(msg.content.array_records["encoder"])
+    bound = Ledger(state_dir_from(nc), int(nc["partition-id"]), entry.scope).bind("encoder", digest)  # type: ignore[arg-type]
+    if bound != digest:
+        raise Refused("encoder not allowed", f"encoder {digest} requested; this entry is bound to encoder {bound}")
+    return encoded_client_data(data, msg, cfg), digest

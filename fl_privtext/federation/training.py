@@ -138,22 +138,18 @@ class InjectingGrid(DelegatingGrid):
         return self._inner.send_and_receive(self._inject(messages), timeout=timeout)
 
 
-def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False) -> dict[str, Any]:
+def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: bool = False) -> dict[str, Any]:
     """Run Phase A; returns the training summary (results.json ``training``) and, under ``"encoder"``, the
     selected encoder's parameters (an ArrayRecord for the Phase B queries). ``keep_updates`` adds, per round,
     the global model and every observed client update with its weight (``"kept"``; tests check FedAvg with it).
-    Phase A runs once per point, from ``run.seed`` (extra seeds repeat Phase B only)."""
-    from fl_privtext import pipeline
+    Phase A runs once per point, from ``run.seed`` (extra seeds repeat Phase B only). ``prep``: the point's users,
+    roles and shards (`fl_privtext.pipeline.prepare`, features "none"). Under ``train.secagg`` the updates reach
+    the server only as a secure sum instead (`fl_privtext.federation.secagg_train.train_phase_secagg`, issue #24)."""
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
 
-    if cfg.train.secagg:  # the updates reach the server only as a secure sum (issue #24)
-        from fl_privtext.federation.secagg_train import train_phase_secagg
-
-        return train_phase_secagg(grid, cfg, keep_updates=keep_updates)
     t0 = time.perf_counter()
     t = cfg.train
-    prep = pipeline.prepare(cfg, features="none")
     check_training(cfg, prep)
     model = build_model(t, spec_from(prep), rng.torch_generator(cfg.run.seed, "train-init"))
     initial = ArrayRecord({k: Array(v) for k, v in trainable_state(model).items()})
@@ -244,13 +240,12 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, *, keep_updates: bool = False
     }
 
 
-def encoder_out_dim(cfg: ExperimentConfig) -> int:
-    """The width of Phase A's r(x) (public: the server builds the same model, `train_phase`)."""
-    from fl_privtext import pipeline
+def encoder_out_dim(cfg: ExperimentConfig, prep: Any) -> int:
+    """The width of Phase A's r(x) (public: the server builds the same model, `train_phase`); ``prep``: the point's
+    prepared users, roles and shards (`fl_privtext.pipeline.prepare`, features "none")."""
     from fl_privtext.encoders import build_model
     from fl_privtext.encoders.model import spec_from
 
-    prep = pipeline.prepare(cfg, features="none")
     return build_model(cfg.train, spec_from(prep), rng.torch_generator(cfg.run.seed, "train-init")).out_dim
 
 

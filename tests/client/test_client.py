@@ -97,11 +97,13 @@ def test_client_app_starts_without_torch_hf_datasets_or_scipy():
 
 def test_a_client_without_the_snapshot_file_loads_the_dataset_itself(tmp_path):
     # e.g. an actor on another machine of a Ray cluster: the driver's snapshot path does not exist there
-    from fl_privtext.federation.client_app import _client_data
+    from fl_privtext.federation.client_data import preparing, snapshot_data
     from fl_privtext.federation.replies import prep_key
+    from fl_privtext.pipeline.clients import client_prepare
 
     cfg = ExperimentConfig.from_flat({"federation.num-clients": 4, "extractor.cache-dir": str(tmp_path)})
-    data = _client_data(prep_key(cfg), str(tmp_path / "elsewhere.npz"))
+    with preparing(client_prepare):  # what the ClientApp's data mod does around every message
+        data = snapshot_data(prep_key(cfg), str(tmp_path / "elsewhere.npz"))
     assert len(data.shards) == 4 and data.texts is not None
     assert sum(len(s) for s in data.shards) == len(data.labels) == len(data.texts)
 

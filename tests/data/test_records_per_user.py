@@ -1,4 +1,4 @@
-"""data.options.records_per_user: each user's first k records, in the data's order (fl_privtext.prepare)."""
+"""data.options.records_per_user: each user's first k records, in the data's order (fl_privtext.pipeline.preparation)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.prepare import load
+from fl_privtext.pipeline.preparation import load
 
 
 def test_each_user_keeps_its_first_records_in_order():

@@ -420,7 +420,7 @@ def _validate_run(cmd: str, output: Path) -> Any:
     loaded, roles and shards); returns the prepared point."""
     from fl_privtext.cli import _build_parser, _parse_sets
     from fl_privtext.config import ExperimentConfig
-    from fl_privtext.federation import runner
+    from fl_privtext.pipeline import runner
     from fl_privtext.preflight import check_run
 
     args = _build_parser().parse_args(shlex.split(cmd)[1:])
@@ -500,7 +500,7 @@ def test_supernode_policy_file_validates(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_sweeps_validate_and_list(workdir):
     from fl_privtext import sweep
-    from fl_privtext.federation import runner
+    from fl_privtext.pipeline import runner
     from fl_privtext.preflight import check_point
 
     where = {"root": ROOT, "tmp": workdir, "data": ""}

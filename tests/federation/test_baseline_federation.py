@@ -18,8 +18,9 @@ from fl_privtext import pipeline
 from fl_privtext.client import POLICY_ENV, ClientPolicy, Refused
 from fl_privtext.client.policy import policy_from
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation import runner
-from fl_privtext.report import _json_safe, baseline_summary
+from fl_privtext.federation import simulation
+from fl_privtext.pipeline import runner
+from fl_privtext.report.results import _json_safe, baseline_summary
 
 CLIENT_SEED = 918_273_645
 SMALL = {"run.progress": False, "federation.num-clients": 2, "federation.rounds": 2, "server.learner": "centroid",
@@ -73,13 +74,13 @@ def test_the_old_mixed_policy_released_clean_data_the_new_one_refuses(monkeypatc
 @pytest.mark.slow
 def test_a_run_computes_its_reference_without_the_private_points_clients(tmp_path, cache_dir, monkeypatch):
     policies: list[list[dict]] = []  # the policy of every federation the run started (what its clients held)
-    init_ray = runner._init_ray
+    init_ray = simulation.init_ray
 
     def recording(*args, **kwargs):
         policies.append(json.loads(kwargs["policy"])["entries"])  # {"shard-digest", "entries"}
         return init_ray(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_init_ray", recording)
+    monkeypatch.setattr(simulation, "init_ray", recording)
     cfg = _cfg(cache_dir)
     results = runner.run_experiment(cfg, output=tmp_path / "run", echo=False)
     # one federation, the private point's: no entry of it releases clean data
@@ -104,13 +105,13 @@ def test_a_run_computes_its_reference_without_the_private_points_clients(tmp_pat
 def test_where_the_plain_loop_cannot_stand_in_the_reference_has_a_federation_of_its_own(tmp_path, cache_dir,
                                                                                         monkeypatch):
     policies: list[list[dict]] = []
-    init_ray = runner._init_ray
+    init_ray = simulation.init_ray
 
     def recording(*args, **kwargs):
         policies.append(json.loads(kwargs["policy"])["entries"])  # {"shard-digest", "entries"}
         return init_ray(*args, **kwargs)
 
-    monkeypatch.setattr(runner, "_init_ray", recording)
+    monkeypatch.setattr(simulation, "init_ray", recording)
     cfg = _cfg(cache_dir, **{"federation.shuffle": True, "federation.rounds": 1, "attack.enabled": False,
                              "server.on-device": False})
     assert runner.plain_blocker(cfg) == "federation.shuffle = true"

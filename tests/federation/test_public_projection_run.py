@@ -6,7 +6,7 @@ import pytest
 
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.runner import validate
+from fl_privtext.pipeline.runner import validate
 
 
 def test_pca_projection_passes_preflight_and_runs(data_root):

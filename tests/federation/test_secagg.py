@@ -10,8 +10,8 @@ import pytest
 from flwr.app import Array, ArrayRecord, RecordDict
 
 from fl_privtext.federation import secagg
-from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.secagg import SECAGG_TASKS, SecAggAborted, secure_sum
+from fl_privtext.pipeline.clients import build_app
 from tests.federation.secagg_grid import InProcessGrid
 
 NODES = [11, 22, 33, 44, 55]

@@ -13,10 +13,10 @@ import pytest
 from fl_privtext import pipeline
 from fl_privtext.client import CLIENT_SEED_ENV, POLICY_ENV, STATE_ENV, ClientPolicy
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.client_app import build_app
-from fl_privtext.federation.server_app import serve
+from fl_privtext.pipeline.clients import build_app
+from fl_privtext.pipeline.federated import serve
+from fl_privtext.pipeline.secure import run_plain_secagg
 from fl_privtext.report import aggregate
-from fl_privtext.secure_stats import run_plain_secagg
 from tests.federation.secagg_grid import InProcessGrid
 
 NODES = [101, 202, 303, 404]
@@ -240,7 +240,7 @@ def test_preflight_lets_the_secagg_clients_apply_the_projection(cache_dir):
     """The runner's check builds the mechanism; on the secagg path no mechanism takes the projection (the
     statistics' clients apply it), so the check passes there and still refuses it for uploads without a mechanism
     that takes one."""
-    from fl_privtext.federation.runner import validate
+    from fl_privtext.pipeline.runner import validate
 
     sets = {"privacy.projection": "random", "privacy.proj-dim": 4}
     validate(_cfg(cache_dir, **sets))

@@ -13,8 +13,8 @@ import pytest
 from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy, Ledger
 from fl_privtext.config import ClientConfig, ExperimentConfig
 from fl_privtext.federation import secagg
-from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.secagg_train import train_phase_secagg
+from fl_privtext.pipeline.clients import build_app
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.privacy.distributed import distributed_guarantee
 from tests.federation.secagg_grid import InProcessGrid
@@ -49,7 +49,8 @@ def run(cache_dir, tmp_path_factory):
     mp.setitem(secagg.SECAGG_TASKS, "phase-a", drop_404_in_round_2)
     grid = InProcessGrid(build_app(), NODES)
     # the server does not hold the clients' policy: its [client] section is the default (min clients 2)
-    out = train_phase_secagg(grid, dataclasses.replace(cfg, client=ClientConfig()))
+    server = dataclasses.replace(cfg, client=ClientConfig())
+    out = train_phase_secagg(grid, server, pipeline.prepare(server, features="none"))
     yield cfg, out, grid, state
     mp.undo()
 

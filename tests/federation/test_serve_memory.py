@@ -24,9 +24,10 @@ from flwr.app import Context, Message, RecordDict
 
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.client_app import app as client_app
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid
-from fl_privtext.federation.server_app import Job, serve, serve_point
+from fl_privtext.federation.server_app import Job, transport
+from fl_privtext.pipeline.clients import app as client_app
+from fl_privtext.pipeline.federated import serve, serve_point
 from tests.federation.grids import PushPullGrid
 
 CLIENT_SEED = 604_918_273
@@ -129,7 +130,7 @@ def test_a_slow_server_keeps_the_uploads_of_at_most_one_point_besides_the_one_in
 
 def test_the_eavesdroppers_recording_is_empty_once_a_point_is_collected(points):
     eaves = EavesdroppingGrid(_InProcessGrid(NUM_CLIENTS))
-    evaluate = serve_point(eaves, points[0])
+    evaluate = serve_point(transport(eaves, points[0]))
     assert eaves.observations == []  # its uploads are in the point's Observed; the messages' copies are released
     point = evaluate()
     assert [s["messages_observed"] for s in point["per_seed"]] == [NUM_CLIENTS] * points[0].run.seeds

@@ -13,9 +13,9 @@ import pytest
 
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.runner import run_points
 from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID
 from fl_privtext.metrics import binomial_interval
+from fl_privtext.pipeline.runner import run_points
 from fl_privtext.report import aggregate
 
 # attack.learner linear: an attacker answers the prior unless it beats it on held-out known users (issue #37); on

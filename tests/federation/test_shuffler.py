@@ -133,12 +133,12 @@ def test_server_needs_the_shuffler_below_its_grid() -> None:
     import dataclasses
 
     from fl_privtext.config import ExperimentConfig
-    from fl_privtext.federation.server_app import serve_point
+    from fl_privtext.federation.server_app import transport
 
     cfg = ExperimentConfig()
     cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True))
     with pytest.raises(ValueError, match="federation.shuffle"):
-        serve_point(None, cfg)  # type: ignore[arg-type]
+        transport(None, cfg)  # type: ignore[arg-type]
 
 
 def test_the_plain_loop_refuses_shuffle() -> None:

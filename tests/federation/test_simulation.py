@@ -16,8 +16,8 @@ import pytest
 from fl_privtext import pipeline
 from fl_privtext.client import CLIENT_SEED_ENV, client_upload, merge_uploads
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.runner import run_points
 from fl_privtext.metrics import binomial_interval
+from fl_privtext.pipeline.runner import run_points
 from fl_privtext.report import aggregate
 
 CLIENT_SEED = 918_273_645  # not a small integer: those are within a brute-forcing server's reach

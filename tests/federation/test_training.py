@@ -14,8 +14,8 @@ import pytest
 
 from fl_privtext import pipeline, rng
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.runner import run_points
 from fl_privtext.federation.training import dp_fedavg_guarantee
+from fl_privtext.pipeline.runner import run_points
 from fl_privtext.report import aggregate
 
 FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fl_privtext import tracking
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.pipeline import Round
+from fl_privtext.report import tracking
 
 ROOT = Path(__file__).resolve().parents[2]
 

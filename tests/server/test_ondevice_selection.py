@@ -191,7 +191,7 @@ def test_plain_point_the_clients_choose_and_the_other_half_reports():
 
 
 def test_secure_sum_point_fits_on_one_fold_and_the_clients_choose():
-    from fl_privtext.secure_stats import layout_for, run_plain_secagg
+    from fl_privtext.pipeline.secure import layout_for, run_plain_secagg
 
     # a central epsilon of 1000 and count-epsilon 40: near noise-free, the held-out half of the users decides
     cfg = ExperimentConfig.from_flat({**FAST, "server.aggregate": "secagg", "client.secagg-epsilon": 1000.0,

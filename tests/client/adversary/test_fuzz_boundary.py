@@ -73,7 +73,7 @@ class World:
 
     def server(self, cfg: ExperimentConfig) -> dict[str, Any]:
         """The server's request config (no [client] policy, no client seed): what `server_app._query` sends."""
-        from fl_privtext.federation import runner
+        from fl_privtext.pipeline import runner
 
         return {k: v for k, v in runner._server_view(cfg).to_flat().items() if not k.startswith("client.")}
 
@@ -95,9 +95,10 @@ def world(cache_dir) -> World:
     from fl_privtext.client import client_upload
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
-    from fl_privtext.federation import runner
+    from fl_privtext.federation import simulation
+    from fl_privtext.pipeline import runner
 
-    runner._quiet_env()
+    simulation.quiet_env()
     cfg = ExperimentConfig.from_flat({**BASE, "extractor.cache-dir": str(cache_dir)})
     enc_cfg = ExperimentConfig.from_flat(PHASE_A, cfg)
     snapshot = runner._snapshot(cfg)
@@ -402,7 +403,7 @@ def _contain(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fuzzing_server_gets_only_declared_charged_releases_or_closed_refusals(world, tmp_path, monkeypatch, seed):
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     state = tmp_path / "state"
     _policy(monkeypatch, state, world.cfg, world.enc_cfg)
@@ -419,7 +420,7 @@ def test_fuzzing_server_gets_only_declared_charged_releases_or_closed_refusals(w
 
 def test_the_fuzzing_server_breaks_the_old_client(world, tmp_path, monkeypatch):
     """The suite's power: the same fuzzer against the obedient ClientApp finds a reply that breaks the invariant."""
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     state = tmp_path / "state"
     _policy(monkeypatch, state, world.cfg, world.enc_cfg)
@@ -451,11 +452,11 @@ def _old_encoder_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The old code: any encoder the server sends runs on the clean data (no policy check, no binding), and its
     non-finite output reaches the upload's finiteness check (an error listing the records)."""
     from fl_privtext.client import gate
-    from fl_privtext.federation import client_app
+    from fl_privtext.federation import client_app, client_data
     from fl_privtext.federation.train_handlers import encoded_client_data
 
     def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[Any, str]:
-        data = client_app._data_for(msg, cfg, context)
+        data = client_data.data_for(msg, cfg, context)
         if "encoder" not in msg.content.array_records:
             return data, ""
         return encoded_client_data(data, msg, cfg), "old"
@@ -466,7 +467,7 @@ def _old_encoder_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("defend", [False, True], ids=["old", "now"])
 def test_an_encoder_that_fails_on_a_condition_is_no_clean_data_oracle(world, tmp_path, monkeypatch, defend):
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     _policy(monkeypatch, tmp_path / "state", world.enc_cfg)  # the entry runs Phase A: an encoder may be accepted
     rows = np.asarray(world.data.shards[0], np.int64)
@@ -519,7 +520,7 @@ def _malformed(world: World) -> list[tuple[str, RecordDict]]:
 @pytest.mark.parametrize("defend", [False, True], ids=["old", "now"])
 def test_a_handler_exception_gives_a_fixed_refusal_and_its_trace_stays_on_the_client(world, tmp_path, monkeypatch,
                                                                                      defend):
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     state = tmp_path / "state"
     _policy(monkeypatch, state, world.cfg)
@@ -550,7 +551,7 @@ def _per_scope_ledger(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("defend", [False, True], ids=["old", "now"])
 def test_a_policy_change_does_not_reset_a_users_total(world, tmp_path, monkeypatch, defend):
     from fl_privtext.client.guard import upload_epsilon
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     if not defend:
         _per_scope_ledger(monkeypatch)
@@ -594,7 +595,7 @@ def _full_key(cfg: ExperimentConfig) -> str:
 @pytest.mark.parametrize("defend", [False, True], ids=["old", "now"])
 def test_keys_that_change_nothing_replay_and_secagg_refuses_per_user_uploads(world, tmp_path, monkeypatch, defend):
     from fl_privtext.client import guard
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     if not defend:
         monkeypatch.setattr(guard, "release_key", _full_key)
@@ -628,7 +629,7 @@ def test_keys_that_change_nothing_replay_and_secagg_refuses_per_user_uploads(wor
 def test_a_request_cannot_move_users_between_clients(world, tmp_path, monkeypatch):
     """The shard attack: requests without the client-data snapshot, each naming another partition; every client
     loads its shard from the request, so users move between clients and are charged in several ledgers."""
-    from fl_privtext.federation.client_app import build_app
+    from fl_privtext.pipeline.clients import build_app
 
     state = tmp_path / "state"
     _policy(monkeypatch, state, world.cfg)

@@ -51,11 +51,13 @@ def _run(cfg: ExperimentConfig, defend: bool, state_dir: str) -> dict[str, Any]:
     from fl_privtext import pipeline
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
-    from fl_privtext.federation import runner
-    from fl_privtext.federation.client_app import build_app
-    from fl_privtext.federation.server_app import _query, _wait_for_nodes
+    from fl_privtext.federation import simulation
+    from fl_privtext.federation.requests import query as _query
+    from fl_privtext.federation.requests import wait_for_nodes as _wait_for_nodes
+    from fl_privtext.pipeline import runner
+    from fl_privtext.pipeline.clients import build_app
 
-    runner._quiet_env()
+    simulation.quiet_env()
     snapshot = runner._snapshot(cfg)
     server_cfg = runner._server_view(cfg)
     out: dict[str, Any] = {"snapshot": snapshot}
@@ -154,7 +156,7 @@ def _run(cfg: ExperimentConfig, defend: bool, state_dir: str) -> dict[str, Any]:
     policy = ClientPolicy.from_points([cfg]).to_json()
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
                                  "num_cpus": os.cpu_count() or 1, "num_gpus": 0}
-    runner._init_ray(init_args, policy=policy, state_dir=state_dir)
+    simulation.init_ray(init_args, policy=policy, state_dir=state_dir)
     run_simulation(server_app=app, client_app=build_app(defend=defend), num_supernodes=cfg.federation.num_clients,
                    backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0}, "init_args": init_args})
     return out

@@ -23,8 +23,8 @@ from fl_privtext.client import POLICY_ENV, STATE_ENV, ClientPolicy, Ledger
 from fl_privtext.client.aggregate import StatsLayout
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation import secagg, secagg_stats
-from fl_privtext.federation.client_app import build_app
 from fl_privtext.federation.secagg import SECAGG_TASKS, SecAggAborted, secure_sum
+from fl_privtext.pipeline.clients import build_app
 from tests.federation.secagg_grid import InProcessGrid
 
 NODES = [101, 202, 303, 404]
@@ -68,8 +68,8 @@ def _federation(cache_dir, tmp_path, monkeypatch, min_clients: int) -> dict[str,
 def _session(fed: dict[str, Any], nodes: list[int], promise: int) -> secagg.SecureSum:
     """One ordinary SecAgg+ session of the Phase B task over ``nodes``, the server driving it itself (so the
     server-side check of `secagg_sum_round` does not stand in for the clients')."""
-    from fl_privtext.federation.server_app import _query
-    from fl_privtext.secure_stats import clipping_range, stats_request
+    from fl_privtext.federation.requests import query as _query
+    from fl_privtext.pipeline.secure import clipping_range, stats_request
 
     cfg, layout = fed["cfg"], fed["layout"]
     content = _query(cfg, fed["snapshot"], **{secagg_stats.RECORD: ConfigRecord(stats_request(cfg, 0, layout,

@@ -34,11 +34,13 @@ def _run(cfg: ExperimentConfig, state_dir: str) -> dict[str, Any]:
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from fl_privtext.federation import runner
-    from fl_privtext.federation.client_app import build_app
-    from fl_privtext.federation.server_app import _query, _wait_for_nodes
+    from fl_privtext.federation import simulation
+    from fl_privtext.federation.requests import query as _query
+    from fl_privtext.federation.requests import wait_for_nodes as _wait_for_nodes
+    from fl_privtext.pipeline import runner
+    from fl_privtext.pipeline.clients import build_app
 
-    runner._quiet_env()
+    simulation.quiet_env()
     server_cfg = runner._server_view(cfg)
     dirichlet = _moved(server_cfg, partition="dirichlet")
     reseeded = dataclasses.replace(server_cfg, run=dataclasses.replace(server_cfg.run, seed=1))
@@ -61,7 +63,7 @@ def _run(cfg: ExperimentConfig, state_dir: str) -> dict[str, Any]:
 
     init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False,
                                  "num_cpus": os.cpu_count() or 1, "num_gpus": 0}
-    runner._init_ray(init_args, policy=runner._client_policy([cfg]), state_dir=state_dir)
+    simulation.init_ray(init_args, policy=runner._client_policy([cfg]), state_dir=state_dir)
     run_simulation(server_app=app, client_app=build_app(), num_supernodes=CLIENTS,
                    backend_config={"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0}, "init_args": init_args})
     return out

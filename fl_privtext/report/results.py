@@ -28,7 +28,7 @@ from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
-from fl_privtext.plots import RUN_PLOT, summary_section
+from fl_privtext.report.plots import RUN_PLOT, summary_section
 from fl_privtext.rng import generator
 from fl_privtext.rundir import keep_going, make_dir, unwritten, write_atomic
 
@@ -281,7 +281,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
 
     timing: dict[str, Any] = {k: float(np.sum([s["timing"][k] for s in seeds])) for k in seeds[0]["timing"]}
     timing["server_s"] = point["server_s"]
-    if "simulation" in point:  # the Flower simulation's fixed costs (fl_privtext.federation.runner.fixed_costs)
+    if "simulation" in point:  # the Flower simulation's fixed costs (fl_privtext.federation.simulation.fixed_costs)
         timing["simulation"] = {k: v for k, v in point["simulation"].items() if k.endswith("_s")}
     timing["total_s"] = total_s
     privacy = point["privacy"]

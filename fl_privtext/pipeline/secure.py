@@ -19,15 +19,27 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fl_privtext import metrics
 from fl_privtext.accounting import phase_a_report
+from fl_privtext.client import ClientPolicy
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.data import SYNTHETIC_DATASETS
+from fl_privtext.pipeline.point import (
+    OnDeviceRound,
+    exact_candidates,
+    exact_on_device,
+    on_device_seed,
+    plain_on_device,
+    shipped_model,
+)
+from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.privacy.report import json_number
+from fl_privtext.report import aggregate
 from fl_privtext.server.aggregate import (
     Aggregate,
     fit_from_aggregate,
@@ -39,9 +51,6 @@ from fl_privtext.server.aggregate import (
 from fl_privtext.server.aggregate_selection import ConstantRule, candidate_rule, select_from_folds
 from fl_privtext.server.ondevice_selection import constant_from_counts
 from fl_privtext.server.training import Trained
-
-if TYPE_CHECKING:
-    from fl_privtext.pipeline import OnDeviceRound, Prepared
 
 __all__ = ["TASK", "SumResult", "layout_for", "run_plain_secagg", "run_secagg_point", "stats_request"]
 
@@ -177,7 +186,6 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
     ``training``: Phase A's summary when it ran first (its encoder's r(x) is what the sums hold); its users (the
     non-test users, as on the uploads path) are charged its central epsilon against the server under train.secagg
     with client-side noise, else inf (updates in the clear), composed with the sums' by basic composition."""
-    from fl_privtext import pipeline
 
     t_start = time.perf_counter()
     layout = layout_for(prep, cfg, dim)
@@ -200,16 +208,16 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
         test = prep.roles == "test"
         requests = {c: np.sort(np.asarray(rows)[test[np.asarray(rows)]]) for c, rows in enumerate(prep.shards)}
         requests = {c: r for c, r in requests.items() if len(r)}
-        od = pipeline.on_device_seed(trained, requests, seed, evaluate_round, prep.ds.user_index.reshape(-1))
+        od = on_device_seed(trained, requests, seed, evaluate_round, prep.ds.user_index.reshape(-1))
         replies = od.pop("_replies")
         od = {k: v for k, v in od.items() if not k.startswith("_") and k != "seconds"}
         od_charged += [float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0]) for r in replies
                        if "answer" in r]
         t3 = time.perf_counter()
         # the referee's exact figure of the model sent (simulation only; not the server's time)
-        od["exact"] = pipeline.exact_on_device(prep, cfg, pipeline.shipped_model(trained, od), trained.majority_class,
+        od["exact"] = exact_on_device(prep, cfg, shipped_model(trained, od), trained.majority_class,
                                                seed)
-        pipeline.exact_candidates(prep, cfg, trained, od, seed)
+        exact_candidates(prep, cfg, trained, od, seed)
         utility = dict(trained.utility)
         if "selection" in od:  # the clients chose the model (server.select-on = clients)
             utility["learner"] = od["learner"]
@@ -258,7 +266,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
     if pa_central is not None:
         privacy["central_phase_a"] = dict(pa_central)
     dataset = {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
-               "synthetic": prep.ds.name in pipeline.SYNTHETIC_DATASETS,
+               "synthetic": prep.ds.name in SYNTHETIC_DATASETS,
                "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}}
     return {"config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users, "num_records": len(prep.ds),
             "privacy": privacy, "faults": {}, "dataset": dataset, "placement": {},
@@ -273,13 +281,10 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
     """The point as a plain in-process loop (no Flower): each client releases its statistics under its policy
     (the driver's ``[client]`` section) into ``transport`` (the exact sum, which is what SecAgg+ reveals); the
     on-device answers as in `fl_privtext.pipeline.run_plain`. The reference the federated path must match."""
-    from fl_privtext import pipeline
-    from fl_privtext.client import ClientPolicy
-
     if cfg.train.rounds > 0:
         raise ValueError("Phase A (train.rounds > 0) runs through Flower only: `fl-privtext run` (the plain secure-"
                          "aggregation loop sums the cached extractor's features).")
-    prep = prep or pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
+    prep = prep or prepare(cfg, features="extract", progress=cfg.run.progress)
     assert prep.features is not None
     policy = ClientPolicy.from_points([cfg])
     state = state_dir or tempfile.mkdtemp(prefix="fl_privtext_secagg_")
@@ -292,13 +297,40 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
 
     def evaluate_round(trained: Trained, requests: dict[int, np.ndarray], seed: int, stage: str = "all"
                        ) -> list[Any]:
-        return pipeline.plain_on_device(prep, cfg, trained, requests, seed, stage)
+        return plain_on_device(prep, cfg, trained, requests, seed, stage)
 
     return run_secagg_point(prep, cfg, sum_round, evaluate_round, dim=int(prep.features.shape[1]))
 
 
 def results(point: dict[str, Any], total_s: float = 0.0) -> dict[str, Any]:
     """results.json's structure for a secagg point (`fl_privtext.report.aggregate`)."""
-    from fl_privtext.report import aggregate
-
     return aggregate(point, total_s)
+
+
+def serve_point(t: Any) -> Callable[[], dict[str, Any]]:
+    """The secure-aggregation mode of `fl_privtext.pipeline.federated.serve_point` over the Flower transport ``t``
+    (`fl_privtext.federation.server_app.PointTransport`): Phase A first when train.rounds > 0 (the secure sums and
+    the on-device queries then carry its encoder), every seed's secure sum and on-device evaluation now (while the
+    federation runs); returns the (already done) computation as a job."""
+    cfg = t.cfg
+    if cfg.train.rounds > 0 and cfg.privacy.projection != "none":
+        raise ValueError("server.aggregate = secagg after Phase A sums the trained encoder's r(x); a public projection "
+                         "(privacy.projection) is fitted to the frozen extractor's features: set privacy.projection "
+                         "= none or train.rounds = 0.")
+    t0 = time.perf_counter()
+    prep = prepare(cfg, features="none")  # users, roles and shards; never texts or features
+    training = t.train_encoder(prep, keep_updates=False)
+    if cfg.train.rounds > 0:
+        dim = t.encoder_width(prep)
+    else:
+        dim = int(prep.extractor.output_dim(paired=prep.ds.text_pair_column is not None))
+    secure_sum = t.sum_round(lambda seed, layout, need: stats_request(cfg, seed, layout, need),
+                             lambda layout: clipping_range(prep, layout, cfg))
+
+    def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
+        out = secure_sum(seed, layout, need)
+        return SumResult(out.total, out.contributors, out.dropped, out.rounds, out.bytes)
+
+    point = run_secagg_point(prep, cfg, sum_round, t.evaluate_everywhere, dim=dim, training=training)
+    point["server_s"] = time.perf_counter() - t0
+    return lambda: point

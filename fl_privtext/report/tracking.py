@@ -130,7 +130,7 @@ class Tracker:
             self._ml.log_metric(self._ml_run, tag, v, step=step)
 
     def on_round(self, point: int, seed: int, rnd: int, arrived: Any, seconds: float) -> None:
-        """`fl_privtext.federation.runner.run_points`' ``on_round``: one line per round and seed."""
+        """`fl_privtext.pipeline.runner.run_points`' ``on_round``: one line per round and seed."""
         name = self.points[point] if point < len(self.points) else f"point{point}"
         failures = list(getattr(arrived, "failures", []))
         uploads = len(arrived.uploads["rows"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -20,9 +20,7 @@ import numpy as np
 from fl_privtext import rng
 from fl_privtext.accounting import privacy_summary
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
-from fl_privtext.client import (  # noqa: F401  UPLOAD_KEYS: re-exported (tests read pipeline.UPLOAD_KEYS)
-    UPLOAD_KEYS,
-    client_on_device,
+from fl_privtext.client import (
     client_upload,
     mechanism_for,
     merge_uploads,
@@ -31,11 +29,12 @@ from fl_privtext.client import (  # noqa: F401  UPLOAD_KEYS: re-exported (tests 
 )
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
-from fl_privtext.prepare import Prepared, data_key, load, prepare  # noqa: F401  re-exported (pipeline.prepare)
+from fl_privtext.federation.traffic import CollectRound, Observed, OnRound, Round
+from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.privacy.report import json_number
 from fl_privtext.progress import progress_bar
-from fl_privtext.server import Trained, server_mlp_config, train_and_evaluate, train_server  # noqa: F401
+from fl_privtext.server import Trained, train_server
 from fl_privtext.server.ondevice_selection import choose
 from fl_privtext.threads import driver_threads, limited
 
@@ -136,49 +135,6 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
 
 
 # ---- one experiment point, independent of the transport -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Observed:
-    """What the eavesdropper recorded during one seed: the uploads it saw, in how many messages and bytes."""
-
-    uploads: dict[str, np.ndarray]
-    messages: int
-    nbytes: int
-
-
-@dataclass(frozen=True)
-class Round:
-    """One round as the server saw it: the uploads that arrived, and the clients that did not deliver.
-
-    ``failures``: one dict per client without a usable reply: ``{"node": id, "kind": "error" | "timeout",
-    "reason": str}``. ``seeded``: per reply, whether the client ran the reproducible mode (its own statement).
-    ``senders``: node id -> the record ids its reply carried (where the on-device evaluation is sent).
-
-    ``placement``: per reply, where it was computed: ``{"node": id, "host": str, "ray_node": str}`` ("" = not Ray;
-    empty in the plain loop)."""
-
-    uploads: dict[str, np.ndarray]
-    input_dim: int
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    seeded: list[bool] = field(default_factory=list)
-    senders: dict[int, np.ndarray] = field(default_factory=dict)
-    placement: list[dict[str, Any]] = field(default_factory=list)
-    ledger: list[dict[str, Any]] = field(default_factory=list)  # per reply: what the client says it charged
-    # federation.shuffle: the record id of each upload (the shuffler's key, aligned with uploads["rows"], which
-    # then hold what the server saw: pseudonyms, or record ids of the linked aux cohort). The platform's scoring
-    # and accounting read it (`referee_rows`); the server's learners and the attacks never do.
-    revealed: np.ndarray | None = None
-
-    @property
-    def all_refused(self) -> bool:
-        """No upload arrived and every client refused (its policy or ledger): the run stops here."""
-        return not len(self.uploads["rows"]) and bool(self.failures) and all(
-            f["kind"] == "refused" for f in self.failures)
-
-
-CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
-OnRound = Callable[[int, int, Round, float], None]  # (seed, round, what arrived, seconds the round took)
 
 
 @dataclass(frozen=True)
@@ -647,7 +603,7 @@ def run_plain(cfg: ExperimentConfig, prep: Prepared | None = None, *, on_round: 
               ) -> dict[str, Any]:
     """The same point as a plain in-process loop over clients (no Flower, no Ray): the benchmark's baseline, the
     reference the federated path must reproduce exactly, and the referee's no-privacy reference of a run
-    (`fl_privtext.federation.runner.no_privacy_reference`: computed without any client)."""
+    (`fl_privtext.pipeline.runner.no_privacy_reference`: computed without any client)."""
     if cfg.federation.shuffle:  # results would describe unshuffled traffic under a shuffled account
         raise ValueError("federation.shuffle = true runs only through Flower (fl-privtext run): the plain loop has "
                          "no shuffler; set it to false here.")

@@ -1,7 +1,8 @@
 """`fl-privtext run`: validate, pre-extract into the cache, then run the Flower simulation (Ray backend).
 
 `run_points` runs many experiment points (a sweep) inside ONE simulation, so Flower/Ray start-up is paid once and
-every point still goes through the federated path.
+every point still goes through the federated path: `fl_privtext.federation.simulation` starts it, and each point's
+traffic is ordered by `fl_privtext.pipeline.federated.serve_point`.
 
 The clients' randomness: secret (OS entropy) unless ``run.client-seed`` is set; then the seed reaches the Ray workers
 as the ``FL_PRIVTEXT_CLIENT_SEED`` environment variable, and the ServerApp gets the points WITHOUT it (`_server_view`).
@@ -9,56 +10,43 @@ as the ``FL_PRIVTEXT_CLIENT_SEED`` environment variable, and the ServerApp gets 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import os
-import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fl_privtext import pipeline
-from fl_privtext.client import CLIENT_SEED_ENV, POLICY_ENV, STATE_ENV, ClientPolicy, mechanism_for
-from fl_privtext.config import ExperimentConfig
-from fl_privtext.threads import client_threads, worker_env
+from fl_privtext.client import ClientPolicy, mechanism_for
+from fl_privtext.config import ClientConfig, ExperimentConfig
+from fl_privtext.federation.simulation import fixed_costs, quiet_env, simulate
+from fl_privtext.federation.traffic import Round
+from fl_privtext.federation.training import check_training
+from fl_privtext.pipeline.checks import check_extractor, check_output, check_resources
+from fl_privtext.pipeline.clients import build_app
+from fl_privtext.pipeline.federated import serve
+from fl_privtext.pipeline.point import run_plain
+from fl_privtext.pipeline.preparation import Prepared, load, prepare
+from fl_privtext.progress import run_log
+from fl_privtext.report import finalize
+from fl_privtext.report.tracking import Tracker
+from fl_privtext.rundir import claim
 
 
-def _quiet_env() -> None:
-    # Offline machines: no telemetry, no runtime dependency sync; Ray without dashboard/usage stats.
-    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-
-
-class _DropDeprecation(logging.Filter):
-    # run_simulation is the only Flower entry point that takes ray.init arguments and an in-process ServerApp;
-    # its deprecation banner is noise for our users (flwr-notes.md).
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "DEPRECATED FEATURE" not in record.getMessage()
-
-
-def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
+def validate(cfg: ExperimentConfig) -> Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
-    from fl_privtext.checks import check_extractor, check_resources
-
     check_resources(cfg)
     check_extractor(cfg)
-    n_users = pipeline.load(cfg).num_users
+    n_users = load(cfg).num_users
     if cfg.federation.num_clients > n_users:
         raise ValueError(
             f"federation.num-clients={cfg.federation.num_clients} exceeds the {n_users} users of dataset "
             f"{cfg.data.name!r}; use at most {n_users} clients."
         )
-    prep = pipeline.prepare(cfg, features="none")
+    prep = prepare(cfg, features="none")
     if cfg.federation.schedule == "stream" and min(len(s) for s in prep.shards) < cfg.federation.rounds:
         raise ValueError(
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
@@ -77,8 +65,6 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
                          f"{cfg.client.max_epsilon:g}: a Phase A update costs inf per user (the server sees it in the "
                          "clear), so the clients would refuse it; leave client.max-epsilon = inf or train.rounds = 0.")
     if cfg.train.rounds > 0:
-        from fl_privtext.federation.training import check_training
-
         check_training(cfg, prep)
     if cfg.attack.enabled and not prep.ds.attributes:
         logging.getLogger(__name__).info("dataset %s has no private attributes: no attack is run", prep.ds.name)
@@ -87,15 +73,13 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
 
 def _server_view(cfg: ExperimentConfig) -> ExperimentConfig:
     """The point as the untrusted server may hold it: without the clients' seed and without their [client] policy
-    (the defaults stand in; the server never sends them, `server_app._query`)."""
-    from fl_privtext.config import ClientConfig
-
+    (the defaults stand in; the server never sends them, `fl_privtext.federation.requests.query`)."""
     return dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, client_seed=None), client=ClientConfig())
 
 
 def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = False,
                on_result: Callable[[int, dict[str, Any]], None] | None = None,
-               on_round: Callable[[int, int, int, pipeline.Round, float], None] | None = None,
+               on_round: Callable[[int, int, int, Round, float], None] | None = None,
                state_dir: str | Path | None = None) -> list[dict[str, Any]]:
     """Serve every point through one Flower simulation. All points must share the federation size/resources.
     ``state_dir``: the clients' state (their per-user ledgers, stored answers, refusal logs), kept across calls
@@ -106,22 +90,15 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     Every point is validated before anything starts. Then Ray starts while a driver thread fills the feature
     cache and saves the client-data snapshot that actors map in (instead of re-parsing the dataset);
     the server's computation of each point runs in a worker thread, overlapping the next point's uploads and,
-    after the last point, Flower's shutdown.
+    after the last point, Flower's shutdown (`fl_privtext.federation.simulation.simulate`).
     """
-    from flwr.app import Context
-    from flwr.serverapp import Grid, ServerApp
-    from flwr.simulation import run_simulation
-
-    from fl_privtext.federation.client_app import app as client_app
-    from fl_privtext.federation.server_app import Job, serve
-
     t_start = time.perf_counter()
     clock: dict[str, float] = {}  # seconds since t_start: the simulation's fixed costs (result["simulation"])
 
     def mark(name: str) -> None:
         clock.setdefault(name, time.perf_counter() - t_start)
 
-    _quiet_env()
+    quiet_env()
     first = points[0].federation
     for p in points:
         f = p.federation
@@ -130,57 +107,14 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
                 points[0].run.client_seed):
             raise ValueError("All points of one simulation must share federation.num-clients, client-cpus, "
                              "client-gpus, ray-address, client-threads and run.client-seed.")
-    init_args: dict[str, Any] = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": False}
-    if first.ray_address:
-        init_args["address"] = first.ray_address  # attach to an existing cluster (resources are the cluster's)
-    else:
-        init_args["num_cpus"] = os.cpu_count() or 1
-        init_args["num_gpus"] = _num_gpus() if first.client_gpus > 0 else 0
     refuse_mixed_policy(points)  # a no-privacy entry beside a private one, before anything starts
     for p in points:
         validate(p)  # every point, before anything starts
     policy = _client_policy(points)
-    # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
-    # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
-    driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
-    started = False
-    import tempfile
-
     # the clients' ledgers (each node's own directory under it): kept where the caller says, else this call's only
     keep_state = state_dir is not None
     state = str(Path(state_dir).resolve()) if state_dir is not None else tempfile.mkdtemp(prefix="fl-privtext-clients-")
     Path(state).mkdir(parents=True, exist_ok=True)
-    try:
-        mark("validated")
-        prepared = driver.submit(_prepare_driver, points)
-        started = _init_ray(init_args, client_seed=points[0].run.client_seed,
-                            threads=client_threads(points[0]), policy=policy,
-                            state_dir=state)
-        mark("ray_started")
-        snapshots = prepared.result()
-        mark("driver_prepared")
-    except BaseException:
-        if started:  # e.g. an extractor's model files are missing: no half-started Ray is left behind
-            import ray
-
-            ray.shutdown()
-        # Ctrl-C: do not wait for the extraction thread (the cache stores only complete, atomically renamed
-        # entries, so abandoning it loses no cached data and corrupts nothing)
-        driver.shutdown(wait=False, cancel_futures=True)
-        raise
-    driver.shutdown(wait=True)
-
-    server_app = ServerApp()
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-server")
-    futures: list[Future[dict[str, Any]]] = []
-
-    def submit(job: Job) -> Future[dict[str, Any]]:
-        for done in futures:  # a failed computation stops the sweep before more traffic is simulated
-            if done.done() and done.exception() is not None:
-                raise done.exception()  # type: ignore[misc]
-        futures.append(pool.submit(job))
-        return futures[-1]
-
     served = [_server_view(p) for p in points]
 
     def restore(i: int, result: dict[str, Any]) -> None:
@@ -194,61 +128,22 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         if on_result is not None:
             on_result(i, result)
 
-    def round_done(i: int, seed: int, rnd: int, r: pipeline.Round, dt: float) -> None:
+    def round_done(i: int, seed: int, rnd: int, r: Round, dt: float) -> None:
         mark("first_round_done")  # the first round includes the actors' start-up
         if on_round is not None:
             on_round(i, seed, rnd, r, dt)
 
-    @server_app.main()
-    def _main(grid: Grid, context: Context) -> None:
-        mark("server_app_started")
+    def serve_all(grid: Any, snapshots: list[str], submit: Callable[..., Any]) -> None:
         serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
               submit=submit, on_round=round_done)
-        mark("last_round_done")
 
-    backend_config = {
-        "client_resources": {"num_cpus": first.client_cpus, "num_gpus": first.client_gpus},
-        "init_args": init_args,
-    }
-    flwr_logger = logging.getLogger("flwr")
-    flwr_logger.setLevel(logging.WARNING)
-    if not any(isinstance(f, _DropDeprecation) for f in flwr_logger.filters):
-        flwr_logger.addFilter(_DropDeprecation())
-    try:
-        mark("simulation_called")
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=first.num_clients,
-                       backend_config=backend_config)
-        mark("simulation_shut_down")
-        results = [f.result() for f in futures]
-        mark("results_ready")
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        if not keep_state:
-            import shutil
-
-            shutil.rmtree(state, ignore_errors=True)  # this call's ledgers and stored answers
+    results = simulate(points[0], client_app=build_app(), serve_all=serve_all,
+                       prepare_driver=lambda: _prepare_driver(points), policy=policy, state_dir=state,
+                       keep_state=keep_state, mark=mark)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
     clock.update(fixed_costs(clock))
     return results
-
-
-def fixed_costs(clock: dict[str, float]) -> dict[str, float]:
-    """The simulation's fixed costs from ``run_points``' clock (seconds since it was called): Ray start (``ray.init``,
-    overlapping the driver's preparation), the wait for both, Flower's start until the ServerApp runs, the first
-    round less a steady round (actors' start-up), and the shutdown after the last round (Flower stops its workers,
-    Ray shuts down; overlapping the server's training). Keys ending in ``_s``."""
-    c = dict(clock)
-    c.setdefault("first_round_done", c.get("last_round_done", c["server_app_started"]))  # secagg: no upload rounds
-    return {
-        "ray_start_s": c["ray_started"] - c["validated"],
-        "until_driver_ready_s": c["driver_prepared"] - c["validated"],
-        "flower_start_s": c["server_app_started"] - c["simulation_called"],
-        "first_round_s": c["first_round_done"] - c["server_app_started"],
-        "until_first_round_s": c["first_round_done"],
-        "shutdown_s": c["simulation_shut_down"] - c["last_round_done"],
-        "results_after_shutdown_s": c["results_ready"] - c["simulation_shut_down"],
-    }
 
 
 def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
@@ -266,7 +161,7 @@ def _snapshot(cfg: ExperimentConfig) -> str:
     must load the data themselves (word dropout extracts on the client)."""
     from fl_privtext.extract import resolve_cache_dir
 
-    prep = pipeline.prepare(cfg, features="extract", progress=cfg.run.progress)
+    prep = prepare(cfg, features="extract", progress=cfg.run.progress)
     if cfg.privacy.mu > 0 or not isinstance(prep.features, np.memmap):
         return ""
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
@@ -289,7 +184,7 @@ def _client_policy(points: Sequence[ExperimentConfig]) -> str:
     asks for it, whatever the private point's epsilon says: such an entry never sits beside a private one (the
     no-privacy reference runs in its own federation, `run_experiment`; a sweep's in its own simulation group)."""
     refuse_mixed_policy(points)
-    digest = pipeline.prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
+    digest = prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
     return ClientPolicy.from_points(list(points), shard_digest=digest).to_json()
 
 
@@ -303,59 +198,6 @@ def refuse_mixed_policy(points: Sequence[ExperimentConfig]) -> None:
                          "run_points call (their own federation).")
 
 
-def _init_ray(init_args: dict[str, Any], *, client_seed: int | None = None, threads: int = 1, policy: str = "",
-              state_dir: str = "") -> bool:
-    """Initialise Ray as Flower's Ray backend would (``init_args`` plus the driver's sys.path for the actors);
-    the backend then reuses it, and shuts it down at the end. False when Ray was already initialised.
-
-    ``client_seed`` (reproducible mode), the clients' ``policy`` and their ledgers' ``state_dir`` go to the workers'
-    environment only, not to the driver's, where the ServerApp runs. ``threads``: each worker's OpenMP / MKL / OpenBLAS threads (`fl_privtext.threads`), set in its
-    environment so that numpy and torch size their pools by it when they load.
-
-    A fresh local Ray gets these variables through the environment its processes inherit (set in this process for
-    the duration of ``ray.init`` only, then restored), not through a job ``runtime_env``: with one, Ray cannot give
-    the actors the workers it prestarts at ``ray.init`` and starts new ones (the actors came up ~2 s later on 2
-    cores; docs/federation.md). An existing cluster (``address``) has its processes already: there the job's
-    ``runtime_env`` carries them."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    pythonpath = os.pathsep.join(sys.path)
-    if os.environ.get("PYTHONPATH"):
-        pythonpath = f"{pythonpath}{os.pathsep}{os.environ['PYTHONPATH']}"
-    os.environ["PYTHONPATH"] = pythonpath
-    env_vars = {"PYTHONPATH": pythonpath, CLIENT_SEED_ENV: "" if client_seed is None else str(client_seed),
-                POLICY_ENV: policy, STATE_ENV: state_dir, **worker_env(threads)}
-    if init_args.get("address"):
-        ray.init(runtime_env={"env_vars": env_vars}, **init_args)
-        return True
-    with _environ(env_vars):
-        ray.init(**init_args)
-    return True
-
-
-@contextlib.contextmanager
-def _environ(env: dict[str, str]) -> Iterator[None]:
-    """``env`` in this process's environment inside the block; every variable restored (or removed) after it."""
-    before = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _num_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count()
-
-
 def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, echo: bool = True,
                    keep_observations: bool = False, overwrite: bool = False,
                    client_state: str | Path | None = None) -> dict[str, Any]:
@@ -366,18 +208,11 @@ def run_experiment(cfg: ExperimentConfig, *, output: str | Path | None = None, e
     or one holding a finished run's results.json (unless ``overwrite``), is refused before any work.
     ``client_state``: the clients' state directory (their per-user ledgers), kept across runs; default
     ``<output>/clients`` (this run's own)."""
-    from fl_privtext.checks import check_output
-    from fl_privtext.report import finalize
-    from fl_privtext.rundir import claim
-    from fl_privtext.tracking import Tracker
-
     t0 = time.perf_counter()
     if output or cfg.run.output:
         check_output(output or cfg.run.output)  # before the work, not after it
     reference = baseline_point(cfg)
     out = Path(output or cfg.run.output or Path("runs") / time.strftime("%Y%m%d-%H%M%S"))
-    from fl_privtext.progress import run_log
-
     # run.log: the full trace of a failing client (one line on the console), Flower's warnings
     with claim(out, overwrite=overwrite), run_log(out), Tracker(cfg, out, points=("main", "baseline")) as tracker:
         (main,) = run_points([cfg], on_round=tracker.on_round, keep_observations=keep_observations,
@@ -408,7 +243,7 @@ def plain_blocker(cfg: ExperimentConfig) -> str:
 
 
 def no_privacy_reference(reference: ExperimentConfig, *,
-                         on_round: Callable[[int, int, pipeline.Round, float], None] | None = None
+                         on_round: Callable[[int, int, Round, float], None] | None = None
                          ) -> tuple[dict[str, Any], str]:
     """The no-privacy reference point (`baseline_point`), outside the private point's federation: the referee's
     plain loop where it computes the same figures (no client at all; the Flower path equals it), else a Flower
@@ -416,7 +251,7 @@ def no_privacy_reference(reference: ExperimentConfig, *,
     served point and how it was computed (results.json ``baseline.computed_by``)."""
     why = plain_blocker(reference)
     if not why:
-        return pipeline.run_plain(reference, on_round=on_round), REFEREE_SOURCE
+        return run_plain(reference, on_round=on_round), REFEREE_SOURCE
     (point,) = run_points([reference], on_round=None if on_round is None else lambda _i, *r: on_round(*r))
     return point, f"{OWN_FEDERATION_SOURCE} (the plain loop does not run {why})"
 
