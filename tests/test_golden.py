@@ -17,16 +17,16 @@ Excluded keys, and why (nothing else is excluded):
   ``provenance.extractor.package`` (the package's version) and ``federation.placement`` (Ray's and Flower's node ids).
 - ``EXCLUDED_BY_POINT``: the secagg point's ``federation.bytes_observed`` (SecAgg+'s random keys and shares).
 Each was seen to differ between two runs of the same code (the notes beside them); the settings that make the rest
-reproducible (float sampler, one thread, one Phase A update per round) are in ``COMMON`` / ``POINTS`` with why.
+reproducible (float sampler, one thread) are in ``COMMON`` / ``POINTS`` with why.
 Floats are compared to 1e-9 relative: summaries computed in another order may differ in the last bits.
 
 The feature cache is always ``GOLDEN_CACHE`` (one fixed path): the clients' reproducible streams are keyed by
 ``client.upload.point_key``, a digest of the whole configuration including ``extractor.cache-dir``, so a
 per-session temporary cache gave other noise in every session (2026-11-27: the attackers' results differed at ~76
-keys of (a), the utility of (b) 0.61 vs 0.35). Phase A (c) is OPT-IN (``FL_PRIVTEXT_GOLDEN=1`` or the update
-variable): it still differs between sessions (~50 keys: training, utility, attacks) and, with 2-3 updates a round,
-between two runs in one process (FedAvg sums the updates in arrival order: round 2's val_loss 0.70618908 vs
-0.70618912, update_norms permuted). The secure-aggregation point (b) runs by default: its clients' noise was keyed by the
+keys of (a), the utility of (b) 0.61 vs 0.35). Phase A (c) runs every client every round: FedAvg summed the updates
+in the order the replies arrived (two runs gave round 2's val_loss 0.70618908 vs 0.70618912 and ~50 keys downstream
+differed); they are now summed in one canonical order (`fl_privtext.federation.grid.CanonicalOrderGrid`), and two runs
+in separate processes gave the same results.json. The secure-aggregation point (b) runs by default: its clients' noise was keyed by the
 SecAgg+ session's participant node ids (issue #34: a server cannot replay a session for fresh noise), which Flower
 draws at random per run (three runs gave the on-device exact accuracy 0.611, 0.653 and 0.643); in the seeded mode it
 is now keyed by the session's ordinal among that release's sessions (`fl_privtext.client.ledger.Ledger.ordinal`),
@@ -48,7 +48,7 @@ from fl_privtext.config import ExperimentConfig
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 UPDATE = os.environ.get("FL_PRIVTEXT_UPDATE_GOLDEN") == "1"
 ALL = UPDATE or os.environ.get("FL_PRIVTEXT_GOLDEN") == "1"
-OPT_IN = ("phase_a",)  # not reproducible run to run (module docstring)
+OPT_IN: tuple[str, ...] = ()  # points not reproducible run to run (none now; module docstring)
 # a fixed path, not the session's temporary cache: it is part of point_key, hence of the clients' noise streams
 GOLDEN_CACHE = Path("/tmp/fl_privtext_golden_cache")
 
@@ -79,12 +79,11 @@ POINTS: dict[str, dict[str, Any]] = {
     "default_laplace_l1": {"privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0},
     "secagg": {"privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0, "server.aggregate": "secagg",
                "client.secagg-min-clients": 3, "server.secagg-threshold": 3},
-    # one client's update per round: FedAvg sums the updates in the order the replies arrive, so with 2 or 3 per round
-    # the model differs in the last bits from run to run (round 2's val_loss 0.70618908 vs 0.70618912, update_norms
-    # permuted) and the attackers' results downstream of it differ widely (49 keys). Raise it once the aggregation
-    # order is fixed (by client, not by arrival).
+    # every client each round: FedAvg's replies are summed in one canonical order (federation.grid.CanonicalOrderGrid),
+    # so 3 updates a round are reproducible; a sample of the clients would not be (Flower samples node ids, which
+    # are random per run, with Python's random.sample)
     "phase_a": {"privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0, "train.rounds": 2, "train.hidden": 16,
-                "train.batch-size": 64, "train.clients-per-round": 1},
+                "train.batch-size": 64},
 }
 
 

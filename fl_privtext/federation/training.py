@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.federation.grid import DelegatingGrid
+from fl_privtext.federation.grid import CanonicalOrderGrid, DelegatingGrid
 from fl_privtext.progress import progress_bar
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
@@ -184,9 +184,9 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: b
             seen[0] = len(observations)
             entry["updates_observed"] = len(ups)
             entry["update_bytes_observed"] = int(sum(o.nbytes for o in ups))
-            entry["update_norms"] = [
+            entry["update_norms"] = sorted(  # sorted: the arrival order is not a result
                 float(np.sqrt(sum(np.sum((a.astype(np.float64) - prev[0][k]) ** 2)
-                                  for k, a in o.arrays["arrays"].items()))) for o in ups]
+                                  for k, a in o.arrays["arrays"].items()))) for o in ups)
         acc = float(last_val.get("val_accuracy", -1.0))
         entry["val_accuracy"] = acc
         # train.val-frac = 0 (no validation users, e.g. data.split = source): nothing to select on, keep the last round
@@ -203,7 +203,7 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: b
         return None
 
     train_config = ConfigRecord({**cfg.to_flat()})
-    result = strategy.start(grid=grid, initial_arrays=initial, num_rounds=t.rounds, train_config=train_config,
+    result = strategy.start(grid=CanonicalOrderGrid(grid), initial_arrays=initial, num_rounds=t.rounds, train_config=train_config,
                             evaluate_config=ConfigRecord({**cfg.to_flat()}), evaluate_fn=after_round)
     bar.close()
     for rnd, m in result.train_metrics_clientapp.items():
