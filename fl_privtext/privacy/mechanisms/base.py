@@ -58,7 +58,7 @@ CALIBRATIONS = ("paper", "textbook")
 
 
 # ---------------------------------------------------------------------------------------------------- validation
-def _positive(name: str, value: Any) -> float:
+def check_positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")  # noqa: TRY004
     v = float(value)
@@ -67,21 +67,21 @@ def _positive(name: str, value: Any) -> float:
     return v
 
 
-def _real(name: str, value: Any) -> float:
+def check_real(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite number, got {value!r}.")
     return float(value)
 
 
-def _open_unit(name: str, value: Any) -> float:
+def check_open_unit(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not 0.0 < float(value) < 1.0:
         raise ValueError(f"{name} must be in the open interval (0, 1), got {value!r}.")
     return float(value)
 
 
-def _dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
+def check_dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < min_dim:
@@ -90,17 +90,17 @@ def _dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
     return int(value)
 
 
-def _set(obj: object, name: str, value: Any) -> None:
+def set_field(obj: object, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)  # normalise a validated field of a frozen dataclass
 
 
-def _sampler(value: Any) -> str:
+def check_sampler(value: Any) -> str:
     if value not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(map(repr, SAMPLERS))}, got {value!r}.")
     return str(value)
 
 
-def _expit(a: float) -> float:
+def expit(a: float) -> float:
     """1 / (1 + e^-a) without overflow for any finite a."""
     if a >= 0:
         return 1.0 / (1.0 + math.exp(-a))
@@ -159,7 +159,7 @@ class Mechanism(ABC):
         if isinstance(self.mu, bool) or not isinstance(self.mu, (int, float, np.integer, np.floating)) \
                 or not 0.0 <= float(self.mu) <= 1.0:
             raise ValueError(f"mu (word dropout rate) must be a number in [0, 1], got {self.mu!r}.")
-        _set(self, "mu", float(self.mu))
+        set_field(self, "mu", float(self.mu))
 
     # -- parameters --------------------------------------------------------------------------------------------
     @classmethod

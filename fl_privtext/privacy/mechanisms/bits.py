@@ -16,10 +16,10 @@ from fl_privtext.privacy.mechanisms.base import (
     MIN_BIT_PROBABILITY,
     OME_PAPER,
     Mechanism,
-    _dim,
-    _expit,
-    _positive,
-    _set,
+    check_dim,
+    check_positive,
+    expit,
+    set_field,
 )
 from fl_privtext.privacy.mechanisms.samplers import flip_bits
 from fl_privtext.privacy.stage import Stage
@@ -41,11 +41,11 @@ class BitMechanism(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
-        _set(self, "dim", _dim(self.dim, 1, optional=False))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=False))
         encoding.check_bits(self.int_bits, self.frac_bits)
-        _set(self, "int_bits", int(self.int_bits))
-        _set(self, "frac_bits", int(self.frac_bits))
+        set_field(self, "int_bits", int(self.int_bits))
+        set_field(self, "frac_bits", int(self.frac_bits))
 
     def _check_probabilities(self) -> None:
         # called at the end of every concrete __post_init__, once all parameters are validated
@@ -131,7 +131,7 @@ class OME(BitMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "lam", _positive("lam", self.lam))
+        set_field(self, "lam", check_positive("lam", self.lam))
         self._check_probabilities()
 
     def probabilities(self) -> tuple[float, float, float]:
@@ -139,7 +139,7 @@ class OME(BitMechanism):
         lam = self.lam
         p1 = lam / (1.0 + lam)
         p2 = 1.0 / (1.0 + lam**3)
-        q = _expit(-(math.log(lam) + self.epsilon / self.code_bits))  # 1 / (1 + lam e^(eps/(r l)))
+        q = expit(-(math.log(lam) + self.epsilon / self.code_bits))  # 1 / (1 + lam e^(eps/(r l)))
         return p1, p2, q
 
     def bit_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
@@ -216,7 +216,7 @@ class SUE(UnaryEncoding):
                                 f"Estimation, USENIX Security 2017 (SUE); as used in {OME_PAPER}, Section 2.2.")
 
     def unary_probabilities(self) -> tuple[float, float]:
-        p = _expit(self.epsilon / self.delta_f)
+        p = expit(self.epsilon / self.delta_f)
         return p, 1.0 - p
 
 
@@ -233,7 +233,7 @@ class OUE(UnaryEncoding):
                                 f"Estimation, USENIX Security 2017 (OUE); as used in {OME_PAPER}, Section 2.2.")
 
     def unary_probabilities(self) -> tuple[float, float]:
-        return 0.5, _expit(-self.epsilon / self.delta_f)
+        return 0.5, expit(-self.epsilon / self.delta_f)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +256,7 @@ class BitRR(BitMechanism):
     @property
     def flip_probability(self) -> float:
         """1 / (1 + e^(eps/(r l)))."""
-        return _expit(-self.epsilon / self.code_bits)
+        return expit(-self.epsilon / self.code_bits)
 
     def bit_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         f = self.flip_probability

@@ -17,11 +17,11 @@ from fl_privtext.privacy.mechanisms.base import (
     SECURE_SAMPLER,
     Mechanism,
     NoiseMoments,
-    _dim,
-    _open_unit,
-    _positive,
-    _sampler,
-    _set,
+    check_dim,
+    check_open_unit,
+    check_positive,
+    check_sampler,
+    set_field,
 )
 from fl_privtext.privacy.stage import Stage
 
@@ -48,11 +48,11 @@ class Gaussian(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=True))
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
-        _set(self, "delta", _open_unit("delta", self.delta))
-        _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
-        _set(self, "sampler", _sampler(self.sampler))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=True))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
+        set_field(self, "delta", check_open_unit("delta", self.delta))
+        set_field(self, "clip_norm", check_positive("clip_norm", self.clip_norm))
+        set_field(self, "sampler", check_sampler(self.sampler))
         sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.l2_sensitivity)
         if not (sigma > 0 and math.isfinite(sigma)) or not 1e-30 < sigma < 1e30:
             raise ValueError(f"gaussian: epsilon={self.epsilon:g}, delta={self.delta:g} give sigma={sigma:.3g}, "
@@ -63,7 +63,7 @@ class Gaussian(Mechanism):
                                  "depends on dim): give dim, or sampler='float' (simulation-grade).")
             sigma = samplers.calibrate_gaussian(self.epsilon, self.delta, self.l2_sensitivity * FLOAT32_SLACK,
                                               int(self.dim), sigma)
-        _set(self, "_noise_std", sigma)
+        set_field(self, "_noise_std", sigma)
 
     @property
     def l2_sensitivity(self) -> float:

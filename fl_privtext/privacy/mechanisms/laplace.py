@@ -18,11 +18,11 @@ from fl_privtext.privacy.mechanisms.base import (
     SECURE_SAMPLER,
     Mechanism,
     NoiseMoments,
-    _dim,
-    _positive,
-    _real,
-    _sampler,
-    _set,
+    check_dim,
+    check_positive,
+    check_real,
+    check_sampler,
+    set_field,
 )
 from fl_privtext.privacy.stage import Stage
 
@@ -40,8 +40,8 @@ class LaplaceMechanism(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
-        _set(self, "sampler", _sampler(self.sampler))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
+        set_field(self, "sampler", check_sampler(self.sampler))
 
     def _check_noise(self) -> None:
         # called by subclasses once their parameters are set
@@ -123,7 +123,7 @@ class LaplaceDPNR(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 2, optional=False))
+        set_field(self, "dim", check_dim(self.dim, 2, optional=False))
         self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
@@ -159,7 +159,7 @@ class LaplaceDPNRCode(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 2, optional=True))
+        set_field(self, "dim", check_dim(self.dim, 2, optional=True))
         if self.sampler == "secure":  # an audit target: exact noise does not repair it
             raise ValueError("laplace-dpnr-code reproduces a bug (epsilon = inf); it offers only sampler='float'.")
         self._check_noise()
@@ -216,8 +216,8 @@ class LaplaceL1(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=True))
-        _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=True))
+        set_field(self, "clip_norm", check_positive("clip_norm", self.clip_norm))
         self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
@@ -249,9 +249,9 @@ class LaplaceBox(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=False))
-        _set(self, "low", _real("low", self.low))
-        _set(self, "high", _real("high", self.high))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=False))
+        set_field(self, "low", check_real("low", self.low))
+        set_field(self, "high", check_real("high", self.high))
         if not self.low < self.high:
             raise ValueError(f"The box needs low < high, got low={self.low}, high={self.high}.")
         self._check_noise()

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fl_privtext.privacy import normalise
-from fl_privtext.privacy.mechanisms.base import NoiseMoments, _positive, _set
+from fl_privtext.privacy.mechanisms.base import NoiseMoments, check_positive, set_field
 from fl_privtext.privacy.mechanisms.sphere import (
     CHUNK_VALUES,
     LOW_BIT_AUDIT,
@@ -73,7 +73,7 @@ class MultivariateLaplace(ProjectedMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
 
     def normalise(self, x: np.ndarray) -> Stage:
         z, info = self.project(x)
@@ -249,7 +249,7 @@ class Purkayastha(ProjectedMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
 
     def normalise(self, x: np.ndarray) -> Stage:
         z, info = self.project(x)

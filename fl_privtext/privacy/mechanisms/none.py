@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from fl_privtext.privacy import normalise
-from fl_privtext.privacy.mechanisms.base import Mechanism, _dim, _set
+from fl_privtext.privacy.mechanisms.base import Mechanism, check_dim, set_field
 from fl_privtext.privacy.stage import Stage
 
 
@@ -27,7 +27,7 @@ class NoPrivacy(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=True))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=True))
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.identity(x)

@@ -61,10 +61,10 @@ from fl_privtext.privacy.mechanisms.base import (
     REPLACEMENT,
     Mechanism,
     NoiseMoments,
-    _dim,
-    _positive,
-    _sampler,
-    _set,
+    check_dim,
+    check_positive,
+    check_sampler,
+    set_field,
 )
 from fl_privtext.privacy.projection import PROJECTIONS, PublicProjection, random_projection
 from fl_privtext.privacy.stage import Stage
@@ -576,8 +576,8 @@ class ProjectedMechanism(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, self.min_dim, optional=False))
-        _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
+        set_field(self, "dim", check_dim(self.dim, self.min_dim, optional=False))
+        set_field(self, "clip_norm", check_positive("clip_norm", self.clip_norm))
         if self.projection not in PROJECTIONS:
             raise ValueError(f"projection must be one of {', '.join(PROJECTIONS)}, got {self.projection!r}.")
         if self.projector is not None and not isinstance(self.projector, PublicProjection):
@@ -592,11 +592,11 @@ class ProjectedMechanism(Mechanism):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not self.min_dim <= k <= self.dim:
             raise ValueError(f"proj_dim must be an integer in [{self.min_dim}, dim={self.dim}] with projection = "
                              f"{self.projection!r}, got {k!r}.")
-        _set(self, "proj_dim", int(k))
+        set_field(self, "proj_dim", int(k))
         if self.projection == "random":
             if self.projector is not None:
                 raise ValueError("projection = 'random' is built from the public proj_seed; do not pass a projector.")
-            _set(self, "projector", random_projection(self.dim, int(k), int(self.proj_seed)))
+            set_field(self, "projector", random_projection(self.dim, int(k), int(self.proj_seed)))
             return
         if not str(self.public_data).strip():
             raise ValueError("projection = 'pca' needs public_data: the name of the public dataset (disjoint from "
@@ -655,13 +655,13 @@ class CapMechanism(ProjectedMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
         if self.epsilon > MAX_EPSILON:
             raise ValueError(f"{self.name} supports epsilon <= {MAX_EPSILON:g}, got {self.epsilon}: beyond it 1 - p "
                              "approaches the float64 resolution of the uniform draws and the realised epsilon drifts.")
         if self.sphere_map not in SPHERE_MAPS:
             raise ValueError(f"sphere_map must be one of {', '.join(SPHERE_MAPS)}, got {self.sphere_map!r}.")
-        _set(self, "_cal", self.calibrate())
+        set_field(self, "_cal", self.calibrate())
 
     def calibrate(self) -> CapCalibration:
         """The parameters actually used (p, q, threshold, m, MSE)."""
@@ -822,7 +822,7 @@ class PrivUnitG(CapMechanism):
     sampler: str = "secure"  # the default wherever a mechanism is built (issue #35); "float" is simulation-grade
 
     def __post_init__(self) -> None:
-        _set(self, "sampler", _sampler(self.sampler))
+        set_field(self, "sampler", check_sampler(self.sampler))
         super().__post_init__()
 
     def calibrate(self) -> CapCalibration:
@@ -950,7 +950,7 @@ class Duchi(PrivUnit):
     sampler: str = "secure"  # the default wherever a mechanism is built (issue #35); "float" is simulation-grade
 
     def __post_init__(self) -> None:
-        _set(self, "sampler", _sampler(self.sampler))
+        set_field(self, "sampler", check_sampler(self.sampler))
         super().__post_init__()
 
     def calibrate(self) -> CapCalibration:
