@@ -24,9 +24,9 @@ RATCHET: dict[str, int] = {
     "files_in_cycle": 41,
     "rooms_in_cycle": 16,
     "rooms_in_cycle_module_level": 0,
-    "arrows_back_up": 11,
-    "function_imports": 147,
-    "function_imports_not_heavy": 101,
+    "arrows_back_up": 10,
+    "function_imports": 144,
+    "function_imports_not_heavy": 98,
     "private_imports": 16,
 }
 # Floors are capped at the goal, not at today's count: today's 5 (all imports) is low only because 16 rooms

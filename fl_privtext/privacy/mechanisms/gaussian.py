@@ -11,6 +11,7 @@ import numpy as np
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
 from fl_privtext.privacy.mechanisms import samplers
+from fl_privtext.privacy.mechanisms.audit_plan import AuditPlan, Component, column, low_bit_component
 from fl_privtext.privacy.mechanisms.base import (
     FLOAT32_SLACK,
     FLOAT_SAMPLER,
@@ -23,6 +24,7 @@ from fl_privtext.privacy.mechanisms.base import (
     check_sampler,
     set_field,
 )
+from fl_privtext.privacy.mechanisms.likelihood import sq_dist
 from fl_privtext.privacy.stage import Stage
 
 
@@ -122,3 +124,19 @@ class Gaussian(Mechanism):
         return super().assumptions() + (SECURE_SAMPLER if self.sampler == "secure" else FLOAT_SAMPLER,
                                         "Approximate DP: delta adds over releases (basic composition).")
 
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """-||y - c||^2 / 2 sigma^2."""
+        s = float(self.noise_std)
+        return -sq_dist(uploads, codes) / (2 * s * s)
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """C*e_1 vs -C*e_1, coordinate 0 (with delta), plus the low-bit distinguisher."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0 = np.zeros(k)
+        x0[0] = self.clip_norm
+        return AuditPlan(x0, -x0, self.privatize, k, (Component("coordinate 0", 1, column(0)),), None,
+                         "C*e_1 vs -C*e_1 (differ in one coordinate)", delta=self.delta,
+                         extra=(low_bit_component(-x0),))

@@ -50,11 +50,20 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import product
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fl_privtext.privacy import exact
+from fl_privtext.privacy.mechanisms.audit_plan import (
+    SHARED_BLOCK,
+    AuditPlan,
+    Component,
+    column,
+    float32_product_image,
+    shared_offset_consistent,
+)
 from fl_privtext.privacy.mechanisms.base import (
     COMPOSITION,
     FLOAT_SAMPLER,
@@ -66,6 +75,7 @@ from fl_privtext.privacy.mechanisms.base import (
     check_sampler,
     set_field,
 )
+from fl_privtext.privacy.mechanisms.likelihood import CHUNK as CHUNK_LIKELIHOOD
 from fl_privtext.privacy.projection import PROJECTIONS, PublicProjection, random_projection
 from fl_privtext.privacy.stage import Stage
 
@@ -76,8 +86,8 @@ FLOAT_NOISE = (
     "(Mironov 2012), so float_safe is false. No secure sampler is offered for this mechanism (privacy.sampler does "
     "not apply)."
 )
-# What the audit's low-bit distinguisher certifies against the float PrivUnit / Duchi (fl_privtext.privacy.audit,
-# _cap_plan: a shared float32 offset on a block of coordinates) and the float Purkayastha (metric_dp; _metric_plan, the
+# What the audit's low-bit distinguisher certifies against the float PrivUnit / Duchi (CapMechanism.audit_plan: a
+# shared float32 offset on a block of coordinates) and the float Purkayastha (metric_dp; Purkayastha.audit_plan, the
 # same detector: its upload has PrivUnit's structure), measured by the command given, and carried by their reports
 # (float_safe false). The bound is limited by the sample count (no output from x1 is ever inconsistent; ~18-19%
 # from x0 are, for every epsilon and dim >= 4 tried): the leak is at least this, not at most. Purkayastha's claim
@@ -554,6 +564,70 @@ def secure_duchi_calibration(epsilon: float, dim: int) -> CapCalibration:
     return CapCalibration(p, q, 1.0, m, k / (m * m) - 1.0)
 
 
+# ------------------------------------------------------------------------------- secure likelihoods, audit
+
+def _secure_signs(mech: CapMechanism, y: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The secure cap samplers' integer draw Y = diag(s) X recovered from the upload (N, D) (the upload is
+    fl32(C / m Y), Y integers far below 2^24) and the vertex-rounding means r (M, D) of the codes: r = c / max(|c|, C)
+    (``round``) or c / |c| (``normalise``), 0 for a zero code (as the sampler does)."""
+    clip = float(mech.clip_norm)
+    scale = clip / float(mech.calibration.m)
+    yy = np.rint(y / scale)
+    norms = np.sqrt((c * c).sum(axis=1))
+    zero = norms < 1e-30
+    denom = np.maximum(norms, clip) if mech.sphere_map == "round" else norms
+    r = np.where(zero[:, None], 0.0, c / np.where(zero, 1.0, denom)[:, None])
+    return yy, np.clip(r, -1.0, 1.0)
+
+
+def _cap_mixture(mech: CapMechanism, cap: np.ndarray) -> np.ndarray:
+    """log(p/q Pr[cap] + (1-p)/(1-q) (1 - Pr[cap])): the density ratio to the base law B(Y), given the probability
+    ``cap`` (N, M) over the vertex rounding that <s, Y> >= g (B is sign-invariant: B(diag(s) Y) = B(Y))."""
+    cal = mech.calibration
+    cap = np.clip(cap, 0.0, 1.0)
+    return np.log(cal.p / cal.q * cap + (1.0 - cal.p) / (1.0 - cal.q) * (1.0 - cap))
+
+
+SECURE_PRIVUNITG_NOTE = ("normal approximation (continuity-corrected) of Pr[<s, Y> >= g] over the sign-vertex "
+                         "rounding s; the rest (the base law's sign invariance, the cap coin) is exact")
+FLOAT_CAP_NOTE = ("float cap law of the ideal mechanism; the secure sampler's sign-vertex construction is not "
+                  "modelled")
+
+
+def _secure_duchi_llr(mech: CapMechanism, k: int) -> Callable[[np.ndarray], np.ndarray]:
+    # Secure duchi, pair -C e_1 vs C (1/2,1/2,1/2,1/2,0,...): P(Y | x) = sum over the block's sign vertex s_b of
+    # P(s_b | x) 2^-k (p/q or (1-p)/(1-q) as <Y, s> >= 1), and <Y, s> = <a, s_b> + B with a the block's signs of Y
+    # and B a sum of k - 4 uniform signs (the other vertex coordinates are uniform from both inputs), so the ratio
+    # is a function of a: 16 values, computed exactly.
+    from scipy import stats
+
+    cal = mech.calibration
+    rest = k - SHARED_BLOCK
+    inside, outside = cal.p / cal.q, (1.0 - cal.p) / (1.0 - cal.q)
+
+    def tail(t: int) -> float:  # Pr[B >= t], B = 2J - rest, J ~ Binomial(rest, 1/2)
+        return float(stats.binom.sf(math.ceil((t + rest) / 2) - 1, rest, 0.5)) if rest > 0 else float(t <= 0)
+
+    vertices = [np.array(v) for v in product((-1, 1), repeat=SHARED_BLOCK)]
+
+    def lik(a: np.ndarray, plus: tuple[float, ...]) -> float:
+        total = 0.0
+        for sb in vertices:
+            w = float(np.prod([pp if sj > 0 else 1.0 - pp for pp, sj in zip(plus, sb, strict=True)]))
+            c = tail(1 - int(a @ sb))
+            total += w * (inside * c + outside * (1.0 - c))
+        return total
+
+    table = np.array([math.log(lik(a, (0.0, 0.5, 0.5, 0.5))) - math.log(lik(a, (0.75,) * SHARED_BLOCK))
+                      for a in vertices])
+    weights = 1 << np.arange(SHARED_BLOCK)[::-1]  # the index of a in `vertices` (+1 -> bit 1, first = highest)
+
+    def llr(y: np.ndarray) -> np.ndarray:
+        return np.round(table[(y[:, :SHARED_BLOCK] > 0).astype(np.int64) @ weights], 9)
+
+    return llr
+
+
 # ------------------------------------------------------------------------------------------ projected base
 @dataclass(frozen=True, kw_only=True)
 class ProjectedMechanism(Mechanism):
@@ -797,6 +871,91 @@ class CapMechanism(ProjectedMechanism):
             "contain the output: exactly eps-LDP on the sphere and, by the rounding, on the ball."),
         )
 
+    def cap_log_likelihood(self, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """PrivUnit, PrivUnitG, Duchi: exact log density ratio of the upload to the mechanism's base law.
+
+        The upload is y = C V / m. Given the unit direction u, V's density relative to its base law (uniform on the
+        sphere for PrivUnit/Duchi, N(0, I) for PrivUnitG, whose truncation acts on <V, u> alone) is r(<V, u>) with
+        r(s) = p/q for s >= threshold and (1-p)/(1-q) below. The code c (the clean projected input, or a class mean)
+        gives u = +c/|c| with probability a = (1 + min(1, |c|/C))/2 and -c/|c| otherwise under the ``round`` sphere
+        map (a = 1 under ``normalise``); a zero code gives a uniform u, whose average ratio is exactly 1. So
+        log P[y | c] = log(a r(s) + (1 - a) r(-s)) + log base(y), s = <y, c/|c|> m / C; the base term is the same
+        for every code and dropped.
+        """
+        cal = self.calibration
+        clip = float(self.clip_norm)
+        inside, outside = math.log(cal.p) - math.log(cal.q), math.log1p(-cal.p) - math.log1p(-cal.q)
+        norms = np.sqrt((c * c).sum(axis=1))
+        zero = norms < 1e-30
+        unit = c / np.where(zero, 1.0, norms)[:, None]
+        s = (y @ unit.T) * (cal.m / clip)  # (N, M): <V, u>
+        a = (1.0 + np.minimum(1.0, norms / clip)) / 2.0 if self.sphere_map == "round" else np.ones_like(norms)
+        log_r = np.where(s >= cal.threshold, inside, outside)
+        log_r_flip = np.where(-s >= cal.threshold, inside, outside)
+        with np.errstate(divide="ignore"):
+            out = np.logaddexp(np.log(a)[None, :] + log_r, np.log1p(-a)[None, :] + log_r_flip)
+        out[:, zero] = 0.0
+        return out
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The float cap law (`cap_log_likelihood`); the secure samplers declare their own."""
+        return self.cap_log_likelihood(uploads, codes)
+
+    def likelihood_note(self) -> str:
+        """Exact for the float sampler; a secure sampler without its own likelihood gets the float law, labelled."""
+        return FLOAT_CAP_NOTE if getattr(self, "sampler", "float") == "secure" else ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) at full (working) dimension (k >= 4; antipodal and no low-bit
+        detector below); the exact likelihood-ratio class 1[<y,u0> >= tau] - 1[<y,u1> >= tau] (the ratio is e^eps, 1
+        or e^-eps; for secure duchi the exact log-likelihood ratio of the signs of coordinates 0-3), plus the low-bit
+        distinguisher: the shared float32 offset of coordinates 0-3 (`shared_offset_consistent`)."""
+        # PrivUnit and Duchi (float): pair x0 = -C e_1, x1 = C (1/2, 1/2, 1/2, 1/2, 0, ...) (k >= 4; else antipodal).
+        # The likelihood ratio of two inputs depends only on which caps contain the output:
+        # eps * (1[<y, u0> >= tau] - 1[<y, u1> >= tau]), tau = C/m * threshold (the cap boundary in output units).
+        # Low-bit distinguisher (float sampler): the upload is fl32(f (Z - <Z,u> u)) + fl32(u_j * fl32(C/m W)) with a
+        # per-row float32 factor f; for u1 the four block coordinates get the SAME float32 offset b = fl32(C/(2m) W),
+        # so every block coordinate that nearly cancels b is exactly A_i + b and lies on b's coarser grid, whereas from
+        # x0 they are plain products fl32(f Z_j) with free low bits (:func:`shared_offset_consistent`: probability 1
+        # from x1, ~0.82 from x0 at k = 16). No known constant enters, so the per-row renormalisation f, which hides
+        # the single-coordinate product test of PrivUnitG, does not help. Secure Duchi (the sign-vector grid) passes:
+        # its coordinates are +-fl32(C/m). Audited on the randomiser's domain (a projection is public pre-processing).
+        k = self.work_dim
+        x0 = np.zeros(k)
+        x0[0] = -self.clip_norm
+        # float32 inputs, as the pipeline's normalise stage hands them over (a float64 batch would make u float64 and
+        # the offset b a float64 that no float32 grid holds, which is not what a client computes)
+        sample = lambda c, rng: self.randomise(np.asarray(c, dtype=np.float32), rng).values
+        extra: tuple[Component, ...] = ()
+        if k < SHARED_BLOCK:
+            x1 = -x0
+            pair = (f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit "
+                    "detector below 4 dimensions)")
+        else:
+            x1 = np.zeros(k)
+            x1[:SHARED_BLOCK] = 0.5 * self.clip_norm
+            low = Component("shared float32 offset of coordinates 0-3 (consistency with x1)", 1,
+                            lambda y: shared_offset_consistent(y).astype(np.float64))
+            extra = (low,)
+            pair = (f"-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) on the sphere of radius C in {k} dimensions "
+                    "(randomiser stage)")
+        if getattr(self, "sampler", "float") == "secure":
+            # secure duchi: the law of the output depends on the inputs only through the sign vertex; coordinate 0 is
+            # sufficient for the antipodal pair, the exact log-likelihood ratio of the block's signs for the block pair
+            comp = Component("coordinate 0", 1, column(0)) if k < SHARED_BLOCK else \
+                Component("exact log-likelihood ratio of the signs of coordinates 0-3", 1, _secure_duchi_llr(self, k))
+            return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
+        u0, u1 = x0 / self.clip_norm, x1 / self.clip_norm
+        tau = self.clip_norm / self.calibration.m * self.calibration.threshold
+
+        def indicator(y: np.ndarray) -> np.ndarray:
+            z = y.astype(np.float64)
+            return (z @ u0 >= tau).astype(np.float64) - (z @ u1 >= tau).astype(np.float64)
+
+        comp = Component(f"likelihood-ratio class 1[<y,u0> >= {tau:.6g}] - 1[<y,u1> >= {tau:.6g}] (full dimension {k})",
+                         1, indicator)
+        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
+
 
 @dataclass(frozen=True, kw_only=True)
 class PrivUnitG(CapMechanism):
@@ -874,6 +1033,61 @@ class PrivUnitG(CapMechanism):
         sigma = 1.0 / math.sqrt(self.work_dim)
         return {**super().calibration_values(), "sampler": "float", "sigma": sigma,
                 "gamma": self.calibration.threshold * sigma, "threshold_over_sigma": self.calibration.threshold}
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The float cap law, or for ``sampler="secure"`` a stated normal approximation of its own law."""
+        if self.sampler == "secure":
+            return self._secure_log_likelihood(uploads, codes)
+        return self.cap_log_likelihood(uploads, codes)
+
+    def likelihood_note(self) -> str:
+        return SECURE_PRIVUNITG_NOTE if self.sampler == "secure" else ""
+
+    def _secure_log_likelihood(self, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Secure PrivUnitG: Y integer (DLap(64)^k conditioned by side), P(Y | x) = B(Y) E_s[ratio(<s, Y>)]. <s, Y> is a
+        sum of independent +-|Y_i| terms (mean sum r_i Y_i, variance sum (1 - r_i^2) Y_i^2); its exact law needs a
+        convolution over ~k * 64 integers per upload and code, so Pr[<s, Y> >= g] is taken from the normal law with a
+        continuity correction (an approximation: `likelihood_note` names it)."""
+        from scipy.special import ndtr
+
+        yy, r = _secure_signs(self, y, c)
+        g = float(self.calibration.threshold)
+        mean = yy @ r.T  # (N, M)
+        var = (yy * yy) @ (1.0 - r * r).T
+        sd = np.sqrt(var)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cap = np.where(sd > 0, ndtr((mean - (g - 0.5)) / np.where(sd > 0, sd, 1.0)), (mean >= g).astype(float))
+        return _cap_mixture(self, cap)
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """C*e_1 vs C*e_2; the likelihood-ratio class 1[y_0 >= tau] - 1[y_1 >= tau] (float) or coordinate 0 (secure),
+        plus the low-bit distinguisher on coordinate 1 (`float32_product_image`)."""
+        # Orthogonal pair x0 = C e_1, x1 = C e_2. The likelihood ratio depends only on the caps containing y:
+        # eps * (1[y_0 >= tau] - 1[y_1 >= tau]) for the float mechanism (tau = C/m * threshold in output units).
+        # Low-bit distinguisher (float sampler): from x0, y_1 = fl32(Z_1) * fl32(C/m) exactly (a float32 product;
+        # nothing is added to coordinate 1), while from x1, y_1 = fl32(Z_1 s) + fl32((W - Z_1) s), which misses
+        # the image of z -> fl32(z s) with positive probability when s is not a power of two. The secure variant
+        # (exact construction on a grid, then deterministic float rounding) passes any statistic.
+        k = self.work_dim
+        x0, x1 = np.zeros(k), np.zeros(k)
+        x0[0] = x1[1] = self.clip_norm
+        scale = self.clip_norm / self.calibration.m
+        pair = f"C*e_1 vs C*e_2 (orthogonal) in {k} dimensions (randomiser stage)"
+        low = Component("low bits of coordinate 1 (a float32 product fl32(z * C/m), as from x0)", 1,
+                        lambda y: float32_product_image(y[:, 1], scale).astype(np.float64))
+        sample = lambda c, rng: self.randomise(c, rng).values
+        if self.sampler == "secure":
+            # the vertex rounding mixes the inputs; y_0's sign carries the signal of coordinate 0
+            comp = Component("coordinate 0", 1, column(0))
+            return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=(low,))
+        tau = scale * self.calibration.threshold
+
+        def indicator(y: np.ndarray) -> np.ndarray:
+            return (y[:, 0].astype(np.float64) >= tau).astype(np.float64) - (y[:, 1].astype(np.float64) >= tau)
+
+        comp = Component(f"likelihood-ratio class 1[y_0 >= {tau:.6g}] - 1[y_1 >= {tau:.6g}] (full dimension {k})",
+                         1, indicator)
+        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=(low,))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -978,3 +1192,33 @@ class Duchi(PrivUnit):
             return {**CapMechanism.calibration_values(self), "sampler": "secure", "base_law": "uniform on {-1,+1}^k",
                     "cap_threshold_sum": self.calibration.threshold}
         return {**super().calibration_values(), "sampler": "float"}
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The float cap law, or for ``sampler="secure"`` the exact law of the sign-vertex construction."""
+        if self.sampler == "secure":
+            return self._secure_log_likelihood(uploads, codes)
+        return self.cap_log_likelihood(uploads, codes)
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def _secure_log_likelihood(self, y: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Secure Duchi: Y in {-1, +1}^k, P(Y | x) = 2^-k E_s[p/q 1{<s, Y> >= 1} + (1-p)/(1-q) 1{<s, Y> < 1}]. The
+        terms s_i Y_i are independent +-1 with Pr[+1] = (1 + r_i Y_i) / 2, so <s, Y> = 2 J - k with J Poisson-binomial:
+        its law by the exact recursion over the k coordinates (O(k^2) per upload and code); exact but for the sampler's
+        coins, which realise (1 + r_i) / 2 within 2^-32."""
+        yy, r = _secure_signs(self, y, c)
+        n, k = yy.shape
+        j0 = (int(self.calibration.threshold) + k + 1) // 2  # 2J - k >= g
+        out = np.empty((n, len(r)))
+        step = max(1, (CHUNK_LIKELIHOOD // 8) // max(1, len(r) * (k + 1)))  # (b, M, k + 1) float64 twice
+        for s in range(0, n, step):
+            pi = (1.0 + yy[s:s + step, None, :] * r[None, :, :]) / 2.0  # (b, M, k)
+            pmf = np.zeros(pi.shape[:2] + (k + 1,))
+            pmf[..., 0] = 1.0
+            for i in range(k):
+                p_i = pi[..., i:i + 1]
+                pmf[..., 1:i + 2] = pmf[..., 1:i + 2] * (1.0 - p_i) + pmf[..., 0:i + 1] * p_i
+                pmf[..., 0:1] *= 1.0 - p_i
+            out[s:s + step] = _cap_mixture(self, pmf[..., j0:].sum(axis=2))
+        return out
