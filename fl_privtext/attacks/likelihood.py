@@ -12,10 +12,10 @@ independent bits with Pr[1] = c p + (1 - c) q); the cap family (PrivUnit, PrivUn
 purkayastha, each with its density. A mechanism that declares none (the base class) gets the nearest-neighbour
 score -||y - c||^2, reported as not exact; so does an object that is not a `Mechanism`.
 
-The secure cap samplers (``sampler = "secure"``: PrivUnitG and Duchi, `fl_privtext.privacy.mechanisms.sphere`,
-``CapMechanism.secure_sign_vertex``) are other constructions than the float cap law: the input is rounded to a sign
-vertex s (independent coordinates, Pr[s_i = +1] = (1 + r_i) / 2, r the clipped input over C) and the integer draw
-X is conditioned on {sum X >= g}; the upload is C / m diag(s) X. Secure Duchi declares its law exactly, secure
+The secure cap samplers (``sampler = "secure"``: PrivUnitG and Duchi, `fl_privtext.privacy.mechanisms.privunitg`
+and `fl_privtext.privacy.mechanisms.privunit`, ``CapMechanism.secure_sign_vertex``) are other constructions than the
+float cap law: the input is rounded to a sign vertex s (independent coordinates, Pr[s_i = +1] = (1 + r_i) / 2, r the
+clipped input over C) and the integer draw X is conditioned on {sum X >= g}; the upload is C / m diag(s) X. Secure Duchi declares its law exactly, secure
 PrivUnitG by a stated normal approximation (``likelihood_exact: false``; `note` names it).
 """
 

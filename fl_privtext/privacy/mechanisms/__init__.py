@@ -2,8 +2,9 @@
 
 Layout: :mod:`.base` (the :class:`Mechanism` base class, its stages and the shared contract texts), one module per
 family (:mod:`.none`, :mod:`.bits` randomised response on bit encodings, :mod:`.laplace`, :mod:`.gaussian`,
-:mod:`.sphere`, :mod:`.metric_dp`), and :mod:`.samplers` (float and exact noise) that every family calls. Adding a
-mechanism is one new module and one line in ``MECHANISMS`` below: its class declares, beside the class, how it is
+:mod:`.sphere` the shared cap family with :mod:`.privunitg` and :mod:`.privunit`, :mod:`.metric_dp`), what the
+families' declarations share (:mod:`.noise_law`, :mod:`.likelihood`, :mod:`.audit_plan`), and :mod:`.samplers`
+(float and exact noise) that every family calls. Adding a mechanism is one new module and one line in ``MECHANISMS`` below: its class declares, beside the class, how it is
 built from the privacy config section (``section_params``), its noise law (``noise_law``), its likelihood
 (``log_likelihood``, ``likelihood_note``) and its audit plan (``audit_plan``), and the server, the attacks and the
 audit ask it (no list of mechanism types anywhere else). ``mechanism_from_section`` is the one construction path
@@ -43,7 +44,9 @@ from fl_privtext.privacy.mechanisms.laplace import (
 )
 from fl_privtext.privacy.mechanisms.metric_dp import MultivariateLaplace, Purkayastha
 from fl_privtext.privacy.mechanisms.none import NoPrivacy
-from fl_privtext.privacy.mechanisms.sphere import CapMechanism, Duchi, PrivUnit, PrivUnitG
+from fl_privtext.privacy.mechanisms.privunit import Duchi, PrivUnit
+from fl_privtext.privacy.mechanisms.privunitg import PrivUnitG
+from fl_privtext.privacy.mechanisms.sphere import CapMechanism
 
 _REGISTRY: dict[str, type[Mechanism]] = {
     cls.name: cls
