@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext.config import AUTO_PROJ_DIM, ExperimentConfig
-from fl_privtext.privacy import make_mechanism, mechanism_params
+from fl_privtext.privacy.mechanisms import mechanism_from_section
 from fl_privtext.privacy.projection import PublicProjection, fit_pca
 from fl_privtext.rng import generator
 
@@ -176,8 +176,6 @@ def resolved_signal(variances: np.ndarray, noise_trace: float, uploads: int) -> 
 def choose_proj_dim(public_x: np.ndarray, mechanism_at: Callable[[int], Any], uploads: int) -> AutoDim:
     """The k in {2, 4, 8, ..., d} whose mechanism ``mechanism_at(k)`` (the pca map to k dimensions fitted on
     ``public_x``, then the randomiser) has the most `resolved_signal` for ``uploads`` uploads (`auto_proj_dim`)."""
-    from fl_privtext.server.noise import noise_law  # torch: the server package loads its learners
-
     x = np.asarray(public_x, np.float32)
     dim = x.shape[1]
     ks = sorted({k for k in (2 ** np.arange(1, 12)).tolist() if k < dim} | {dim})
@@ -186,7 +184,7 @@ def choose_proj_dim(public_x: np.ndarray, mechanism_at: Callable[[int], Any], up
         mech = mechanism_at(k)
         m = np.asarray(mech.expected(x), np.float64)
         nu = np.linalg.eigvalsh(np.atleast_2d(np.cov(m.T)))
-        law = noise_law(mech, dim, m.mean(axis=0), generator(0, "public", "auto-proj-dim", k))
+        law = mech.noise_law(dim, m.mean(axis=0), generator(0, "public", "auto-proj-dim", k))  # its declared law
         scores[k] = resolved_signal(nu, float(law.variance.sum()), uploads)
     return AutoDim(max(ks, key=lambda k: (scores[k], -k)), scores, uploads)
 
@@ -197,9 +195,9 @@ def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
     For each candidate k the configured mechanism is built with the pca map to k dimensions fitted on the public
     rows; nu_1..nu_k are the variances (eigenvalues of the covariance) of the public rows' inputs to the randomiser,
     E[u | x] (projected, then mapped to the sphere or ball), N the trace of the mechanism's noise law at that width
-    (`fl_privtext.server.noise.noise_law`), n `expected_uploads`. The noise trace grows with k (for the sphere
-    mechanisms about linearly: the per-coordinate variance barely depends on k), the kept variance saturates: the
-    smaller epsilon or n, the smaller k. Public data, the mechanism and the public configuration only: the clients
+    (``Mechanism.noise_law``, the law the server's `fl_privtext.server.noise.noise_law` asks for), n
+    `expected_uploads`. The noise trace grows with k (for the sphere mechanisms about linearly: the per-coordinate
+    variance barely depends on k), the kept variance saturates: the smaller epsilon or n, the smaller k. Public data, the mechanism and the public configuration only: the clients
     and the server compute the same k, and no user's data shapes it. Measured against fixed k on blog
     (docs/results/frontier/discussion.md, 4d).
     """
@@ -211,8 +209,6 @@ def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
 
 
 def _mechanism_at(cfg: ExperimentConfig, dim: int, k: int) -> Any:
-    """The configured mechanism behind the public pca map to k dimensions (as the client builds it)."""
+    """The configured mechanism behind the public pca map to k dimensions (the client's construction path)."""
     fixed = replace(cfg, privacy=replace(cfg.privacy, proj_dim=k))
-    accepted = mechanism_params(cfg.privacy.mechanism)
-    params = {name: v for name, v in fixed.privacy.mechanism_params().items() if name in accepted}
-    return make_mechanism(cfg.privacy.mechanism, **params, dim=dim, projector=public_projection(fixed, dim))
+    return mechanism_from_section(fixed.privacy, dim, projector=public_projection(fixed, dim))

@@ -5,7 +5,7 @@ One module per attack, each reading only an :class:`AttackView` (observed traffi
 - :mod:`~fl_privtext.attacks.attribute`: attribute inference per upload and per user (MLP, logistic,
   mechanism-aware likelihood; chosen out of fold on aux users);
 - :mod:`~fl_privtext.attacks.reidentification` and :mod:`~fl_privtext.attacks.membership`: linkage with the
-  mechanism's exact likelihood (:mod:`~fl_privtext.attacks.likelihood`, a registry later mechanisms plug into);
+  mechanism's exact likelihood (:mod:`~fl_privtext.attacks.likelihood`, which each mechanism declares beside its class);
 - :mod:`~fl_privtext.attacks.inversion`: keyword inversion (Song & Raghunathan, CCS'20);
 - :mod:`~fl_privtext.attacks.ceilings`: what any attacker can reach under the true epsilon, and the alarm;
 - :mod:`~fl_privtext.attacks.evaluate`: the referee that builds the view, runs the attacks and scores them.
@@ -13,7 +13,6 @@ See docs/attacks.md.
 """
 
 from fl_privtext.attacks.evaluate import Truth, observe, run_attacks
-from fl_privtext.attacks.likelihood import register_log_likelihood
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 
 ENTRY_POINTS = (
@@ -25,5 +24,4 @@ ENTRY_POINTS = (
     "fl_privtext.attacks.inversion:invert",
 )
 
-__all__ = ["ENTRY_POINTS", "AttackView", "KnownAttribute", "Truth", "observe", "register_log_likelihood",
-           "run_attacks"]
+__all__ = ["ENTRY_POINTS", "AttackView", "KnownAttribute", "Truth", "observe", "run_attacks"]

@@ -33,7 +33,7 @@ import numpy as np
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import on_device_counts
-from fl_privtext.privacy import label_rr, make_mechanism, mechanism_params, word_dropout
+from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
 from fl_privtext.public import public_projection  # loads the public dataset when called: pca only
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
@@ -250,20 +250,12 @@ def same_uploads(a: dict[str, np.ndarray], b: dict[str, np.ndarray], chunk: int 
 
 
 def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
-    """The configured mechanism for inputs of width ``dim``, given only the parameters it accepts."""
-    name = cfg.privacy.mechanism
-    accepted = mechanism_params(name)
-    params = {k: v for k, v in cfg.privacy.mechanism_params().items() if k in accepted}
-    if "dim" in accepted:
-        params["dim"] = dim
-    if cfg.privacy.projection != "none":
-        if "projection" not in accepted:
-            raise ValueError(f"privacy.projection = {cfg.privacy.projection} is not supported by mechanism {name!r}; "
-                             "mechanisms that take it: privunitg, privunit, duchi, mvlaplace, purkayastha.")
-        if cfg.privacy.projection == "pca":
-            params["projector"] = public_projection(cfg, dim)
-            params["proj_dim"] = params["projector"].out_dim  # privacy.proj-dim = auto: the k it chose
-    return make_mechanism(name, **params)
+    """The configured mechanism for inputs of width ``dim``: `fl_privtext.privacy.mechanism_from_section` (the one
+    construction path), with the public pca map fitted here where ``privacy.projection = pca``."""
+    projector = None
+    if cfg.privacy.projection == "pca" and "projection" in mechanism_params(cfg.privacy.mechanism):
+        projector = public_projection(cfg, dim)
+    return mechanism_from_section(cfg.privacy, dim, projector=projector)
 
 
 def upload_rows(data: ClientData, client: int, rnd: int, cfg: ExperimentConfig) -> np.ndarray:

@@ -17,7 +17,16 @@ from fl_privtext.privacy.calibration import (
 from fl_privtext.privacy.dropout import amplified_epsilon, word_dropout
 from fl_privtext.privacy.encoding import decode, encode
 from fl_privtext.privacy.labels import label_rr, label_rr_report
-from fl_privtext.privacy.mechanisms import MECHANISMS, Mechanism, Release, make_mechanism, mechanism_params
+from fl_privtext.privacy.mechanisms import (
+    MECHANISMS,
+    Mechanism,
+    Release,
+    make_mechanism,
+    mechanism_from_section,
+    mechanism_params,
+    register_mechanism,
+    unregister_mechanism,
+)
 from fl_privtext.privacy.report import PrivacyReport
 from fl_privtext.privacy.stage import Stage
 
@@ -41,10 +50,13 @@ __all__ = [
     "label_rr",
     "label_rr_report",
     "make_mechanism",
+    "mechanism_from_section",
     "mechanism_params",
     "per_bit_epsilon",
     "per_bit_epsilon_terms",
     "plan_for",
+    "register_mechanism",
     "shuffle_guarantee",
+    "unregister_mechanism",
     "word_dropout",
 ]

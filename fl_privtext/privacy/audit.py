@@ -2,7 +2,8 @@
 
 Method (in the style of DP-Sniper and Jagielski et al. 2020):
 
-1. Choose a worst-case input pair (x0, x1) for the mechanism (see :func:`plan_for`).
+1. Choose a worst-case input pair (x0, x1) for the mechanism: each mechanism declares it with its statistics
+   (``Mechanism.audit_plan``; :func:`plan_for` asks for it).
 2. Draw N outputs for each input and reduce each output to scalar statistics: one per *component* (a coordinate or
    bit representing a class of identical, independent coordinates) and one for the whole vector (the
    log-likelihood ratio when it is known).
@@ -20,9 +21,9 @@ Method (in the style of DP-Sniper and Jagielski et al. 2020):
    while from x = +1 it is 0 or 1; the event {T = 0} then has probability 0 under x1 and not under x0, and the
    certified bound is limited only by the samples. Exact discrete noise on a grid (sampler="secure") passes.
    The sphere mechanisms get their own float-consistency statistic: PrivUnitG, whether a coordinate is a float32
-   product fl32(z * fl32(C/m)) (:func:`_privunitg_plan`); PrivUnit and Duchi, whether four coordinates share one
-   float32 additive offset (:func:`shared_offset_consistent`, :func:`_cap_plan`); Purkayastha, the same shared
-   offset (its upload has PrivUnit's structure; :func:`_metric_plan`); multivariate Laplace, the additive test above.
+   product fl32(z * fl32(C/m)) (``PrivUnitG.audit_plan``); PrivUnit and Duchi, whether four coordinates share one
+   float32 additive offset (:func:`shared_offset_consistent`, ``CapMechanism.audit_plan``); Purkayastha, the same shared
+   offset (its upload has PrivUnit's structure; ``Purkayastha.audit_plan``); multivariate Laplace, the additive test above.
    Secure PrivUnitG and Duchi pass; PrivUnit, Purkayastha and multivariate Laplace have no secure variant.
 
 Verdict: "violation" when the lower bound exceeds the claimed epsilon (plus 1e-9 relative tolerance), else "pass".
@@ -33,25 +34,25 @@ ln(0.8 N / ln(1/alpha')) (alpha' the per-bound level), e.g. ~11 for N = 1e6: cho
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from fl_privtext.privacy.mechanisms import (
-    BitMechanism,
-    Gaussian,
-    LaplaceBox,
-    LaplaceDPNR,
-    LaplaceDPNRCode,
-    LaplaceL1,
-    Mechanism,
-    NoPrivacy,
+from fl_privtext.privacy.mechanisms import Mechanism
+from fl_privtext.privacy.mechanisms.audit_plan import (
+    AuditPlan,
+    Component,
+    float32_consistent,
+    float32_product_image,
+    low_bit_component,
+    shared_offset_consistent,
 )
-from fl_privtext.privacy.mechanisms.metric_dp import MultivariateLaplace, Purkayastha
-from fl_privtext.privacy.mechanisms.sphere import CapMechanism, PrivUnitG
 from fl_privtext.privacy.report import json_number, json_safe
+
+__all__ = ["AuditPlan", "AuditResult", "Component", "ComponentResult", "EventBound", "audit_mechanism", "cp_lower",
+           "cp_upper", "default_samples", "event_lower_bound", "float32_consistent", "float32_product_image",
+           "low_bit_component", "plan_for", "shared_offset_consistent"]
 
 HOLDOUT = 0.2
 N_THRESHOLDS = 200
@@ -150,368 +151,18 @@ def event_lower_bound(s0: np.ndarray, s1: np.ndarray, *, alpha: float, delta: fl
 
 
 # ------------------------------------------------------------------------------------------------- plans
-@dataclass(frozen=True)
-class Component:
-    """A scalar statistic of the output standing for ``multiplicity`` identical independent copies."""
-
-    label: str
-    multiplicity: int
-    statistic: Callable[[np.ndarray], np.ndarray]  # (n, output_dim) -> (n,)
-
-
-@dataclass(frozen=True)
-class AuditPlan:
-    """Worst-case pair, how to sample the mechanism on it, and which statistics to audit."""
-
-    x0: np.ndarray  # (input_dim,)
-    x1: np.ndarray
-    sample: Callable[[np.ndarray, np.random.Generator], np.ndarray]  # (n, input_dim) -> (n, output_dim)
-    output_dim: int
-    components: tuple[Component, ...]
-    whole: Component | None
-    pair: str
-    delta: float = 0.0
-    extra: tuple[Component, ...] = ()  # further gross-violation detectors (not composed), e.g. the low-bit test
-
-
-def _column(j: int) -> Callable[[np.ndarray], np.ndarray]:
-    return lambda y: y[:, j]
-
-
-def float32_consistent(y: np.ndarray, x: float) -> np.ndarray:
-    """(n,) bool: whether float32 value y can be fl32(x + n) for some float32 n (float32 addition rounds exactly).
-
-    The candidate n is the float32 nearest to y - x (in float64) and its two neighbours: any n outside them gives
-    x + n at least one ulp of y away."""
-    y32 = np.asarray(y, dtype=np.float32)
-    x32 = np.float32(x)
-    n0 = (y32.astype(np.float64) - np.float64(x32)).astype(np.float32)
-    out = np.zeros(y32.shape, dtype=bool)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for n in (n0, np.nextafter(n0, np.float32(np.inf)), np.nextafter(n0, np.float32(-np.inf))):
-            out |= (x32 + n) == y32
-    return out
-
-
-def low_bit_component(x1: np.ndarray, j: int = 0) -> Component:
-    """The low-bit distinguisher on coordinate ``j`` (module docstring, step 5)."""
-    return Component(f"low bits of coordinate {j} (float32 consistency with x1)", 1,
-                     lambda y: float32_consistent(y[:, j], float(x1[j])).astype(np.float64))
-
-
-def _laplace_llr(x0: np.ndarray, x1: np.ndarray, scale: float) -> Callable[[np.ndarray], np.ndarray]:
-    # ln p(y|x0) - ln p(y|x1) for i.i.d. Laplace(scale) noise, over the coordinates where the pair differs.
-    # float64 (exact for float32 y near the pair) and rounded to 1e-9: otherwise float32 rounding of |y - x|
-    # differs between the two inputs and the audit certifies the floating-point artefact (Mironov 2012)
-    # instead of the mechanism's calibration.
-    diff = np.flatnonzero(x0 != x1)
-    a, b = x0[diff].astype(np.float64), x1[diff].astype(np.float64)
-
-    def llr(y: np.ndarray) -> np.ndarray:
-        z = y[:, diff].astype(np.float64)
-        return np.round((np.abs(z - b) - np.abs(z - a)).sum(axis=1) / scale, 9)
-
-    return llr
-
-
-def _bit_plan(mech: BitMechanism) -> AuditPlan:
-    p, q = mech.bit_probabilities()
-    d = p.size
-    pq = np.stack([p, q], axis=1)
-    classes, first, counts = np.unique(pq, axis=0, return_index=True, return_counts=True)
-    comps = tuple(Component(f"bit {int(j)} (p={c[0]:.6g}, q={c[1]:.6g})", int(m), _column(int(j)))
-                  for c, j, m in zip(classes, first, counts, strict=True))
-    with np.errstate(divide="ignore"):
-        w1 = np.nan_to_num(np.log(p) - np.log(q), posinf=1e6, neginf=-1e6)
-        w0 = np.nan_to_num(np.log1p(-p) - np.log1p(-q), posinf=1e6, neginf=-1e6)
-    slope, offset = w1 - w0, float(w0.sum())
-    whole = Component("whole vector log-likelihood ratio", 1, lambda y: np.round(y @ slope + offset, 9))
-    return AuditPlan(np.ones(d, dtype=np.uint8), np.zeros(d, dtype=np.uint8),
-                     lambda c, rng: mech.randomise(c, rng).values, d, comps, whole,
-                     f"codes all-ones vs all-zeros ({d} bits; randomiser stage, the domain of the claim)")
-
-
-def _laplace_plan(mech: LaplaceDPNR | LaplaceL1 | LaplaceBox | LaplaceDPNRCode, default_dim: int) -> AuditPlan:
-    k = int(mech.dim) if mech.dim is not None else default_dim
-    if isinstance(mech, LaplaceL1):
-        x0 = np.zeros(k)
-        x0[0] = mech.clip_norm
-        x1 = -x0
-        comps = (Component("coordinate 0", 1, _column(0)),)
-        return AuditPlan(x0, x1, mech.privatize, k, comps, None,
-                         "C*e_1 vs -C*e_1 (differ in one coordinate, so this is also the whole-vector audit)",
-                         extra=(low_bit_component(x1),))
-    if isinstance(mech, LaplaceBox):
-        x0, x1 = np.full(k, mech.low), np.full(k, mech.high)
-        comps = (Component("coordinate 0", k, _column(0)),)
-        return AuditPlan(x0, x1, mech.privatize, k, comps,
-                         Component("whole vector log-likelihood ratio", 1, _laplace_llr(x0, x1, mech.noise_scale)),
-                         "low*1 vs high*1 (opposite corners of the box)", extra=(low_bit_component(x1),))
-    x0 = np.ones(k)
-    x0[0] = 0.0
-    x1 = 1.0 - x0
-    pair = "(0,1,...,1) vs (1,0,...,0) (opposite min-max vectors)"
-    if isinstance(mech, LaplaceDPNRCode):
-        whole = Component("y[1] - y[0] (the shared noise cancels)", 1, lambda y: y[:, 1] - y[:, 0])
-        return AuditPlan(x0, x1, mech.privatize, k, (), whole, pair)
-    pair_comps = (Component("coordinate 0", 1, _column(0)), Component("coordinate 1", k - 1, _column(1)))
-    whole = Component("whole vector log-likelihood ratio", 1, _laplace_llr(x0, x1, mech.noise_scale))
-    return AuditPlan(x0, x1, mech.privatize, k, pair_comps, whole, pair, extra=(low_bit_component(x1),))
-
-
-SHARED_BLOCK = 4  # x1 = C (1/2, 1/2, 1/2, 1/2, 0, ...): a unit vector with equal float32 entries on 4 coordinates
-OFFSET_SLACK = 32.0  # error bound of the block mean, in units of 2^-23 (float32 rounding) times the magnitudes
-
-
-def shared_offset_consistent(y: np.ndarray, block: int = SHARED_BLOCK) -> np.ndarray:
-    """(n,) bool: whether y[:, :block] can be fl32(A_j + b) for float32 A_j and ONE float32 b (see _cap_plan).
-
-    b is estimated by the block mean b_hat; beta = |b_hat| - err is a certain lower bound on |b| (err: 32 x 2^-23
-    times the magnitudes, several times the float32 roundings of y_j, A_j and of the orthogonal-noise projection).
-    A coordinate with |y_i| <= beta/4 then satisfies |A_i| in (|b|/2, 2|b|), so y_i = A_i + b exactly (Sterbenz)
-    and y_i is a multiple of ulp(|b|/2) >= g = 2^(floor(log2(beta/2)) - 23). False (inconsistent) when such a
-    coordinate lies off the grid g: impossible under a shared additive float32 offset.
-    """
-    yb = np.asarray(y[:, :block], dtype=np.float32).astype(np.float64)
-    b_hat = yb.sum(axis=1) / block
-    err = 2.0 ** -23 * OFFSET_SLACK * (np.abs(yb).sum(axis=1) + block * np.abs(b_hat)) / block
-    beta = np.abs(b_hat) - err
-    ok = beta > 2.0 ** -120  # normal float32 range: the ulp formula holds
-    g = np.exp2(np.floor(np.log2(np.where(ok, beta / 2.0, 1.0))) - 23.0)
-    small = (np.abs(yb) <= (beta / 4.0)[:, None]) & ok[:, None]
-    ratio = yb / g[:, None]  # exact: g is a power of two
-    return ~(small & (np.floor(ratio) != ratio)).any(axis=1)
-
-
-def _secure_duchi_llr(mech: CapMechanism, k: int) -> Callable[[np.ndarray], np.ndarray]:
-    # Secure duchi, pair -C e_1 vs C (1/2,1/2,1/2,1/2,0,...): P(Y | x) = sum over the block's sign vertex s_b of
-    # P(s_b | x) 2^-k (p/q or (1-p)/(1-q) as <Y, s> >= 1), and <Y, s> = <a, s_b> + B with a the block's signs of Y
-    # and B a sum of k - 4 uniform signs (the other vertex coordinates are uniform from both inputs), so the ratio
-    # is a function of a: 16 values, computed exactly.
-    from itertools import product
-
-    from scipy import stats
-
-    cal = mech.calibration
-    rest = k - SHARED_BLOCK
-    inside, outside = cal.p / cal.q, (1.0 - cal.p) / (1.0 - cal.q)
-
-    def tail(t: int) -> float:  # Pr[B >= t], B = 2J - rest, J ~ Binomial(rest, 1/2)
-        return float(stats.binom.sf(math.ceil((t + rest) / 2) - 1, rest, 0.5)) if rest > 0 else float(t <= 0)
-
-    vertices = [np.array(v) for v in product((-1, 1), repeat=SHARED_BLOCK)]
-
-    def lik(a: np.ndarray, plus: tuple[float, ...]) -> float:
-        total = 0.0
-        for sb in vertices:
-            w = float(np.prod([pp if sj > 0 else 1.0 - pp for pp, sj in zip(plus, sb, strict=True)]))
-            c = tail(1 - int(a @ sb))
-            total += w * (inside * c + outside * (1.0 - c))
-        return total
-
-    table = np.array([math.log(lik(a, (0.0, 0.5, 0.5, 0.5))) - math.log(lik(a, (0.75,) * SHARED_BLOCK))
-                      for a in vertices])
-    weights = 1 << np.arange(SHARED_BLOCK)[::-1]  # the index of a in `vertices` (+1 -> bit 1, first = highest)
-
-    def llr(y: np.ndarray) -> np.ndarray:
-        return np.round(table[(y[:, :SHARED_BLOCK] > 0).astype(np.int64) @ weights], 9)
-
-    return llr
-
-
-def _cap_plan(mech: CapMechanism) -> AuditPlan:
-    # PrivUnit and Duchi (float): pair x0 = -C e_1, x1 = C (1/2, 1/2, 1/2, 1/2, 0, ...) (k >= 4; else antipodal).
-    # The likelihood ratio of two inputs depends only on which caps contain the output:
-    # eps * (1[<y, u0> >= tau] - 1[<y, u1> >= tau]), tau = C/m * threshold (the cap boundary in output units).
-    # Low-bit distinguisher (float sampler): the upload is fl32(f (Z - <Z,u> u)) + fl32(u_j * fl32(C/m W)) with a
-    # per-row float32 factor f; for u1 the four block coordinates get the SAME float32 offset b = fl32(C/(2m) W),
-    # so every block coordinate that nearly cancels b is exactly A_i + b and lies on b's coarser grid, whereas from
-    # x0 they are plain products fl32(f Z_j) with free low bits (:func:`shared_offset_consistent`: probability 1
-    # from x1, ~0.82 from x0 at k = 16). No known constant enters, so the per-row renormalisation f, which hides
-    # the single-coordinate product test of PrivUnitG, does not help. Secure Duchi (the sign-vector grid) passes:
-    # its coordinates are +-fl32(C/m). Audited on the randomiser's domain (a projection is public pre-processing).
-    k = mech.work_dim
-    x0 = np.zeros(k)
-    x0[0] = -mech.clip_norm
-    # float32 inputs, as the pipeline's normalise stage hands them over (a float64 batch would make u float64 and
-    # the offset b a float64 that no float32 grid holds, which is not what a client computes)
-    sample = lambda c, rng: mech.randomise(np.asarray(c, dtype=np.float32), rng).values
-    extra: tuple[Component, ...] = ()
-    if k < SHARED_BLOCK:
-        x1 = -x0
-        pair = (f"C*e_1 vs -C*e_1 on the sphere of radius C in {k} dimensions (randomiser stage; no low-bit "
-                "detector below 4 dimensions)")
-    else:
-        x1 = np.zeros(k)
-        x1[:SHARED_BLOCK] = 0.5 * mech.clip_norm
-        low = Component("shared float32 offset of coordinates 0-3 (consistency with x1)", 1,
-                        lambda y: shared_offset_consistent(y).astype(np.float64))
-        extra = (low,)
-        pair = (f"-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) on the sphere of radius C in {k} dimensions "
-                "(randomiser stage)")
-    if getattr(mech, "sampler", "float") == "secure":
-        # secure duchi: the law of the output depends on the inputs only through the sign vertex; coordinate 0 is
-        # sufficient for the antipodal pair, the exact log-likelihood ratio of the block's signs for the block pair
-        comp = Component("coordinate 0", 1, _column(0)) if k < SHARED_BLOCK else \
-            Component("exact log-likelihood ratio of the signs of coordinates 0-3", 1, _secure_duchi_llr(mech, k))
-        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
-    u0, u1 = x0 / mech.clip_norm, x1 / mech.clip_norm
-    tau = mech.clip_norm / mech.calibration.m * mech.calibration.threshold
-
-    def indicator(y: np.ndarray) -> np.ndarray:
-        z = y.astype(np.float64)
-        return (z @ u0 >= tau).astype(np.float64) - (z @ u1 >= tau).astype(np.float64)
-
-    comp = Component(f"likelihood-ratio class 1[<y,u0> >= {tau:.6g}] - 1[<y,u1> >= {tau:.6g}] (full dimension {k})",
-                     1, indicator)
-    return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=extra)
-
-
-def float32_product_image(y: np.ndarray, scale: float) -> np.ndarray:
-    """(n,) bool: whether float32 y equals fl32(z * fl32(scale)) for some float32 z (float32 products round exactly).
-
-    Candidates: the float32 nearest to y / scale and its two neighbours (any other z is an ulp or more away)."""
-    y32 = np.asarray(y, dtype=np.float32)
-    s32 = np.float32(scale)
-    z0 = (y32.astype(np.float64) / np.float64(s32)).astype(np.float32)
-    out = np.zeros(y32.shape, dtype=bool)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for z in (z0, np.nextafter(z0, np.float32(np.inf)), np.nextafter(z0, np.float32(-np.inf))):
-            out |= (z * s32) == y32
-    return out
-
-
-def _privunitg_plan(mech: PrivUnitG) -> AuditPlan:
-    # Orthogonal pair x0 = C e_1, x1 = C e_2. The likelihood ratio depends only on the caps containing y:
-    # eps * (1[y_0 >= tau] - 1[y_1 >= tau]) for the float mechanism (tau = C/m * threshold in output units).
-    # Low-bit distinguisher (float sampler): from x0, y_1 = fl32(Z_1) * fl32(C/m) exactly (a float32 product;
-    # nothing is added to coordinate 1), while from x1, y_1 = fl32(Z_1 s) + fl32((W - Z_1) s), which misses
-    # the image of z -> fl32(z s) with positive probability when s is not a power of two. The secure variant
-    # (exact construction on a grid, then deterministic float rounding) passes any statistic.
-    k = mech.work_dim
-    x0, x1 = np.zeros(k), np.zeros(k)
-    x0[0] = x1[1] = mech.clip_norm
-    scale = mech.clip_norm / mech.calibration.m
-    pair = f"C*e_1 vs C*e_2 (orthogonal) in {k} dimensions (randomiser stage)"
-    low = Component("low bits of coordinate 1 (a float32 product fl32(z * C/m), as from x0)", 1,
-                    lambda y: float32_product_image(y[:, 1], scale).astype(np.float64))
-    sample = lambda c, rng: mech.randomise(c, rng).values
-    if mech.sampler == "secure":
-        # the vertex rounding mixes the inputs; y_0's sign carries the signal of coordinate 0
-        comp = Component("coordinate 0", 1, _column(0))
-        return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=(low,))
-    tau = scale * mech.calibration.threshold
-
-    def indicator(y: np.ndarray) -> np.ndarray:
-        return (y[:, 0].astype(np.float64) >= tau).astype(np.float64) - (y[:, 1].astype(np.float64) >= tau)
-
-    comp = Component(f"likelihood-ratio class 1[y_0 >= {tau:.6g}] - 1[y_1 >= {tau:.6g}] (full dimension {k})",
-                     1, indicator)
-    return AuditPlan(x0, x1, sample, k, (comp,), None, pair, extra=(low,))
-
-
-def _angle_to(y: np.ndarray, u: np.ndarray) -> np.ndarray:
-    # (n,) float64 angle between the rows of y and the unit vector u (arctan2 of the orthogonal and parallel parts:
-    # accurate near 0 and pi, where arccos of the cosine is not)
-    z = y.astype(np.float64)
-    par = z @ u
-    rest = z - par[:, None] * u
-    return np.arctan2(np.sqrt(np.einsum("ij,ij->i", rest, rest)), par)
-
-
-def _metric_plan(mech: MultivariateLaplace | Purkayastha) -> AuditPlan:
-    # mvlaplace: antipodal inputs; the statistic is the exact log-likelihood ratio (float64, rounded to 1e-9), and the
-    # low-bit distinguisher of additive float32 noise (y = fl32(x + n)) on coordinate 0, as for Laplace.
-    # purkayastha: the exact log-likelihood ratio eps (angle(y, u1) - angle(y, u0)) for the pair below.
-    # Low-bit distinguisher (float sampler, k >= 4): the upload is fl32(f fl32(V - <V,u> u)) + fl32(fl32(C cos T) u_j)
-    # with a per-row float32 factor f, the structure of the float PrivUnit; for u1 = (1/2, 1/2, 1/2, 1/2, 0, ...) the
-    # four block coordinates get the SAME float32 offset b = fl32(C cos T) / 2 (a halving is exact), so the shared-
-    # offset statistic of _cap_plan (:func:`shared_offset_consistent`) never fails from x1, and fails for 19-46% of
-    # the rows from x0 = -C e_1 (free products fl32(f V_j); measured at eps 0.1-20, k 4-384). The antipodal pair
-    # +-C e_1 has no such artefact: its two output laws are exact mirror images in coordinate 0, float rounding
-    # included, so it is kept only below 4 dimensions (where the pair is also the tightest for the calibration:
-    # its ratio reaches pi eps, the block pair's 2 pi eps / 3). Audited on the randomiser's domain, float32 inputs
-    # as the normalise stage hands them over.
-    k = mech.work_dim
-    x0 = np.zeros(k)
-    x0[0] = mech.clip_norm
-    c, eps = mech.clip_norm, mech.epsilon
-    antipodal = f"C*e_1 vs -C*e_1 (antipodal, the diameter of the domain) in {k} dimensions (randomiser stage)"
-    if isinstance(mech, MultivariateLaplace):
-        def llr(y: np.ndarray) -> np.ndarray:
-            y = y.astype(np.float64)
-            rest = np.einsum("ij,ij->i", y[:, 1:], y[:, 1:])
-            return np.round(eps * (np.sqrt((y[:, 0] + c) ** 2 + rest) - np.sqrt((y[:, 0] - c) ** 2 + rest)), 9)
-        label = "whole vector log-likelihood ratio eps (||y - x1|| - ||y - x0||)"
-        return AuditPlan(x0, -x0, lambda z, rng: mech.randomise(z, rng).values, k, (), Component(label, 1, llr),
-                         antipodal, extra=(low_bit_component(-x0),))
-    extra: tuple[Component, ...] = ()
-    if k < SHARED_BLOCK:
-        x1, pair = -x0, f"{antipodal[:-1]}; no low-bit detector below 4 dimensions)"
-    else:
-        x0, x1 = -x0, np.zeros(k)
-        x1[:SHARED_BLOCK] = 0.5 * c
-        extra = (Component("shared float32 offset of coordinates 0-3 (consistency with x1)", 1,
-                           lambda y: shared_offset_consistent(y).astype(np.float64)),)
-        pair = (f"-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) (angle 2 pi/3) on the sphere of radius C in {k} dimensions "
-                "(randomiser stage)")
-    u0, u1 = x0 / c, x1 / c
-
-    def angle_llr(y: np.ndarray) -> np.ndarray:
-        return np.round(eps * (_angle_to(y, u1) - _angle_to(y, u0)), 9)  # ln p(y | x0) - ln p(y | x1)
-
-    return AuditPlan(x0, x1, lambda z, rng: mech.randomise(np.asarray(z, dtype=np.float32), rng).values, k, (),
-                     Component("whole vector log-likelihood ratio eps (angle(y, x1) - angle(y, x0))", 1, angle_llr),
-                     pair, extra=extra)
-
-
 def plan_for(mech: Mechanism, *, default_dim: int = 4) -> AuditPlan:
-    """Worst-case pair and statistics for ``mech`` (``default_dim`` is used when the mechanism has dim=None).
+    """Worst-case pair and statistics for ``mech``: what the mechanism declares (``Mechanism.audit_plan``; each
+    class's docstring says its pair and statistics). ``default_dim`` is used when the mechanism has dim=None.
 
-    - bit mechanisms (ome, sue, oue, bitrr): the randomiser on codes all-ones vs all-zeros; one component per
-      distinct (p_j, q_j) class (OME: even and odd bits), events {bit = 1} / {bit = 0}; whole-vector LLR.
-    - laplace-l1, gaussian: C*e_1 vs -C*e_1, coordinate 0.
-    - laplace-dpnr: (0,1,...,1) vs (1,0,...,0); coordinate 0 (x1) and coordinate 1 (x k-1); whole-vector LLR.
-    - laplace-dpnr-code: the same pair; statistic y[1] - y[0], which equals the input's difference exactly.
-    - laplace-box: low*1 vs high*1; coordinate 0 (x k); whole-vector LLR.
-    - none: 0 vs e_1, coordinate 0.
-    - privunit, duchi: -C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) at full (working) dimension (k >= 4; antipodal and no
-      low-bit detector below); the exact likelihood-ratio class 1[<y,u0> >= tau] - 1[<y,u1> >= tau] (the ratio is
-      e^eps, 1 or e^-eps; for secure duchi the exact log-likelihood ratio of the signs of coordinates 0-3),
-      plus the low-bit distinguisher: the shared float32 offset of coordinates 0-3 (see _cap_plan and
-      shared_offset_consistent).
-    - privunitg: C*e_1 vs C*e_2; the likelihood-ratio class 1[y_0 >= tau] - 1[y_1 >= tau] (float) or coordinate 0
-      (secure), plus the low-bit distinguisher on coordinate 1 (float32 product image; see _privunitg_plan).
-    - mvlaplace: C*e_1 vs -C*e_1; purkayastha: -C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) (k >= 4; antipodal below).
-      The exact whole-vector log-likelihood ratio. Their published claim is per unit distance, so the default
-      audit (against the nominal epsilon) finds a violation; audit against
-      ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value. Both also get a low-bit distinguisher:
-      mvlaplace the additive float32 one on coordinate 0, purkayastha the shared float32 offset of coordinates
-      0-3 (see _metric_plan); ``low_bits=False`` audits the calibration alone.
+    In short: bit mechanisms, the randomiser on codes all-ones vs all-zeros, one component per (p_j, q_j) class;
+    laplace-l1 and gaussian, C*e_1 vs -C*e_1; laplace-dpnr(-code), (0,1,...,1) vs (1,0,...,0); laplace-box, low*1
+    vs high*1; none, 0 vs e_1; privunit and duchi, -C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...); privunitg, C*e_1 vs C*e_2;
+    mvlaplace, C*e_1 vs -C*e_1; purkayastha, as privunit. Mvlaplace's and purkayastha's published claim is per unit
+    distance, so the default audit (against the nominal epsilon) finds a violation; audit against
+    ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value; ``low_bits=False`` audits the calibration alone.
     """
-    if isinstance(mech, BitMechanism):
-        return _bit_plan(mech)
-    if isinstance(mech, (LaplaceDPNR, LaplaceL1, LaplaceBox, LaplaceDPNRCode)):
-        return _laplace_plan(mech, default_dim)
-    if isinstance(mech, PrivUnitG):
-        return _privunitg_plan(mech)
-    if isinstance(mech, CapMechanism):
-        return _cap_plan(mech)
-    if isinstance(mech, (MultivariateLaplace, Purkayastha)):
-        return _metric_plan(mech)
-    k = int(mech.dim) if mech.dim is not None else default_dim
-    x0 = np.zeros(k)
-    if isinstance(mech, Gaussian):
-        x0[0] = mech.clip_norm
-        return AuditPlan(x0, -x0, mech.privatize, k, (Component("coordinate 0", 1, _column(0)),), None,
-                         "C*e_1 vs -C*e_1 (differ in one coordinate)", delta=mech.delta,
-                         extra=(low_bit_component(-x0),))
-    if isinstance(mech, NoPrivacy):
-        x1 = x0.copy()
-        x1[0] = 1.0
-        return AuditPlan(x0, x1, mech.privatize, k, (Component("coordinate 0", 1, _column(0)),), None,
-                         "0 vs e_1")
-    raise ValueError(f"No audit plan for mechanism type {type(mech).__name__}.")
+    return mech.audit_plan(default_dim)
 
 
 # ------------------------------------------------------------------------------------------------- audit

@@ -72,7 +72,7 @@ def gaussian_epsilon(std: float, l2_sensitivity: float, delta: float, dim: int) 
     return float(eps)
 
 
-def _smallest_noise(epsilon_of: Any, target: float, start: float) -> float:
+def smallest_noise(epsilon_of: Any, target: float, start: float) -> float:
     """Smallest noise s (relative precision 1e-12) with epsilon_of(s) <= target; epsilon_of is decreasing in s."""
     lo, hi = start, start
     while epsilon_of(hi) > target:
@@ -93,7 +93,7 @@ def _smallest_noise(epsilon_of: Any, target: float, start: float) -> float:
 @functools.lru_cache(maxsize=256)
 def calibrate_gaussian(epsilon: float, delta: float, l2_sensitivity: float, dim: int, start: float) -> float:
     """Smallest Gaussian sigma whose OpenDP-mapped (epsilon, delta) at ``l2_sensitivity`` meets the target."""
-    return _smallest_noise(lambda s: gaussian_epsilon(s, l2_sensitivity, delta, dim), epsilon, start)
+    return smallest_noise(lambda s: gaussian_epsilon(s, l2_sensitivity, delta, dim), epsilon, start)
 
 
 def _sample(make: Any, noise: float, values: np.ndarray) -> np.ndarray:

@@ -65,7 +65,7 @@ class HalfNoiseLaplace(LaplaceL1):
     name: ClassVar[str] = "half-noise"
 
 
-def test_a_new_mechanism_plugs_in_a_likelihood_or_falls_back_to_nearest_neighbour():
+def test_a_new_mechanism_declares_a_likelihood_or_falls_back_to_nearest_neighbour():
     mech = HalfNoiseLaplace(epsilon=1.0, sampler="float")
     assert likelihood.lookup(mech)[1]  # inherits the Laplace likelihood through the class hierarchy
 
@@ -73,18 +73,17 @@ def test_a_new_mechanism_plugs_in_a_likelihood_or_falls_back_to_nearest_neighbou
         dim = None
 
     assert likelihood.lookup(Opaque())[1] is False
-    calls = []
+    assert "nearest-neighbour" in likelihood.note(Opaque())
 
-    @likelihood.register_log_likelihood(Opaque)
-    def _ll(m, y, c):
-        calls.append(1)
-        return -np.abs(y[:, None, :] - c[None]).sum(axis=2)
+    @dataclass(frozen=True, kw_only=True)
+    class Declared(LaplaceL1):
+        name: ClassVar[str] = "declared"
 
-    try:
-        fn, exact = likelihood.lookup(Opaque())
-        assert exact and fn is _ll
-    finally:
-        likelihood._REGISTRY.pop(Opaque)
+        def log_likelihood(self, uploads, codes):
+            return -np.abs(uploads[:, None, :] - codes[None]).sum(axis=2)
+
+    fn, exact = likelihood.lookup(Declared(epsilon=1.0, sampler="float"))
+    assert exact and fn is Declared.log_likelihood
 
 
 # ---- the mechanisms whose law is on the sphere or radial (cap family, mvlaplace, purkayastha) ----------------

@@ -8,15 +8,12 @@ import pytest
 from scipy import integrate, special, stats
 
 from fl_privtext.privacy import audit_mechanism, make_mechanism
+from fl_privtext.privacy.mechanisms.privunit import PrivUnit, duchi_calibration, privunit_calibration
+from fl_privtext.privacy.mechanisms.privunitg import PrivUnitG, privunitg_calibration
 from fl_privtext.privacy.mechanisms.sphere import (
     CapCalibration,
-    PrivUnit,
-    PrivUnitG,
     cap_inner_products,
     cap_threshold,
-    duchi_calibration,
-    privunit_calibration,
-    privunitg_calibration,
     to_sphere,
     truncated_normal,
 )

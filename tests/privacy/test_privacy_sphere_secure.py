@@ -9,13 +9,8 @@ from scipy import special, stats
 
 from fl_privtext.privacy import audit_mechanism, exact, make_mechanism
 from fl_privtext.privacy.commands import audit as cli_audit
-from fl_privtext.privacy.mechanisms.sphere import (
-    SECURE_SCALE,
-    TWO53,
-    sample_secure_caps,
-    secure_cap_probability,
-    secure_privunitg_calibration,
-)
+from fl_privtext.privacy.mechanisms.privunitg import secure_cap_probability, secure_privunitg_calibration
+from fl_privtext.privacy.mechanisms.sphere import SECURE_SCALE, TWO53, sample_secure_caps
 from tests.samplers import float_mechanism
 
 ALPHA = 1e-6
@@ -193,7 +188,7 @@ def test_sign_vertex_is_unbiased():
 # ------------------------------------------------------------------------------------ secure Duchi (sign cube)
 @pytest.mark.parametrize(("eps", "k"), [(1.0, 3), (1.0, 4), (2.5, 7), (0.5, 16), (1.0, 384)])
 def test_secure_duchi_calibration_is_the_exact_binomial_tail(eps, k):
-    from fl_privtext.privacy.mechanisms.sphere import secure_duchi_calibration
+    from fl_privtext.privacy.mechanisms.privunit import secure_duchi_calibration
 
     cal = secure_duchi_calibration(eps, k)
     j = np.arange(k + 1)
@@ -209,7 +204,7 @@ def test_secure_duchi_calibration_is_the_exact_binomial_tail(eps, k):
 
 
 def test_secure_duchi_sampler_matches_the_exact_pmf_and_a_wrong_pmf_is_rejected():
-    from fl_privtext.privacy.mechanisms.sphere import SignDraws, secure_duchi_calibration
+    from fl_privtext.privacy.mechanisms.privunit import SignDraws, secure_duchi_calibration
 
     k, n = 4, 400_000
     cal = secure_duchi_calibration(1.0, k)

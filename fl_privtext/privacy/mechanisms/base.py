@@ -24,6 +24,9 @@ import numpy as np
 
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.dropout import PRECONDITIONS, amplified_epsilon
+from fl_privtext.privacy.mechanisms.audit_plan import AuditPlan
+from fl_privtext.privacy.mechanisms.likelihood import NEAREST_NOTE, nearest
+from fl_privtext.privacy.mechanisms.noise_law import NoiseLaw, moments_law, monte_carlo_law
 from fl_privtext.privacy.report import PrivacyReport
 from fl_privtext.privacy.stage import Stage
 
@@ -58,7 +61,7 @@ CALIBRATIONS = ("paper", "textbook")
 
 
 # ---------------------------------------------------------------------------------------------------- validation
-def _positive(name: str, value: Any) -> float:
+def check_positive(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}.")  # noqa: TRY004
     v = float(value)
@@ -67,21 +70,21 @@ def _positive(name: str, value: Any) -> float:
     return v
 
 
-def _real(name: str, value: Any) -> float:
+def check_real(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not math.isfinite(float(value)):
         raise ValueError(f"{name} must be a finite number, got {value!r}.")
     return float(value)
 
 
-def _open_unit(name: str, value: Any) -> float:
+def check_open_unit(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
             or not 0.0 < float(value) < 1.0:
         raise ValueError(f"{name} must be in the open interval (0, 1), got {value!r}.")
     return float(value)
 
 
-def _dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
+def check_dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < min_dim:
@@ -90,17 +93,17 @@ def _dim(value: Any, min_dim: int, *, optional: bool) -> int | None:
     return int(value)
 
 
-def _set(obj: object, name: str, value: Any) -> None:
+def set_field(obj: object, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)  # normalise a validated field of a frozen dataclass
 
 
-def _sampler(value: Any) -> str:
+def check_sampler(value: Any) -> str:
     if value not in SAMPLERS:
         raise ValueError(f"sampler must be one of {', '.join(map(repr, SAMPLERS))}, got {value!r}.")
     return str(value)
 
 
-def _expit(a: float) -> float:
+def expit(a: float) -> float:
     """1 / (1 + e^-a) without overflow for any finite a."""
     if a >= 0:
         return 1.0 / (1.0 + math.exp(-a))
@@ -159,7 +162,7 @@ class Mechanism(ABC):
         if isinstance(self.mu, bool) or not isinstance(self.mu, (int, float, np.integer, np.floating)) \
                 or not 0.0 <= float(self.mu) <= 1.0:
             raise ValueError(f"mu (word dropout rate) must be a number in [0, 1], got {self.mu!r}.")
-        _set(self, "mu", float(self.mu))
+        set_field(self, "mu", float(self.mu))
 
     # -- parameters --------------------------------------------------------------------------------------------
     @classmethod
@@ -227,6 +230,56 @@ class Mechanism(ABC):
         """Exact second moments of the noise (`NoiseMoments`), or None where no closed form is given (the server
         then estimates them by Monte Carlo)."""
         return None
+
+    # -- declarations: what the rest of the package asks the mechanism --------------------------------------------
+    @classmethod
+    def section_params(cls, section: Any, *, dim: int, projector: Any = None) -> dict[str, Any]:
+        """How this mechanism is built from the privacy config section: the keyword parameters to construct it.
+
+        ``section`` is duck-typed (privacy/ never imports the config): its ``mechanism_params()`` gives every
+        mechanism parameter by python name, of which this class keeps those it accepts; ``dim`` is the input
+        width; ``projector`` a public pca map (`fl_privtext.privacy.projection.PublicProjection`), which sets
+        ``proj_dim`` to its width (``privacy.proj-dim = auto`` resolved). Built by
+        `fl_privtext.privacy.mechanisms.mechanism_from_section`, the one construction path from config."""
+        accepted = cls.accepted_params()
+        params = {k: v for k, v in section.mechanism_params().items() if k in accepted}
+        if "dim" in accepted:
+            params["dim"] = dim
+        if projector is not None:
+            params["projector"] = projector
+            params["proj_dim"] = projector.out_dim
+        return params
+
+    def noise_law(self, input_dim: int, upload_mean: np.ndarray, generator: np.random.Generator, *,
+                  input_norm2: float | None = None, norm_source: str = "") -> NoiseLaw:
+        """The law of this mechanism's noise for uploads of width D (`fl_privtext.privacy.mechanisms.noise_law`),
+        which the server may compute (the mechanism is public): ``upload_mean`` (D,) is the received uploads'
+        mean. Default: the closed form of `noise_moments` where given (``input_norm2`` = E||E[u | x]||^2 measured
+        on public data named by ``norm_source``, for the cap laws under the round map), else Monte Carlo on
+        synthetic probes with the server's ``generator``."""
+        if input_dim < 1:
+            raise ValueError(f"input_dim must be >= 1; got {input_dim}.")
+        mean = np.asarray(upload_mean, np.float64)
+        moments = self.noise_moments()
+        if moments is not None and moments.kind in ("additive", "cap"):
+            return moments_law(moments, mean.shape[0], input_norm2=input_norm2, norm_source=norm_source)
+        return monte_carlo_law(self, input_dim, mean.shape[0], generator)
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """(N, D) uploads x (M, D) codes (float64; a code is a candidate after the public stages normalise ->
+        encode) -> (N, M) log P[upload | code] up to a constant per upload: the mechanism-aware attacks' core
+        (`fl_privtext.attacks.likelihood`). Default: the nearest-neighbour score, not a likelihood
+        (`likelihood_note` says so)."""
+        return nearest(uploads, codes)
+
+    def likelihood_note(self) -> str:
+        """What `log_likelihood` computes where it is not the exact likelihood; "" where it is."""
+        return NEAREST_NOTE
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """The empirical audit's worst-case input pair and statistics (`fl_privtext.privacy.audit`);
+        ``default_dim`` is the width used where ``dim`` is None."""
+        raise ValueError(f"No audit plan for mechanism type {type(self).__name__}.")
 
     # -- accounting --------------------------------------------------------------------------------------------
     @property
@@ -297,5 +350,3 @@ class Mechanism(ABC):
             word_dropout=dropout,
             float_safe=self.float_safe,
         )
-
-

@@ -11,16 +11,18 @@ import numpy as np
 
 from fl_privtext.privacy import encoding, normalise
 from fl_privtext.privacy.calibration import per_bit_epsilon
+from fl_privtext.privacy.mechanisms.audit_plan import AuditPlan, Component, column
 from fl_privtext.privacy.mechanisms.base import (
     CALIBRATIONS,
     MIN_BIT_PROBABILITY,
     OME_PAPER,
     Mechanism,
-    _dim,
-    _expit,
-    _positive,
-    _set,
+    check_dim,
+    check_positive,
+    expit,
+    set_field,
 )
+from fl_privtext.privacy.mechanisms.noise_law import NoiseLaw, bit_flip_law
 from fl_privtext.privacy.mechanisms.samplers import flip_bits
 from fl_privtext.privacy.stage import Stage
 
@@ -41,11 +43,11 @@ class BitMechanism(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
-        _set(self, "dim", _dim(self.dim, 1, optional=False))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=False))
         encoding.check_bits(self.int_bits, self.frac_bits)
-        _set(self, "int_bits", int(self.int_bits))
-        _set(self, "frac_bits", int(self.frac_bits))
+        set_field(self, "int_bits", int(self.int_bits))
+        set_field(self, "frac_bits", int(self.frac_bits))
 
     def _check_probabilities(self) -> None:
         # called at the end of every concrete __post_init__, once all parameters are validated
@@ -110,6 +112,47 @@ class BitMechanism(Mechanism):
              "is an upper bound."),
         )
 
+    def noise_law(self, input_dim: int, upload_mean: np.ndarray, generator: np.random.Generator, *,
+                  input_norm2: float | None = None, norm_source: str = "") -> NoiseLaw:
+        """Exact: independent flips, E[Var(u_j | x)] = E[u_j] (1 - p_j - q_j) + p_j q_j (`bit_flip_law`)."""
+        p, q = self.bit_probabilities()
+        return bit_flip_law(p, q, np.asarray(upload_mean, np.float64))
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Sum of log Bernoulli(p_j or q_j); a fractional code c in [0, 1] (e.g. a class mean) gives the exact
+        likelihood of independent bits with Pr[1] = c p + (1 - c) q."""
+        y, c = uploads, codes
+        p, q = self.bit_probabilities()
+        p = np.clip(np.asarray(p, np.float64), 1e-300, 1 - 1e-16)
+        q = np.clip(np.asarray(q, np.float64), 1e-300, 1 - 1e-16)
+        if np.all((c == 0) | (c == 1)):
+            # log P = sum_j c_j [y_j log(p/q) + (1-y_j) log((1-p)/(1-q))] + terms free of c: one matrix product
+            a = y * np.log(p / q) + (1 - y) * (np.log1p(-p) - np.log1p(-q))  # (N, D)
+            return a @ c.T
+        rate = np.clip(c * p + (1 - c) * q, 1e-300, 1 - 1e-16)  # (M, D): Pr[bit = 1] for a fractional code
+        return y @ np.log(rate).T + (1 - y) @ np.log1p(-rate).T
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """The randomiser on codes all-ones vs all-zeros; one component per distinct (p_j, q_j) class (OME: even
+        and odd bits), events {bit = 1} / {bit = 0}; whole-vector log-likelihood ratio."""
+        p, q = self.bit_probabilities()
+        d = p.size
+        pq = np.stack([p, q], axis=1)
+        classes, first, counts = np.unique(pq, axis=0, return_index=True, return_counts=True)
+        comps = tuple(Component(f"bit {int(j)} (p={c[0]:.6g}, q={c[1]:.6g})", int(m), column(int(j)))
+                      for c, j, m in zip(classes, first, counts, strict=True))
+        with np.errstate(divide="ignore"):
+            w1 = np.nan_to_num(np.log(p) - np.log(q), posinf=1e6, neginf=-1e6)
+            w0 = np.nan_to_num(np.log1p(-p) - np.log1p(-q), posinf=1e6, neginf=-1e6)
+        slope, offset = w1 - w0, float(w0.sum())
+        whole = Component("whole vector log-likelihood ratio", 1, lambda y: np.round(y @ slope + offset, 9))
+        return AuditPlan(np.ones(d, dtype=np.uint8), np.zeros(d, dtype=np.uint8),
+                         lambda c, rng: self.randomise(c, rng).values, d, comps, whole,
+                         f"codes all-ones vs all-zeros ({d} bits; randomiser stage, the domain of the claim)")
+
 
 @dataclass(frozen=True, kw_only=True)
 class OME(BitMechanism):
@@ -131,7 +174,7 @@ class OME(BitMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "lam", _positive("lam", self.lam))
+        set_field(self, "lam", check_positive("lam", self.lam))
         self._check_probabilities()
 
     def probabilities(self) -> tuple[float, float, float]:
@@ -139,7 +182,7 @@ class OME(BitMechanism):
         lam = self.lam
         p1 = lam / (1.0 + lam)
         p2 = 1.0 / (1.0 + lam**3)
-        q = _expit(-(math.log(lam) + self.epsilon / self.code_bits))  # 1 / (1 + lam e^(eps/(r l)))
+        q = expit(-(math.log(lam) + self.epsilon / self.code_bits))  # 1 / (1 + lam e^(eps/(r l)))
         return p1, p2, q
 
     def bit_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
@@ -216,7 +259,7 @@ class SUE(UnaryEncoding):
                                 f"Estimation, USENIX Security 2017 (SUE); as used in {OME_PAPER}, Section 2.2.")
 
     def unary_probabilities(self) -> tuple[float, float]:
-        p = _expit(self.epsilon / self.delta_f)
+        p = expit(self.epsilon / self.delta_f)
         return p, 1.0 - p
 
 
@@ -233,7 +276,7 @@ class OUE(UnaryEncoding):
                                 f"Estimation, USENIX Security 2017 (OUE); as used in {OME_PAPER}, Section 2.2.")
 
     def unary_probabilities(self) -> tuple[float, float]:
-        return 0.5, _expit(-self.epsilon / self.delta_f)
+        return 0.5, expit(-self.epsilon / self.delta_f)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,7 +299,7 @@ class BitRR(BitMechanism):
     @property
     def flip_probability(self) -> float:
         """1 / (1 + e^(eps/(r l)))."""
-        return _expit(-self.epsilon / self.code_bits)
+        return expit(-self.epsilon / self.code_bits)
 
     def bit_probabilities(self) -> tuple[np.ndarray, np.ndarray]:
         f = self.flip_probability
@@ -265,5 +308,3 @@ class BitRR(BitMechanism):
     def calibration_values(self) -> dict[str, Any]:
         f = self.flip_probability
         return {"flip_probability": f, "p": 1.0 - f, "q": f, "code_bits": self.code_bits}
-
-

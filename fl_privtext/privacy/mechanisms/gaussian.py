@@ -11,18 +11,20 @@ import numpy as np
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma, classic_gaussian_sigma, gaussian_delta
 from fl_privtext.privacy.mechanisms import samplers
+from fl_privtext.privacy.mechanisms.audit_plan import AuditPlan, Component, column, low_bit_component
 from fl_privtext.privacy.mechanisms.base import (
     FLOAT32_SLACK,
     FLOAT_SAMPLER,
     SECURE_SAMPLER,
     Mechanism,
     NoiseMoments,
-    _dim,
-    _open_unit,
-    _positive,
-    _sampler,
-    _set,
+    check_dim,
+    check_open_unit,
+    check_positive,
+    check_sampler,
+    set_field,
 )
+from fl_privtext.privacy.mechanisms.likelihood import sq_dist
 from fl_privtext.privacy.stage import Stage
 
 
@@ -48,11 +50,11 @@ class Gaussian(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=True))
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
-        _set(self, "delta", _open_unit("delta", self.delta))
-        _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
-        _set(self, "sampler", _sampler(self.sampler))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=True))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
+        set_field(self, "delta", check_open_unit("delta", self.delta))
+        set_field(self, "clip_norm", check_positive("clip_norm", self.clip_norm))
+        set_field(self, "sampler", check_sampler(self.sampler))
         sigma = analytic_gaussian_sigma(self.epsilon, self.delta, self.l2_sensitivity)
         if not (sigma > 0 and math.isfinite(sigma)) or not 1e-30 < sigma < 1e30:
             raise ValueError(f"gaussian: epsilon={self.epsilon:g}, delta={self.delta:g} give sigma={sigma:.3g}, "
@@ -63,7 +65,7 @@ class Gaussian(Mechanism):
                                  "depends on dim): give dim, or sampler='float' (simulation-grade).")
             sigma = samplers.calibrate_gaussian(self.epsilon, self.delta, self.l2_sensitivity * FLOAT32_SLACK,
                                               int(self.dim), sigma)
-        _set(self, "_noise_std", sigma)
+        set_field(self, "_noise_std", sigma)
 
     @property
     def l2_sensitivity(self) -> float:
@@ -122,3 +124,19 @@ class Gaussian(Mechanism):
         return super().assumptions() + (SECURE_SAMPLER if self.sampler == "secure" else FLOAT_SAMPLER,
                                         "Approximate DP: delta adds over releases (basic composition).")
 
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """-||y - c||^2 / 2 sigma^2."""
+        s = float(self.noise_std)
+        return -sq_dist(uploads, codes) / (2 * s * s)
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """C*e_1 vs -C*e_1, coordinate 0 (with delta), plus the low-bit distinguisher."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0 = np.zeros(k)
+        x0[0] = self.clip_norm
+        return AuditPlan(x0, -x0, self.privatize, k, (Component("coordinate 0", 1, column(0)),), None,
+                         "C*e_1 vs -C*e_1 (differ in one coordinate)", delta=self.delta,
+                         extra=(low_bit_component(-x0),))

@@ -11,6 +11,13 @@ import numpy as np
 
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.mechanisms import samplers
+from fl_privtext.privacy.mechanisms.audit_plan import (
+    AuditPlan,
+    Component,
+    column,
+    laplace_llr,
+    low_bit_component,
+)
 from fl_privtext.privacy.mechanisms.base import (
     DPNR_PAPER,
     FLOAT32_SLACK,
@@ -18,16 +25,27 @@ from fl_privtext.privacy.mechanisms.base import (
     SECURE_SAMPLER,
     Mechanism,
     NoiseMoments,
-    _dim,
-    _positive,
-    _real,
-    _sampler,
-    _set,
+    check_dim,
+    check_positive,
+    check_real,
+    check_sampler,
+    set_field,
 )
+from fl_privtext.privacy.mechanisms.likelihood import pairwise_sum
 from fl_privtext.privacy.stage import Stage
 
 
 # ----------------------------------------------------------------------------------------------------- Laplace
+def _min_max_pair(k: int) -> tuple[np.ndarray, np.ndarray]:
+    # (0,1,...,1) vs (1,0,...,0): opposite min-max vectors, the DPNR mechanisms' worst-case pair
+    x0 = np.ones(k)
+    x0[0] = 0.0
+    return x0, 1.0 - x0
+
+
+MIN_MAX_PAIR = "(0,1,...,1) vs (1,0,...,0) (opposite min-max vectors)"
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaplaceMechanism(Mechanism):
     """Shared part: normalise to a domain of L1 diameter ``l1_sensitivity``, add Laplace(noise_scale) per coordinate.
@@ -40,8 +58,8 @@ class LaplaceMechanism(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
-        _set(self, "sampler", _sampler(self.sampler))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
+        set_field(self, "sampler", check_sampler(self.sampler))
 
     def _check_noise(self) -> None:
         # called by subclasses once their parameters are set
@@ -104,6 +122,13 @@ class LaplaceMechanism(Mechanism):
     def assumptions(self) -> tuple[str, ...]:
         return super().assumptions() + (SECURE_SAMPLER if self.sampler == "secure" else FLOAT_SAMPLER,)
 
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """sum |y - c| / b (i.i.d. Laplace noise of scale b)."""
+        return -pairwise_sum(uploads, codes, np.abs) / float(self.noise_scale)
+
+    def likelihood_note(self) -> str:
+        return ""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LaplaceDPNR(LaplaceMechanism):
@@ -123,7 +148,7 @@ class LaplaceDPNR(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 2, optional=False))
+        set_field(self, "dim", check_dim(self.dim, 2, optional=False))
         self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
@@ -140,6 +165,14 @@ class LaplaceDPNR(LaplaceMechanism):
     def claim_reason(self) -> str:
         return ("DPNR Theorem 1 uses Delta_f = 1 per element, but the L1 sensitivity of min-max vectors in [0,1]^k "
                 f"is k = {self.dim} (u = (0,1,...,1) vs v = (1,0,...,0)), so eps_true = k*eps.")
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """(0,1,...,1) vs (1,0,...,0); coordinate 0 (x1) and coordinate 1 (x k-1); whole-vector LLR."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0, x1 = _min_max_pair(k)
+        comps = (Component("coordinate 0", 1, column(0)), Component("coordinate 1", k - 1, column(1)))
+        whole = Component("whole vector log-likelihood ratio", 1, laplace_llr(x0, x1, self.noise_scale))
+        return AuditPlan(x0, x1, self.privatize, k, comps, whole, MIN_MAX_PAIR, extra=(low_bit_component(x1),))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +192,7 @@ class LaplaceDPNRCode(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 2, optional=True))
+        set_field(self, "dim", check_dim(self.dim, 2, optional=True))
         if self.sampler == "secure":  # an audit target: exact noise does not repair it
             raise ValueError("laplace-dpnr-code reproduces a bug (epsilon = inf); it offers only sampler='float'.")
         self._check_noise()
@@ -198,6 +231,24 @@ class LaplaceDPNRCode(LaplaceMechanism):
     def assumptions(self) -> tuple[str, ...]:
         return super().assumptions() + ("Audit target only: reproduces a bug; never use it to protect data.",)
 
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """One scalar draw s on every coordinate: y - c must be constant across coordinates; s = mean(y - c)."""
+        b = float(self.noise_scale)
+        out = np.empty((len(uploads), len(codes)))
+        for j in range(len(codes)):
+            r = uploads - codes[j]  # (N, D)
+            s = r.mean(axis=1)
+            resid = ((r - s[:, None]) ** 2).sum(axis=1)
+            out[:, j] = -np.abs(s) / b - 1e6 * resid  # residual is exactly 0 for the true input (up to float32)
+        return out
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """The min-max pair; statistic y[1] - y[0], which equals the input's difference exactly."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0, x1 = _min_max_pair(k)
+        whole = Component("y[1] - y[0] (the shared noise cancels)", 1, lambda y: y[:, 1] - y[:, 0])
+        return AuditPlan(x0, x1, self.privatize, k, (), whole, MIN_MAX_PAIR)
+
 
 @dataclass(frozen=True, kw_only=True)
 class LaplaceL1(LaplaceMechanism):
@@ -216,8 +267,8 @@ class LaplaceL1(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=True))
-        _set(self, "clip_norm", _positive("clip_norm", self.clip_norm))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=True))
+        set_field(self, "clip_norm", check_positive("clip_norm", self.clip_norm))
         self._check_noise()
 
     def normalise(self, x: np.ndarray) -> Stage:
@@ -230,6 +281,17 @@ class LaplaceL1(LaplaceMechanism):
     @property
     def l1_sensitivity(self) -> float:
         return 2.0 * self.clip_norm
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """C*e_1 vs -C*e_1, coordinate 0."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0 = np.zeros(k)
+        x0[0] = self.clip_norm
+        x1 = -x0
+        comps = (Component("coordinate 0", 1, column(0)),)
+        return AuditPlan(x0, x1, self.privatize, k, comps, None,
+                         "C*e_1 vs -C*e_1 (differ in one coordinate, so this is also the whole-vector audit)",
+                         extra=(low_bit_component(x1),))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,9 +311,9 @@ class LaplaceBox(LaplaceMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=False))
-        _set(self, "low", _real("low", self.low))
-        _set(self, "high", _real("high", self.high))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=False))
+        set_field(self, "low", check_real("low", self.low))
+        set_field(self, "high", check_real("high", self.high))
         if not self.low < self.high:
             raise ValueError(f"The box needs low < high, got low={self.low}, high={self.high}.")
         self._check_noise()
@@ -267,4 +329,11 @@ class LaplaceBox(LaplaceMechanism):
     def l1_sensitivity(self) -> float:
         return float(self.dim) * (self.high - self.low)
 
-
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """low*1 vs high*1; coordinate 0 (x k); whole-vector LLR."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0, x1 = np.full(k, self.low), np.full(k, self.high)
+        comps = (Component("coordinate 0", k, column(0)),)
+        return AuditPlan(x0, x1, self.privatize, k, comps,
+                         Component("whole vector log-likelihood ratio", 1, laplace_llr(x0, x1, self.noise_scale)),
+                         "low*1 vs high*1 (opposite corners of the box)", extra=(low_bit_component(x1),))

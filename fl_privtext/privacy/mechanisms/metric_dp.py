@@ -23,7 +23,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fl_privtext.privacy import normalise
-from fl_privtext.privacy.mechanisms.base import NoiseMoments, _positive, _set
+from fl_privtext.privacy.mechanisms.audit_plan import (
+    SHARED_BLOCK,
+    AuditPlan,
+    Component,
+    angle_to,
+    low_bit_component,
+    shared_offset_consistent,
+)
+from fl_privtext.privacy.mechanisms.base import NoiseMoments, check_positive, set_field
+from fl_privtext.privacy.mechanisms.likelihood import sq_dist
 from fl_privtext.privacy.mechanisms.sphere import (
     CHUNK_VALUES,
     LOW_BIT_AUDIT,
@@ -73,7 +82,7 @@ class MultivariateLaplace(ProjectedMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
 
     def normalise(self, x: np.ndarray) -> Stage:
         z, info = self.project(x)
@@ -130,6 +139,33 @@ class MultivariateLaplace(ProjectedMechanism):
         return super().assumptions() + (
             (f"Inputs are clipped to the L2 ball of radius C = {self.clip_norm:g}; nominal epsilon is per unit of L2 "
             "distance, the worst case is over the whole ball."),)
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Density proportional to exp(-eps ||y - c||_2) around the clipped code (Feyisetan et al. 2020); the
+        normaliser does not depend on c."""
+        return -float(self.epsilon) * np.sqrt(sq_dist(uploads, codes))
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """C*e_1 vs -C*e_1 (antipodal); the exact whole-vector log-likelihood ratio (float64, rounded to 1e-9) and
+        the low-bit distinguisher of additive float32 noise (y = fl32(x + n)) on coordinate 0, as for Laplace.
+        The published claim is per unit distance, so the default audit (against the nominal epsilon) finds a
+        violation; audit against ``claimed_epsilon=mech.epsilon_worst_case`` for the LDP value."""
+        k = self.work_dim
+        x0 = np.zeros(k)
+        x0[0] = self.clip_norm
+        c, eps = self.clip_norm, self.epsilon
+
+        def llr(y: np.ndarray) -> np.ndarray:
+            y = y.astype(np.float64)
+            rest = np.einsum("ij,ij->i", y[:, 1:], y[:, 1:])
+            return np.round(eps * (np.sqrt((y[:, 0] + c) ** 2 + rest) - np.sqrt((y[:, 0] - c) ** 2 + rest)), 9)
+        label = "whole vector log-likelihood ratio eps (||y - x1|| - ||y - x0||)"
+        return AuditPlan(x0, -x0, lambda z, rng: self.randomise(z, rng).values, k, (), Component(label, 1, llr),
+                         f"C*e_1 vs -C*e_1 (antipodal, the diameter of the domain) in {k} dimensions (randomiser "
+                         "stage)", extra=(low_bit_component(-x0),))
 
 
 # ------------------------------------------------------------------------------------------------ Purkayastha
@@ -234,7 +270,7 @@ class Purkayastha(ProjectedMechanism):
     - Sampler: floating-point only (float64 angle and row scalars, float32 vectors), simulation grade:
       float_safe is false. The upload fl32(f fl32(V - <V,u> u)) + fl32(fl32(C cos theta) u_j) has PrivUnit's
       structure, and the audit's low-bit distinguisher (the shared float32 offset of coordinates 0-3 for
-      u = (1/2,1/2,1/2,1/2,0,...); fl_privtext.privacy.audit._metric_plan) certifies a lower bound far above both
+      u = (1/2,1/2,1/2,1/2,0,...); Purkayastha.audit_plan) certifies a lower bound far above both
       eps and pi eps; the report carries it (``low_bit_audit``, sphere.LOW_BIT_AUDIT). No secure variant: the
       density e^(-eps angle) has no exact finite sampler here (a grid version would need its own normaliser and
       privacy proof over the grid). As for privunit and mvlaplace, ``sampler`` is not a parameter
@@ -249,7 +285,7 @@ class Purkayastha(ProjectedMechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "epsilon", _positive("epsilon", self.epsilon))
+        set_field(self, "epsilon", check_positive("epsilon", self.epsilon))
 
     def normalise(self, x: np.ndarray) -> Stage:
         z, info = self.project(x)
@@ -307,3 +343,67 @@ class Purkayastha(ProjectedMechanism):
         return super().assumptions() + (
             ("Inputs are normalised to the unit sphere (scaled by C); nominal epsilon is per radian, the worst case "
             "is over antipodal inputs."),)
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """Density on the sphere of radius C proportional to exp(-kappa angle(y, u)), u = c/|c| (Weggenmann &
+        Kerschbaum 2021); returned relative to the uniform law on the sphere (what a zero code gets), so codes of
+        every norm compare exactly: -kappa theta - ln I_(k-2)(kappa) + ln I_(k-2)(0), I_n(kappa) = int_0^pi
+        e^(-kappa t) sin^n t dt and I_n(0) = sqrt(pi) Gamma((n+1)/2) / Gamma(n/2 + 1)."""
+        from scipy import special
+
+        y, c = uploads, codes
+        kappa = float(self.epsilon)
+        k = y.shape[1]
+        n = k - 2
+        log_i0 = 0.5 * math.log(math.pi) + float(special.gammaln((n + 1) / 2.0) - special.gammaln(n / 2.0 + 1.0))
+        norms = np.sqrt((c * c).sum(axis=1))
+        zero = norms < 1e-30
+        unit = c / np.where(zero, 1.0, norms)[:, None]
+        ynorm = np.sqrt((y * y).sum(axis=1))
+        cos = (y @ unit.T) / np.where(ynorm > 0, ynorm, 1.0)[:, None]
+        theta = np.arccos(np.clip(cos, -1.0, 1.0))
+        out = -kappa * theta - log_angular_normaliser(n, kappa) + log_i0
+        out[:, zero] = 0.0
+        return out
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) (k >= 4; antipodal below); the exact whole-vector log-likelihood
+        ratio eps (angle(y, u1) - angle(y, u0)), plus the shared float32 offset of coordinates 0-3 as the low-bit
+        distinguisher. The published claim is per unit distance (audit against ``epsilon_worst_case`` for the LDP
+        value).
+
+        Low-bit distinguisher (float sampler, k >= 4): the upload is fl32(f fl32(V - <V,u> u)) + fl32(fl32(C cos T)
+        u_j) with a per-row float32 factor f, the structure of the float PrivUnit; for u1 = (1/2, 1/2, 1/2, 1/2, 0,
+        ...) the four block coordinates get the SAME float32 offset b = fl32(C cos T) / 2 (a halving is exact), so
+        the shared-offset statistic (`shared_offset_consistent`) never fails from x1, and fails for 19-46% of the
+        rows from x0 = -C e_1 (free products fl32(f V_j); measured at eps 0.1-20, k 4-384). The antipodal pair
+        +-C e_1 has no such artefact: its two output laws are exact mirror images in coordinate 0, float rounding
+        included, so it is kept only below 4 dimensions (where the pair is also the tightest for the calibration:
+        its ratio reaches pi eps, the block pair's 2 pi eps / 3). Audited on the randomiser's domain, float32
+        inputs as the normalise stage hands them over."""
+        k = self.work_dim
+        x0 = np.zeros(k)
+        x0[0] = self.clip_norm
+        c, eps = self.clip_norm, self.epsilon
+        antipodal = f"C*e_1 vs -C*e_1 (antipodal, the diameter of the domain) in {k} dimensions (randomiser stage)"
+        extra: tuple[Component, ...] = ()
+        if k < SHARED_BLOCK:
+            x1, pair = -x0, f"{antipodal[:-1]}; no low-bit detector below 4 dimensions)"
+        else:
+            x0, x1 = -x0, np.zeros(k)
+            x1[:SHARED_BLOCK] = 0.5 * c
+            extra = (Component("shared float32 offset of coordinates 0-3 (consistency with x1)", 1,
+                               lambda y: shared_offset_consistent(y).astype(np.float64)),)
+            pair = (f"-C*e_1 vs C*(1/2,1/2,1/2,1/2,0,...) (angle 2 pi/3) on the sphere of radius C in {k} dimensions "
+                    "(randomiser stage)")
+        u0, u1 = x0 / c, x1 / c
+
+        def angle_llr(y: np.ndarray) -> np.ndarray:
+            return np.round(eps * (angle_to(y, u1) - angle_to(y, u0)), 9)  # ln p(y | x0) - ln p(y | x1)
+
+        return AuditPlan(x0, x1, lambda z, rng: self.randomise(np.asarray(z, dtype=np.float32), rng).values, k, (),
+                         Component("whole vector log-likelihood ratio eps (angle(y, x1) - angle(y, x0))", 1,
+                                   angle_llr), pair, extra=extra)

@@ -9,7 +9,10 @@ from typing import ClassVar
 import numpy as np
 
 from fl_privtext.privacy import normalise
-from fl_privtext.privacy.mechanisms.base import Mechanism, _dim, _set
+from fl_privtext.privacy.mechanisms.audit_plan import AuditPlan, Component, column
+from fl_privtext.privacy.mechanisms.base import Mechanism, check_dim, set_field
+from fl_privtext.privacy.mechanisms.likelihood import sq_dist
+from fl_privtext.privacy.mechanisms.noise_law import NoiseLaw
 from fl_privtext.privacy.stage import Stage
 
 
@@ -27,7 +30,7 @@ class NoPrivacy(Mechanism):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _set(self, "dim", _dim(self.dim, 1, optional=True))
+        set_field(self, "dim", check_dim(self.dim, 1, optional=True))
 
     def normalise(self, x: np.ndarray) -> Stage:
         return normalise.identity(x)
@@ -45,6 +48,27 @@ class NoPrivacy(Mechanism):
 
     def assumptions(self) -> tuple[str, ...]:
         return ("No privacy: the server sees the representation itself.",)
+
+    def noise_law(self, input_dim: int, upload_mean: np.ndarray, generator: np.random.Generator, *,
+                  input_norm2: float | None = None, norm_source: str = "") -> NoiseLaw:
+        """No noise."""
+        return NoiseLaw(np.zeros_like(np.asarray(upload_mean, np.float64)), "none")
+
+    def log_likelihood(self, uploads: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        """The upload IS the code: a point mass, scored by distance so that near-ties still rank (float32
+        rounding)."""
+        return -1e6 * sq_dist(uploads, codes)
+
+    def likelihood_note(self) -> str:
+        return ""
+
+    def audit_plan(self, default_dim: int = 4) -> AuditPlan:
+        """0 vs e_1, coordinate 0."""
+        k = int(self.dim) if self.dim is not None else default_dim
+        x0 = np.zeros(k)
+        x1 = x0.copy()
+        x1[0] = 1.0
+        return AuditPlan(x0, x1, self.privatize, k, (Component("coordinate 0", 1, column(0)),), None, "0 vs e_1")
 
 
 # ------------------------------------------------------------------------------------------------- bit vectors

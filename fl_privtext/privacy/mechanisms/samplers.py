@@ -72,4 +72,4 @@ def gaussian_epsilon(std: float, l2_sensitivity: float, delta: float, dim: int) 
 @functools.lru_cache(maxsize=256)
 def calibrate_gaussian(epsilon: float, delta: float, l2_sensitivity: float, dim: int, start: float) -> float:
     """Smallest sigma whose :func:`gaussian_epsilon` at ``l2_sensitivity`` meets the target."""
-    return _opendp._smallest_noise(lambda s: gaussian_epsilon(s, l2_sensitivity, delta, dim), epsilon, start)
+    return _opendp.smallest_noise(lambda s: gaussian_epsilon(s, l2_sensitivity, delta, dim), epsilon, start)
