@@ -1,6 +1,6 @@
 """Structure metrics of the package, from its import graph (issue #35): circles, rooms, floors, climbs, private names.
 
-Run: ``python benchmarks/structure.py [--json FILE] [--list] [--root fl_privtext]`` (stdlib only; an ast walk, so
+Run: ``python benchmarks/structure.py [--json FILE] [--list] [--path] [--root fl_privtext]`` (stdlib only; an ast walk, so
 nothing of the package is imported and it runs in well under a second).
 
 Definitions (so that anyone can rerun and argue with them):
@@ -51,18 +51,22 @@ STAGES: tuple[str, ...] = ("ground", "data", "extract", "privacy", "client", "fe
 STAGE_OF: dict[str, str] = {
     # small ground modules any stage may use
     "config": "ground", "rng": "ground", "constant": "ground", "names": "ground", "threads": "ground",
-    "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground", "display": "ground",
-    "rundir": "ground", "tracking": "ground", "version": "ground", "registry": "ground",
+    "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground",
+    "display": "ground", "rundir": "ground", "version": "ground", "registry": "ground",
+    # shared by several stages and knowing none: the on-device model format (numpy; client, server, report) and the
+    # torch MLP trainer (the Phase A encoders, the server's learners, the attackers)
+    "ondevice": "ground", "learn": "ground",
     "data/": "data",
-    "extract/": "extract", "encoders/": "extract",
-    "privacy/": "privacy", "public": "privacy", "accounting": "privacy",
-    "client/": "client", "ondevice": "client",
+    "extract/": "extract",
+    "privacy/": "privacy", "public": "privacy",
+    # Phase A's encoders are trained on the clients, with the client's mechanism and private generator
+    "client/": "client", "encoders/": "client",
     "federation/": "federation",
-    "server/": "server", "learn": "server",
+    "server/": "server",
     "attacks/": "attacks",
     "report/": "report",
     "pipeline/": "orchestrator",
-    "__init__": "entry", "api": "entry", "cli": "entry", "sweep": "entry", "checks": "entry", "preflight": "entry",
+    "__init__": "entry", "api": "entry", "cli": "entry", "sweep": "entry",
 }
 
 # Optional heavy dependencies: the one accepted reason for an import inside a function.
@@ -271,16 +275,29 @@ def room_graph(graph: Graph, out: dict[str, set[str]], rooms: list[str]) -> dict
 
 def longest_path(nodes: list[str], out: dict[str, set[str]]) -> int:
     """Nodes on the longest path once each strongly connected component is condensed into one node."""
-    comp_of = {n: i for i, c in enumerate(components(nodes, out)) for n in c}
+    return len(tallest_path(nodes, out))
+
+
+def tallest_path(nodes: list[str], out: dict[str, set[str]]) -> list[list[str]]:
+    """One longest path of the condensed graph, top first: each step a strongly connected component (its nodes)."""
+    comps = components(nodes, out)
+    comp_of = {n: i for i, c in enumerate(comps) for n in c}
     comp_out: dict[int, set[int]] = {}
     for a, targets in out.items():
         for b in targets:
             if comp_of[a] != comp_of[b]:
                 comp_out.setdefault(comp_of[a], set()).add(comp_of[b])
     depth: dict[int, int] = {}
+    below: dict[int, int | None] = {}
     for i in sorted(set(comp_of.values())):  # Tarjan emits sinks first: every successor is already measured
-        depth[i] = 1 + max((depth[j] for j in comp_out.get(i, ())), default=0)
-    return max(depth.values(), default=0)
+        below[i] = max(sorted(comp_out.get(i, ())), key=lambda j: depth[j], default=None)
+        depth[i] = 1 + (0 if below[i] is None else depth[below[i]])
+    step = max(sorted(depth), key=lambda i: depth[i], default=None)
+    path = []
+    while step is not None:
+        path.append(comps[step])
+        step = below[step]
+    return path
 
 
 def heavy_deps(graph: Graph) -> dict[str, set[str]]:
@@ -351,6 +368,7 @@ def measure(root: Path) -> dict[str, Any]:
         "room_cycles": room_knots,
         "room_edges": sum(len(t) for t in room_out.values()),
         "floors": floors,
+        "floors_path": tallest_path(rooms, room_out),
         "floors_module_level": longest_path(rooms, room_out_module_level),
         "rooms_in_cycle_module_level": sum(len(c) for c in components(rooms, room_out_module_level) if len(c) > 1),
         "room_circles": len(room_circles),
@@ -398,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the package directory to measure (default: this checkout's fl_privtext/)")
     parser.add_argument("--json", type=Path, help="also write every figure and list to this JSON file")
     parser.add_argument("--list", action="store_true", help="list circles, climbs, function imports, private names")
+    parser.add_argument("--path", action="store_true", help="print one longest path of rooms (the floors)")
     args = parser.parse_args(argv)
     figures = measure(args.root)
     print(f"{args.root.name}: {figures['modules']} modules, {figures['lines']} lines")
@@ -412,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         print("  rooms in a cycle: " + "; ".join(", ".join(c) for c in figures["room_cycles"]))
     if figures["unplaced_rooms"]:
         print("  rooms not placed in STAGE_OF: " + ", ".join(figures["unplaced_rooms"]))
+    if args.path:
+        print("  floors, top first: " + " -> ".join("{" + ", ".join(c) + "}" if len(c) > 1 else c[0]
+                                                    for c in figures["floors_path"]))
     if args.list:
         print("\narrows running back up (" + " < ".join(STAGES) + "):")
         for climb in figures["arrows_back_up_list"]:

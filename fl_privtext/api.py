@@ -17,7 +17,7 @@ import numpy as np
 
 from fl_privtext.config import ExperimentConfig, flatten
 from fl_privtext.display import fmt_epsilon
-from fl_privtext.preflight import check_run
+from fl_privtext.pipeline.preflight import check_run
 from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 from fl_privtext.report import prior_baseline
 from fl_privtext.report.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from fl_privtext.client.ledger import summary
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.preflight import check_run
+from fl_privtext.pipeline.preflight import check_run
 from fl_privtext.privacy.commands import audit, privacy_report
 from fl_privtext.rundir import INCOMPLETE_STATUS, WRITE_REASONS, WriteError, collect, describe
 from fl_privtext.sweep import compare_from_cli, sweep_from_cli

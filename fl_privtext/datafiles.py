@@ -2,7 +2,7 @@
 ``records_per_user`` option's check, with no heavy import (stdlib only).
 
 It lives outside `fl_privtext.data` because importing that package loads Hugging Face ``datasets`` and pyarrow
-(seconds); the up-front checks (`fl_privtext.preflight`) use these functions before any such import, so a missing
+(seconds); the up-front checks (`fl_privtext.pipeline.preflight`) use these functions before any such import, so a missing
 data root or file is reported at once, in the same words the loaders use (`fl_privtext.data._io` re-exports them).
 """
 

@@ -2,7 +2,7 @@
 (stdlib only).
 
 The components need torch, Flower or Hugging Face ``datasets`` (seconds at start-up); the up-front checks
-(`fl_privtext.preflight`, `fl_privtext.config`) read only names, so a misspelt name is reported before any of that is
+(`fl_privtext.pipeline.preflight`, `fl_privtext.config`) read only names, so a misspelt name is reported before any of that is
 imported. The registries (`fl_privtext.registry.Registry`) give each built-in as a lazy ``"module:attr"`` and import
 it on first use; the owners read the same object (``fl_privtext.server.learners.LEARNERS is LEARNERS``), so the
 config's choice lists, the owners' dispatch and the report cannot drift. Adding a component is its own file plus

@@ -1,6 +1,6 @@
 """One small registry of named components (learners, attacker families, extractors, secure-sum tasks), stdlib only.
 
-Why lazy: the up-front checks (`fl_privtext.preflight`, `fl_privtext.config`) must answer a misspelt name before
+Why lazy: the up-front checks (`fl_privtext.pipeline.preflight`, `fl_privtext.config`) must answer a misspelt name before
 torch, Flower or Hugging Face ``datasets`` are imported (seconds at start-up; tests/test_errors_before_imports.py),
 yet the components themselves need those. So a built-in entry is given as a ``"module:attr"`` string (``attr`` may be
 dotted, ``Class.method``) and imported on first `Registry.get`; its NAME is known at once. A new component registers

@@ -51,7 +51,7 @@ from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
 from fl_privtext.config import ExperimentConfig, flatten, keyed_flat
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
-from fl_privtext.preflight import check_point
+from fl_privtext.pipeline.preflight import check_point
 from fl_privtext.progress import tqdm
 from fl_privtext.report import aggregate, plots, prior_baseline
 from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic

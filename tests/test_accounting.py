@@ -5,10 +5,10 @@ import math
 import numpy as np
 import pytest
 
-from fl_privtext.accounting import charge, privacy_summary, tight_epsilon
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.report import table
+from fl_privtext.report.accounting import charge, privacy_summary, tight_epsilon
 
 
 def _cfg(**sets):

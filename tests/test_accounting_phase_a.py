@@ -1,4 +1,4 @@
-"""Phase A's charge per user (`fl_privtext.accounting`): inf whenever the server sees updates or metrics in the
+"""Phase A's charge per user (`fl_privtext.report.accounting`): inf whenever the server sees updates or metrics in the
 clear (no secagg, or secagg with server-side noise), the composed central epsilon of the noisy secure sums under
 train.secagg with train.dp-mode = client (issue #24), composed with the uploads by basic composition."""
 
@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from fl_privtext.accounting import phase_a_report, privacy_summary
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.privacy.distributed import distributed_guarantee
+from fl_privtext.report.accounting import phase_a_report, privacy_summary
 
 USERS = np.array([0, 0, 1, 2])  # user 2 is a test user: no Phase A
 PHASE_A_ROWS = np.array([0, 1, 2])

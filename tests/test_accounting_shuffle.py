@@ -9,9 +9,9 @@ import pytest
 def test_accounting_reports_the_central_epsilon_of_a_users_composed_local_epsilon() -> None:
     import dataclasses
 
-    from fl_privtext.accounting import shuffle_central
     from fl_privtext.config import ExperimentConfig
     from fl_privtext.privacy import Accountant, PrivacyReport
+    from fl_privtext.report.accounting import shuffle_central
 
     cfg = ExperimentConfig()
     cfg = dataclasses.replace(cfg, federation=dataclasses.replace(cfg.federation, shuffle=True, rounds=3))
@@ -41,9 +41,9 @@ def test_synthetic_population_local_eps8_million_users_is_below_0_31_per_round()
     10^6 users shuffled together -> <= 0.31 per round."""
     import dataclasses
 
-    from fl_privtext.accounting import shuffle_central
     from fl_privtext.client import mechanism_for
     from fl_privtext.privacy import Accountant
+    from fl_privtext.report.accounting import shuffle_central
 
     cfg = _cfg(rounds=1)
     cfg = dataclasses.replace(cfg, privacy=dataclasses.replace(cfg.privacy, mechanism="privunitg", epsilon=8.0))
@@ -58,9 +58,9 @@ def test_synthetic_population_local_eps8_million_users_is_below_0_31_per_round()
 
 def test_bound_is_applied_to_a_users_release_not_per_record() -> None:
     """A user with 4 records at eps0 1 releases 4 per round: the bound at 4 is far weaker than at 1 (per record)."""
-    from fl_privtext.accounting import shuffle_central
     from fl_privtext.privacy import Accountant, PrivacyReport
     from fl_privtext.privacy.amplification import shuffle_epsilon
+    from fl_privtext.report.accounting import shuffle_central
 
     acc = Accountant()
     users = np.arange(10**5)
@@ -71,9 +71,9 @@ def test_bound_is_applied_to_a_users_release_not_per_record() -> None:
 
 
 def test_approximate_ldp_reports_fmt21_theorem_3_8_extra_delta() -> None:
-    from fl_privtext.accounting import shuffle_central
     from fl_privtext.privacy import Accountant, PrivacyReport
     from fl_privtext.privacy.amplification import gaussian_shuffle_delta
+    from fl_privtext.report.accounting import shuffle_central
 
     acc = Accountant()
     rep = PrivacyReport(mechanism="gaussian", epsilon_nominal=2.0, epsilon_worst_case=2.0, delta=1e-12)
@@ -93,8 +93,8 @@ def test_approximate_ldp_reports_fmt21_theorem_3_8_extra_delta() -> None:
 def test_privacy_summary_uses_the_central_guarantee_and_says_which() -> None:
     import dataclasses
 
-    from fl_privtext.accounting import privacy_summary
     from fl_privtext.privacy import PrivacyReport
+    from fl_privtext.report.accounting import privacy_summary
 
     cfg = _cfg(rounds=2)
     cfg = dataclasses.replace(cfg, privacy=dataclasses.replace(cfg.privacy, label_epsilon=1.0))

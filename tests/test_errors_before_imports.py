@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_privtext.preflight import HEAVY_MODULES
+from fl_privtext.pipeline.preflight import HEAVY_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -139,7 +139,7 @@ def test_good_configurations_pass_the_checks_without_the_heavy_imports(data_root
     projection fitted on public AG News)."""
     body = f"""
     from fl_privtext.config import ExperimentConfig
-    from fl_privtext.preflight import check_run
+    from fl_privtext.pipeline.preflight import check_run
     check_run(ExperimentConfig.from_flat({{"data.name": "blog", "data.root": {str(data_root)!r},
                                            "privacy.mechanism": "ome"}}))
     check_run(ExperimentConfig.from_flat({{"data.name": "blog", "data.root": {str(data_root)!r},
@@ -205,7 +205,7 @@ def test_the_early_check_says_what_the_loader_says(flat, tmp_path, monkeypatch):
     """Same refusal, same words: the check before the imports and the loader after them."""
     from fl_privtext.config import ExperimentConfig
     from fl_privtext.pipeline import preparation as prepare
-    from fl_privtext.preflight import check_data
+    from fl_privtext.pipeline.preflight import check_data
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -131,7 +131,7 @@ def toys() -> Iterator[None]:
 
 
 def test_unregistered_names_are_refused_by_the_config():
-    from fl_privtext.preflight import check_privacy
+    from fl_privtext.pipeline.preflight import check_privacy
 
     for key, value in (("server.learner", NearestMean.name), ("attack.learner", NearestMean.name),
                        ("attack.families", "logistic,toy-prior")):
@@ -143,7 +143,7 @@ def test_unregistered_names_are_refused_by_the_config():
 
 def test_toy_learner_and_attacks_run_end_to_end_and_are_named_in_results(toys, tmp_path):
     from fl_privtext import pipeline
-    from fl_privtext.preflight import check_point
+    from fl_privtext.pipeline.preflight import check_point
     from fl_privtext.report import finalize
 
     cfg = ExperimentConfig.from_flat({"server.learner": NearestMean.name, "attack.families": "toy-prior",

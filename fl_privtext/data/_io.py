@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-# defined without heavy imports for the up-front checks (fl_privtext.preflight); re-exported here
+# defined without heavy imports for the up-front checks (fl_privtext.pipeline.preflight); re-exported here
 from fl_privtext.datafiles import ENV_DATA_ROOT, DataNotFoundError, find_files, resolve_data_root
 
 __all__ = [

@@ -48,6 +48,7 @@ from fl_privtext.client import (
 )
 from fl_privtext.client.gate import MESSAGES, REPLY_PATTERN, kind_of
 from fl_privtext.client.ledger import log_error, log_refusal
+from fl_privtext.client.ondevice import MAX_CANDIDATES
 from fl_privtext.federation.client_data import Prepare, data_mod, request_config
 from fl_privtext.federation.replies import ledger_record, refusal
 from fl_privtext.federation.secagg import secagg_mod
@@ -139,8 +140,6 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
 def _models(msg: Message, stage: str) -> Any:
     """The model of an ``all`` / ``report`` request (ArrayRecord ``model``), or the list of a ``select`` request
     (``model.0`` .. ``model.{m-1}``, m <= `MAX_CANDIDATES`); `Refused` when the request does not hold them."""
-    from fl_privtext.client.ondevice import MAX_CANDIDATES
-
     records = msg.content.array_records
     if stage != "select":
         if "model" not in records:

@@ -59,6 +59,7 @@ from flwr.common.secure_aggregation.secaggplus_constants import (
 )
 from flwr.serverapp import Grid
 
+from fl_privtext.client import Refused
 from fl_privtext.client.ledger import bind_once, node_dir
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.grid import DelegatingGrid
@@ -284,8 +285,6 @@ def session_participants(msg: Message) -> tuple[int, ...]:
     completed the share-keys stage, exactly those whose pairwise masks this client adds) and itself. With
     ``num_shares`` = all (both of our tasks) these are every client whose vector can be in the sum with this one;
     a task binds a stored vector to it (`fl_privtext.client.aggregate.release_statistics`, `secagg_train`)."""
-    from fl_privtext.client import Refused
-
     configs = msg.content.config_records.get(SECAGG_CONFIGS)
     if configs is None or Key.SOURCE_LIST not in configs:
         raise Refused("malformed request", "a secure-sum vector is asked for outside SecAgg+'s masked-vector stage")
@@ -298,8 +297,6 @@ def require_contributors(context: Context, minimum: int, participants: Sequence[
     or, given the session's ``participants`` (`session_participants`), fewer than ``minimum`` masking together,
     and make this client refuse to help unmask when fewer than ``minimum`` are still active (`secagg_mod`). Exact
     when every selected client is this client's neighbour (``num_shares`` = all); otherwise conservative."""
-    from fl_privtext.client import Refused
-
     state = context.state.config_records.get(RECORD_KEY_STATE)
     selected = int(state["sample_num"]) if state is not None and "sample_num" in state else 0  # type: ignore[arg-type]
     if selected < minimum:
@@ -332,8 +329,6 @@ def unmask_once(context: Context, record: str | os.PathLike[str]) -> None:
 
 def _unmask_check(record: Path, active: list[int]) -> None:
     """`unmask_once`'s rule at the unmask stage: the first active set is noted; another one is refused."""
-    from fl_privtext.client import Refused
-
     # noted before the shares leave: a crash in between refuses more, never less
     first = sorted(int(n) for n in json.loads(bind_once(record, json.dumps({"active": active})))["active"])
     if first != active:
@@ -356,8 +351,6 @@ def secagg_mod(msg: Message, context: Context, call_next: Callable[[Message, Con
         minimum = int(guard["min-active"])  # type: ignore[arg-type]
         active = sorted(int(n) for n in configs.get(Key.ACTIVE_NODE_ID_LIST, []))  # type: ignore[union-attr]
         if stage == Stage.UNMASK and len(active) < minimum:
-            from fl_privtext.client import Refused
-
             raise Refused("too few contributors", f"unmasking a sum of {len(active)} clients; this client's policy needs at least "
                           f"{minimum} (client.secagg-min-clients)")
         if stage == Stage.UNMASK and "record" in guard:

@@ -27,7 +27,7 @@ server`` the best round by federated validation accuracy where clients answer it
 clear: clients with a finite ``client.max-epsilon`` refuse, and the last round is kept).
 
 What leaves a client in the clear under ``train.dp-mode = client`` (the mode whose guarantee against the server is
-the central epsilon of the noisy sums, `fl_privtext.accounting`): NO federated validation. Per-client validation
+the central epsilon of the noisy sums, `fl_privtext.report.accounting`): NO federated validation. Per-client validation
 loss and accuracy are statistics of the client's users' data, computed on the model the noisy sums produced; sent in
 the clear they are a release outside the sum's guarantee (an unbounded one: an exact accuracy over a handful of
 users). Rather than a second secure sum with its own noise share, the server does not ask (`_evaluate` is not
@@ -41,7 +41,7 @@ for the round, all functions of the client's POLICY (public: the server's accoun
 Still public, and not protected (no user's data in them): which clients were selected, which completed or dropped
 and the reason a dropout gives (a refusal names the policy rule it applies), message sizes (fixed by the model's
 dimension) and timings (local training time grows with the client's number of training records: a coarse,
-unprotected signal of its shard size, as the Phase B uploads' counts are, `fl_privtext.accounting.ALSO_RELEASED`).
+unprotected signal of its shard size, as the Phase B uploads' counts are, `fl_privtext.report.accounting.ALSO_RELEASED`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,11 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
+from fl_privtext import rng
+from fl_privtext.client import Ledger, client_generator, client_seed_from, policy_from, state_dir_from
+from fl_privtext.client.aggregate import session_key
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.replies import array_digest, prep_key
 from fl_privtext.federation.secagg import (
     RECORD,
     SecAggAborted,
@@ -67,6 +71,17 @@ from fl_privtext.federation.secagg import (
     session_record,
     unmask_once,
 )
+from fl_privtext.federation.train_handlers import client_index, experiment_config, setup_model, train_data
+from fl_privtext.federation.training import check_training, dp_fedavg_guarantee
+from fl_privtext.privacy.distributed import (
+    declared_rho,
+    distributed_guarantee,
+    epsilon_of,
+    noisy_share,
+    round_rho,
+    round_to_grid,
+)
+from fl_privtext.privacy.exact import SecureBits
 
 TASK = "phase-a"
 NOISE_AT = {"client": "each client adds its discrete Gaussian share to its clipped, grid-rounded update before "
@@ -102,20 +117,15 @@ def clipping_range_for(cfg: ExperimentConfig, k: int) -> float:
 
 def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     """The client's contribution to one Phase A secure sum (see the module text)."""
-    from fl_privtext.client import Ledger, client_generator, client_seed_from, policy_from, state_dir_from
-    from fl_privtext.client.aggregate import session_key
+    # torch (the encoders): a worker that serves only Phase B never loads it
     from fl_privtext.encoders import client_generator as train_generator
     from fl_privtext.encoders import local_train, trainable_state
     from fl_privtext.encoders.train import phase_a_rows
-    from fl_privtext.federation.replies import array_digest, prep_key
-    from fl_privtext.federation.train_handlers import _client, _prepared, _setup, experiment_config
-    from fl_privtext.privacy.distributed import epsilon_of, noisy_share, round_rho, round_to_grid
-    from fl_privtext.privacy.exact import SecureBits
 
     config = msg.content.config_records["config"]
     request = experiment_config(config)
     nc = dict(context.node_config)
-    client = _client(context, request)
+    client = client_index(context, request)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
     entry = policy_from(nc, dict(context.run_config)).entry_for(request)  # Refused unless the request is exactly one of its points
     own = entry.config(request).train  # the client's own clip, noise multiplier and delta
@@ -129,7 +139,7 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     client_noise = request.train.dp_mode == "client" and own.dp_noise_multiplier > 0
     eps = (epsilon_of([round_rho(noise_multiplier=own.dp_noise_multiplier, clip=own.dp_clip, min_clients=m,
                                  contributors=m, step=step, dim=dim)], own.dp_delta) if client_noise else math.inf)
-    prep, _ = _prepared(prep_key(request))
+    prep, _ = train_data(prep_key(request))
     rows, _ = phase_a_rows(prep, request, client)
     users = np.unique(prep.ds.user_index[rows])  # one charge per user and round: the update is one release
     client_seed = client_seed_from(nc)
@@ -138,7 +148,7 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
                          ).hexdigest()[:32]
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
-        _, data, model = _setup(request, arrays)
+        _, data, model = setup_model(request, arrays)
         local_train(model, data, rows, request, train_generator(client_seed, client, rnd, "fit"),
                     proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
@@ -208,11 +218,9 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_upd
                        ) -> dict[str, Any]:
     """Phase A through SecAgg+; returns `training.train_phase`'s summary, plus ``secagg`` (per round: selected,
     contributors, dropped, message rounds, bytes), ``noise_added`` and, under client noise, ``central``."""
-    from fl_privtext import rng
+    # torch (the encoders): the driver loads it only when a point trains Phase A
     from fl_privtext.encoders import build_model, trainable_state
     from fl_privtext.encoders.model import spec_from
-    from fl_privtext.federation.training import check_training, dp_fedavg_guarantee
-    from fl_privtext.privacy.distributed import declared_rho, distributed_guarantee, epsilon_of
 
     t0 = time.perf_counter()
     t = cfg.train

@@ -10,7 +10,7 @@ the cohort's users in a uniformly random order, with ``ConfigRecord("cohort", {"
 - Cohorts are the users' roles (train / test / aux, `fl_privtext.data.assign_roles`): a public protocol fact the
   server needs (what to train on, what to evaluate on), derived from the run seed, not an identity. Each cohort
   is shuffled separately, so the central guarantee of a user is that of the users shuffled with it
-  (n = its cohort's users; `fl_privtext.accounting.shuffle_central`).
+  (n = its cohort's users; `fl_privtext.report.accounting.shuffle_central`).
 - Target users (train and test cohorts) lose every linkage: no sender, no stable record id (each report gets a
   fresh pseudonym >= ``first_pseudonym``, never reused in the run, so no report is linked to another report of
   the same round or of any other round, nor to a record id, which all lie below ``first_pseudonym``).

@@ -30,6 +30,7 @@ from fl_privtext.client import (
     release_phase_a,
     state_dir_from,
 )
+from fl_privtext.client.gate import sanitize
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.client_data import data_for, prepared
 from fl_privtext.federation.replies import array_digest, ledger_record, prep_key
@@ -46,15 +47,15 @@ def experiment_config(config: ConfigRecord) -> ExperimentConfig:
 
 
 @functools.lru_cache(maxsize=2)
-def _prepared(key: tuple) -> tuple[Any, Any]:
+def train_data(key: tuple) -> tuple[Any, Any]:
     # Per actor: the dataset (texts, labels, z), roles, shards and cached features, and the TrainData view of it.
-    from fl_privtext.encoders import TrainData
+    from fl_privtext.encoders import TrainData  # torch: loaded by Phase A only
 
     cfg = ExperimentConfig.from_flat(dict(key))
     prep = prepared(cfg, "cached")
     if prep.features is None and cfg.train.encoder == "trunk":
         prep = prepared(cfg, "extract")
-    return prep, TrainData.from_prepared(prep)
+    return prep, TrainData.fromtrain_data(prep)
 
 
 @functools.lru_cache(maxsize=2)
@@ -62,21 +63,21 @@ def _model(key: tuple, train_items: tuple) -> Any:
     # Built once per actor; every message loads the exchanged (trainable) parameters into it.
     import torch
 
-    from fl_privtext.encoders import build_model
+    from fl_privtext.encoders import build_model  # torch: loaded by Phase A only
     from fl_privtext.encoders.model import spec_from
     from fl_privtext.encoders.train import resolve_device
 
     cfg = ExperimentConfig.from_flat(dict(train_items))
-    prep, _ = _prepared(key)
+    prep, _ = train_data(key)
     model = build_model(cfg.train, spec_from(prep), torch.Generator().manual_seed(0))  # overwritten on load
     return model.to(resolve_device(cfg.train.device))
 
 
-def _setup(cfg: ExperimentConfig, arrays: ArrayRecord) -> tuple[Any, Any, Any]:
-    from fl_privtext.encoders import load_state
+def setup_model(cfg: ExperimentConfig, arrays: ArrayRecord) -> tuple[Any, Any, Any]:
+    from fl_privtext.encoders import load_state  # torch: loaded by Phase A only
 
     key = prep_key(cfg)
-    prep, data = _prepared(key)
+    prep, data = train_data(key)
     train_items = tuple(sorted((k, v) for k, v in cfg.to_flat().items() if k.startswith("train.")))
     model = _model(key, train_items)
     load_state(model, {k: a.numpy() for k, a in arrays.items()})
@@ -93,7 +94,7 @@ def clip_update(new: list[np.ndarray], old: list[np.ndarray], clip: float) -> li
                                                                                                      strict=True)]
 
 
-def _client(context: Context, cfg: ExperimentConfig) -> int:
+def client_index(context: Context, cfg: ExperimentConfig) -> int:
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     if int(context.node_config["num-partitions"]) != cfg.federation.num_clients:  # type: ignore[arg-type]
         raise ValueError("Start the federation with as many SuperNodes as federation.num-clients.")
@@ -132,12 +133,16 @@ def _guarded(kind: str, msg: Message, context: Context, cfg: ExperimentConfig, u
 
 def train(msg: Message, context: Context, defend: bool = True) -> Message:
     """One round of local training on this client's training users (the defence computed from its own z)."""
-    from fl_privtext.encoders import client_generator, local_train, trainable_state
+    from fl_privtext.encoders import (  # torch: loaded by Phase A only
+        client_generator,
+        local_train,
+        trainable_state,
+    )
     from fl_privtext.encoders.train import phase_a_rows
 
     config = msg.content.config_records["config"]
     cfg = experiment_config(config)
-    client = _client(context, cfg)
+    client = client_index(context, cfg)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
     clip = config.get("clipping_norm")
     if defend:  # Phase A's DP settings are the client's own: the clipping is its policy's, never the server's
@@ -151,7 +156,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
 
     def compute() -> dict[str, np.ndarray]:
         arrays = msg.content.array_records["arrays"]
-        prep, data, model = _setup(cfg, arrays)
+        prep, data, model = setup_model(cfg, arrays)
         rows, _ = phase_a_rows(prep, cfg, client)
         stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)),
                                                                      client, rnd, "fit"),
@@ -174,29 +179,29 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         metrics: dict[str, Any] = {k.removeprefix("metric:"): float(v) for k, v in answer.items()
                                    if k.startswith("metric:")}
         return Message(RecordDict({"arrays": out, "metrics": MetricRecord(metrics)}), reply_to=msg)
-    prep, _ = _prepared(prep_key(cfg))
+    prep, _ = train_data(prep_key(cfg))
     rows, _ = _phase_a_rows(prep, cfg, client)
     return _guarded("train", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
 
 
 def _phase_a_rows(prep: Any, cfg: ExperimentConfig, client: int) -> Any:
-    from fl_privtext.encoders.train import phase_a_rows
+    from fl_privtext.encoders.train import phase_a_rows  # torch: loaded by Phase A only
 
     return phase_a_rows(prep, cfg, client)
 
 
 def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     """Federated evaluation on this client's held-out validation users (model selection)."""
-    from fl_privtext.encoders import client_generator
+    from fl_privtext.encoders import client_generator  # torch: loaded by Phase A only
     from fl_privtext.encoders import evaluate as evaluate_model
 
     config = msg.content.config_records["config"]
     cfg = experiment_config(config)
-    client = _client(context, cfg)
+    client = client_index(context, cfg)
     rnd = int(config["server-round"])  # type: ignore[arg-type]
 
     def compute() -> dict[str, np.ndarray]:
-        prep, data, model = _setup(cfg, msg.content.array_records["arrays"])
+        prep, data, model = setup_model(cfg, msg.content.array_records["arrays"])
         _, rows = _phase_a_rows(prep, cfg, client)
         stats = evaluate_model(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)),
                                                                         client, rnd, "evaluate"))
@@ -208,7 +213,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     if (no := _clear_release_refused("evaluate", cfg)) is not None:
         raise no
     phase_a_allowed(policy_from(dict(context.node_config), dict(context.run_config)), cfg)
-    prep, _ = _prepared(prep_key(cfg))
+    prep, _ = train_data(prep_key(cfg))
     _, rows = _phase_a_rows(prep, cfg, client)
     return _guarded("evaluate", msg, context, cfg, prep.ds.user_index[rows], rnd, compute)
 
@@ -226,8 +231,7 @@ class _EncodedFeatures:
         self.model, self.data, self.cfg = model, data, cfg
 
     def __getitem__(self, rows: Any) -> np.ndarray:
-        from fl_privtext.client.gate import sanitize
-        from fl_privtext.encoders import encode
+        from fl_privtext.encoders import encode  # torch: Phase B-only workers never load it
 
         # the encoder is the server's: a non-finite output is replaced, never an error (fl_privtext.client.gate)
         return sanitize(encode(self.model, self.data, np.asarray(rows, np.int64), self.cfg))
@@ -237,7 +241,7 @@ def encoded_client_data(data: Any, msg: Message, cfg: ExperimentConfig) -> Any:
     """The client's data with the Phase A encoder's output r(x) in place of the frozen features (Phase B)."""
     if cfg.privacy.mu > 0:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported.")
-    _, tdata, model = _setup(cfg, msg.content.array_records["encoder"])
+    _, tdata, model = setup_model(cfg, msg.content.array_records["encoder"])
     return dataclasses.replace(data, features=_EncodedFeatures(model, tdata, cfg))
 
 

@@ -104,7 +104,7 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
     if cfg.privacy.mu > 0:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported; set privacy.mu = 0.")
     if t.defense in ("noise", "cape"):
-        from fl_privtext.encoders.train import noise_mechanism
+        from fl_privtext.encoders.train import noise_mechanism  # torch: loaded by Phase A only
 
         noise_mechanism(cfg, 384 if t.encoder == "minilm" else t.hidden)
     if t.val_frac > 0 and not (prep.roles == "train").any():
@@ -145,7 +145,7 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: b
     Phase A runs once per point, from ``run.seed`` (extra seeds repeat Phase B only). ``prep``: the point's users,
     roles and shards (`fl_privtext.pipeline.prepare`, features "none"). Under ``train.secagg`` the updates reach
     the server only as a secure sum instead (`fl_privtext.federation.secagg_train.train_phase_secagg`, issue #24)."""
-    from fl_privtext.encoders import build_model, trainable_state
+    from fl_privtext.encoders import build_model, trainable_state  # torch: loaded by Phase A only
     from fl_privtext.encoders.model import spec_from
 
     t0 = time.perf_counter()
@@ -243,7 +243,7 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: b
 def encoder_out_dim(cfg: ExperimentConfig, prep: Any) -> int:
     """The width of Phase A's r(x) (public: the server builds the same model, `train_phase`); ``prep``: the point's
     prepared users, roles and shards (`fl_privtext.pipeline.prepare`, features "none")."""
-    from fl_privtext.encoders import build_model
+    from fl_privtext.encoders import build_model  # torch: loaded by Phase A only
     from fl_privtext.encoders.model import spec_from
 
     return build_model(cfg.train, spec_from(prep), rng.torch_generator(cfg.run.seed, "train-init")).out_dim

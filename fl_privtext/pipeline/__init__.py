@@ -7,7 +7,8 @@ loop `run_plain`); `secure` is the same point in the secure-aggregation mode (``
 `federated` orders a point's Flower traffic, `runner` runs points in one simulation, `clients` / `apps` are the
 Flower apps with the orchestrator inside.
 
-The names below are the package's face (``pipeline.prepare``, ``pipeline.run_plain``, ...), resolved on first use:
+The names below are the package's face (``pipeline.prepare``, ``pipeline.run_plain``, ``pipeline.attack``, ...),
+each defined in the stage that owns it and resolved on first use:
 a light submodule (`clients`, which every Ray actor imports before its first reply) must not pull torch and HF
 datasets through this file.
 """
@@ -18,33 +19,26 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fl_privtext.attacks.eavesdropper import attack, attacked_uploads
     from fl_privtext.client import UPLOAD_KEYS
     from fl_privtext.federation.traffic import CollectRound, Observed, OnRound, Round
     from fl_privtext.pipeline.point import (
-        EXACT_BY,
-        EXACT_INTERVAL,
         Collected,
-        OnDeviceRound,
-        attack,
-        attacked_uploads,
         collect_point,
         evaluate_point,
-        exact_candidates,
-        exact_on_device,
         on_device,
-        on_device_seed,
         on_device_wanted,
         plain_on_device,
-        referee_rows,
         run_plain,
         run_point,
-        server_users,
-        shipped_model,
-        shuffled,
         train_point,
     )
     from fl_privtext.pipeline.preparation import Prepared, data_key, load, prepare
+    from fl_privtext.report.referee import EXACT_BY, EXACT_INTERVAL, exact_candidates, exact_on_device
+    from fl_privtext.report.summaries import referee_rows, shuffled
     from fl_privtext.server import Trained
+    from fl_privtext.server.ondevice import OnDeviceRound, on_device_seed, shipped_model
+    from fl_privtext.server.pseudonyms import server_users
 
 # name -> the module that defines it
 _FACE: dict[str, str] = {
@@ -54,26 +48,26 @@ _FACE: dict[str, str] = {
     "Observed": "fl_privtext.federation.traffic",
     "OnRound": "fl_privtext.federation.traffic",
     "Round": "fl_privtext.federation.traffic",
-    "EXACT_BY": "fl_privtext.pipeline.point",
-    "EXACT_INTERVAL": "fl_privtext.pipeline.point",
+    "EXACT_BY": "fl_privtext.report.referee",
+    "EXACT_INTERVAL": "fl_privtext.report.referee",
     "Collected": "fl_privtext.pipeline.point",
-    "OnDeviceRound": "fl_privtext.pipeline.point",
-    "attack": "fl_privtext.pipeline.point",
-    "attacked_uploads": "fl_privtext.pipeline.point",
+    "OnDeviceRound": "fl_privtext.server.ondevice",
+    "attack": "fl_privtext.attacks.eavesdropper",
+    "attacked_uploads": "fl_privtext.attacks.eavesdropper",
     "collect_point": "fl_privtext.pipeline.point",
     "evaluate_point": "fl_privtext.pipeline.point",
-    "exact_candidates": "fl_privtext.pipeline.point",
-    "exact_on_device": "fl_privtext.pipeline.point",
+    "exact_candidates": "fl_privtext.report.referee",
+    "exact_on_device": "fl_privtext.report.referee",
     "on_device": "fl_privtext.pipeline.point",
-    "on_device_seed": "fl_privtext.pipeline.point",
+    "on_device_seed": "fl_privtext.server.ondevice",
     "on_device_wanted": "fl_privtext.pipeline.point",
     "plain_on_device": "fl_privtext.pipeline.point",
-    "referee_rows": "fl_privtext.pipeline.point",
+    "referee_rows": "fl_privtext.report.summaries",
     "run_plain": "fl_privtext.pipeline.point",
     "run_point": "fl_privtext.pipeline.point",
-    "server_users": "fl_privtext.pipeline.point",
-    "shipped_model": "fl_privtext.pipeline.point",
-    "shuffled": "fl_privtext.pipeline.point",
+    "server_users": "fl_privtext.server.pseudonyms",
+    "shipped_model": "fl_privtext.server.ondevice",
+    "shuffled": "fl_privtext.report.summaries",
     "train_point": "fl_privtext.pipeline.point",
     "Prepared": "fl_privtext.pipeline.preparation",
     "data_key": "fl_privtext.pipeline.preparation",

@@ -22,9 +22,11 @@ import numpy as np
 
 from fl_privtext.client import ClientPolicy, mechanism_for
 from fl_privtext.config import ClientConfig, ExperimentConfig
+from fl_privtext.extract import resolve_cache_dir
 from fl_privtext.federation.simulation import fixed_costs, quiet_env, simulate
 from fl_privtext.federation.traffic import Round
 from fl_privtext.federation.training import check_training
+from fl_privtext.learn import warm_up
 from fl_privtext.pipeline.checks import check_extractor, check_output, check_resources
 from fl_privtext.pipeline.clients import build_app
 from fl_privtext.pipeline.federated import serve
@@ -149,8 +151,6 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
 def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
     """The driver's work while Ray starts: fill the feature cache, save each point's client-data snapshot, and
     warm up the server's trainer (torch's lazy imports). Returns the snapshot paths."""
-    from fl_privtext.learn import warm_up
-
     snapshots = [_snapshot(p) for p in points]
     warm_up()
     return snapshots
@@ -159,8 +159,6 @@ def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
 def _snapshot(cfg: ExperimentConfig) -> str:
     """Fill the feature cache once (on the driver) and save the clients' snapshot; its path, or "" when clients
     must load the data themselves (word dropout extracts on the client)."""
-    from fl_privtext.extract import resolve_cache_dir
-
     prep = prepare(cfg, features="extract", progress=cfg.run.progress)
     if cfg.privacy.mu > 0 or not isinstance(prep.features, np.memmap):
         return ""

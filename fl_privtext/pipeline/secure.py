@@ -24,22 +24,16 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import metrics
-from fl_privtext.accounting import phase_a_report
 from fl_privtext.client import ClientPolicy
 from fl_privtext.client.aggregate import TASK, StatsLayout, release_statistics, share_noise_std
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
-from fl_privtext.pipeline.point import (
-    OnDeviceRound,
-    exact_candidates,
-    exact_on_device,
-    on_device_seed,
-    plain_on_device,
-    shipped_model,
-)
+from fl_privtext.pipeline.point import plain_on_device
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.privacy.report import json_number
 from fl_privtext.report import aggregate
+from fl_privtext.report.accounting import phase_a_report
+from fl_privtext.report.referee import exact_candidates, exact_on_device
 from fl_privtext.server.aggregate import (
     Aggregate,
     fit_from_aggregate,
@@ -49,6 +43,7 @@ from fl_privtext.server.aggregate import (
     wants_second,
 )
 from fl_privtext.server.aggregate_selection import ConstantRule, candidate_rule, select_from_folds
+from fl_privtext.server.ondevice import OnDeviceRound, on_device_seed, shipped_model
 from fl_privtext.server.ondevice_selection import constant_from_counts
 from fl_privtext.server.training import Trained
 

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from fl_privtext.accounting import privacy_summary
 from fl_privtext.client import (
     POLICY_ENV,
     ClientData,
@@ -24,6 +23,7 @@ from fl_privtext.client import (
 )
 from fl_privtext.client.guard import within_budget
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.report.accounting import privacy_summary
 from tests.refusals import refused
 
 

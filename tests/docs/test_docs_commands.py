@@ -60,7 +60,7 @@ def _cmd(*parts: str) -> str:
 
 # Every shell command of the docs -> (how it is checked, why so, the test that runs its code path end to end).
 #   e2e: run here with SHRINK appended;  run: run here as written (after SUBSTITUTE), in full;
-#   validated: here, the CLI's parser, the preflight (fl_privtext.preflight), runner.validate (the data loaded,
+#   validated: here, the CLI's parser, the preflight (fl_privtext.pipeline.preflight), runner.validate (the data loaded,
 #     roles, shards) and the cheapest real step; end to end by the named test;
 #   skipped: not run here, for the reason given; the named test runs the same code path.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -421,7 +421,7 @@ def _validate_run(cmd: str, output: Path) -> Any:
     from fl_privtext.cli import _build_parser, _parse_sets
     from fl_privtext.config import ExperimentConfig
     from fl_privtext.pipeline import runner
-    from fl_privtext.preflight import check_run
+    from fl_privtext.pipeline.preflight import check_run
 
     args = _build_parser().parse_args(shlex.split(cmd)[1:])
     cfg = ExperimentConfig.load(args.config, _parse_sets(args.set))
@@ -501,7 +501,7 @@ def test_supernode_policy_file_validates(tmp_path, monkeypatch):
 def test_sweeps_validate_and_list(workdir):
     from fl_privtext import sweep
     from fl_privtext.pipeline import runner
-    from fl_privtext.preflight import check_point
+    from fl_privtext.pipeline.preflight import check_point
 
     where = {"root": ROOT, "tmp": workdir, "data": ""}
     cells = json.loads((ROOT / NOTEBOOK[0]).read_text())["cells"]

@@ -171,8 +171,8 @@ def test_accounting_charges_the_accountants_composed_epsilon_and_the_ledgers_agr
     its rounds, each with its actual contributors); the clients' ledgers (basic composition at n = min clients)
     charge at least that, and the summary states their largest total."""
     from fl_privtext import pipeline
-    from fl_privtext.accounting import privacy_summary
     from fl_privtext.privacy.distributed import epsilon_of, round_rho
+    from fl_privtext.report.accounting import privacy_summary
 
     cfg, out, _, state = run
     g, c = out["guarantee"], out["central"]

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from fl_privtext import pipeline, rng
-from fl_privtext.accounting import charge
 from fl_privtext.client import data_digest, mechanism_for, point_key
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract import EmbeddingCache
 from fl_privtext.pipeline.runner import run_points
 from fl_privtext.privacy import label_rr
+from fl_privtext.report.accounting import charge
 
 FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,
         "federation.rounds": 2, "run.baseline": False, "server.learner": "centroid"}

@@ -1,0 +1,96 @@
+"""The eavesdropper on one point: builds its view (`fl_privtext.attacks.observe`) from the point's data and what it
+observed, and runs every attack with its baseline and ceiling (`fl_privtext.attacks.run_attacks`).
+
+The orchestrator calls `attack` once per seed (`fl_privtext.pipeline.point`); the clean candidates the
+mechanism-aware attacks compare against are `fl_privtext.extract.clean.clean_features`. Seeded by
+``(seed, "attack", ...)`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fl_privtext import rng
+from fl_privtext.attacks.evaluate import observe, run_attacks
+from fl_privtext.client import mechanism_for
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.extract.clean import clean_features
+from fl_privtext.privacy import PrivacyReport
+from fl_privtext.server.pseudonyms import server_users
+
+if TYPE_CHECKING:  # the type only: the orchestrator prepares the point
+    from fl_privtext.pipeline.preparation import Prepared
+
+__all__ = ["PerUpload", "attack", "attacked_uploads"]
+
+
+class PerUpload(Sequence[str]):
+    """A dataset column read per upload (lazily: only the texts an attack or its referee asks for)."""
+
+    def __init__(self, column: Sequence[str], rows: np.ndarray):
+        self._column, self._rows = column, rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        return self._column[int(self._rows[i])]
+
+
+def attacked_uploads(prep: Prepared, rows: np.ndarray, seed: int, max_aux_users: int) -> np.ndarray | None:
+    """Positions of the observed uploads the attack uses: every non-aux upload, and those of at most
+    ``max_aux_users`` aux users (a seeded sample of users, ``(seed, "attack", "aux-users")``); None = all of them.
+    Bounds the attacker's fits and public-text work, whatever the population size."""
+    aux = prep.roles[rows] == "aux"
+    users = prep.ds.user_index[rows]
+    aux_users = np.unique(users[aux])
+    if max_aux_users == 0 or len(aux_users) <= max_aux_users:
+        return None
+    chosen = np.sort(rng.generator(seed, "attack", "aux-users").choice(aux_users, max_aux_users, replace=False))
+    return np.flatnonzero(~aux | np.isin(users, chosen))
+
+
+def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,
+           labels: np.ndarray | None = None, mechanism: Any = None,
+           report: PrivacyReport | None = None, seen: np.ndarray | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The eavesdropper on one seed's observed uploads (``features``, ``labels``, ``rows``): every attack of
+    `fl_privtext.attacks`, each with its baseline and LDP ceiling. Returns (attacks, attacks_extra).
+
+    ``seen`` (federation.shuffle): the ids the eavesdropper saw on each upload (``rows`` are then the referee's
+    record ids): its users are what those ids name (`server_users`: one fresh pseudonym per shuffled report) and
+    every upload's sender is the shuffler; the referee scores per-user answers per named user
+    (`fl_privtext.attacks.evaluate`).
+
+    ``mechanism`` defaults to the configured one; its report's TRUE worst-case epsilon sets the ceilings."""
+    rows = np.asarray(rows)
+    keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
+    if keep is not None:
+        features, rows = features[keep], rows[keep]
+        labels = None if labels is None else labels[keep]
+        seen = None if seen is None else np.asarray(seen)[keep]
+    mech = mechanism if mechanism is not None else mechanism_for(cfg, features.shape[1])
+    rep = report if report is not None else mech.report()
+    user_index = prep.ds.user_index  # the server's account pseudonyms
+    node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)
+    for c, shard in enumerate(prep.shards):
+        node_of_row[shard] = c
+    # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
+    # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
+    clean = clean_features(prep, cfg) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
+    named = user_index.reshape(-1)[rows]
+    view, truth = observe(
+        uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
+        users=named if seen is None else server_users(prep, seen),
+        senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int64),
+        named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows),
+        attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
+        aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
+        mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
+        num_labels=len(prep.ds.label_names), label_epsilon=cfg.privacy.label_epsilon, seed=seed, cfg=cfg,
+        word_vectors=None if clean is None or prep.extractor is None else
+        (lambda words: prep.extractor.extract(list(words), progress=False)))
+    return run_attacks(view, truth)
+

@@ -1,0 +1,39 @@
+"""The clean representation of a dataset row as anyone holding the public texts computes it with the public
+extractor: the eavesdropper's candidates (`fl_privtext.attacks.eavesdropper`) and the referee's exact figures
+(`fl_privtext.report.referee`) read it; no client or server code does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fl_privtext.extract.cache import EmbeddingCache
+
+if TYPE_CHECKING:  # the types only: the orchestrator prepares the point
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.pipeline.preparation import Prepared
+
+__all__ = ["clean_features"]
+
+
+def clean_features(prep: Prepared, cfg: ExperimentConfig) -> Callable[[np.ndarray], np.ndarray] | None:
+    """Clean representations of rows' texts as the attacker computes them from public texts with the public
+    extractor: the extraction cache when present (identical, deterministic), else the extractor itself."""
+    feats = prep.features
+    if feats is None and prep.extractor is not None:
+        try:
+            cache = EmbeddingCache(cfg.extractor.cache_dir or None)
+            feats = cache.load(cache.key(prep.ds.fingerprint, prep.extractor.identity()))
+        except Exception:  # noqa: BLE001 - no cache: extract the public rows below
+            feats = None
+    if feats is not None:
+        src = feats
+        return lambda rows: np.asarray(src[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+    if prep.extractor is None:
+        return None
+    texts, pairs = prep.ds.text_column, prep.ds.text_pair_column
+    return lambda rows: np.asarray(prep.extractor.extract([texts[i] for i in rows],
+                                                          None if pairs is None else [pairs[i] for i in rows],
+                                                          progress=False), np.float32)

@@ -1,0 +1,87 @@
+"""The server's side of the on-device protocol, one seed at a time: which test records each client is asked about
+(`on_device_requests`), the model shipped and the clients' randomized-response answers debiased and summed
+(`on_device_seed`; their side is `fl_privtext.client.ondevice`), and which model the reported figure is of
+(`shipped_model`). The transport that carries the model and the answers is the orchestrator's ``evaluate_round``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fl_privtext.client.ondevice import answer_half
+from fl_privtext.ondevice import summarize, summarize_private
+from fl_privtext.server.ondevice_selection import choose
+from fl_privtext.server.training import Trained
+
+if TYPE_CHECKING:  # the types only: the orchestrator prepares the point and collects its traffic
+    from fl_privtext.pipeline.point import Collected
+    from fl_privtext.pipeline.preparation import Prepared
+
+__all__ = ["OnDeviceRound", "on_device_requests", "on_device_seed", "shipped_model"]
+
+
+def on_device_requests(prep: Prepared, c: Collected) -> dict[int, np.ndarray]:
+    """Per node, the test users' records it uploaded in this seed (the server knows roles, never features)."""
+    test = prep.roles == "test"
+    parts: dict[int, list[np.ndarray]] = {}
+    for r in c.rounds:
+        for node, rows in r.senders.items():
+            parts.setdefault(int(node), []).append(rows[test[rows]])
+    merged = {node: np.unique(np.concatenate(p)) for node, p in parts.items()}
+    return {node: rows for node, rows in merged.items() if len(rows)}
+
+
+OnDeviceRound = Callable[..., list[Any]]  # (model, rows per node, seed, stage="all") -> replies
+
+
+def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int, evaluate_round: OnDeviceRound,
+                   users: np.ndarray) -> dict[str, Any]:
+    """One seed of the on-device protocol; with ``trained.candidates`` (server.select-on = clients) in two stages:
+    the select half of the test users chooses (`fl_privtext.server.ondevice_selection`), the report half
+    measures the chosen model. ``users``: the user of each record id (the server's accounting of who was charged,
+    by the public half rule). Keys starting with "_" are internal (charged rows, raw replies)."""
+
+    def eps_of(r: dict[str, Any]) -> float:
+        return float(np.asarray(r["answer"]["count-epsilon"]).reshape(-1)[0])
+
+    def charged_rows(replies: list[Any], half: int | None) -> list[tuple[np.ndarray, float]]:
+        out = []
+        for r in replies:
+            if "answer" in r and r["node"] in requests:
+                rows = requests[r["node"]]
+                out.append((rows if half is None else rows[answer_half(users[rows]) == half], eps_of(r)))
+        return out
+
+    t0 = time.perf_counter()
+    if trained.candidates:
+        const = trained.constant_estimate  # the server's own estimate: the constant is not sent
+        sent = {n: m for n, m in trained.candidates.items() if const is None or n != "constant"}
+        picked = evaluate_round(replace(trained, candidates=sent), requests, seed, "select") if sent else []
+        chosen, selection = choose(picked, list(sent), constant=const)
+        selection["dropped"] = trained.utility.get("on_device_candidates_dropped", [])  # export not finite
+        replies = evaluate_round(replace(trained, model=trained.candidates[chosen]), requests, seed, "report")
+        result = {**summarize_private(replies), "learner": chosen, "selection": selection}
+        charged = charged_rows(picked, 0) + charged_rows(replies, 1)
+        replies = picked + replies
+    else:
+        replies = evaluate_round(trained, requests, seed)
+        if any("counts" in r for r in replies):  # old clients (no policy): confusion counts over the listed rows
+            result = summarize([r["counts"] for r in replies if "counts" in r], trained.majority_class,
+                               len(requests))
+        else:
+            result = summarize_private(replies)
+        charged = charged_rows(replies, None)
+    return {**result, "seconds": time.perf_counter() - t0, "_charged": charged, "_replies": replies}
+
+
+def shipped_model(trained: Trained, result: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The model the server sent for the reported on-device figure: the clients' choice among the candidates
+    (server.select-on = clients, ``result["learner"]``), else the server's model."""
+    if trained.candidates and "learner" in result:
+        return trained.candidates[str(result["learner"])]
+    return trained.model
