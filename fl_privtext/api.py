@@ -21,7 +21,6 @@ from fl_privtext.pipeline.preflight import check_run
 from fl_privtext.progress import tqdm as _tqdm  # noqa: F401  (imported first: notebook-fit progress bars)
 from fl_privtext.report import prior_baseline
 from fl_privtext.report.plots import FRONTIER_ATTACK, FRONTIER_TASK, RUN_PLOT
-from fl_privtext.sweep import SweepSpec, execute, markdown, short_rows
 
 
 @dataclass(frozen=True)
@@ -153,61 +152,3 @@ def run(config: dict[str, Any] | str | Path | ExperimentConfig | None = None, *,
     plots = tuple(p for p in (out / n for n in (RUN_PLOT, FRONTIER_TASK, FRONTIER_ATTACK)) if p.is_file())
     return Result(results=results, output_dir=out, config=cfg, plots=plots,
                   uploads=_uploads(observations) if uploads else None)
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """A finished sweep: ``rows`` is the table (one dict per point, flat dotted keys such as ``privacy.mechanism``
-    and ``attack.gender.accuracy``; the no-privacy point last), as written to ``output_dir/table.csv``; ``plots``: the
-    frontier PNGs. ``to_pandas()`` gives the same table as a DataFrame when pandas is installed."""
-
-    rows: list[dict[str, Any]]
-    output_dir: Path
-    plots: tuple[Path, ...] = ()
-    missing: int = 0
-
-    def to_pandas(self) -> Any:
-        """The table as a pandas DataFrame (one row per point, the columns of table.csv)."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ImportError("SweepResult.to_pandas() needs pandas (pip install pandas); "
-                              "SweepResult.rows holds the same table as a list of dicts.") from None
-        cols = list(dict.fromkeys(k for r in self.rows for k in r))  # table.csv's order: first appearance
-        return pd.DataFrame([{c: r.get(c) for c in cols} for r in self.rows], columns=cols)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __str__(self) -> str:
-        return f"fl_privtext SweepResult: {self.output_dir} ({len(self.rows)} points)\n" + markdown(self.rows)
-
-    def _repr_markdown_(self) -> str:
-        """Jupyter's display: the figures that matter (`fl_privtext.sweep.short_rows`), not the whole table, and the
-        plots by name (a relative link breaks when the notebook is read from another folder; show them with
-        ``IPython.display.Image(filename=...)``, which embeds them in the saved notebook)."""
-        cols = len(dict.fromkeys(k for r in self.rows for k in r))
-        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "",
-                 markdown(short_rows(self.rows)), "",
-                 f"All {cols} columns: `.rows`, `.to_pandas()`, `{self.output_dir / 'table.csv'}`."
-                 + (f" Plots: {', '.join(f'`{p.name}`' for p in self.plots)} (`.plots`)." if self.plots else "")]
-        return "\n".join(lines)
-
-
-def run_sweep(spec: dict[str, Any] | str | Path, *, output: str | Path | None = None,
-              sets: dict[str, Any] | None = None, progress: bool = False, echo: bool = False) -> SweepResult:
-    """Run a sweep (as ``fl-privtext sweep``; resumable: finished points are read back) and return its table.
-
-    ``spec``: a sweep TOML path or the same content as a dict (``{"fixed": {...}, "grid": {"privacy.epsilon":
-    [1, 2]}}``); ``output``: the sweep directory (default: ``[sweep] output``, else sweeps/<file stem>);
-    ``sets``: overrides of fixed keys; ``echo``: print the per-point lines."""
-    if isinstance(spec, dict):
-        parsed = SweepSpec.from_dict(spec)
-    elif isinstance(spec, (str, Path)):
-        parsed = SweepSpec.load(spec)
-    else:
-        raise ValueError(f"spec must be a dict or a sweep TOML file path; got {type(spec).__name__}.")  # noqa: TRY004
-    summary = execute(parsed, sets=sets, output=output, progress=progress,
-                      log=(lambda s: print(s, flush=True)) if echo else (lambda s: None))
-    return SweepResult(rows=summary["rows"], output_dir=Path(summary["out"]),
-                       plots=tuple(Path(p) for p in summary["plots"]), missing=summary["missing"])

@@ -245,7 +245,7 @@ def headline(res: dict[str, Any]) -> str:
     return s
 
 
-def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
+def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
               runner: Callable[..., Any] | None = None, progress: bool = False,
               describe: Callable[[ExperimentConfig], str] = point_key,
               state_dir: str | Path | None = None) -> dict[str, Any]:
@@ -577,7 +577,7 @@ def execute(spec: SweepSpec, *, sets: dict[str, Any] | None = None, output: str 
     if spec.source:
         _write_atomic(out / "sweep.toml", Path(spec.source).read_text())
     try:
-        run_sweep(with_baselines(points), store, log=log, progress=progress, describe=spec.label,
+        run_stored(with_baselines(points), store, log=log, progress=progress, describe=spec.label,
                   state_dir=client_state if client_state is not None else out / "clients")
     except KeyboardInterrupt:
         done = sum(store.has(c) for c in points)
@@ -652,3 +652,59 @@ def compare_from_cli(paths: Sequence[str], *, csv_path: str | None) -> None:
         print(f"\nwrote {csv_path}", file=sys.stderr)
 
 
+@dataclass(frozen=True)
+class SweepResult:
+    """A finished sweep: ``rows`` is the table (one dict per point, flat dotted keys such as ``privacy.mechanism``
+    and ``attack.gender.accuracy``; the no-privacy point last), as written to ``output_dir/table.csv``; ``plots``: the
+    frontier PNGs. ``to_pandas()`` gives the same table as a DataFrame when pandas is installed."""
+
+    rows: list[dict[str, Any]]
+    output_dir: Path
+    plots: tuple[Path, ...] = ()
+    missing: int = 0
+
+    def to_pandas(self) -> Any:
+        """The table as a pandas DataFrame (one row per point, the columns of table.csv)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("SweepResult.to_pandas() needs pandas (pip install pandas); "
+                              "SweepResult.rows holds the same table as a list of dicts.") from None
+        cols = list(dict.fromkeys(k for r in self.rows for k in r))  # table.csv's order: first appearance
+        return pd.DataFrame([{c: r.get(c) for c in cols} for r in self.rows], columns=cols)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __str__(self) -> str:
+        return f"fl_privtext SweepResult: {self.output_dir} ({len(self.rows)} points)\n" + markdown(self.rows)
+
+    def _repr_markdown_(self) -> str:
+        """Jupyter's display: the figures that matter (`fl_privtext.sweep.short_rows`), not the whole table, and the
+        plots by name (a relative link breaks when the notebook is read from another folder; show them with
+        ``IPython.display.Image(filename=...)``, which embeds them in the saved notebook)."""
+        cols = len(dict.fromkeys(k for r in self.rows for k in r))
+        lines = [f"**fl_privtext sweep** in `{self.output_dir}` ({len(self.rows)} points)", "",
+                 markdown(short_rows(self.rows)), "",
+                 f"All {cols} columns: `.rows`, `.to_pandas()`, `{self.output_dir / 'table.csv'}`."
+                 + (f" Plots: {', '.join(f'`{p.name}`' for p in self.plots)} (`.plots`)." if self.plots else "")]
+        return "\n".join(lines)
+
+
+def run_sweep(spec: dict[str, Any] | str | Path, *, output: str | Path | None = None,
+              sets: dict[str, Any] | None = None, progress: bool = False, echo: bool = False) -> SweepResult:
+    """Run a sweep (as ``fl-privtext sweep``; resumable: finished points are read back) and return its table.
+
+    ``spec``: a sweep TOML path or the same content as a dict (``{"fixed": {...}, "grid": {"privacy.epsilon":
+    [1, 2]}}``); ``output``: the sweep directory (default: ``[sweep] output``, else sweeps/<file stem>);
+    ``sets``: overrides of fixed keys; ``echo``: print the per-point lines."""
+    if isinstance(spec, dict):
+        parsed = SweepSpec.from_dict(spec)
+    elif isinstance(spec, (str, Path)):
+        parsed = SweepSpec.load(spec)
+    else:
+        raise ValueError(f"spec must be a dict or a sweep TOML file path; got {type(spec).__name__}.")  # noqa: TRY004
+    summary = execute(parsed, sets=sets, output=output, progress=progress,
+                      log=(lambda s: print(s, flush=True)) if echo else (lambda s: None))
+    return SweepResult(rows=summary["rows"], output_dir=Path(summary["out"]),
+                       plots=tuple(Path(p) for p in summary["plots"]), missing=summary["missing"])

@@ -37,7 +37,7 @@ from fl_privtext.sweep import (  # noqa: F401
     saved_point_key,
     slim,
 )
-from fl_privtext.sweep import run_sweep as _run_sweep
+from fl_privtext.sweep import run_stored as _run_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results"
@@ -46,7 +46,7 @@ CONFIGS = REPO / "configs"
 def run_sweep(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
               runner: Callable[..., Any] | None = None) -> dict[str, Any]:
     """Run every point not yet in ``store`` (one ``run_points`` call per federation group: usually one), each
-    saved as soon as it finishes; returns counts and timings (`fl_privtext.sweep.run_sweep`).
+    saved as soon as it finishes; returns counts and timings (`fl_privtext.sweep.run_stored`).
 
     ``runner`` defaults to ``fl_privtext.pipeline.runner.run_points`` (tests may pass a fake)."""
     return _run_sweep(points, store, log=log, runner=runner, describe=describe)

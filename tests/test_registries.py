@@ -19,8 +19,15 @@ import numpy as np
 import pytest
 
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.names import ATTACK_FAMILIES, ATTACKS, EXTRACTORS, LEARNERS, MECHANISMS, SECAGG_TASKS
-from fl_privtext.registry import Registry
+from fl_privtext.names import (
+    ATTACK_FAMILIES,
+    ATTACKS,
+    EXTRACTORS,
+    LEARNERS,
+    MECHANISMS,
+    SECAGG_TASKS,
+    Registry,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -87,7 +87,7 @@ def test_points_run_in_one_simulation_per_federation_group():
     spec = sweep.SweepSpec.from_dict({"grid": {"federation.num-clients": [2, 3], "privacy.epsilon": [1.0, 2.0],
                                                "run.client-seed": [7]}})
     calls: list[list[ExperimentConfig]] = []
-    stats = sweep.run_sweep(spec.points(), sweep.Store("/nonexistent/points"), log=lambda s: None,
+    stats = sweep.run_stored(spec.points(), sweep.Store("/nonexistent/points"), log=lambda s: None,
                             runner=lambda group, on_result: calls.append(list(group)))
     assert stats["ran"] == 4 and len(calls) == 2
     for group in calls:  # run_points' rule: one federation size and one client seed per simulation
@@ -234,7 +234,7 @@ def test_the_no_privacy_point_never_shares_a_simulation_with_a_private_point():
     assert base.privacy.mechanism == "none" and base.client == points[0].client
     assert sweep.simulation_group(base) != sweep.simulation_group(points[0]) == sweep.simulation_group(points[1])
     calls: list[list[ExperimentConfig]] = []
-    sweep.run_sweep(points, sweep.Store("/nonexistent/points"), log=lambda s: None,
+    sweep.run_stored(points, sweep.Store("/nonexistent/points"), log=lambda s: None,
                     runner=lambda group, on_result: calls.append(list(group)))
     assert sorted(len(c) for c in calls) == [1, 2]
     for group in calls:  # the runner's guard (fl_privtext.pipeline.runner._client_policy) accepts each group
@@ -277,7 +277,7 @@ def test_table_has_the_frontier_columns_and_the_no_privacy_row(tmp_path):
 
 def test_sweep_result_to_pandas_is_the_table_one_row_per_point(tmp_path):
     pd = pytest.importorskip("pandas")
-    from fl_privtext.api import SweepResult
+    from fl_privtext.sweep import SweepResult
 
     spec = sweep.SweepSpec.from_dict({"grid": {"privacy.mechanism": ["privunitg"], "privacy.epsilon": [1.0, 8.0]}})
     points = spec.points()

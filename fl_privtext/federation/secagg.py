@@ -64,7 +64,7 @@ from fl_privtext.client.ledger import bind_once, node_dir
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.grid import DelegatingGrid
 from fl_privtext.names import SECAGG_TASKS as TASKS
-from fl_privtext.registry import Registry
+from fl_privtext.names import Registry
 
 RECORD = "secagg"  # our ConfigRecord in the masked-vector request: task, clipping range, quantization range
 SECAGG_CONFIGS = RECORD_KEY_CONFIGS  # Flower's protocol record ("secaggplus_configs")

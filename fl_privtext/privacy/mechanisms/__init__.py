@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from fl_privtext.names import MECHANISMS as _MECHANISMS
+from fl_privtext.names import Registry
 from fl_privtext.privacy.mechanisms.base import (
     CALIBRATIONS,
     COMPOSITION,
@@ -46,7 +47,6 @@ from fl_privtext.privacy.mechanisms.none import NoPrivacy
 from fl_privtext.privacy.mechanisms.privunit import Duchi, PrivUnit
 from fl_privtext.privacy.mechanisms.privunitg import PrivUnitG
 from fl_privtext.privacy.mechanisms.sphere import CapMechanism
-from fl_privtext.registry import Registry
 
 # name -> class: the registry of fl_privtext.names (its names readable without numpy; a new mechanism registers there
 # or through register_mechanism)
