@@ -50,8 +50,8 @@ def validate(cfg: ExperimentConfig) -> pipeline.Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
     from fl_privtext.checks import check_extractor, check_resources
 
-    check_resources(cfg)
-    check_extractor(cfg)
+    check_resources(cfg.federation, cfg.extractor)
+    check_extractor(cfg.extractor)
     n_users = pipeline.load(cfg).num_users
     if cfg.federation.num_clients > n_users:
         raise ValueError(
@@ -154,7 +154,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         mark("validated")
         prepared = driver.submit(_prepare_driver, points)
         started = _init_ray(init_args, client_seed=points[0].run.client_seed,
-                            threads=client_threads(points[0]), policy=policy,
+                            threads=client_threads(points[0].federation), policy=policy,
                             state_dir=state)
         mark("ray_started")
         snapshots = prepared.result()
