@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import FederationConfig, RunConfig
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -34,18 +34,18 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def local_actors(cfg: ExperimentConfig, cores: int | None = None) -> int:
+def local_actors(federation: FederationConfig, cores: int | None = None) -> int:
     """Actors Flower starts on this machine: as many as the cores hold (Ray gets every core), at most one per
     client; none here when the federation attaches to a Ray cluster (``federation.ray-address``)."""
-    if cfg.federation.ray_address:
+    if federation.ray_address:
         return 0
     cores = usable_cores() if cores is None else cores
-    return max(1, min(cfg.federation.num_clients, math.floor(cores / cfg.federation.client_cpus)))
+    return max(1, min(federation.num_clients, math.floor(cores / federation.client_cpus)))
 
 
-def client_threads(cfg: ExperimentConfig) -> int:
+def client_threads(federation: FederationConfig) -> int:
     """Threads of one virtual-client actor: ``federation.client-threads`` or its CPU share (at least 1)."""
-    return share(cfg.federation.client_threads, cfg.federation.client_cpus)
+    return share(federation.client_threads, federation.client_cpus)
 
 
 def share(threads: int, cpus: float) -> int:
@@ -53,12 +53,12 @@ def share(threads: int, cpus: float) -> int:
     return threads or max(1, math.floor(cpus))
 
 
-def driver_threads(cfg: ExperimentConfig, cores: int | None = None) -> int:
+def driver_threads(run: RunConfig, federation: FederationConfig, cores: int | None = None) -> int:
     """Threads of the driver's training and attacks: ``run.threads`` or the cores the local actors leave free."""
-    if cfg.run.threads:
-        return cfg.run.threads
+    if run.threads:
+        return run.threads
     cores = usable_cores() if cores is None else cores
-    return max(1, cores - local_actors(cfg, cores) * client_threads(cfg))
+    return max(1, cores - local_actors(federation, cores) * client_threads(federation))
 
 
 def worker_env(threads: int) -> dict[str, str]:

@@ -16,16 +16,20 @@ def _cfg(**sets):
                                        "federation.rounds": 3, **sets})
 
 
+def _sections(cfg):
+    return cfg.privacy, cfg.federation, cfg.train
+
+
 def test_eight_records_three_rounds_with_label_rr_cost_sixty():
     users = np.array([0] * 8 + [1] * 2)
     released = np.tile(np.arange(10), 3)  # every record uploaded in each of 3 rounds
     cfg = _cfg(**{"privacy.label-epsilon": 2.0})
     rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
-    reps, total = charge(users, released, rep, cfg, num_classes=4)
+    reps, total = charge(users, released, rep, cfg.privacy, num_classes=4)
     assert reps.epsilon_of(0) == pytest.approx(8 * 3 * 0.5)  # 12: the representations alone
     assert total.epsilon_of(0) == pytest.approx(8 * 3 * (0.5 + 2))  # 60: labels charged too
     assert total.epsilon_of(1) == pytest.approx(2 * 3 * 2.5)
-    out = privacy_summary(rep, cfg, users, 4, [released], releases_per_record=3)
+    out = privacy_summary(rep, *_sections(cfg), users, 4, [released], releases_per_record=3)
     per_user = out["composition"]["per_user"]
     assert per_user["max_epsilon_worst_case"] == pytest.approx(12) and per_user["max_epsilon_total"] == pytest.approx(60)
     assert out["composition"]["labels"]["epsilon_per_upload"] == pytest.approx(2.0)
@@ -34,7 +38,7 @@ def test_eight_records_three_rounds_with_label_rr_cost_sixty():
 def test_labels_in_the_clear_make_the_total_infinite_and_the_table_says_so():
     users = np.array([0, 0, 1])
     rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
-    out = privacy_summary(rep, _cfg(), users, 2, [np.arange(3)], releases_per_record=1)
+    out = privacy_summary(rep, *_sections(_cfg()), users, 2, [np.arange(3)], releases_per_record=1)
     assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"
     assert out["composition"]["per_user"]["max_epsilon_worst_case"] == pytest.approx(1.0)
     assert any("client (node)" in s for s in out["composition"]["also_released"])
@@ -46,7 +50,7 @@ def test_labels_in_the_clear_make_the_total_infinite_and_the_table_says_so():
     assert "labels IN THE CLEAR (label epsilon inf)" in text and "TOTAL inf" in text
     assert "secret (OS entropy" in text and "low bits leak" in text
     # a dataset without labels: only the representations count
-    none = privacy_summary(rep, _cfg(), users, 0, [np.arange(3)], releases_per_record=1)
+    none = privacy_summary(rep, *_sections(_cfg()), users, 0, [np.arange(3)], releases_per_record=1)
     assert none["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(1.0)
 
 
@@ -54,7 +58,8 @@ def test_only_released_rows_are_charged_and_every_repetition_composes():
     users = np.array([0, 1, 2, 3])
     rep = make_mechanism("laplace-l1", epsilon=1.0, sampler="float").report()
     cfg = _cfg(**{"privacy.label-epsilon": 1.0})
-    out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1]), np.array([0, 0, 1, 2])], releases_per_record=1)
+    out = privacy_summary(rep, *_sections(cfg), users, 2, [np.array([0, 1]), np.array([0, 0, 1, 2])],
+                          releases_per_record=1)
     assert out["composition"]["per_user"]["users"] == 3  # user 3 sent nothing in either repetition
     # issue #22: the repetitions compose (user 0: 3 releases of 1 + 1), not the worst repetition alone (4)
     assert out["composition"]["per_user"]["max_epsilon_total"] == pytest.approx(6.0)
@@ -67,7 +72,8 @@ def test_closed_form_8_records_3_rounds_2_seeds():
     rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
     cfg = _cfg(**{"privacy.label-epsilon": 2.0, "privacy.epsilon": 0.5})
     rows = np.tile(np.arange(8), 3)
-    per_user = privacy_summary(rep, cfg, users, 2, [rows, rows], releases_per_record=3)["composition"]["per_user"]
+    per_user = privacy_summary(rep, *_sections(cfg), users, 2, [rows, rows],
+                               releases_per_record=3)["composition"]["per_user"]
     assert per_user["max_epsilon_total"] == pytest.approx(120.0)
     assert per_user["max_epsilon_tight"] <= 120.0 + 1e-9
 
@@ -83,6 +89,6 @@ def test_phase_a_in_the_clear_makes_the_total_infinite():
     users = np.array([0, 1])
     rep = make_mechanism("laplace-l1", epsilon=1.0, sampler="float").report()
     cfg = _cfg(**{"privacy.label-epsilon": 1.0})
-    out = privacy_summary(rep, cfg, users, 2, [np.array([0, 1])], 1, phase_a_rows=np.array([0]))
+    out = privacy_summary(rep, *_sections(cfg), users, 2, [np.array([0, 1])], 1, phase_a_rows=np.array([0]))
     assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"
     assert out["composition"]["per_user"]["max_epsilon_phase_a"] == "inf"

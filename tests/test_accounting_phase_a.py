@@ -30,7 +30,8 @@ def _central(contributors=(4, 3, 4)):
 
 def _summary(cfg, central=None, **kw):
     rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
-    return privacy_summary(rep, cfg, USERS, 2, [np.arange(4)], 1, phase_a_rows=PHASE_A_ROWS,
+    return privacy_summary(rep, cfg.privacy, cfg.federation, cfg.train, USERS, 2, [np.arange(4)], 1,
+                           phase_a_rows=PHASE_A_ROWS,
                            phase_a_central=central, **kw)
 
 
@@ -56,7 +57,8 @@ def test_client_mode_charges_the_composed_central_epsilon():
     assert "via secagg" in per_user["phase_a_guarantee"] and "secagg" in per_user["max_epsilon_total_guarantee"]
     # the tight figure: the uploads' tight composition plus Phase A's, deltas added
     without = _summary(cfg)["composition"]["per_user"]  # (inf Phase A) vs no Phase A at all:
-    no_a = privacy_summary(make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report(), cfg, USERS, 2, [np.arange(4)], 1)
+    no_a = privacy_summary(make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report(), cfg.privacy,
+                           cfg.federation, cfg.train, USERS, 2, [np.arange(4)], 1)
     assert without["max_epsilon_tight"] == "inf"
     tight_uploads = no_a["composition"]["per_user"]["max_epsilon_tight"]
     assert per_user["max_epsilon_tight"] == pytest.approx(tight_uploads + eps)

@@ -72,7 +72,7 @@ def test_a_centring_server_has_its_clients_centre_too():
     g = np.random.default_rng(2)
     x = (g.standard_normal((200, 6)) + g.standard_normal((200, 1)) * 5).astype(np.float32)
     y = (x[:, 0] > x[:, 1]).astype(np.int64)
-    centred = server_inputs(x, ExperimentConfig.from_flat({"server.center": True}))
+    centred = server_inputs(x, ExperimentConfig.from_flat({"server.center": True}).server)
     model = train_mlp(centred, y, num_classes=2, config=MLPConfig(hidden=8, epochs=3),
                       generator=torch.Generator().manual_seed(1))
     params = {**model.export(), "center": np.ones(1, np.float32)}

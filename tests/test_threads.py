@@ -28,9 +28,9 @@ def _cfg(**sets) -> ExperimentConfig:
 )
 def test_shares(sets, cores, actors, client, driver):
     cfg = _cfg(**sets)
-    assert local_actors(cfg, cores) == actors
-    assert client_threads(cfg) == client
-    assert driver_threads(cfg, cores) == driver
+    assert local_actors(cfg.federation, cores) == actors
+    assert client_threads(cfg.federation) == client
+    assert driver_threads(cfg.run, cfg.federation, cores) == driver
 
 
 def test_worker_env_sizes_every_pool():

@@ -89,7 +89,8 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
-        num_labels=len(prep.ds.label_names), label_epsilon=cfg.privacy.label_epsilon, seed=seed, cfg=cfg,
+        num_labels=len(prep.ds.label_names), label_epsilon=cfg.privacy.label_epsilon, seed=seed,
+        attack=cfg.attack,
         word_vectors=None if clean is None or prep.extractor is None else
         (lambda words: prep.extractor.extract(list(words), progress=False)))
     return run_attacks(view, truth)

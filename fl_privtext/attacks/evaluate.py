@@ -25,7 +25,7 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.names import ATTACKS
 from fl_privtext.threads import limited
@@ -51,7 +51,7 @@ class Truth:
 def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, senders: np.ndarray,
             texts: Sequence[str], attributes: dict[AttributeSpec, np.ndarray], aux: np.ndarray,
             clean: Any, mechanism: Any, epsilon: float, delta: float, num_labels: int, label_epsilon: float,
-            seed: int, cfg: ExperimentConfig, word_vectors: Any = None,
+            seed: int, attack: AttackConfig, word_vectors: Any = None,
             named_users: np.ndarray | None = None) -> tuple[AttackView, Truth]:
     """Split one seed's experiment into the attacker's view and the referee's truth.
 
@@ -74,7 +74,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
              for spec, vals in attributes.items()}
     # linkage game: M target uploads, their clean representations shuffled into the attacker's order
     targets = np.flatnonzero(~aux)
-    m = min(cfg.attack.reid_pool, len(targets))
+    m = min(attack.reid_pool, len(targets))
     queries = np.sort(g.choice(targets, size=m, replace=False)) if m >= 2 and clean is not None else \
         np.zeros(0, np.int64)
     perm = g.permutation(len(queries))  # candidate perm[i] is query i's source
@@ -90,7 +90,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
         labels_in_clear=label_epsilon == 0, num_labels=num_labels, label_epsilon=label_epsilon,
         sender=np.asarray(senders, np.int64), user=users, mechanism=mechanism, known=known,
         public_texts=tuple(texts[int(i)] for i in public_idx), public_features=public_features,
-        public_user=users[public_idx], candidates=candidates, queries=queries, config=cfg.attack, seed=seed,
+        public_user=users[public_idx], candidates=candidates, queries=queries, config=attack, seed=seed,
         meta={} if word_vectors is None else {"word_vectors": word_vectors},
     )
     per_upload = epsilon + (label_epsilon if num_labels > 1 else 0.0)

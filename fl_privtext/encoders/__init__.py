@@ -2,7 +2,7 @@
 
 from fl_privtext.encoders.inputs import TrainData
 from fl_privtext.encoders.model import ModelSpec, PrivModel, build_model, load_state, trainable_state
-from fl_privtext.encoders.train import client_generator, encode, evaluate, local_train
+from fl_privtext.encoders.train import client_generator, defense_mechanism, encode, evaluate, local_train
 
-__all__ = ["ModelSpec", "PrivModel", "TrainData", "build_model", "client_generator", "encode", "evaluate",
-           "load_state", "local_train", "trainable_state"]
+__all__ = ["ModelSpec", "PrivModel", "TrainData", "build_model", "client_generator", "defense_mechanism",
+           "encode", "evaluate", "load_state", "local_train", "trainable_state"]

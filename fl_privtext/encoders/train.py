@@ -44,7 +44,7 @@ from torch import nn
 from fl_privtext import rng
 from fl_privtext.client.upload import client_generator as private_generator
 from fl_privtext.client.upload import mechanism_for
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ExperimentConfig, TrainConfig
 from fl_privtext.encoders.inputs import TrainData
 from fl_privtext.encoders.model import PrivModel
 from fl_privtext.encoders.nets import Encoder, grad_reverse, set_generator
@@ -68,6 +68,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def noise_mechanism(cfg: ExperimentConfig, width: int) -> Any:
+    """The configured LDP mechanism as a noise layer on ``width``-wide representations. Takes the whole
+    config: `fl_privtext.client.upload.mechanism_for` builds it, whose pca projection is fitted on public data
+    (data, extractor and run sections besides privacy)."""
     mech = mechanism_for(cfg, width)
     if int(mech.output_dim) != width:
         raise ValueError(
@@ -76,6 +79,23 @@ def noise_mechanism(cfg: ExperimentConfig, width: int) -> Any:
             "gaussian or none."
         )
     return mech
+
+
+def defense_mechanism(cfg: ExperimentConfig, width: int) -> Any | None:
+    """The noise layer's mechanism for ``local_train`` / ``evaluate`` when ``train.defense`` has one (noise,
+    cape), else None."""
+    return noise_mechanism(cfg, width) if cfg.train.defense in NOISY else None
+
+
+def _noise_for(train: TrainConfig, mechanism: Any | None) -> Any | None:
+    """The mechanism the defence's noise layer applies (None without one); a noisy defence without it is an
+    error, never silently noise-free."""
+    if train.defense not in NOISY:
+        return None
+    if mechanism is None:
+        raise ValueError(f"train.defense = {train.defense} needs its noise layer's mechanism "
+                         "(fl_privtext.encoders.defense_mechanism); none was given.")
+    return mechanism
 
 
 def noise_layer(r: torch.Tensor, mech: Any, g: np.random.Generator) -> torch.Tensor:
@@ -121,27 +141,29 @@ def _total(losses: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(losses).sum()
 
 
-def _optimizer(params: list[nn.Parameter], cfg: ExperimentConfig) -> torch.optim.Optimizer:
-    if cfg.train.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=cfg.train.lr)
-    return torch.optim.Adam(params, lr=cfg.train.lr)
+def _optimizer(params: list[nn.Parameter], train: TrainConfig) -> torch.optim.Optimizer:
+    if train.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=train.lr)
+    return torch.optim.Adam(params, lr=train.lr)
 
 
-def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: ExperimentConfig,
-                g: np.random.Generator, *, proximal_mu: float = 0.0) -> dict[str, float]:
+def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, train: TrainConfig,
+                g: np.random.Generator, *, mechanism: Any = None,
+                proximal_mu: float = 0.0) -> dict[str, float]:
     """``train.local-epochs`` epochs of mini-batch training on ``rows`` (this client's training users).
 
     Optimizer state starts afresh (FedAvg clients are stateless between rounds). ``proximal_mu`` > 0 adds FedProx's
-    (mu/2) ||w - w_global||^2. Returns the mean task loss and accuracy over the steps, and the example count."""
-    t = cfg.train
+    (mu/2) ||w - w_global||^2. ``mechanism``: the noise layer's (`defense_mechanism`), for train.defense =
+    noise or cape. Returns the mean task loss and accuracy over the steps, and the example count."""
+    t = train
     dev = next(model.parameters()).device
     set_generator(model, torch_gen(g))
-    mech = noise_mechanism(cfg, model.out_dim) if t.defense in NOISY else None
+    mech = _noise_for(t, mechanism)
     alternating = t.defense in ("multidetask", "generation") and (model.adversaries or model.generator is not None)
     main_params = [p for p in model.parameters() if p.requires_grad] if t.defense in GRL \
         else model.main_parameters()
-    opt = _optimizer(main_params, cfg)
-    opt_adv = _optimizer(model.adversary_parameters(), cfg) if alternating else None
+    opt = _optimizer(main_params, t)
+    opt_adv = _optimizer(model.adversary_parameters(), t) if alternating else None
     anchor = [p.detach().clone() for p in main_params] if proximal_mu > 0 else None
     kind = model.encoder.kind
     model.train()
@@ -194,18 +216,19 @@ def local_train(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experi
 
 
 @torch.no_grad()
-def evaluate(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: ExperimentConfig,
-             g: np.random.Generator, batch_size: int = 256) -> dict[str, float]:
+def evaluate(model: PrivModel, data: TrainData, rows: np.ndarray, train: TrainConfig,
+             g: np.random.Generator, batch_size: int = 256, *, mechanism: Any = None) -> dict[str, float]:
     """Task loss/accuracy on ``rows`` (held-out users; noise applied for the noise defence) and the in-training
-    adversaries' accuracy (a training signal only: the privacy measure is the fresh attacker of Phase B)."""
+    adversaries' accuracy (a training signal only: the privacy measure is the fresh attacker of Phase B).
+    ``mechanism``: the noise layer's, as for `local_train`."""
     dev = next(model.parameters()).device
-    mech = noise_mechanism(cfg, model.out_dim) if cfg.train.defense in NOISY else None
+    mech = _noise_for(train, mechanism)
     model.eval()
     loss_sum, correct, adv_correct = 0.0, 0, {n: 0.0 for n in model.adversaries}
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         y, z = data.targets(batch, dev)
-        r = model.encoder(data.inputs(model.encoder.kind, batch, cfg.train, dev))
+        r = model.encoder(data.inputs(model.encoder.kind, batch, train, dev))
         r = noise_layer(r, mech, g) if mech is not None else r  # cape's adversaries read the noisy r too
         logits = model.task(r)
         loss_sum += float(nn.functional.cross_entropy(logits, y, reduction="sum"))
@@ -222,13 +245,13 @@ def evaluate(model: PrivModel, data: TrainData, rows: np.ndarray, cfg: Experimen
 
 
 @torch.no_grad()
-def encode(model: PrivModel | Encoder, data: TrainData, rows: np.ndarray, cfg: ExperimentConfig,
+def encode(model: PrivModel | Encoder, data: TrainData, rows: np.ndarray, train: TrainConfig,
            batch_size: int = 256) -> np.ndarray:
     """(len(rows), out_dim) float32 r(x) of the trained encoder (eval mode, no noise: Phase B privatizes it)."""
     encoder = model.encoder if isinstance(model, PrivModel) else model
     dev = next(encoder.parameters()).device
     encoder.eval()
-    out = [encoder(data.inputs(encoder.kind, rows[s : s + batch_size], cfg.train, dev)).float().cpu().numpy()
+    out = [encoder(data.inputs(encoder.kind, rows[s : s + batch_size], train, dev)).float().cpu().numpy()
            for s in range(0, len(rows), batch_size)]
     return np.concatenate(out) if out else np.zeros((0, encoder.out_dim), np.float32)
 
@@ -241,12 +264,13 @@ def validation_users(roles: np.ndarray, user_ids: np.ndarray, val_frac: float, s
     return np.sort(users[rng.generator(seed, "train-val").permutation(len(users))[:k]])
 
 
-def phase_a_rows(prep: Any, cfg: ExperimentConfig, client: int) -> tuple[np.ndarray, np.ndarray]:
+def phase_a_rows(prep: Any, train: TrainConfig, seed: int, client: int) -> tuple[np.ndarray, np.ndarray]:
     """(training rows, validation rows) of ``client`` in Phase A: users of roles train/aux minus the validation
-    users, and the validation users. Test users never take part in training or model selection."""
+    users (``train.val-frac``, drawn from the run seed ``seed``), and the validation users. Test users never
+    take part in training or model selection."""
     shard = np.asarray(prep.shards[client])
     roles, users = prep.roles, prep.ds.user_ids
-    val = validation_users(roles, users, cfg.train.val_frac, cfg.run.seed)
+    val = validation_users(roles, users, train.val_frac, seed)
     in_val = np.isin(users[shard], val)
-    train = shard[(roles[shard] != "test") & ~in_val]
-    return np.sort(train), np.sort(shard[in_val])
+    fit = shard[(roles[shard] != "test") & ~in_val]
+    return np.sort(fit), np.sort(shard[in_val])

@@ -119,7 +119,7 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     """The client's contribution to one Phase A secure sum (see the module text)."""
     # torch (the encoders): a worker that serves only Phase B never loads it
     from fl_privtext.encoders import client_generator as train_generator
-    from fl_privtext.encoders import local_train, trainable_state
+    from fl_privtext.encoders import defense_mechanism, local_train, trainable_state
     from fl_privtext.encoders.train import phase_a_rows
 
     config = msg.content.config_records["config"]
@@ -140,7 +140,7 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     eps = (epsilon_of([round_rho(noise_multiplier=own.dp_noise_multiplier, clip=own.dp_clip, min_clients=m,
                                  contributors=m, step=step, dim=dim)], own.dp_delta) if client_noise else math.inf)
     prep, _ = train_data(prep_key(request))
-    rows, _ = phase_a_rows(prep, request, client)
+    rows, _ = phase_a_rows(prep, request.train, request.run.seed, client)
     users = np.unique(prep.ds.user_index[rows])  # one charge per user and round: the update is one release
     client_seed = client_seed_from(nc)
     digest = array_digest(arrays)
@@ -149,7 +149,8 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         _, data, model = setup_model(request, arrays)
-        local_train(model, data, rows, request, train_generator(client_seed, client, rnd, "fit"),
+        local_train(model, data, rows, request.train, train_generator(client_seed, client, rnd, "fit"),
+                    mechanism=defense_mechanism(request, model.out_dim),
                     proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
         old = {k: a.numpy() for k, a in arrays.items()}

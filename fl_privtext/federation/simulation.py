@@ -72,7 +72,7 @@ def simulate(first: ExperimentConfig, *, client_app: ClientApp, serve_all: Serve
     try:
         mark("validated")
         prepared = driver.submit(prepare_driver)
-        started = init_ray(init_args, client_seed=first.run.client_seed, threads=client_threads(first),
+        started = init_ray(init_args, client_seed=first.run.client_seed, threads=client_threads(first.federation),
                            policy=policy, state_dir=state_dir)
         mark("ray_started")
         ready = prepared.result()

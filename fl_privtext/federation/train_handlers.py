@@ -135,6 +135,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
     """One round of local training on this client's training users (the defence computed from its own z)."""
     from fl_privtext.encoders import (  # torch: loaded by Phase A only
         client_generator,
+        defense_mechanism,
         local_train,
         trainable_state,
     )
@@ -157,9 +158,10 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
     def compute() -> dict[str, np.ndarray]:
         arrays = msg.content.array_records["arrays"]
         prep, data, model = setup_model(cfg, arrays)
-        rows, _ = phase_a_rows(prep, cfg, client)
-        stats = local_train(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)),
-                                                                     client, rnd, "fit"),
+        rows, _ = phase_a_rows(prep, cfg.train, cfg.run.seed, client)
+        stats = local_train(model, data, rows, cfg.train,
+                            client_generator(client_seed_from(dict(context.node_config)), client, rnd, "fit"),
+                            mechanism=defense_mechanism(cfg, model.out_dim),
                             proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
         new = [state[k] for k in arrays]
@@ -187,12 +189,12 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
 def _phase_a_rows(prep: Any, cfg: ExperimentConfig, client: int) -> Any:
     from fl_privtext.encoders.train import phase_a_rows  # torch: loaded by Phase A only
 
-    return phase_a_rows(prep, cfg, client)
+    return phase_a_rows(prep, cfg.train, cfg.run.seed, client)
 
 
 def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     """Federated evaluation on this client's held-out validation users (model selection)."""
-    from fl_privtext.encoders import client_generator  # torch: loaded by Phase A only
+    from fl_privtext.encoders import client_generator, defense_mechanism  # torch: loaded by Phase A only
     from fl_privtext.encoders import evaluate as evaluate_model
 
     config = msg.content.config_records["config"]
@@ -203,8 +205,10 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     def compute() -> dict[str, np.ndarray]:
         prep, data, model = setup_model(cfg, msg.content.array_records["arrays"])
         _, rows = _phase_a_rows(prep, cfg, client)
-        stats = evaluate_model(model, data, rows, cfg, client_generator(client_seed_from(dict(context.node_config)),
-                                                                        client, rnd, "evaluate"))
+        stats = evaluate_model(model, data, rows, cfg.train,
+                               client_generator(client_seed_from(dict(context.node_config)), client, rnd,
+                                                "evaluate"),
+                               mechanism=defense_mechanism(cfg, model.out_dim))
         return {f"metric:{k}": np.array(float(v)) for k, v in {**stats, "weight": float(len(rows))}.items()}
 
     if not defend:
@@ -234,7 +238,7 @@ class _EncodedFeatures:
         from fl_privtext.encoders import encode  # torch: Phase B-only workers never load it
 
         # the encoder is the server's: a non-finite output is replaced, never an error (fl_privtext.client.gate)
-        return sanitize(encode(self.model, self.data, np.asarray(rows, np.int64), self.cfg))
+        return sanitize(encode(self.model, self.data, np.asarray(rows, np.int64), self.cfg.train))
 
 
 def encoded_client_data(data: Any, msg: Message, cfg: ExperimentConfig) -> Any:

@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ExtractorConfig, FederationConfig
 
 
 def check_output(output: str | os.PathLike[str]) -> Path:
@@ -70,9 +70,10 @@ def _local_gpus() -> int:
         return 0
 
 
-def check_resources(cfg: ExperimentConfig) -> None:
-    """A virtual client's CPU/GPU request fits on the machine (or the cluster); otherwise Ray would wait forever."""
-    f = cfg.federation
+def check_resources(federation: FederationConfig, extractor: ExtractorConfig) -> None:
+    """A virtual client's CPU/GPU request fits on the machine (or the cluster); otherwise Ray would wait
+    forever. The extractor's device and precision are checked here too: they depend on the machine's GPUs."""
+    f, x = federation, extractor
     cpus, gpus = available_resources(f.ray_address)
     where = f"the Ray cluster at {f.ray_address!r}" if f.ray_address else "this machine"
     if f.client_cpus > cpus:
@@ -83,19 +84,19 @@ def check_resources(cfg: ExperimentConfig) -> None:
                          "federation.client-gpus=0.")
     if f.client_gpus > gpus:
         raise ValueError(f"federation.client-gpus={f.client_gpus:g} exceeds the {gpus:g} GPU(s) of {where}.")
-    if cfg.extractor.device.startswith("cuda") and _local_gpus() == 0 and not f.ray_address:
-        raise ValueError(f"extractor.device={cfg.extractor.device!r} but this machine has no CUDA GPU; leave it empty "
+    if x.device.startswith("cuda") and _local_gpus() == 0 and not f.ray_address:
+        raise ValueError(f"extractor.device={x.device!r} but this machine has no CUDA GPU; leave it empty "
                          "(CUDA when available, else CPU) or set it to 'cpu'.")
-    on_cpu = cfg.extractor.device == "cpu" or (not cfg.extractor.device and _local_gpus() == 0 and not f.ray_address)
-    if cfg.extractor.precision == "fp16" and cfg.extractor.name != "glove" and on_cpu:
+    on_cpu = x.device == "cpu" or (not x.device and _local_gpus() == 0 and not f.ray_address)
+    if x.precision == "fp16" and x.name != "glove" and on_cpu:
         raise ValueError("extractor.precision=fp16 needs a CUDA GPU and extraction would run on the CPU here; use "
                          "extractor.precision=bf16 or float32 on CPU.")
 
 
-def check_extractor(cfg: ExperimentConfig) -> None:
+def check_extractor(extractor: ExtractorConfig) -> None:
     """A local model folder named in extractor.model exists and holds a model."""
-    model = cfg.extractor.model
-    if not model or cfg.extractor.name == "glove":
+    model = extractor.model
+    if not model or extractor.name == "glove":
         return
     path = Path(model).expanduser()
     if path.is_dir():

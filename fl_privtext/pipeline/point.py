@@ -127,7 +127,7 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
 def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> list[Trained]:
     """The server's task model of every seed, trained on what it received (per-upload evaluation included)."""
     out = []
-    with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
+    with limited(driver_threads(cfg.run, cfg.federation)):  # the driver's share of the cores, in both paths
         for c in collected:
             t0 = time.perf_counter()
             seen = c.received["rows"]
@@ -202,7 +202,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     guarantee (SecAgg+ with client noise), charged to its users instead of inf (`fl_privtext.report.accounting`)."""
     t_start = time.perf_counter()
     trained = list(trained) if trained is not None else train_point(prep, cfg, collected)
-    with limited(driver_threads(cfg)):  # the driver's share of the cores (fl_privtext.threads), in both paths
+    with limited(driver_threads(cfg.run, cfg.federation)):  # the driver's share of the cores, in both paths
         per_seed = [_evaluate_seed(prep, cfg, c, t, None if on_device_results is None else on_device_results[i])
                     for i, (c, t) in enumerate(zip(collected, trained, strict=True))]
     report = mechanism_for(cfg, collected[-1].input_dim).report()
@@ -211,7 +211,8 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     od_rows = [(rows, eps) for r in (on_device_results or []) for rows, eps in r.get("_charged", [])]
     # Phase A's updates and validation metrics concern the train and aux users (never test users)
     phase_a = np.flatnonzero(prep.roles != "test") if cfg.train.rounds > 0 else None
-    privacy = privacy_summary(report, cfg, prep.ds.user_index, len(prep.ds.label_names), released, releases,
+    privacy = privacy_summary(report, cfg.privacy, cfg.federation, cfg.train, prep.ds.user_index,
+                              len(prep.ds.label_names), released, releases,
                               on_device_rows=od_rows, phase_a_rows=phase_a, phase_a_central=phase_a_central,
                               shuffled_users=shuffled_cohort_users(prep, cfg) if cfg.federation.shuffle else None)
     privacy["randomness"] = randomness_of(cfg, collected)

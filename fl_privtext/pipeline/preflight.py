@@ -88,7 +88,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
 def check_point(cfg: ExperimentConfig) -> None:
     """Everything about one experiment point that can be checked without data, models or frameworks."""
     check_data(cfg)
-    check_extractor(cfg)
+    check_extractor(cfg.extractor)
     check_privacy(cfg)
 
 

@@ -40,8 +40,8 @@ from fl_privtext.rundir import claim
 
 def validate(cfg: ExperimentConfig) -> Prepared:
     """Checks that need the data (cheap, before any extraction or Flower start); returns the prepared split."""
-    check_resources(cfg)
-    check_extractor(cfg)
+    check_resources(cfg.federation, cfg.extractor)
+    check_extractor(cfg.extractor)
     n_users = load(cfg).num_users
     if cfg.federation.num_clients > n_users:
         raise ValueError(

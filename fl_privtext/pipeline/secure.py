@@ -100,7 +100,8 @@ def layout_for(prep: Prepared, cfg: ExperimentConfig, dim: int) -> StatsLayout:
     if cfg.server.learner == "auto":  # server.select-on = clients: ONE fold fits every candidate (no fold doubles
         # the noise), the second moment weighted as for the selection, so that lda is among the candidates
         return StatsLayout(len(prep.ds.label_names), dim, second, second_weight=weight)
-    return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, stats_users(prep), dim, cfg))
+    return StatsLayout(len(prep.ds.label_names), dim, wants_second(cfg.server.learner, stats_users(prep), dim,
+                                                                         cfg.privacy, cfg.client))
 
 
 def stats_request(cfg: ExperimentConfig, seed: int, layout: StatsLayout, min_contributors: int) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import FederationConfig, PrivacyConfig, TrainConfig
 from fl_privtext.privacy import Accountant, PrivacyReport, label_rr_report
 from fl_privtext.privacy.amplification import compose_rounds, gaussian_shuffle_delta, shuffle_guarantee
 from fl_privtext.privacy.report import json_number
@@ -45,14 +45,14 @@ ON_DEVICE_RELEASE = ("On-device evaluation (server.on-device): each test client 
                      "record, charged in its ledger and in the per-user total.")
 
 
-def _label_report(cfg: ExperimentConfig, num_classes: int) -> PrivacyReport | None:
+def _label_report(privacy: PrivacyConfig, num_classes: int) -> PrivacyReport | None:
     """The label's release per upload: k-ary RR, or None when labels go in the clear (or there are none)."""
-    if cfg.privacy.label_epsilon > 0 and num_classes > 1:
-        return label_rr_report(num_classes, cfg.privacy.label_epsilon)
+    if privacy.label_epsilon > 0 and num_classes > 1:
+        return label_rr_report(num_classes, privacy.label_epsilon)
     return None
 
 
-def charge(user_ids: np.ndarray, released_rows: np.ndarray, rep: PrivacyReport, cfg: ExperimentConfig,
+def charge(user_ids: np.ndarray, released_rows: np.ndarray, rep: PrivacyReport, privacy: PrivacyConfig,
            num_classes: int) -> tuple[Accountant, Accountant]:
     """Accountants for the representations and for everything (representations + labels) of ``released_rows``
     (one entry per release: a record uploaded in two rounds appears twice)."""
@@ -63,7 +63,7 @@ def charge(user_ids: np.ndarray, released_rows: np.ndarray, rep: PrivacyReport, 
     reps.charge(users, rep)
     total.charge(users, rep)
     if num_classes > 0:
-        label = _label_report(cfg, num_classes)
+        label = _label_report(privacy, num_classes)
         if label is None:  # in the clear: every release of a label is unbounded
             label = PrivacyReport(mechanism="label-in-the-clear", epsilon_nominal=math.inf,
                                   epsilon_worst_case=math.inf)
@@ -126,7 +126,8 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
         return basic
 
 
-def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndarray, num_classes: int,
+def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: FederationConfig,
+                    train: TrainConfig, user_ids: np.ndarray, num_classes: int,
                     released_rows: Sequence[np.ndarray], releases_per_record: int, *,
                     on_device_rows: Sequence[tuple[np.ndarray, float]] = (),
                     phase_a_rows: np.ndarray | None = None, shuffled_users: int | None = None,
@@ -138,11 +139,13 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
     ``central`` guarantee against the server of the noisy secure sums, see the module text). Basic composition
     (what a client's ledger enforces) with its parts, and beside it the tight composition (`tight_epsilon`) at
     ``privacy.delta`` (plus Phase A's delta when it is charged a finite central epsilon).
-    ``shuffled_users`` (federation.shuffle): the users shuffled together per round, for ``privacy.central``."""
+    ``shuffled_users`` (federation.shuffle): the users shuffled together per round, for ``privacy.central``.
+    Reads ``privacy`` (label-epsilon, delta), ``federation`` (shuffle, rounds, schedule) and ``train``
+    (Phase A's secagg, dp-mode and dp-noise-multiplier)."""
     users = np.asarray(user_ids)
     reps, labels_acc, od_acc, total = Accountant(), Accountant(), Accountant(), Accountant()
     uploaded = Accountant()  # what went through the shuffler (representations + labels)
-    label = _label_report(cfg, num_classes)
+    label = _label_report(privacy, num_classes)
     for rows in released_rows:
         if len(rows) == 0:
             continue
@@ -165,7 +168,7 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
         total.charge(users[np.asarray(rows, np.int64)], od)
         od_eps = eps
     phase_a = phase_a_rows is not None and len(phase_a_rows) > 0
-    if phase_a_central is not None and not (cfg.train.secagg and cfg.train.dp_mode == "client"):
+    if phase_a_central is not None and not (train.secagg and train.dp_mode == "client"):
         raise ValueError("phase_a_central applies only under train.secagg = true with train.dp-mode = client (every "
                          "other Phase A mode shows the server updates or metrics in the clear: charged inf).")
     pa = phase_a_report(phase_a_central) if phase_a else None
@@ -184,23 +187,24 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
     if pa is not None:
         per_user["max_delta_phase_a"] = pa_delta
         per_user["phase_a_guarantee"] = (
-            f"central against the server via secagg (privacy.{'central_phase_a' if cfg.federation.shuffle else 'central'}"
+            "central against the server via secagg (privacy."
+            f"{'central_phase_a' if federation.shuffle else 'central'}"
             "): the noisy secure sums' epsilon at train.dp-delta, composed over the completed rounds with each "
             "round's actual contributors" if secagg_a else
             "inf: the server sees Phase A's updates (and validation metrics) in the clear"
-            + (" (DP-FedAvg's noise is the server's own)" if cfg.train.dp_noise_multiplier > 0 else ""))
+            + (" (DP-FedAvg's noise is the server's own)" if train.dp_noise_multiplier > 0 else ""))
         if phase_a_central is not None and "client_ledger_max_epsilon" in phase_a_central:
             per_user["max_epsilon_phase_a_ledger"] = json_number(float(phase_a_central["client_ledger_max_epsilon"]))
     per_user["max_epsilon_total"] = json_number(total.max_epsilon())
     per_user["max_delta_total"] = total.max_delta()
     # Phase A's finite central charge composes with the rest by basic composition: epsilons and deltas add up
     tight = _tight_max(rep, label, users, released_rows, on_device_rows, od_eps, phase_a and not secagg_a,
-                       num_classes, cfg.privacy.delta)
+                       num_classes, privacy.delta)
     # the most releases of each kind plus Phase A may belong to different users (e.g. on-device answers come from
     # test users, Phase A from train users): the largest basic total, also an upper bound, caps it
     per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps, total.max_epsilon()) if secagg_a else tight)
-    per_user["delta_tight"] = cfg.privacy.delta + (pa_delta if secagg_a else 0.0)
-    if secagg_a and not cfg.federation.shuffle:
+    per_user["delta_tight"] = privacy.delta + (pa_delta if secagg_a else 0.0)
+    if secagg_a and not federation.shuffle:
         per_user["max_epsilon_total_guarantee"] = (
             "basic composition of the uploads' and on-device answers' local epsilon (they hold against the server "
             "too) and Phase A's central epsilon against the server via secagg (privacy.central); max_delta_total "
@@ -214,9 +218,10 @@ def privacy_summary(rep: PrivacyReport, cfg: ExperimentConfig, user_ids: np.ndar
     else:
         labels = {"mechanism": "k-ary randomized response", "epsilon_per_upload": label.epsilon_worst_case,
                   "num_classes": num_classes, "keep_probability": label.calibration["keep_probability"]}
-    if cfg.federation.shuffle:  # issue #24: the central guarantee against the server a shuffler buys
+    if federation.shuffle:  # issue #24: the central guarantee against the server a shuffler buys
         n = shuffled_users if shuffled_users is not None else len(np.unique(users))
-        out["central"] = shuffle_central(uploaded, n, cfg, repetitions=max(1, len(released_rows)),
+        out["central"] = shuffle_central(uploaded, n, federation, privacy,
+                                         repetitions=max(1, len(released_rows)),
                                          local_delta=uploaded.max_delta())
         per_user["max_epsilon_total_local"] = per_user["max_epsilon_total"]
         od_max = od_acc.max_epsilon() if len(on_device_rows) else 0.0
@@ -285,7 +290,8 @@ def _tight_max(rep: PrivacyReport, label: PrivacyReport | None, users: np.ndarra
                          delta)
 
 
-def shuffle_central(released: Accountant, num_users: int, cfg: ExperimentConfig, *, repetitions: int = 1,
+def shuffle_central(released: Accountant, num_users: int, federation: FederationConfig,
+                    privacy: PrivacyConfig, *, repetitions: int = 1,
                     local_delta: float = 0.0) -> dict[str, Any]:
     """``privacy.central`` under ``federation.shuffle`` (issue #24): the central (epsilon, delta) against the server.
 
@@ -299,8 +305,8 @@ def shuffle_central(released: Accountant, num_users: int, cfg: ExperimentConfig,
     Approximate-DP local randomizers (``local_delta`` > 0: the Gaussian family): the pure-LDP bound is applied to
     the report's epsilon and FMT21 Theorem 3.8's extra delta, (e^eps + 1)(1 + e^-eps0 / 2) n delta0 per round
     (delta0 = the user's composed local delta per round), is added to each round's delta before composing."""
-    repeat = cfg.federation.schedule == "repeat"
-    rounds = (cfg.federation.rounds if repeat else 1) * max(1, repetitions)
+    repeat = federation.schedule == "repeat"
+    rounds = (federation.rounds if repeat else 1) * max(1, repetitions)
     n = max(1, int(num_users))
     local = released.max_epsilon() / rounds
     if not math.isfinite(local):
@@ -309,7 +315,7 @@ def shuffle_central(released: Accountant, num_users: int, cfg: ExperimentConfig,
     if local <= 0:
         return {"epsilon": 0.0, "delta": 0.0, "against": "server", "via": "shuffle", "users_shuffled": n,
                 "note": "nothing was released"}
-    central_delta = cfg.privacy.delta if 0 < cfg.privacy.delta < 1 else 1e-6
+    central_delta = privacy.delta if 0 < privacy.delta < 1 else 1e-6
     guarantee = shuffle_guarantee(local, n, central_delta, rounds)
     out: dict[str, Any] = dict(guarantee.to_json())
     out["applied_to"] = ("what one user releases per round: its records' uploads composed (representation + label),"

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ExperimentConfig, RunConfig
 
 METRICS_FILE = "metrics.jsonl"
 MLFLOW_DB = "mlflow.db"
@@ -62,11 +62,11 @@ def _mlflow_client_class() -> Any:
     return MlflowClient
 
 
-def check(cfg: ExperimentConfig) -> None:
+def check(run: RunConfig) -> None:
     """Fail before any work when an enabled tracker's package is missing (one-line ValueError)."""
-    if cfg.run.tensorboard:
+    if run.tensorboard:
         _tensorboard_writer_class()
-    if cfg.run.mlflow:
+    if run.mlflow:
         _mlflow_client_class()
 
 
@@ -81,7 +81,7 @@ class Tracker:
     ServerApp's thread, the results from the driver. ``points`` names the served points in order."""
 
     def __init__(self, cfg: ExperimentConfig, out: str | Path, *, points: tuple[str, ...] = ("main",)) -> None:
-        check(cfg)  # a missing package fails now, before any work
+        check(cfg.run)  # a missing package fails now, before any work
         self.cfg, self.out, self.points = cfg, Path(out), points
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()

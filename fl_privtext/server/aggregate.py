@@ -44,7 +44,7 @@ from fl_privtext.client.aggregate import (
     stats_input,
     stats_projection,
 )
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ClientConfig, ExperimentConfig, PrivacyConfig
 from fl_privtext.public import public_features
 from fl_privtext.server.learners import LDA, Centroid, ClassStats, soft_spectrum
 
@@ -111,7 +111,9 @@ class Aggregate:
 def public_within(cfg: ExperimentConfig, in_dim: int) -> np.ndarray | None:
     """(D, D) covariance of the public rows as the statistics hold them (`stats_input` of the public projection:
     projected, then unit-normalised), the server's covariance for lda without a second moment; None unless
-    ``privacy.projection = pca`` (the only projection fitted on public rows)."""
+    ``privacy.projection = pca`` (the only projection fitted on public rows). Takes the whole config: the
+    public rows are extracted (`fl_privtext.public.public_features`) and projected (`stats_projection`) with
+    the data, extractor and run sections."""
     if cfg.privacy.projection != "pca":
         return None
     x = stats_input(public_features(cfg), stats_projection(cfg, in_dim))
@@ -123,16 +125,17 @@ def _shrunk_public(cov: np.ndarray) -> np.ndarray:
     return (1.0 - PUBLIC_SHRINK) * cov + PUBLIC_SHRINK * float(np.trace(cov)) / d * np.eye(d)
 
 
-def wants_second(learner: str, num_users: int, dim: int, cfg: ExperimentConfig) -> bool:
+def wants_second(learner: str, num_users: int, dim: int, privacy: PrivacyConfig,
+                 client: ClientConfig) -> bool:
     """Whether the server asks for the second moment: never with public data (``privacy.projection = pca``: lda
     takes the public covariance) nor for centroid, else always for lda; for auto, when its noise is resolvable
-    (module docstring) at the clients' announced noise (``cfg.client``, the driver's view; the clients use their own
-    policy)."""
-    if cfg.privacy.projection == "pca":
+    (module docstring) at the clients' announced noise (``client``, the driver's view; the clients use their
+    own policy)."""
+    if privacy.projection == "pca":
         return False
     if learner in ("lda", "centroid"):
         return learner == "lda"
-    c = cfg.client
+    c = client
     sigma = share_noise_std(c.secagg_epsilon, c.secagg_delta, StatsLayout(1, dim, True).sensitivity, 1)
     return 2.0 * sigma * math.sqrt(dim) / max(num_users, 1) < 1.0 / dim
 

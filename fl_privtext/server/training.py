@@ -17,7 +17,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ExperimentConfig, ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import check_public_data, public_features
@@ -32,15 +32,15 @@ if TYPE_CHECKING:
     from fl_privtext.pipeline.preparation import Prepared
 
 
-def server_mlp_config(cfg: ExperimentConfig, dim: int) -> MLPConfig:
+def server_mlp_config(server: ServerConfig, dim: int) -> MLPConfig:
     """The task MLP; server.hidden = 0 picks the width from the upload width ``dim``: 128 for <= 300, else 768."""
-    return cfg.server.mlp(hidden=cfg.server.hidden or (128 if dim <= 300 else 768))  # standardize from config
+    return server.mlp(hidden=server.hidden or (128 if dim <= 300 else 768))  # standardize from config
 
 
-def server_inputs(features: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+def server_inputs(features: np.ndarray, server: ServerConfig) -> np.ndarray:
     """What the task MLP sees of each upload: the upload itself, or (server.center) the upload minus its own mean
     over its coordinates, (N, D) -> (N, D). Post-processing of what was received: no privacy cost."""
-    if not cfg.server.center:
+    if not server.center:
         return features
     x = np.asarray(features, np.float64)
     return (x - x.mean(axis=1, keepdims=True)).astype(np.float32)
@@ -118,7 +118,9 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
 def public_input_norm2(cfg: ExperimentConfig, mechanism: Any) -> tuple[float | None, str]:
     """E||E[u | x]||^2 over ``privacy.public-data`` through the mechanism's own (public) projection and clipping,
     for the cap mechanisms under the round map (whose uploads do not reveal the inputs' norms,
-    `fl_privtext.server.noise`); (None, "") when not applicable or no public data is configured."""
+    `fl_privtext.server.noise`); (None, "") when not applicable or no public data is configured. Takes the
+    whole config: the public rows are read and extracted (`fl_privtext.public.public_features`) with the data,
+    extractor and run sections."""
     mo = mechanism.noise_moments() if hasattr(mechanism, "noise_moments") else None
     if mo is None or mo.kind != "cap" or mo.sphere_map != "round" or not cfg.privacy.public_data.strip():
         return None, ""
@@ -134,7 +136,9 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     ``groups``: the user pseudonym the server can attach to each upload (its cross-validation folds), default
     the record's account; under federation.shuffle one fresh pseudonym per report (`pipeline.server_users`).
     ``server.select-on = clients``: every candidate of auto is also fitted on all training uploads and exported
-    (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`)."""
+    (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`). Takes the
+    whole config: besides the server section (and privacy.label-epsilon, run.progress) it builds the configured
+    mechanism (`fl_privtext.client.upload.mechanism_for`) and reads the public data (`public_input_norm2`)."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     roles = prep.roles[rows]
@@ -142,12 +146,13 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if not tr.any() or not te.any():
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
-    features = server_inputs(features, cfg)
+    features = server_inputs(features, cfg.server)
     if mechanism is None:
         dim = input_dim or (prep.features.shape[1] if prep.features is not None else features.shape[1])
         mechanism = mechanism_for(cfg, dim)
     input_dim = input_dim or int(getattr(mechanism, "dim", None) or features.shape[1])
-    mlp = {"config": server_mlp_config(cfg, features.shape[1]), "generator": rng.torch_generator(seed, "server"),
+    mlp = {"config": server_mlp_config(cfg.server, features.shape[1]),
+           "generator": rng.torch_generator(seed, "server"),
            "progress": "server: task MLP" if cfg.run.progress else None}
     norm2, norm_source = public_input_norm2(cfg, mechanism) if not cfg.server.center else (None, "")
     centered = cfg.server.center

@@ -39,7 +39,8 @@ def _world(seed: int, *, eps: float = 8.0, users: int = 500, per_user: int = 4, 
     view, truth = evaluate.observe(
         uploads=up, labels=labels, users=user, senders=user % 2, texts=[f"t{i}" for i in range(len(user))],
         attributes={AttributeSpec("group", "categorical", ("a", "b")): z}, aux=aux, clean=lambda i: x[i],
-        mechanism=mech, epsilon=eps, delta=0.0, num_labels=2, label_epsilon=label_epsilon, seed=seed, cfg=cfg)
+        mechanism=mech, epsilon=eps, delta=0.0, num_labels=2, label_epsilon=label_epsilon, seed=seed,
+        attack=cfg.attack)
     return view, truth
 
 

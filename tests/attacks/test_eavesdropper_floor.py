@@ -45,7 +45,7 @@ def _world(seed: int, *, leak: bool, users: int = 1500, aux_users: int = 80, per
         uploads=x.astype(np.float32), labels=np.zeros(len(user), np.int64), users=user, senders=user % 2,
         texts=[""] * len(user), attributes={AttributeSpec("secret", "categorical", ("a", "b")): z}, aux=aux,
         clean=None, mechanism=make_mechanism("none"), epsilon=math.inf, delta=0.0, num_labels=0,
-        label_epsilon=0.0, seed=seed, cfg=cfg)
+        label_epsilon=0.0, seed=seed, attack=cfg.attack)
 
 
 def _old_one_se_choice(candidates: Sequence[Any], hits_of: Callable[[Any], np.ndarray]) -> Any:
@@ -135,7 +135,7 @@ def _label_world(seed: int) -> tuple[Any, Any]:
         uploads=g.normal(size=(len(z), 8)).astype(np.float32), labels=labels, users=user, senders=user % 2,
         texts=[""] * len(z), attributes={AttributeSpec("secret", "categorical", ("a", "b")): z},
         aux=user < 300, clean=None, mechanism=make_mechanism("none"), epsilon=math.inf, delta=0.0, num_labels=2,
-        label_epsilon=0.0, seed=seed, cfg=cfg)
+        label_epsilon=0.0, seed=seed, attack=cfg.attack)
 
 
 def test_the_prior_that_answered_is_the_one_baseline_and_the_console_line_agrees_with_its_verdict():

@@ -61,7 +61,8 @@ def _view_truth(world, flip_targets=False):
     attrs = {prep.ds.attribute_spec("gender"): z}
     return attacks.observe(uploads=up, labels=prep.ds.labels, users=user_index, senders=np.zeros(len(x)),
                            texts=texts, attributes=attrs, aux=~target, clean=lambda idx: x[idx], mechanism=mech,
-                           epsilon=8.0, delta=0.0, num_labels=2, label_epsilon=0.0, seed=0, cfg=config())
+                           epsilon=8.0, delta=0.0, num_labels=2, label_epsilon=0.0, seed=0,
+                           attack=config().attack)
 
 
 def test_known_attributes_cover_aux_users_only(world):

@@ -54,7 +54,8 @@ def test_closed_form_120_charged_by_the_client_and_reported_by_the_server(tmp_pa
     ledger = Ledger(tmp_path, 0, policy.entries[0].scope)
     assert ledger.max_total() == pytest.approx(120.0)
     rep = mechanism_for(cfg, 4).report()
-    server = privacy_summary(rep, cfg, data.users, 2, released, 3)["composition"]["per_user"]["max_epsilon_total"]
+    server = privacy_summary(rep, cfg.privacy, cfg.federation, cfg.train, data.users, 2, released,
+                             3)["composition"]["per_user"]["max_epsilon_total"]
     assert server == pytest.approx(120.0) == ledger.max_total()
 
 

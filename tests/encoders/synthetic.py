@@ -7,7 +7,7 @@ import torch
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.encoders import ModelSpec, TrainData, build_model, encode, local_train
+from fl_privtext.encoders import ModelSpec, TrainData, build_model, defense_mechanism, encode, local_train
 from fl_privtext.learn import MLPConfig, train_mlp
 
 
@@ -35,8 +35,9 @@ def train_and_attack(defense: str, data: TrainData, *, epochs: int = 8, seed: in
     model = build_model(cfg.train, spec, rng.torch_generator(seed, "init"))
     rows = np.arange(n)
     tr, att, te = rows[: n // 2], rows[n // 2 : 3 * n // 4], rows[3 * n // 4 :]
-    local_train(model, data, tr, cfg, rng.generator(seed, "train"))
-    r_att, r_te = encode(model, data, att, cfg), encode(model, data, te, cfg)
+    local_train(model, data, tr, cfg.train, rng.generator(seed, "train"),
+                mechanism=defense_mechanism(cfg, model.out_dim))
+    r_att, r_te = encode(model, data, att, cfg.train), encode(model, data, te, cfg.train)
     z = data.attributes["gender"]
     mcfg = MLPConfig(hidden=64, epochs=40, dropout=0.0)
     attacker = train_mlp(r_att, z[att], num_classes=2, config=mcfg, generator=torch.Generator().manual_seed(1))

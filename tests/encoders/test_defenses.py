@@ -8,7 +8,7 @@ import torch
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.encoders import ModelSpec, build_model, evaluate, local_train
+from fl_privtext.encoders import ModelSpec, build_model, defense_mechanism, evaluate, local_train
 from fl_privtext.encoders.train import declustering_term, noise_layer, noise_mechanism
 from fl_privtext.learn import MLPConfig, train_mlp
 from tests.encoders.synthetic import leaky_data, train_and_attack
@@ -33,7 +33,8 @@ def _trained(defense: str, data, epochs: int = 10, epsilon: float = 1.0, rows: i
                                       "privacy.mechanism": mechanism,
                                       **{f"train.{k}": v for k, v in train.items()}})
     model = build_model(cfg.train, SPEC, rng.torch_generator(0, "init"))
-    local_train(model, data, np.arange(rows), cfg, rng.generator(0, "train"))
+    local_train(model, data, np.arange(rows), cfg.train, rng.generator(0, "train"),
+                mechanism=defense_mechanism(cfg, model.out_dim))
     return model, cfg
 
 
@@ -69,7 +70,8 @@ def test_multidetask_deceives_its_duplicate_adversary_but_not_a_fresh_one(data):
     # Coavoux's protocol: the in-training adversary is no privacy measure; the fresh attacker is.
     model, cfg = _trained("multidetask", data)
     held = np.arange(600, 1200)
-    duplicate = evaluate(model, data, held, cfg, rng.generator(1, "eval"))["adversary_accuracy_gender"]
+    duplicate = evaluate(model, data, held, cfg.train, rng.generator(1, "eval"),
+                         mechanism=defense_mechanism(cfg, model.out_dim))["adversary_accuracy_gender"]
     with torch.no_grad():
         r = model.encoder(data.inputs("features", held, cfg.train, torch.device("cpu"))).numpy()
     z = data.attributes["gender"][held]
@@ -110,7 +112,8 @@ def test_training_with_the_noise_layer_beats_training_without_under_the_same_noi
     scores = {}
     for defense in ("none", "noise"):
         model, _ = _trained(defense, data, hidden=8, epsilon=10.0)
-        scores[defense] = evaluate(model, data, held, noisy, rng.generator(1, "eval"))
+        scores[defense] = evaluate(model, data, held, noisy.train, rng.generator(1, "eval"),
+                                   mechanism=defense_mechanism(noisy, model.out_dim))
     assert scores["noise"]["val_loss"] < scores["none"]["val_loss"]
     assert scores["noise"]["val_accuracy"] >= scores["none"]["val_accuracy"] - 0.01
 
@@ -144,8 +147,10 @@ def test_cape_adversary_reads_the_noisy_representation(data):
     # on clean r (mechanism none) the same model's adversary recovers z
     model, cfg = _trained("cape", data, epochs=5, lambda_adv=0.0, epsilon=0.05)
     held = np.arange(600, 1200)
-    noisy = evaluate(model, data, held, cfg, rng.generator(1, "eval"))["adversary_accuracy_gender"]
+    noisy = evaluate(model, data, held, cfg.train, rng.generator(1, "eval"),
+                     mechanism=defense_mechanism(cfg, model.out_dim))["adversary_accuracy_gender"]
     clean_cfg = ExperimentConfig.from_flat({"privacy.mechanism": "none"}, cfg)
     model_clean, _ = _trained("cape", data, epochs=5, lambda_adv=0.0, mechanism="none")
-    clean = evaluate(model_clean, data, held, clean_cfg, rng.generator(1, "eval"))["adversary_accuracy_gender"]
+    clean = evaluate(model_clean, data, held, clean_cfg.train, rng.generator(1, "eval"),
+                     mechanism=defense_mechanism(clean_cfg, model_clean.out_dim))["adversary_accuracy_gender"]
     assert abs(noisy - 0.5) < 0.06 and clean > 0.9

@@ -48,16 +48,16 @@ def test_encoder_trains_exchanges_and_encodes(data, encoder, extra, defense):
     model = build_model(cfg.train, SPEC, rng.torch_generator(0, "init"))
     before = trainable_state(model)
     rows = np.arange(len(TEXTS))
-    stats = local_train(model, data, rows, cfg, rng.generator(0, "fit"))
+    stats = local_train(model, data, rows, cfg.train, rng.generator(0, "fit"))
     after = trainable_state(model)
     assert stats["num_examples"] == len(rows) and stats["steps"] == 2
     assert set(before) == set(after) and any(not np.array_equal(before[k], after[k]) for k in before)
-    r = encode(model, data, rows[:5], cfg)
+    r = encode(model, data, rows[:5], cfg.train)
     assert r.shape == (5, model.out_dim) and np.isfinite(r).all()
     # a fresh model loaded with the exchanged state encodes identically
     other = build_model(cfg.train, SPEC, rng.torch_generator(1, "init"))
     load_state(other, after)
-    np.testing.assert_allclose(encode(other, data, rows[:5], cfg), r, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(encode(other, data, rows[:5], cfg.train), r, rtol=1e-5, atol=1e-6)
 
 
 def test_minilm_exchanges_only_its_fine_tuned_layers():
@@ -70,5 +70,5 @@ def test_minilm_exchanges_only_its_fine_tuned_layers():
 def test_minilm_trains_on_cuda(data):  # pragma: no cover - only where a GPU is present
     cfg = ExperimentConfig.from_flat({"train.encoder": "minilm", "train.device": "cuda", "train.max-tokens": 16})
     model = build_model(cfg.train, SPEC, rng.torch_generator(0, "init")).to("cuda")
-    local_train(model, data, np.arange(8), cfg, rng.generator(0, "fit"))
-    assert encode(model, data, np.arange(4), cfg).shape == (4, 384)
+    local_train(model, data, np.arange(8), cfg.train, rng.generator(0, "fit"))
+    assert encode(model, data, np.arange(4), cfg.train).shape == (4, 384)

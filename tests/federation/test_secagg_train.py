@@ -182,7 +182,8 @@ def test_accounting_charges_the_accountants_composed_epsilon_and_the_ledgers_agr
     prep = pipeline.prepare(cfg, features="none")
     rep = PrivacyReport(mechanism="rr", epsilon_nominal=1.0, epsilon_worst_case=1.0)
     phase_a = np.flatnonzero(prep.roles != "test")
-    per_user = privacy_summary(rep, cfg, prep.ds.user_index, 0, [], 1, phase_a_rows=phase_a,
+    per_user = privacy_summary(rep, cfg.privacy, cfg.federation, cfg.train, prep.ds.user_index, 0, [], 1,
+                               phase_a_rows=phase_a,
                                phase_a_central=c)["composition"]["per_user"]
     assert per_user["max_epsilon_phase_a"] == pytest.approx(c["epsilon"])
     assert per_user["max_epsilon_total"] == pytest.approx(c["epsilon"])  # nothing else released here

@@ -164,7 +164,8 @@ def test_a_failing_client_is_reported_and_the_run_completes(served):
     assert seed["uploads_received"] == expected and seed["utility"]["available"]
     # only what was sent is charged: client 1's users spent nothing, the others one release per record and round
     sent = np.concatenate([o.arrays["upload"]["rows"] for o in point["observations"] if "upload" in o.arrays])
-    reps, _ = charge(prep.ds.user_ids, sent, mechanism_for(cfg, 50).report(), cfg, len(prep.ds.label_names))
+    reps, _ = charge(prep.ds.user_ids, sent, mechanism_for(cfg, 50).report(), cfg.privacy,
+                     len(prep.ds.label_names))
     charged = set(reps.epsilons()[0].tolist())
     assert charged.isdisjoint(silent) and len(charged) == len(np.unique(prep.ds.user_ids)) - len(silent)
     _, counts = np.unique(prep.ds.user_ids[sent], return_counts=True)

@@ -129,7 +129,14 @@ def test_dp_fedavg_epsilon_matches_dp_accounting_with_client_sampling():
 
 
 def test_one_client_with_full_participation_equals_centralized_training(cache_dir):
-    from fl_privtext.encoders import TrainData, build_model, client_generator, local_train, trainable_state
+    from fl_privtext.encoders import (
+        TrainData,
+        build_model,
+        client_generator,
+        defense_mechanism,
+        local_train,
+        trainable_state,
+    )
     from fl_privtext.encoders.model import spec_from
     from fl_privtext.encoders.train import phase_a_rows
 
@@ -140,9 +147,10 @@ def test_one_client_with_full_participation_equals_centralized_training(cache_di
     prep = pipeline.prepare(cfg, features="extract")
     model = build_model(cfg.train, spec_from(prep), rng.torch_generator(cfg.run.seed, "train-init"))
     data = TrainData.from_prepared(prep)
-    rows, _ = phase_a_rows(prep, cfg, 0)
+    rows, _ = phase_a_rows(prep, cfg.train, cfg.run.seed, 0)
     for rnd in range(1, cfg.train.rounds + 1):
-        local_train(model, data, rows, cfg, client_generator(7, 0, rnd, "fit"))
+        local_train(model, data, rows, cfg.train, client_generator(7, 0, rnd, "fit"),
+                    mechanism=defense_mechanism(cfg, model.out_dim))
         central = trainable_state(model)
         for k, v in kept[rnd - 1]["global"].items():
             np.testing.assert_allclose(v, central[k], rtol=1e-6, atol=1e-7)

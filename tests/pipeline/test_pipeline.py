@@ -65,11 +65,11 @@ def test_centring_server_removes_a_shift_shared_by_all_coordinates():
     y = (x[:, 0] > x[:, 1]).astype(np.int64)  # a task carried by the vector's shape
     noisy = make_mechanism("laplace-dpnr-code", epsilon=0.05, dim=8).privatize(x, g)  # one Lap(20) draw per row
     centring = ExperimentConfig.from_flat({"server.center": True})
-    clean_c, noisy_c = server_inputs(x, centring), server_inputs(noisy, centring)
+    clean_c, noisy_c = server_inputs(x, centring.server), server_inputs(noisy, centring.server)
     # per-vector min-max then a shared shift: centring returns the centred normalised input, whatever the draw
     lo, hi = x.min(1, keepdims=True), x.max(1, keepdims=True)
-    np.testing.assert_allclose(noisy_c, server_inputs((x - lo) / (hi - lo), centring), atol=1e-4)
-    assert server_inputs(noisy, CFG) is noisy  # off by default
+    np.testing.assert_allclose(noisy_c, server_inputs((x - lo) / (hi - lo), centring.server), atol=1e-4)
+    assert server_inputs(noisy, CFG.server) is noisy  # off by default
     assert np.abs(noisy - noisy.mean()).max() > 10  # the shift is large (scale 20)
     import torch
 

@@ -67,7 +67,7 @@ def test_missing_tracker_package_is_a_one_line_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_trackers)
     for key, needle in (("run.tensorboard", "pip install tensorboardX"), ("run.mlflow", "pip install mlflow")):
         with pytest.raises(ValueError) as exc:
-            tracking.check(ExperimentConfig.from_flat({key: "true"}))
+            tracking.check(ExperimentConfig.from_flat({key: "true"}).run)
         assert needle in str(exc.value) and key in str(exc.value) and "\n" not in str(exc.value)
 
 
