@@ -55,7 +55,7 @@ def train_data(key: tuple) -> tuple[Any, Any]:
     prep = prepared(cfg, "cached")
     if prep.features is None and cfg.train.encoder == "trunk":
         prep = prepared(cfg, "extract")
-    return prep, TrainData.fromtrain_data(prep)
+    return prep, TrainData.from_prepared(prep)
 
 
 @functools.lru_cache(maxsize=2)
