@@ -1,6 +1,6 @@
 """Local training of the Phase A model on one client's users, with the defence computed from the client's own z.
 
-Framework-free (no flwr): `fl_privtext.federation.train_handlers` wraps `local_train` / `evaluate` in Flower's
+Framework-free (no flwr): `fl_privtext.federation.phase_a` wraps `local_train` / `evaluate` in Flower's
 ``@app.train`` / ``@app.evaluate``; tests call them directly.
 
 Defences (``train.defense``; lambda = ``train.lambda-adv``, alpha = ``train.decluster-alpha``):

@@ -1,4 +1,4 @@
-"""What both ClientApp handler modules (Phase B queries in `client_app`, Phase A in `train_handlers`) put in their
+"""What both ClientApp handler modules (Phase B queries in `client_app`, Phase A in `phase_a`) put in their
 replies: the refusal error, the ledger record, digests of received arrays, and the key of a client's prepared data."""
 
 from __future__ import annotations

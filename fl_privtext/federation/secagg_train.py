@@ -3,7 +3,7 @@ as a secure sum (`fl_privtext.federation.secagg`), with DP-FedAvg's noise added 
 (``train.dp-mode = client``: distributed discrete Gaussian, `fl_privtext.privacy.distributed`) or by the server
 after unmasking (``train.dp-mode = server``: the server then knows the exact sum of the clipped updates).
 
-Client (`phase_a_vector`, task ``"phase-a"`` of `SECAGG_TASKS`): trains locally like `train_handlers.train`, then
+Client (`phase_a_vector`, task ``"phase-a"`` of `SECAGG_TASKS`): trains locally like `phase_a.train`, then
 releases ``noisy_share(new - global)`` through its ledger. Everything that sets its noise is its own policy
 (`fl_privtext.client.policy`): ``train.dp-clip``, ``train.dp-noise-multiplier``, ``train.dp-delta`` pinned in its
 entry and ``client.secagg-min-clients``; the server's request only supplies the grid (``clipping-range``: a coarser
@@ -32,7 +32,7 @@ loss and accuracy are statistics of the client's users' data, computed on the mo
 the clear they are a release outside the sum's guarantee (an unbounded one: an exact accuracy over a handful of
 users). Rather than a second secure sum with its own noise share, the server does not ask (`_evaluate` is not
 called: the last round is kept, ``federated_validation`` says so) and the client refuses if asked
-(`fl_privtext.federation.train_handlers`: a Phase A evaluate, or a plain update outside SecAgg+, under a request in
+(`fl_privtext.federation.phase_a`: a Phase A evaluate, or a plain update outside SecAgg+, under a request in
 this mode). Every other Phase A message of this mode is SecAgg+'s: the protocol's public keys, its encrypted shares
 (readable only by the addressed client), the masked vector (uniform modulo 2^32 to the server), the unmasking shares,
 and beside the masked vector ``FitRes.num_examples = 1`` (a constant: the weight is not the client's example count)
@@ -59,6 +59,11 @@ from fl_privtext import rng
 from fl_privtext.client import Ledger, client_generator, client_seed_from, policy_from, state_dir_from
 from fl_privtext.client.aggregate import session_key
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.encoders import build_model, defense_mechanism, local_train, trainable_state
+from fl_privtext.encoders import client_generator as train_generator
+from fl_privtext.encoders.model import spec_from
+from fl_privtext.encoders.train import phase_a_rows
+from fl_privtext.federation.phase_a import client_index, experiment_config, setup_model, train_data
 from fl_privtext.federation.replies import array_digest, prep_key
 from fl_privtext.federation.secagg import (
     RECORD,
@@ -71,7 +76,6 @@ from fl_privtext.federation.secagg import (
     session_record,
     unmask_once,
 )
-from fl_privtext.federation.train_handlers import client_index, experiment_config, setup_model, train_data
 from fl_privtext.federation.training import check_training, dp_fedavg_guarantee
 from fl_privtext.privacy.distributed import (
     declared_rho,
@@ -116,12 +120,8 @@ def clipping_range_for(cfg: ExperimentConfig, k: int) -> float:
 
 
 def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
-    """The client's contribution to one Phase A secure sum (see the module text)."""
-    # torch (the encoders): a worker that serves only Phase B never loads it
-    from fl_privtext.encoders import client_generator as train_generator
-    from fl_privtext.encoders import defense_mechanism, local_train, trainable_state
-    from fl_privtext.encoders.train import phase_a_rows
-
+    """The client's contribution to one Phase A secure sum (see the module text). This module loads torch (the
+    encoders): the secure-sum registry imports it on a Phase A task only, so a worker serving Phase B never does."""
     config = msg.content.config_records["config"]
     request = experiment_config(config)
     nc = dict(context.node_config)
@@ -220,8 +220,6 @@ def train_phase_secagg(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_upd
     """Phase A through SecAgg+; returns `training.train_phase`'s summary, plus ``secagg`` (per round: selected,
     contributors, dropped, message rounds, bytes), ``noise_added`` and, under client noise, ``central``."""
     # torch (the encoders): the driver loads it only when a point trains Phase A
-    from fl_privtext.encoders import build_model, trainable_state
-    from fl_privtext.encoders.model import spec_from
 
     t0 = time.perf_counter()
     t = cfg.train

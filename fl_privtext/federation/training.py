@@ -2,7 +2,7 @@
 trained encoder handed to Phase B's uploads.
 
 ``train_phase`` runs ``train.rounds`` rounds of FedAvg (or FedProx / FedAdam) from `flwr.serverapp.strategy` over
-the (eavesdropping) Grid: each round, ``train.clients-per-round`` clients train locally (`train_handlers.train`)
+the (eavesdropping) Grid: each round, ``train.clients-per-round`` clients train locally (`phase_a.train`)
 and every client evaluates the new global model on its held-out validation users; the round with the best
 federated validation accuracy is kept (model selection). Under DP-FedAvg (``train.dp-clip`` > 0) the strategy is
 wrapped in Flower's ``DifferentialPrivacyClientSideFixedClipping``: clients clip their update to ``dp-clip``, the
@@ -23,6 +23,9 @@ from flwr.serverapp import Grid
 
 from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.encoders import build_model, trainable_state
+from fl_privtext.encoders.model import spec_from
+from fl_privtext.encoders.train import noise_mechanism
 from fl_privtext.federation.grid import CanonicalOrderGrid, DelegatingGrid
 from fl_privtext.progress import progress_bar
 
@@ -104,8 +107,6 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
     if cfg.privacy.mu > 0:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported; set privacy.mu = 0.")
     if t.defense in ("noise", "cape"):
-        from fl_privtext.encoders.train import noise_mechanism  # torch: loaded by Phase A only
-
         noise_mechanism(cfg, 384 if t.encoder == "minilm" else t.hidden)
     if t.val_frac > 0 and not (prep.roles == "train").any():
         raise ValueError("train.val-frac > 0 needs training users to hold out.")
@@ -145,9 +146,6 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: b
     Phase A runs once per point, from ``run.seed`` (extra seeds repeat Phase B only). ``prep``: the point's users,
     roles and shards (`fl_privtext.pipeline.prepare`, features "none"). Under ``train.secagg`` the updates reach
     the server only as a secure sum instead (`fl_privtext.federation.secagg_train.train_phase_secagg`, issue #24)."""
-    from fl_privtext.encoders import build_model, trainable_state  # torch: loaded by Phase A only
-    from fl_privtext.encoders.model import spec_from
-
     t0 = time.perf_counter()
     t = cfg.train
     check_training(cfg, prep)
@@ -243,9 +241,6 @@ def train_phase(grid: Grid, cfg: ExperimentConfig, prep: Any, *, keep_updates: b
 def encoder_out_dim(cfg: ExperimentConfig, prep: Any) -> int:
     """The width of Phase A's r(x) (public: the server builds the same model, `train_phase`); ``prep``: the point's
     prepared users, roles and shards (`fl_privtext.pipeline.prepare`, features "none")."""
-    from fl_privtext.encoders import build_model  # torch: loaded by Phase A only
-    from fl_privtext.encoders.model import spec_from
-
     return build_model(cfg.train, spec_from(prep), rng.torch_generator(cfg.run.seed, "train-init")).out_dim
 
 

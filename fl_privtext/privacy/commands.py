@@ -13,6 +13,7 @@ from typing import Any
 
 from fl_privtext.privacy.audit import audit_mechanism
 from fl_privtext.privacy.mechanisms import MECHANISMS, Mechanism, make_mechanism
+from fl_privtext.rng import generator  # numpy only (torch only inside torch_generator)
 
 AUDIT_OPTIONS = ("alpha",)
 
@@ -83,9 +84,5 @@ def audit(name: str, params: dict[str, str], *, samples: int | None, seed: int) 
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in the open interval (0, 1), got {alpha}.")
     mech = make_mechanism(name, **parse_params(name, mech_params))
-    from fl_privtext.rng import (
-        generator,  # fl_privtext.rng imports torch; keep it off the privacy import path
-    )
-
     rng = generator(seed, "privacy-audit", name)
     return audit_mechanism(mech, rng, samples=samples, alpha=alpha).to_json()

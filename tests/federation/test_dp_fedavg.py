@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fl_privtext.federation.train_handlers import clip_update
+from fl_privtext.federation.phase_a import clip_update
 from fl_privtext.federation.training import dp_fedavg_guarantee
 
 

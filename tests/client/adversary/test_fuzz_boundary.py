@@ -453,7 +453,7 @@ def _old_encoder_path(monkeypatch: pytest.MonkeyPatch) -> None:
     non-finite output reaches the upload's finiteness check (an error listing the records)."""
     from fl_privtext.client import gate
     from fl_privtext.federation import client_app, client_data
-    from fl_privtext.federation.train_handlers import encoded_client_data
+    from fl_privtext.federation.phase_a import encoded_client_data
 
     def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[Any, str]:
         data = client_data.data_for(msg, cfg, context)
