@@ -111,7 +111,11 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     "cached" only memory-maps an existing cache (a client that finds none extracts its own rows on demand);
     "none" skips them (the server never needs representations other than the uploads).
     """
-    from fl_privtext.extract import EmbeddingCache, extract_cached, make_extractor_from  # torch (the extractors)
+    from fl_privtext.extract import (  # torch (the extractors)
+        EmbeddingCache,
+        extract_cached,
+        make_extractor_from,
+    )
 
     return_freed_arrays()  # large temporaries go back to the OS when freed (fl_privtext.memory)
     t0 = time.perf_counter()
