@@ -14,13 +14,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from fl_privtext.names import ATTACK_FAMILIES, EXTRACTORS, LEARNERS
+from fl_privtext.names import ATTACK_FAMILIES, EXTRACTORS, LEARNERS, SAMPLERS
 
 Scalar = bool | int | float | str
 
 
 EXTRACTOR_PRECISIONS = ("float32", "bf16", "fp16")  # = fl_privtext.extract.transformer.PRECISIONS (no torch import here)
-SAMPLERS = ("float", "secure")
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 SCHEDULES = ("repeat", "stream")
 AUTO_PROJ_DIM = "auto"  # privacy.proj-dim = auto (fl_privtext.public.auto_proj_dim)

@@ -42,6 +42,7 @@ __all__ = [
     "LEARNERS",
     "MECHANISMS",
     "RECORDS_PER_USER",
+    "SAMPLERS",
     "SECAGG_TASKS",
     "Registry",
 ]
@@ -136,6 +137,9 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
 # privacy.mechanism: the mechanism class (fl_privtext.privacy.mechanisms.make_mechanism), in the order its error
 # messages list them in; each built-in by its name in the mechanisms package (robust to moves inside it)
+# privacy.sampler: how a mechanism draws its noise (fl_privtext.privacy.mechanisms.base: "secure" is exact)
+SAMPLERS = ("float", "secure")
+
 MECHANISMS: Registry[Any] = Registry("mechanism", {
     name: f"fl_privtext.privacy.mechanisms:{cls}"
     for name, cls in (("none", "NoPrivacy"), ("ome", "OME"), ("sue", "SUE"), ("oue", "OUE"), ("bitrr", "BitRR"),

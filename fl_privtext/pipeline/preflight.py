@@ -24,7 +24,7 @@ from fl_privtext.pipeline.checks import check_output as writable
 from fl_privtext.public import check_public_data
 from fl_privtext.rundir import RESULTS_FILE
 
-# what the checks here must not import (tests/test_preflight.py checks sys.modules after a refused configuration)
+# what the checks here must not import (tests/pipeline/test_preflight.py checks sys.modules after a refused configuration)
 HEAVY_MODULES = ("torch", "flwr", "ray", "transformers", "datasets", "sklearn")
 
 

@@ -22,6 +22,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fl_privtext.names import (
+    SAMPLERS,  # the choice list of privacy.sampler (one list, read by the config too)
+)
 from fl_privtext.privacy import normalise
 from fl_privtext.privacy.dropout import PRECONDITIONS, amplified_epsilon
 from fl_privtext.privacy.mechanisms.audit_plan import AuditPlan
@@ -45,7 +48,6 @@ SECURE_SAMPLER = (
     "noise scale, sampled with exact arithmetic from AES-256-CTR keyed by the OS (fl_privtext.privacy.exact); "
     "epsilon_worst_case is the privacy map of what is sampled (input rounding to the grid included)."
 )
-SAMPLERS = ("float", "secure")
 # The secure sampler's privacy map is evaluated at the sensitivity inflated by FLOAT32_SLACK: the normalised input is
 # rounded to float32 (each coordinate by <= 2^-24 relative), so its norm can exceed the bound by that much. The
 # Laplace mechanisms calibrate their scale (samplers.secure_laplace_scale) so that the mapped epsilon stays <= the nominal one.
