@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fl_privtext import attacks, pipeline
-from fl_privtext.attacks import ENTRY_POINTS, AttackView
+from fl_privtext.attacks import ENTRY_POINTS, AttackView, eavesdropper
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic
 from fl_privtext.attacks.inversion import invert
 from fl_privtext.attacks.reidentification import reidentify
@@ -103,7 +103,7 @@ def test_pipeline_builds_views_without_target_secrets(world, monkeypatch):
         seen["view"] = view
         return {}, {}
 
-    monkeypatch.setattr(attacks, "run_attacks", spy)
+    monkeypatch.setattr(eavesdropper, "run_attacks", spy)  # where the eavesdropper calls it
     pipeline.attack(prep, x, np.arange(len(x)), 0, config(), mechanism=make_mechanism("none"))
     view = seen["view"]
     target_users = view.user[view.target_mask()]
