@@ -452,7 +452,7 @@ def _old_encoder_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """The old code: any encoder the server sends runs on the clean data (no policy check, no binding), and its
     non-finite output reaches the upload's finiteness check (an error listing the records)."""
     from fl_privtext.client import gate
-    from fl_privtext.federation import client_app, client_data
+    from fl_privtext.federation import client_app, client_data, phase_a
     from fl_privtext.federation.phase_a import encoded_client_data
 
     def phase_b_data(msg: Message, cfg: ExperimentConfig, context: Context) -> tuple[Any, str]:
@@ -463,6 +463,7 @@ def _old_encoder_path(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(client_app, "phase_b_data", phase_b_data)
     monkeypatch.setattr(gate, "sanitize", lambda x: x)
+    monkeypatch.setattr(phase_a, "sanitize", lambda x: x)  # where the encoder's output is sanitized
 
 
 @pytest.mark.parametrize("defend", [False, True], ids=["old", "now"])
