@@ -9,8 +9,9 @@ uploads' minus the noise law's, `LDA.clean_within`) are computed once, and each 
 clean head w_k = Sigma^-1 m_k, b_k = -m_k Sigma^-1 m_k / 2 + log prior_k (the platform's plug-in form). The referee
 applies each head to the other 20% of the users' clean features (E[upload | x]) and counts exactly. Rows: the
 platform's LDA (soft_spectrum), Sigma_raw with its eigenvalues floored then shrunk towards tr / D I by a fixed
-a, the Ledoit-Wolf oracle weight (`learners._shrunk`), and the referee's own clean covariance (a ceiling no server
-has). A simulation: the exact column reads clean features.
+a, the Ledoit-Wolf oracle weight (`learners._shrunk`), and the referee's own clean covariance with the
+same noisy means (no server has it; NOT a ceiling: measured below the constant, the exact covariance's small
+eigenvalues amplify the means' noise). A simulation: the exact column reads clean features.
 """
 
 from __future__ import annotations
