@@ -9,7 +9,7 @@ uploads' minus the noise law's, `LDA.clean_within`) are computed once, and each 
 clean head w_k = Sigma^-1 m_k, b_k = -m_k Sigma^-1 m_k / 2 + log prior_k (the platform's plug-in form). The referee
 applies each head to the other 20% of the users' clean features (E[upload | x]) and counts exactly. Rows: the
 platform's LDA (soft_spectrum), Sigma_raw with its eigenvalues floored then shrunk towards tr / D I by a fixed
-a, the Ledoit-Wolf oracle weight (`learners._shrunk`), and the referee's own clean covariance with the
+a, the Ledoit-Wolf oracle weight (`learners.shrunk_covariance`), and the referee's own clean covariance with the
 same noisy means (no server has it; NOT a ceiling: measured below the constant, the exact covariance's small
 eigenvalues amplify the means' noise). A simulation: the exact column reads clean features.
 """
@@ -30,7 +30,7 @@ from sweep import default_data_root
 from fl_privtext import rng
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.server.learners import LDA, _shrunk
+from fl_privtext.server.learners import LDA, shrunk_covariance
 from fl_privtext.server.noise import noise_law
 
 SHRINK = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7)
@@ -65,7 +65,7 @@ def heads(x: np.ndarray, y: np.ndarray, tr: np.ndarray, k: int, eps: float, seed
 
     true = sum(np.cov(clean[tr][y[tr] == c].T, bias=True) * (y[tr] == c).sum() for c in range(k)) / tr.sum()
     out = {"platform lda (soft_spectrum)": exact(None, lda.w_clean, lda.b_clean),
-           "ledoit-wolf oracle weight": exact(_shrunk(raw, st.n, float(np.trace(st.within()))))}
+           "ledoit-wolf oracle weight": exact(shrunk_covariance(raw, st.n, float(np.trace(st.within()))))}
     out.update({f"fixed shrinkage {a:g}": exact(fixed(raw, a)) for a in SHRINK})
     out["referee's clean covariance, noisy means"] = exact(true)
     out["constant (majority)"] = float(np.mean(y[te] == np.argmax(st.counts)))

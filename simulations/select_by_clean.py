@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fl_privtext.prepare import prepare
 from sweep import default_data_root
 
 from fl_privtext import rng
@@ -32,7 +33,6 @@ from fl_privtext.client.ondevice import expected_input
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
-from fl_privtext.prepare import prepare
 from fl_privtext.rng import generator
 from fl_privtext.server.learners import LDA, ClassStats
 from fl_privtext.server.training import fit_learner

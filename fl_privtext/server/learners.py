@@ -195,7 +195,7 @@ def linear_export(w: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
             "weight_0": np.asarray(w, np.float32), "bias_0": np.asarray(b, np.float32)}
 
 
-def _shrunk(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0) -> np.ndarray:
+def shrunk_covariance(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0) -> np.ndarray:
     """Shrink ``cov`` towards (tr/D) I with the Ledoit-Wolf oracle weight a = err / (err + dist): err ~ the
     Frobenius error of a covariance estimated from n vectors of total variance ``scale`` ((scale^2 + tr S^2) / n),
     dist = ||S - (tr S / D) I||_F^2. The eigenvalues are first floored at a small positive value (a moment
@@ -493,7 +493,7 @@ class Linear:
             z = (x - self.mean) / self.std
             st = ClassStats.of(z, y, self.k, self.noise / self.std ** 2)
             sw = st.within()
-            clean = _shrunk(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
+            clean = shrunk_covariance(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
             self.w_clean = np.linalg.solve(clean, sw @ self.w.T).T
         return self
 
