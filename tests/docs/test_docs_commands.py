@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from doc_blocks import ROOT, blocks, doc_commands, python_blocks
 
+from fl_privtext import names  # the registries (stdlib only): the component blocks must leave them as found
+
 E2E, RUN, VALIDATED, SKIPPED, ELSEWHERE = "e2e", "run", "validated", "skipped", "elsewhere"
 
 # Appended to the commands run end to end: fewer clients, a fast learner and attacker, no no-privacy twin, one
@@ -119,6 +121,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "python benchmarks/bench_extract.py --device cuda --precision fp16 --minilm-rows 0": (
         SKIPPED, "needs a CUDA GPU (fp16 is refused on CPU) and extracts all of AG news",
         "tests/extract/test_transformer.py::test_half_precision_on_cuda_is_close_to_float32"),
+    # docs/design.md, "Measuring the structure"
+    "python benchmarks/structure.py": (RUN, "an ast walk, under a second", HERE + "test_structure_commands_run"),
+    "python benchmarks/structure.py --list": (RUN, "the same walk", HERE + "test_structure_commands_run"),
+    "python benchmarks/structure.py --path": (RUN, "the same walk", HERE + "test_structure_commands_run"),
+    "python benchmarks/structure.py --json structure.json": (
+        RUN, "the same walk, the JSON written in tmp", HERE + "test_structure_commands_run"),
+    "python -m pytest -q tests/test_golden.py": (
+        SKIPPED, "a test file of the suite (a Flower simulation, 1-2 minutes)", "tests/test_golden.py"),
+    "FL_PRIVTEXT_UPDATE_GOLDEN=1 python -m pytest -q tests/test_golden.py": (
+        SKIPPED, "rewrites the golden files (only after a deliberate change of results)", "tests/test_golden.py"),
     # docs/deployment.md: servers on fixed ports, background processes, a second machine; the named tests run the
     # same sequences on free ports and stop every process they start
     "export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1": (
@@ -197,6 +209,11 @@ PYTHON: dict[tuple[str, str], tuple[str, str, str]] = {
         RUN, "texts, ds (6 rows), cache_dir (tmp)", ""),
     ("docs/design.md", "from fl_privtext.ondevice import mlp_logits, on_device_counts, summarize"): (
         RUN, "model: a 1-epoch MLP on 40 rows", ""),
+    # "How to add a component": each block registers its toy and removes it at its end (PROMISES checks both)
+    ("docs/design.md", "import math"): (RUN, "no placeholders; a 20,000-sample audit", ""),
+    ("docs/design.md", "from typing import Any"): (RUN, "no placeholders", ""),
+    ("docs/design.md", "import hashlib"): (RUN, "no placeholders", ""),
+    ("docs/design.md", "import numpy as np"): (RUN, "no placeholders", ""),
     ("docs/extractors.md", "from fl_privtext.extract import make_extractor, extract_cached, EmbeddingCache"): (
         RUN, "sentences_a/b, ds (6 rows); the cache in tmp", ""),
     ("docs/extractors.md", "class Extractor(Protocol):"): (
@@ -225,6 +242,15 @@ PROMISES: dict[tuple[str, str], Any] = {
         ns["X"].shape == (2, 50) and ns["feats"].shape == (6, 50) and not ns["feats"].flags.writeable),
     ("docs/design.md", "from fl_privtext.ondevice"): lambda ns: (
         ns["counts"].shape == (2, 2) and 0 <= ns["summary"]["accuracy"] <= 1),
+    ("docs/design.md", "import math"): lambda ns: (
+        type(ns["mech"]).__name__ == "SignRR" and ns["mech"].dim == 6 and ns["audit"].verdict == "pass"
+        and "sign-rr" not in names.MECHANISMS),
+    ("docs/design.md", "from typing import Any"): lambda ns: (
+        ns["cfg"].server.learner == "nearest-mean" and ns["cfg"].attack.families == "logistic,prior"
+        and not {"nearest-mean", "prior", "count"} & {*names.LEARNERS, *names.ATTACK_FAMILIES, *names.ATTACKS}),
+    ("docs/design.md", "import hashlib"): lambda ns: (
+        ns["X"].shape == (2, 64) and ns["X"].dtype == np.float32 and "hashed-words" not in names.EXTRACTORS),
+    ("docs/design.md", "import numpy as np"): lambda ns: "class-counts" not in names.SECAGG_TASKS,
     ("docs/extractors.md", "from fl_privtext.extract"): lambda ns: (
         ns["X"].shape == (2, 100) and ns["feats"].shape == (6, 50)),  # pairs: [mean(a), mean(b)]
     ("docs/extractors.md", "feats = extract_cached"): lambda ns: ns["cache"].metadata(ns["key"]) is not None,
@@ -410,6 +436,23 @@ def test_privacy_report_and_audits():
                                    RUN))
     secure_audit = json.loads(out)
     assert rc == 0 and secure_audit["verdict"] == "pass" and secure_audit["epsilon_lower_bound"] <= 1
+
+
+def test_structure_commands_run(tmp_path):
+    """docs/design.md's structure commands, from another directory (the script finds the package by its own path)."""
+    import subprocess
+
+    out = {}
+    for cmd in ("python benchmarks/structure.py", "python benchmarks/structure.py --list",
+                "python benchmarks/structure.py --path", "python benchmarks/structure.py --json structure.json"):
+        script, *args = shlex.split(_doc_command(cmd, RUN))[1:]
+        proc = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert proc.returncode == 0 and "arrows running back up" in proc.stdout, (cmd, proc.stderr)
+        out[cmd] = proc.stdout
+    assert "floors, top first: cli -> " in out["python benchmarks/structure.py --path"]
+    figures = json.loads((tmp_path / "structure.json").read_text())
+    assert figures["arrows_back_up"] == 0 and figures["floors_path"][0] == ["cli"]  # the map's claims
 
 
 # ---- validated: parser, preflight, data loaded and split, the cheapest real step --------------------------------
