@@ -52,7 +52,7 @@ STAGE_OF: dict[str, str] = {
     # small ground modules any stage may use
     "config": "ground", "rng": "ground", "constant": "ground", "names": "ground", "threads": "ground",
     "memory": "ground", "datafiles": "ground", "progress": "ground", "metrics": "ground", "bootstrap": "ground",
-    "display": "ground", "rundir": "ground", "version": "ground",
+    "display": "ground", "rundir": "ground", "version": "ground", "traffic": "ground",
     # shared by several stages and knowing none: the on-device model format (numpy; client, server, report) and the
     # torch MLP trainer (the Phase A encoders, the server's learners, the attackers)
     "ondevice": "ground", "learn": "ground",

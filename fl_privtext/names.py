@@ -152,7 +152,7 @@ MECHANISMS: Registry[Any] = Registry("mechanism", {
 # extractor.name: the extractor class, called with its keyword options (fl_privtext.extract.make_extractor)
 EXTRACTORS: Registry[Any] = Registry("extractor", {
     "glove": "fl_privtext.extract.glove:GloveExtractor",
-    "minilm": "fl_privtext.extract.base:MiniLMExtractor",
+    "minilm": "fl_privtext.extract.transformer:MiniLMExtractor",
     "hf": "fl_privtext.extract.transformer:HFExtractor",
 })
 

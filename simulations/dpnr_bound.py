@@ -27,6 +27,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import dpnr
+
 EPSILONS = (0.05, 0.1, 0.5, 1.0, 5.0)
 # Majority-class share of the test set (the paper's own MAJORITY rows of Table 4) and the published DPNR accuracy.
 PAPER = {"ag_news": {"majority": 57.79, 0.05: 80.87, 0.1: 80.78, 0.5: 79.71, 1.0: 79.36, 5.0: 79.59},
@@ -73,29 +75,11 @@ def compute(samples: int = 200_000) -> dict:
     return {"samples": samples, "rows": rows}
 
 
-def markdown(data: dict) -> str:
-    import sweep
-
-    rows = []
-    for r in data["rows"]:
-        cells = [str(r["k"]), f"{r['epsilon']:g}", sweep.eps_str(r["true_epsilon"]), f"{r['tv']:.3f}",
-                 f"{r['tv_upper']:.3f}"]
-        for ds in PAPER:
-            ceil, paper = 100 * r[f"{ds}_ceiling"], 100 * r[f"{ds}_paper"]
-            verdict = "**unreachable**" if paper > ceil else "allowed"
-            cells += [f"{ceil:.2f}", f"{paper:.2f} ({verdict})"]
-        rows.append(cells)
-    return sweep.md_table(["k", "ε", "true ε = k·ε", "TV (MC)", "TV upper (+4 s.e.)", "AG ceiling",
-                           "AG paper", "BLOG ceiling", "BLOG paper"], rows)
-
-
 def main() -> None:
-    import dpnr
-
     data = compute()
     dpnr.OUT.mkdir(parents=True, exist_ok=True)
     (dpnr.OUT / "bound.json").write_text(json.dumps(data, indent=1) + "\n")
-    print(markdown(data))
+    print(dpnr.bound_table(data))
 
 
 if __name__ == "__main__":

@@ -174,6 +174,15 @@ def probabilities_table() -> str:
                            "q = Pr[0→1]", "true ε, r=50 (GloVe)", "true ε, r=384 (MiniLM)"], rows)
 
 
+def diagnostic_table(variants: dict[str, str], data: dict) -> str:
+    """The diagnostic's table (simulations/ome_diagnostic.py writes the data, diagnostic.json, and prints this)."""
+    rows = []
+    for k, label in variants.items():
+        rows.append([k, label] + [sweep.ci_str(data[ds][k]["per_run"]) if ds in data else "-" for ds in SENTIMENT])
+    return sweep.md_table(["", "variant (in-process, 5 splits x 1 seed, 128 hidden)", "IMDb", "Amazon", "Yelp"],
+                          rows)
+
+
 def write_summary(root: str) -> Path:
 
     lines: list[str] = []
@@ -266,13 +275,12 @@ def write_summary(root: str) -> Path:
 
     diag = OUT / "diagnostic.json"
     if diag.is_file():
-        import ome_diagnostic
-
         add("### Why OME lands below NPNN: an in-process diagnostic\n")
         add("Not the federated path and not a paper table: `simulations/ome_diagnostic.py` re-trains the server "
             "MLP (128 hidden) in-process on the same cached GloVe features and the same 5 user splits (1 seed "
             "each), to separate the causes. Mean and 95% CI over the 5 runs.\n")
-        add(ome_diagnostic.markdown(json.loads(diag.read_text())["results"]))
+        diagnostic = json.loads(diag.read_text())
+        add(diagnostic_table(diagnostic["variants"], diagnostic["results"]))
         add("")
 
     # ---- Table 2 ----

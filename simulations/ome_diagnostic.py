@@ -75,22 +75,13 @@ def run(root: str) -> dict:
     return out
 
 
-def markdown(data: dict) -> str:
-    rows = []
-    for k, label in VARIANTS.items():
-        rows.append([k, label] + [sweep.ci_str(data[ds][k]["per_run"]) if ds in data else "-"
-                                  for ds in ome.SENTIMENT])
-    return sweep.md_table(["", "variant (in-process, 5 splits x 1 seed, 128 hidden)", "IMDb", "Amazon", "Yelp"],
-                          rows)
-
-
 def main() -> None:
     args = sweep.common_args(__doc__).parse_args()
     sweep.setup_threads(args.threads)
     data = run(args.data_root)
     ome.OUT.mkdir(parents=True, exist_ok=True)
     (ome.OUT / "diagnostic.json").write_text(json.dumps({"variants": VARIANTS, "results": data}, indent=1) + "\n")
-    print(markdown(data))
+    print(ome.diagnostic_table(VARIANTS, data))
     print(ome.write_summary(args.data_root))
 
 

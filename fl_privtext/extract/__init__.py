@@ -8,10 +8,10 @@ X = ext.extract(texts, text_pairs=None, progress=True)      # (N, ext.dim) float
 feats = extract_cached(ds, ext, cache_dir)                  # read-only memmap (N, dim), dataset row order
 """
 
-from fl_privtext.extract.base import Extractor, MiniLMExtractor, make_extractor, make_extractor_from
+from fl_privtext.extract.base import Extractor, make_extractor, make_extractor_from
 from fl_privtext.extract.cache import EmbeddingCache, extract_cached, file_sha256, resolve_cache_dir
 from fl_privtext.extract.glove import GloveExtractor, GloveStats, normalize_text, tokenize
-from fl_privtext.extract.transformer import HFExtractor
+from fl_privtext.extract.transformer import HFExtractor, MiniLMExtractor
 from fl_privtext.names import EXTRACTORS
 
 __all__ = [

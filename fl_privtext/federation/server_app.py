@@ -29,8 +29,8 @@ from fl_privtext.federation.secagg import SecureSum
 from fl_privtext.federation.secagg_stats import SumRequest, secagg_sum_round
 from fl_privtext.federation.secagg_train import train_phase_secagg
 from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID, ShufflingGrid
-from fl_privtext.federation.traffic import Observed, OnRound, Round
 from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
+from fl_privtext.traffic import Observed, OnRound, Round
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fl_privtext.attacks.eavesdropper import attack, attacked_uploads
     from fl_privtext.client import UPLOAD_KEYS
-    from fl_privtext.federation.traffic import CollectRound, Observed, OnRound, Round
     from fl_privtext.pipeline.point import (
         Collected,
         collect_point,
@@ -39,15 +38,16 @@ if TYPE_CHECKING:
     from fl_privtext.server import Trained
     from fl_privtext.server.ondevice import OnDeviceRound, on_device_seed, shipped_model
     from fl_privtext.server.pseudonyms import server_users
+    from fl_privtext.traffic import CollectRound, Observed, OnRound, Round
 
 # name -> the module that defines it
 _FACE: dict[str, str] = {
     "UPLOAD_KEYS": "fl_privtext.client",
     "Trained": "fl_privtext.server",
-    "CollectRound": "fl_privtext.federation.traffic",
-    "Observed": "fl_privtext.federation.traffic",
-    "OnRound": "fl_privtext.federation.traffic",
-    "Round": "fl_privtext.federation.traffic",
+    "CollectRound": "fl_privtext.traffic",
+    "Observed": "fl_privtext.traffic",
+    "OnRound": "fl_privtext.traffic",
+    "Round": "fl_privtext.traffic",
     "EXACT_BY": "fl_privtext.report.referee",
     "EXACT_INTERVAL": "fl_privtext.report.referee",
     "Collected": "fl_privtext.pipeline.point",

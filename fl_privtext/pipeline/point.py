@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,6 @@ from fl_privtext.client import (
 from fl_privtext.client.ondevice import on_device_answer, stage_keys
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
-from fl_privtext.federation.traffic import CollectRound, Observed, OnRound, Round
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.progress import progress_bar
 from fl_privtext.report.accounting import privacy_summary
@@ -55,23 +54,10 @@ from fl_privtext.server import Trained, train_server
 from fl_privtext.server.ondevice import OnDeviceRound, on_device_requests, on_device_seed, shipped_model
 from fl_privtext.server.pseudonyms import server_users
 from fl_privtext.threads import driver_threads, limited
+from fl_privtext.traffic import Collected, CollectRound, Observed, OnRound, Round
 
 __all__ = ["Collected", "collect_point", "evaluate_point", "on_device", "on_device_wanted", "plain_on_device", "run_plain",
            "run_point", "train_point"]
-
-
-@dataclass(frozen=True)
-class Collected:
-    """One seed's traffic: what the server received, what the eavesdropper observed, what went missing."""
-
-    seed: int
-    received: dict[str, np.ndarray]
-    observed: Observed
-    input_dim: int
-    federation_s: float
-    rounds: tuple[Round, ...] = ()
-    refused: tuple[dict[str, Any], ...] = ()  # {"seed", "round", "failures"}: a round every client refused
-
 
 
 def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],

@@ -24,7 +24,6 @@ from fl_privtext.client import ClientPolicy, mechanism_for
 from fl_privtext.config import ClientConfig, ExperimentConfig
 from fl_privtext.extract import resolve_cache_dir
 from fl_privtext.federation.simulation import fixed_costs, quiet_env, simulate
-from fl_privtext.federation.traffic import Round
 from fl_privtext.federation.training import check_training
 from fl_privtext.learn import warm_up
 from fl_privtext.pipeline.checks import check_extractor, check_output, check_resources
@@ -36,6 +35,7 @@ from fl_privtext.progress import run_log
 from fl_privtext.report import finalize
 from fl_privtext.report.tracking import Tracker
 from fl_privtext.rundir import claim
+from fl_privtext.traffic import Round
 
 
 def validate(cfg: ExperimentConfig) -> Prepared:

@@ -14,9 +14,9 @@ import numpy as np
 from fl_privtext.client import upload_rows
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.report import json_number
+from fl_privtext.traffic import Collected
 
 if TYPE_CHECKING:  # the types only: the orchestrator prepares the point and collects its traffic
-    from fl_privtext.pipeline.point import Collected
     from fl_privtext.pipeline.preparation import Prepared
 
 __all__ = [

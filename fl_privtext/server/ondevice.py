@@ -17,9 +17,9 @@ from fl_privtext.client.ondevice import answer_half
 from fl_privtext.ondevice import summarize, summarize_private
 from fl_privtext.server.ondevice_selection import choose
 from fl_privtext.server.training import Trained
+from fl_privtext.traffic import Collected
 
 if TYPE_CHECKING:  # the types only: the orchestrator prepares the point and collects its traffic
-    from fl_privtext.pipeline.point import Collected
     from fl_privtext.pipeline.preparation import Prepared
 
 __all__ = ["OnDeviceRound", "on_device_requests", "on_device_seed", "shipped_model"]

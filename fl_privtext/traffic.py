@@ -1,4 +1,5 @@
-"""What one round of traffic delivered, as the federation's adapters report it to the orchestrator.
+"""What one round of traffic delivered, as the federation's adapters report it to the orchestrator (a ground module:
+the records are read by the orchestrator, the server's on-device protocol and the report).
 
 The plain loop (`fl_privtext.pipeline.run_plain`) and the Flower ServerApp (`fl_privtext.federation.server_app`) both
 describe a round with these records; `fl_privtext.pipeline.collect_point` drives either through ``CollectRound``.
@@ -55,3 +56,16 @@ class Round:
 
 CollectRound = Callable[[int, int], Round]  # (seed, round) -> what arrived
 OnRound = Callable[[int, int, Round, float], None]  # (seed, round, what arrived, seconds the round took)
+
+
+@dataclass(frozen=True)
+class Collected:
+    """One seed's traffic: what the server received, what the eavesdropper observed, what went missing."""
+
+    seed: int
+    received: dict[str, np.ndarray]
+    observed: Observed
+    input_dim: int
+    federation_s: float
+    rounds: tuple[Round, ...] = ()
+    refused: tuple[dict[str, Any], ...] = ()  # {"seed", "round", "failures"}: a round every client refused
