@@ -17,18 +17,19 @@ public posts of the same platform. No label of it is read (the secure path's lda
 public variance survives the noise of n uploads best), computed alike by every client and the server.
 
 Heavy imports (datasets, the extractor) happen only here and only for pca; the result is memoised per process.
+The stage reads a `PublicSpec` (built once from the configuration, `PublicSpec.of`), not the whole config.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fl_privtext.config import AUTO_PROJ_DIM, ExperimentConfig
+from fl_privtext.config import AUTO_PROJ_DIM, ExperimentConfig, ExtractorConfig, PrivacyConfig, Scalar
 from fl_privtext.privacy.mechanisms import mechanism_from_section
 from fl_privtext.privacy.projection import PublicProjection, fit_pca
 from fl_privtext.rng import generator
@@ -42,35 +43,61 @@ OTHER_USERS_MAX_ROWS = 10_000  # NAME:other-users: at most this many rows (bound
 ROW_CAPS = ("max_rows", "records_per_user")  # the experiment's options that NAME:other-users does not apply
 
 
-def check_public_data(cfg: ExperimentConfig) -> str:
+@dataclass(frozen=True)
+class PublicSpec:
+    """What the public-data stage reads of a configuration, and nothing else: the privacy section (the public
+    dataset, the projection and, for ``proj-dim = auto`` and the mechanism built on the map, the mechanism
+    and its parameters), the extractor section (the public rows are extracted as the users' are), the
+    simulated corpus's name, root and options (``NAME:other-users`` leaves its users out; `expected_uploads`
+    counts its rows), the role fractions (`expected_uploads`) and ``run.progress`` (the extraction's progress
+    bar). All of it is public configuration: clients and server build the same map from it."""
+
+    privacy: PrivacyConfig
+    extractor: ExtractorConfig
+    data_name: str
+    data_root: str
+    data_options: Mapping[str, Scalar]
+    test_frac: float
+    aux_frac: float
+    progress: bool
+
+    @classmethod
+    def of(cls, cfg: ExperimentConfig) -> PublicSpec:
+        """The public stage's view of ``cfg`` (the one place that reads it)."""
+        d = cfg.data
+        return cls(cfg.privacy, cfg.extractor, d.name, d.root, d.options, d.test_frac, d.aux_frac,
+                   bool(cfg.run.progress))
+
+
+def check_public_data(spec: PublicSpec) -> str:
     """The public dataset's name, after checking that it is set and disjoint from the simulated users' dataset."""
-    name = cfg.privacy.public_data.strip()
+    name = spec.privacy.public_data.strip()
     if not name:
         raise ValueError("privacy.projection = pca needs privacy.public-data: the public dataset (disjoint from every "
                          "simulated user) the PCA is fitted on.")
     base, sep, qualifier = name.partition(":")
-    if sep and (qualifier != OTHER_USERS or base != cfg.data.name):
+    if sep and (qualifier != OTHER_USERS or base != spec.data_name):
         raise ValueError(f"privacy.public-data = {name!r}: expected a dataset name, or "
-                         f"'{cfg.data.name}:{OTHER_USERS}' (the simulated corpus's rows by users who are not "
-                         "simulated).")
-    if name == cfg.data.name:
+                         f"'{spec.data_name}:{OTHER_USERS}' (the simulated corpus's rows by users who are "
+                         "not simulated).")
+    if name == spec.data_name:
         raise ValueError(f"privacy.public-data must name a dataset disjoint from every simulated user; it equals "
                          f"data.name ({name!r}). Pick another dataset (e.g. ag_news for blog), or "
                          f"'{name}:{OTHER_USERS}' for the same corpus's users who are not simulated.")
     return name
 
 
-def public_dataset(cfg: ExperimentConfig) -> TextDataset:
+def public_dataset(spec: PublicSpec) -> TextDataset:
     """The public rows (module docstring): another dataset, or the corpus's rows by users who are not simulated."""
     from fl_privtext.data import load_dataset  # Hugging Face datasets and pyarrow (seconds)
 
-    name = check_public_data(cfg)
+    name = check_public_data(spec)
     base, sep, _ = name.partition(":")
     if not sep:
-        return load_dataset(name, data_root=cfg.data.root or None)
-    simulated = set(np.unique(_simulated_users(cfg)).tolist())
-    options = {k: v for k, v in cfg.data.options.items() if k not in ROW_CAPS}
-    full = load_dataset(base, data_root=cfg.data.root or None, **options)
+        return load_dataset(name, data_root=spec.data_root or None)
+    simulated = set(np.unique(_simulated_users(spec)).tolist())
+    options = {k: v for k, v in spec.data_options.items() if k not in ROW_CAPS}
+    full = load_dataset(base, data_root=spec.data_root or None, **options)
     rows = np.flatnonzero([u not in simulated for u in full.user_ids])
     if len(rows) < 2:
         raise ValueError(f"privacy.public-data = {name!r}: {len(rows)} rows of {base!r} are by users who are not "
@@ -80,13 +107,13 @@ def public_dataset(cfg: ExperimentConfig) -> TextDataset:
     return full.select(rows, name=f"{base}-{OTHER_USERS}")
 
 
-def public_features(cfg: ExperimentConfig) -> np.ndarray:
+def public_features(spec: PublicSpec) -> np.ndarray:
     """(n, dim) representations of the public dataset with the experiment's extractor (cached on disk)."""
     from fl_privtext.extract import extract_cached, make_extractor_from  # torch (the extractors)
 
-    ds = public_dataset(cfg)
-    return np.asarray(extract_cached(ds, make_extractor_from(cfg), cfg.extractor.cache_dir or None,
-                                     progress=bool(cfg.run.progress)))
+    ds = public_dataset(spec)
+    return np.asarray(extract_cached(ds, make_extractor_from(spec), spec.extractor.cache_dir or None,
+                                     progress=bool(spec.progress)))
 
 
 _FITTED: dict[tuple, PublicProjection] = {}
@@ -105,46 +132,47 @@ class AutoDim:
         return f"k = {self.k} by privacy.proj-dim = auto for {self.uploads} training uploads"
 
 
-def _key(cfg: ExperimentConfig, dim: int) -> tuple:
+def _key(spec: PublicSpec, dim: int) -> tuple:
     """What the pca map depends on; with ``proj-dim = auto`` also the mechanism and the expected uploads."""
-    e, p, d = cfg.extractor, cfg.privacy, cfg.data
-    key = (check_public_data(cfg), d.name, d.root, tuple(sorted(d.options.items())), e.name, e.model, e.pooling,
-           e.max_length, e.cache_dir, p.proj_dim, dim)
+    e, p = spec.extractor, spec.privacy
+    key = (check_public_data(spec), spec.data_name, spec.data_root, tuple(sorted(spec.data_options.items())),
+           e.name, e.model, e.pooling, e.max_length, e.cache_dir, p.proj_dim, dim)
     if p.proj_dim != AUTO_PROJ_DIM:
         return key
-    return (*key, d.test_frac, d.aux_frac, p.mechanism, tuple(sorted(p.mechanism_params().items())))
+    return (*key, spec.test_frac, spec.aux_frac, p.mechanism, tuple(sorted(p.mechanism_params().items())))
 
 
-def _checked_features(cfg: ExperimentConfig, dim: int) -> np.ndarray:
-    x = public_features(cfg)
+def _checked_features(spec: PublicSpec, dim: int) -> np.ndarray:
+    x = public_features(spec)
     if x.shape[1] != dim:
-        raise ValueError(f"The public data {cfg.privacy.public_data!r} has {x.shape[1]}-dimensional "
+        raise ValueError(f"The public data {spec.privacy.public_data!r} has {x.shape[1]}-dimensional "
                          f"representations; the users' have {dim}. Use the same extractor.")
     return x
 
 
-def public_projection(cfg: ExperimentConfig, dim: int) -> PublicProjection:
+def public_projection(spec: PublicSpec, dim: int) -> PublicProjection:
     """The pca map from ``dim`` to ``privacy.proj-dim`` dimensions (`auto_proj_dim` for auto) fitted on
     ``privacy.public-data`` (memoised)."""
-    if cfg.privacy.projection != "pca":
-        raise ValueError(f"public_projection is for privacy.projection = pca, got {cfg.privacy.projection!r}.")
-    key = _key(cfg, dim)
+    if spec.privacy.projection != "pca":
+        raise ValueError(f"public_projection is for privacy.projection = pca, got "
+                         f"{spec.privacy.projection!r}.")
+    key = _key(spec, dim)
     if key not in _FITTED:
-        x = _checked_features(cfg, dim)
-        source = f"{check_public_data(cfg)!r} (extractor {cfg.extractor.name})"
-        if cfg.privacy.proj_dim == AUTO_PROJ_DIM:
-            auto = auto_proj_dim(cfg, dim)
+        x = _checked_features(spec, dim)
+        source = f"{check_public_data(spec)!r} (extractor {spec.extractor.name})"
+        if spec.privacy.proj_dim == AUTO_PROJ_DIM:
+            auto = auto_proj_dim(spec, dim)
             _FITTED[key] = fit_pca(x, auto.k, source=f"{source}, {auto.describe()}")
         else:
-            _FITTED[key] = fit_pca(x, int(cfg.privacy.proj_dim), source=source)
+            _FITTED[key] = fit_pca(x, int(spec.privacy.proj_dim), source=source)
     return _FITTED[key]
 
 
-def _simulated_users(cfg: ExperimentConfig) -> np.ndarray:
+def _simulated_users(spec: PublicSpec) -> np.ndarray:
     """The user of every row of the simulated corpus as the loader gives it (``records_per_user`` keeps each user's
     first records and is applied after loading, so it is left out here: the same users)."""
-    d = cfg.data
-    return _loaded_users(d.name, d.root, tuple(sorted((k, v) for k, v in d.options.items() if k != "records_per_user")))
+    options = tuple(sorted((k, v) for k, v in spec.data_options.items() if k != "records_per_user"))
+    return _loaded_users(spec.data_name, spec.data_root, options)
 
 
 @functools.lru_cache(maxsize=4)
@@ -156,13 +184,13 @@ def _loaded_users(name: str, root: str, options: tuple) -> np.ndarray:
     return users
 
 
-def expected_uploads(cfg: ExperimentConfig) -> int:
+def expected_uploads(spec: PublicSpec) -> int:
     """n for `auto_proj_dim`: the training uploads of one round as anyone can compute them from the public
     configuration: the simulated rows (at most ``records_per_user`` per user) x (1 - test-frac - aux-frac)."""
-    counts = np.unique(_simulated_users(cfg), return_counts=True)[1]
-    per_user = int(cfg.data.options.get("records_per_user", 0) or 0)
+    counts = np.unique(_simulated_users(spec), return_counts=True)[1]
+    per_user = int(spec.data_options.get("records_per_user", 0) or 0)
     rows = int(np.minimum(counts, per_user).sum()) if per_user > 0 else int(counts.sum())
-    return max(1, round(rows * (1.0 - cfg.data.test_frac - cfg.data.aux_frac)))
+    return max(1, round(rows * (1.0 - spec.test_frac - spec.aux_frac)))
 
 
 def resolved_signal(variances: np.ndarray, noise_trace: float, uploads: int) -> float:
@@ -189,7 +217,7 @@ def choose_proj_dim(public_x: np.ndarray, mechanism_at: Callable[[int], Any], up
     return AutoDim(max(ks, key=lambda k: (scores[k], -k)), scores, uploads)
 
 
-def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
+def auto_proj_dim(spec: PublicSpec, dim: int) -> AutoDim:
     """``privacy.proj-dim = auto``: the k in {2, 4, 8, ..., dim} with the most `resolved_signal`.
 
     For each candidate k the configured mechanism is built with the pca map to k dimensions fitted on the public
@@ -201,14 +229,14 @@ def auto_proj_dim(cfg: ExperimentConfig, dim: int) -> AutoDim:
     and the server compute the same k, and no user's data shapes it. Measured against fixed k on blog
     (docs/results/frontier/discussion.md, 4d).
     """
-    key = _key(cfg, dim)
+    key = _key(spec, dim)
     if key not in _AUTO:
-        _AUTO[key] = choose_proj_dim(_checked_features(cfg, dim), lambda k: _mechanism_at(cfg, dim, k),
-                                     expected_uploads(cfg))
+        _AUTO[key] = choose_proj_dim(_checked_features(spec, dim), lambda k: _mechanism_at(spec, dim, k),
+                                     expected_uploads(spec))
     return _AUTO[key]
 
 
-def _mechanism_at(cfg: ExperimentConfig, dim: int, k: int) -> Any:
+def _mechanism_at(spec: PublicSpec, dim: int, k: int) -> Any:
     """The configured mechanism behind the public pca map to k dimensions (the client's construction path)."""
-    fixed = replace(cfg, privacy=replace(cfg.privacy, proj_dim=k))
+    fixed = replace(spec, privacy=replace(spec.privacy, proj_dim=k))
     return mechanism_from_section(fixed.privacy, dim, projector=public_projection(fixed, dim))

@@ -23,6 +23,7 @@ import numpy as np
 from fl_privtext import pipeline
 from fl_privtext.client import client_upload, mechanism_for, merge_uploads
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.public import PublicSpec
 from fl_privtext.report import _json_safe
 
 POINTS = [("none", 0.0)] + [(m, e) for m in ("laplace-l1", "gaussian") for e in (1.0, 4.0, 16.0)]
@@ -61,7 +62,7 @@ def main() -> None:
         t1 = time.perf_counter()
         ups = [client_upload(prep.client, c, 0, cfg.run.seed, cfg) for c in range(cfg.federation.num_clients)]
         up = merge_uploads([u.arrays() for u in ups])
-        mech = mechanism_for(cfg, max(u.input_dim for u in ups))
+        mech = mechanism_for(PublicSpec.of(cfg), max(u.input_dim for u in ups))
         t2 = time.perf_counter()
         attacks, extra = pipeline.attack(prep, up["features"], up["rows"], cfg.run.seed, cfg,
                                          labels=up["labels"], mechanism=mech, report=mech.report())

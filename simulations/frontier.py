@@ -62,6 +62,7 @@ from sweep import (
 
 from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.public import PublicSpec
 
 FOLDER = RESULTS / "frontier"
 STORE = FOLDER / "points"
@@ -125,10 +126,10 @@ def base(dataset: str, data_root: str) -> ExperimentConfig:
 
 def at_true_epsilon(cfg: ExperimentConfig, target: float) -> ExperimentConfig:
     """The point whose mechanism report gives worst-case epsilon ``target`` (checked)."""
-    probe = mechanism_for(cfg, 384).report()
+    probe = mechanism_for(PublicSpec.of(cfg), 384).report()
     ratio = float(probe.epsilon_worst_case) / float(probe.epsilon_nominal)
     out = derive(cfg, **{"privacy.epsilon": target / ratio})
-    got = float(mechanism_for(out, 384).report().epsilon_worst_case)
+    got = float(mechanism_for(PublicSpec.of(out), 384).report().epsilon_worst_case)
     if not math.isclose(got, target, rel_tol=1e-6):
         raise RuntimeError(f"{cfg.privacy.mechanism}: worst case {got} at nominal {target / ratio}, wanted {target}")
     return out

@@ -30,6 +30,7 @@ from sweep import default_data_root
 from fl_privtext import rng
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.public import PublicSpec
 from fl_privtext.server.learners import LDA, shrunk_covariance
 from fl_privtext.server.noise import noise_law
 
@@ -47,7 +48,7 @@ def fixed(raw: np.ndarray, a: float) -> np.ndarray:
 def heads(x: np.ndarray, y: np.ndarray, tr: np.ndarray, k: int, eps: float, seed: int) -> dict[str, float]:
     cfg = ExperimentConfig.from_flat({"privacy.mechanism": "privunitg", "privacy.sampler": "float"}, ExperimentConfig())
     cfg = frontier.at_true_epsilon(cfg, eps)
-    mech = mechanism_for(cfg, x.shape[1])
+    mech = mechanism_for(PublicSpec.of(cfg), x.shape[1])
     up = np.asarray(mech.privatize(x[tr], rng.generator(seed, "sim-upload")), np.float64)
     law = noise_law(mech, x.shape[1], up.mean(0), rng.generator(seed, "server", "noise"))
     lda = LDA(num_classes=k, noise=law).fit(up, y[tr])

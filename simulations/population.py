@@ -42,6 +42,7 @@ from sweep import RESULTS, default_data_root, eps_str, md_table
 
 from fl_privtext import pipeline, rng
 from fl_privtext.client import mechanism_for
+from fl_privtext.public import PublicSpec
 from fl_privtext.server.noise import noise_variance
 
 
@@ -87,7 +88,7 @@ def population_table(dataset: str, data_root: str) -> tuple[list[str], list[list
         row = [label]
         for eps in TRUE_EPS:
             cfg = pts[(dataset, label, eps)]
-            mech = mechanism_for(cfg, x.shape[1])
+            mech = mechanism_for(PublicSpec.of(cfg), x.shape[1])
             z = mech.expected(x)
             mu, spread = class_stats(z, y, k)
             noise = noise_variance(mech, x.shape[1], z.mean(0), rng.generator(0, "population", "noise"))

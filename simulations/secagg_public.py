@@ -31,6 +31,7 @@ from fl_privtext.client.aggregate import (
 )
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
+from fl_privtext.public import PublicSpec
 
 
 def main() -> None:
@@ -50,10 +51,10 @@ def main() -> None:
             cfg = ExperimentConfig.from_flat({**sets, "run.seed": split, "privacy.proj-dim": k})
             prep = pipeline.prepare(cfg, features="extract")
             x, y = np.asarray(prep.features, np.float64), np.asarray(prep.ds.labels)
-            public = server_aggregate.public_within(cfg, x.shape[1])
+            public = server_aggregate.public_within(PublicSpec.of(cfg), x.shape[1])
             train, test = prep.roles != "test", prep.roles == "test"
             layout = StatsLayout(len(prep.ds.label_names), k, False)
-            proj = stats_projection(cfg, x.shape[1])
+            proj = stats_projection(PublicSpec.of(cfg), x.shape[1])
             clean = user_statistics(x[train], y[train], prep.ds.user_index[train], layout, proj)
             xt = stats_input(x[test], proj).astype(np.float32)
             for eps in (float(e) for e in args.epsilons.split(",")):

@@ -33,6 +33,7 @@ from fl_privtext.client.ondevice import expected_input
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
+from fl_privtext.public import PublicSpec
 from fl_privtext.rng import generator
 from fl_privtext.server.learners import LDA, ClassStats
 from fl_privtext.server.training import fit_learner
@@ -53,14 +54,14 @@ def point(data: str, mechanism: str, epsilon: float, seed: int, root: str) -> di
     users = prep.ds.user_index.reshape(-1)
     k = len(prep.ds.label_names)
     tr = prep.roles != "test"
-    mech = mechanism_for(cfg, x.shape[1])
+    mech = mechanism_for(PublicSpec.of(cfg), x.shape[1])
     up = np.asarray(mech.privatize(x[tr], rng.generator(seed, "sim-upload")), np.float32)
     fitted: dict[str, Any] = {}
     t0 = time.perf_counter()
     _, chosen, scores = fit_learner("auto", up, y[tr], users[tr], num_classes=k, mechanism=mech,
                                     input_dim=x.shape[1], seed=seed, fit_all=fitted)
     te = prep.roles == "test"
-    clean = expected_input(x[te], cfg)
+    clean = expected_input(x[te], PublicSpec.of(cfg), cfg.server.aggregate)
     exact = {n: float(np.mean(mlp_logits(m.export(), clean).argmax(1) == y[te])) for n, m in fitted.items()}
     extra = variants(fitted, up, y[tr], users[tr], k, mech, x.shape[1], seed, scores)
     return {"extra": extra, "data": data, "mechanism": mechanism, "epsilon": epsilon, "seed": seed, "chosen": chosen,

@@ -26,7 +26,7 @@ from fl_privtext.client.ondevice import expected_input
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
-from fl_privtext.public import public_features
+from fl_privtext.public import PublicSpec, public_features
 from fl_privtext.rng import generator
 from fl_privtext.server.learners import ClassStats, make_learner
 from fl_privtext.server.noise import noise_law
@@ -79,12 +79,13 @@ def main() -> None:
             users = prep.ds.user_index.reshape(-1)
             tr = prep.roles != "test"
             te = ~tr
-            mech = mechanism_for(cfg, x.shape[1])
+            mech = mechanism_for(PublicSpec.of(cfg), x.shape[1])
             up = np.asarray(mech.privatize(x[tr], rng.generator(seed, "sim-upload")), np.float64)
             law = noise_law(mech, x.shape[1], up.mean(0), rng.generator(seed, "server", "noise"))
-            pub = np.asarray(mech.expected(np.asarray(public_features(cfg), np.float32)), np.float64)
+            public_x = np.asarray(public_features(PublicSpec.of(cfg)), np.float32)
+            pub = np.asarray(mech.expected(public_x), np.float64)
             sig_pub = np.cov(pub.T)
-            clean_te = expected_input(x[te], cfg)
+            clean_te = expected_input(x[te], PublicSpec.of(cfg), cfg.server.aggregate)
             out = []
             for name in ("constant", "centroid", "lda", "linear"):
                 def mk(name: str = name, k: int = k, law=law, seed: int = seed):

@@ -9,7 +9,7 @@ from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.privacy.projection import fit_pca
-from fl_privtext.public import auto_proj_dim, choose_proj_dim, resolved_signal
+from fl_privtext.public import PublicSpec, auto_proj_dim, choose_proj_dim, resolved_signal
 from fl_privtext.server.learners import Centroid
 from fl_privtext.server.noise import noise_law
 
@@ -96,7 +96,7 @@ def test_auto_runs_end_to_end_and_reports_the_k_it_chose(data_root):
     assert ExperimentConfig.from_flat(cfg.to_flat()).privacy.proj_dim == "auto"
     prep = pipeline.prepare(cfg)
     dim = int(np.asarray(prep.features).shape[1])
-    auto = auto_proj_dim(cfg, dim)
+    auto = auto_proj_dim(PublicSpec.of(cfg), dim)
     assert auto.uploads == round(len(prep.ds) * (1 - cfg.data.test_frac - cfg.data.aux_frac))
     out = pipeline.run_plain(cfg, prep)
     assert out["per_seed"][0]["output_dim"] == auto.k < dim

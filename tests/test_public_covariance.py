@@ -10,7 +10,7 @@ import pytest
 from fl_privtext.client.aggregate import PUBLIC_TAIL, StatsLayout, share_noise_std, user_statistics
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.pipeline.preparation import load
-from fl_privtext.public import OTHER_USERS_MAX_ROWS, public_dataset
+from fl_privtext.public import OTHER_USERS_MAX_ROWS, PublicSpec, public_dataset
 from fl_privtext.server.aggregate import Aggregate, fit_from_aggregate, learner_for
 from fl_privtext.server.aggregate_selection import select_from_folds
 
@@ -24,15 +24,16 @@ def _cfg(**sets) -> ExperimentConfig:
 def test_other_users_rows_are_the_corpus_without_any_simulated_user(data_root):
     cfg = _cfg(**{"data.name": "blog", "data.root": str(data_root), "data.options.max_rows": 3000,
                   "privacy.public-data": "blog:other-users"})
-    pub = public_dataset(cfg)
+    pub = public_dataset(PublicSpec.of(cfg))
     simulated = set(np.unique(load(cfg).user_ids).tolist())
     assert len(pub) == OTHER_USERS_MAX_ROWS  # 60,000 posts: far more rows than the cap remain
     assert not simulated & set(np.unique(pub.user_ids).tolist())
-    assert np.array_equal(public_dataset(cfg).user_ids, pub.user_ids)  # a fixed public subsample
+    assert np.array_equal(public_dataset(PublicSpec.of(cfg)).user_ids, pub.user_ids)  # a fixed subsample
     # more simulated rows -> fewer public users, still disjoint
     big = _cfg(**{"data.name": "blog", "data.root": str(data_root), "data.options.max_rows": 20000,
                   "privacy.public-data": "blog:other-users"})
-    assert not set(np.unique(load(big).user_ids).tolist()) & set(np.unique(public_dataset(big).user_ids).tolist())
+    others = public_dataset(PublicSpec.of(big))
+    assert not set(np.unique(load(big).user_ids).tolist()) & set(np.unique(others.user_ids).tolist())
 
 
 @pytest.mark.parametrize("public, match", [
@@ -42,12 +43,12 @@ def test_other_users_rows_are_the_corpus_without_any_simulated_user(data_root):
 ])
 def test_public_data_that_is_not_disjoint_or_malformed_is_refused(public, match):
     with pytest.raises(ValueError, match=match):
-        public_dataset(_cfg(**{"privacy.public-data": public}))
+        public_dataset(PublicSpec.of(_cfg(**{"privacy.public-data": public})))
 
 
 def test_other_users_of_a_corpus_whose_users_are_all_simulated_is_refused():
     with pytest.raises(ValueError, match="0 rows of 'default' are by users who are not simulated"):
-        public_dataset(_cfg(**{"privacy.public-data": "default:other-users"}))
+        public_dataset(PublicSpec.of(_cfg(**{"privacy.public-data": "default:other-users"})))
 
 
 def _anisotropic(g: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,6 +19,7 @@ from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract.clean import clean_features
 from fl_privtext.privacy import PrivacyReport
+from fl_privtext.public import PublicSpec
 from fl_privtext.server.pseudonyms import server_users
 
 if TYPE_CHECKING:  # the type only: the orchestrator prepares the point
@@ -71,7 +72,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         features, rows = features[keep], rows[keep]
         labels = None if labels is None else labels[keep]
         seen = None if seen is None else np.asarray(seen)[keep]
-    mech = mechanism if mechanism is not None else mechanism_for(cfg, features.shape[1])
+    mech = mechanism if mechanism is not None else mechanism_for(PublicSpec.of(cfg), features.shape[1])
     rep = report if report is not None else mech.report()
     user_index = prep.ds.user_index  # the server's account pseudonyms
     node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)

@@ -85,7 +85,7 @@ from fl_privtext.client.upload import ClientData, client_generator, point_key
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma, gaussian_delta
 from fl_privtext.privacy.projection import PublicProjection, random_projection
-from fl_privtext.public import public_projection  # loads the public dataset when called: pca only
+from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
 
 __all__ = [
     "PUBLIC_TAIL",
@@ -200,15 +200,15 @@ def user_fold(users: np.ndarray, fold_seed: int, folds: int = 2) -> np.ndarray:
     return out
 
 
-def stats_projection(cfg: ExperimentConfig, dim: int) -> PublicProjection | None:
+def stats_projection(public: PublicSpec, dim: int) -> PublicProjection | None:
     """The public map the clients apply before normalising (``privacy.projection`` = random | pca with
     ``privacy.proj-dim``; None for none): its output width is the layout's ``dim``."""
-    p = cfg.privacy
+    p = public.privacy
     if p.projection == "none":
         return None
     if p.projection == "random":
         return random_projection(dim, p.proj_dim, p.proj_seed)
-    return public_projection(cfg, dim)
+    return public_projection(public, dim)
 
 
 def stats_input(x: np.ndarray, projection: PublicProjection | None = None) -> np.ndarray:
@@ -349,7 +349,7 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
 
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         proj = (None if cfg.privacy.projection == "none" or data.features is None else
-                stats_projection(cfg, int(data.features.shape[1])))
+                stats_projection(PublicSpec.of(cfg), int(data.features.shape[1])))
         clean, users = client_statistics(data, client, layout, proj)
         g = client_generator(client_seed, "secagg-stats", point_key(cfg), seed, client, str(layout),
                              mine.secagg_epsilon, mine.secagg_delta, mine.secagg_min_clients, *session)

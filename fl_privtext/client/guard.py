@@ -43,12 +43,13 @@ from fl_privtext.client.upload import (
 )
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import label_rr_report
+from fl_privtext.public import PublicSpec
 
 
 def upload_epsilon(cfg: ExperimentConfig, num_classes: int, dim: int) -> float:
     """Worst-case epsilon of one uploaded record: its representation plus its label (k-ary randomized response;
     a label in the clear is inf)."""
-    eps = float(mechanism_for(cfg, dim).report().epsilon_worst_case)
+    eps = float(mechanism_for(PublicSpec.of(cfg), dim).report().epsilon_worst_case)
     if num_classes > 1:
         le = cfg.privacy.label_epsilon
         eps += float(label_rr_report(num_classes, le).epsilon_worst_case) if le > 0 else math.inf

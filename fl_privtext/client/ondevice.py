@@ -37,6 +37,7 @@ from fl_privtext.client.policy import Refused
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import check_model, is_finite, keep_probability, mlp_logits
+from fl_privtext.public import PublicSpec
 
 MAX_LAYERS = 2  # the server's learner: logistic regression (1 layer) or a one-hidden-layer MLP (2)
 MAX_CANDIDATES = 8  # select stage: the most models one request may name
@@ -92,15 +93,15 @@ def stage_rows(data: Any, client: int, stage: str = "all") -> np.ndarray:
     return rows[answer_half(data.user_of(rows)) == (0 if stage == "select" else 1)]
 
 
-def expected_input(x: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+def expected_input(x: np.ndarray, public: PublicSpec, aggregate: str) -> np.ndarray:
     """(N, width) float32: what the server's model is applied to for clean records ``x`` (N, dim): E[upload | x]
     of the configured mechanism, or, under ``server.aggregate = secagg``, the projected unit-normalised record the
-    sums were fitted on. Shared by the client's answer and the referee's exact figure (`fl_privtext.pipeline.
-    exact_on_device`), so both apply the model to the same input."""
+    sums were fitted on (``aggregate``: ``server.aggregate``). Shared by the client's answer and the referee's
+    exact figure (`fl_privtext.report.referee.exact_on_device`), so both apply the model to the same input."""
     x = np.asarray(x, np.float64)
-    if cfg.server.aggregate == "secagg":  # fitted on projected, unit-normalised records (client/aggregate.py)
-        return stats_input(x, stats_projection(cfg, x.shape[1])).astype(np.float32)
-    mech = mechanism_for(cfg, x.shape[1])
+    if aggregate == "secagg":  # fitted on projected, unit-normalised records (client/aggregate.py)
+        return stats_input(x, stats_projection(public, x.shape[1])).astype(np.float32)
+    mech = mechanism_for(public, x.shape[1])
     return np.asarray(mech.expected(x.astype(np.float32)), np.float32)
 
 
@@ -130,7 +131,7 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list
         raise ValueError(f"client {client}: no cached features and no texts to evaluate on.")
     if not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations among its test records.")
-    expected = expected_input(x, cfg)
+    expected = expected_input(x, PublicSpec.of(cfg), cfg.server.aggregate)
     for m in models:
         validate_model(m, expected.shape[1], data.num_classes)
     truth = np.asarray(data.labels, np.int64)[rows]

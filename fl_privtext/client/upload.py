@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import rng
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import ExperimentConfig, FederationConfig
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
-from fl_privtext.public import public_projection  # loads the public dataset when called: pca only
+from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
 CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client-seed to its clients
@@ -249,20 +249,22 @@ def same_uploads(a: dict[str, np.ndarray], b: dict[str, np.ndarray], chunk: int 
     return True
 
 
-def mechanism_for(cfg: ExperimentConfig, dim: int) -> Any:
-    """The configured mechanism for inputs of width ``dim``: `fl_privtext.privacy.mechanism_from_section` (the one
-    construction path), with the public pca map fitted here where ``privacy.projection = pca``."""
+def mechanism_for(public: PublicSpec, dim: int) -> Any:
+    """The configured mechanism (``public.privacy``) for inputs of width ``dim``:
+    `fl_privtext.privacy.mechanism_from_section` (the one construction path), with the public pca map fitted
+    here where ``privacy.projection = pca``, on the public data `PublicSpec` names (``PublicSpec.of(cfg)``)."""
+    privacy = public.privacy
     projector = None
-    if cfg.privacy.projection == "pca" and "projection" in mechanism_params(cfg.privacy.mechanism):
-        projector = public_projection(cfg, dim)
-    return mechanism_from_section(cfg.privacy, dim, projector=projector)
+    if privacy.projection == "pca" and "projection" in mechanism_params(privacy.mechanism):
+        projector = public_projection(public, dim)
+    return mechanism_from_section(privacy, dim, projector=projector)
 
 
-def upload_rows(data: ClientData, client: int, rnd: int, cfg: ExperimentConfig) -> np.ndarray:
+def upload_rows(data: ClientData, client: int, rnd: int, federation: FederationConfig) -> np.ndarray:
     """Rows a client uploads in round ``rnd`` (0-based): all of them (repeat) or its ``rnd``-th slice (stream)."""
     rows = data.shards[client]
-    if cfg.federation.schedule == "stream":
-        return np.array_split(rows, cfg.federation.rounds)[rnd]
+    if federation.schedule == "stream":
+        return np.array_split(rows, federation.rounds)[rnd]
     return rows
 
 
@@ -274,7 +276,7 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
     Raw text and raw representations stay here; only the mechanism's output leaves the function. A record whose
     representation is not finite is refused (ValueError naming the client and the record ids): nothing is sent.
     """
-    rows = upload_rows(data, client, rnd, cfg)
+    rows = upload_rows(data, client, rnd, cfg.federation)
     out_x: list[np.ndarray] = []
     in_dim = 0
     out_y: list[np.ndarray] = []
@@ -292,7 +294,7 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
                              "representations (NaN or inf); this client refuses to upload (nothing was sent).")
         if mech is None:
             in_dim = x.shape[1]
-            mech = mechanism_for(cfg, in_dim)
+            mech = mechanism_for(PublicSpec.of(cfg), in_dim)
         out_x.append(mech.privatize(x, g))
         y = data.labels[batch]
         if cfg.privacy.label_epsilon > 0 and data.num_classes > 1:
@@ -355,5 +357,5 @@ def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dic
         raise ValueError(f"client {client}: no features or texts to evaluate on.")
     if len(x) and not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations among the records to evaluate.")
-    mech = mechanism_for(cfg, x.shape[1]) if len(x) else None
+    mech = mechanism_for(PublicSpec.of(cfg), x.shape[1]) if len(x) else None
     return on_device_counts(x, data.labels[rows], mech, model, data.num_classes)

@@ -44,10 +44,11 @@ from torch import nn
 from fl_privtext import rng
 from fl_privtext.client.upload import client_generator as private_generator
 from fl_privtext.client.upload import mechanism_for
-from fl_privtext.config import ExperimentConfig, TrainConfig
+from fl_privtext.config import TrainConfig
 from fl_privtext.encoders.inputs import TrainData
 from fl_privtext.encoders.model import PrivModel
 from fl_privtext.encoders.nets import Encoder, grad_reverse, set_generator
+from fl_privtext.public import PublicSpec
 
 NOISY = ("noise", "cape")  # defences with the LDP noise layer in the forward pass
 GRL = ("adversarial", "cape")  # defences with gradient-reversed adversary heads
@@ -67,24 +68,24 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def noise_mechanism(cfg: ExperimentConfig, width: int) -> Any:
-    """The configured LDP mechanism as a noise layer on ``width``-wide representations. Takes the whole
-    config: `fl_privtext.client.upload.mechanism_for` builds it, whose pca projection is fitted on public data
-    (data, extractor and run sections besides privacy)."""
-    mech = mechanism_for(cfg, width)
+def noise_mechanism(public: PublicSpec, width: int) -> Any:
+    """The configured LDP mechanism (``public.privacy``) as a noise layer on ``width``-wide representations,
+    built by `fl_privtext.client.upload.mechanism_for` (its pca projection is fitted on the public data
+    `PublicSpec` names)."""
+    mech = mechanism_for(public, width)
     if int(mech.output_dim) != width:
         raise ValueError(
             f"train.defense='noise' needs a mechanism whose output has the encoder's width ({width}); "
-            f"privacy.mechanism={cfg.privacy.mechanism!r} outputs {mech.output_dim} values. Use laplace-*, "
-            "gaussian or none."
+            f"privacy.mechanism={public.privacy.mechanism!r} outputs {mech.output_dim} values. Use "
+            "laplace-*, gaussian or none."
         )
     return mech
 
 
-def defense_mechanism(cfg: ExperimentConfig, width: int) -> Any | None:
+def defense_mechanism(train: TrainConfig, public: PublicSpec, width: int) -> Any | None:
     """The noise layer's mechanism for ``local_train`` / ``evaluate`` when ``train.defense`` has one (noise,
     cape), else None."""
-    return noise_mechanism(cfg, width) if cfg.train.defense in NOISY else None
+    return noise_mechanism(public, width) if train.defense in NOISY else None
 
 
 def _noise_for(train: TrainConfig, mechanism: Any | None) -> Any | None:

@@ -48,6 +48,7 @@ from fl_privtext.encoders.model import spec_from
 from fl_privtext.encoders.train import phase_a_rows, resolve_device
 from fl_privtext.federation.client_data import prepared
 from fl_privtext.federation.replies import array_digest, ledger_record, prep_key
+from fl_privtext.public import PublicSpec
 
 _SECTIONS = {f.name for f in dataclasses.fields(ExperimentConfig)}
 
@@ -157,7 +158,7 @@ def train(msg: Message, context: Context, defend: bool = True) -> Message:
         rows, _ = phase_a_rows(prep, cfg.train, cfg.run.seed, client)
         stats = local_train(model, data, rows, cfg.train,
                             client_generator(client_seed_from(dict(context.node_config)), client, rnd, "fit"),
-                            mechanism=defense_mechanism(cfg, model.out_dim),
+                            mechanism=defense_mechanism(cfg.train, PublicSpec.of(cfg), model.out_dim),
                             proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
         new = [state[k] for k in arrays]
@@ -199,7 +200,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
         stats = evaluate_model(model, data, rows, cfg.train,
                                client_generator(client_seed_from(dict(context.node_config)), client, rnd,
                                                 "evaluate"),
-                               mechanism=defense_mechanism(cfg, model.out_dim))
+                               mechanism=defense_mechanism(cfg.train, PublicSpec.of(cfg), model.out_dim))
         return {f"metric:{k}": np.array(float(v)) for k, v in {**stats, "weight": float(len(rows))}.items()}
 
     if not defend:

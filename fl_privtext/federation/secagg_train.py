@@ -86,6 +86,7 @@ from fl_privtext.privacy.distributed import (
     round_to_grid,
 )
 from fl_privtext.privacy.exact import SecureBits
+from fl_privtext.public import PublicSpec
 
 TASK = "phase-a"
 NOISE_AT = {"client": "each client adds its discrete Gaussian share to its clipped, grid-rounded update before "
@@ -150,7 +151,7 @@ def phase_a_vector(msg: Message, context: Context) -> np.ndarray:
     def compute(_spent: Any) -> tuple[dict[str, np.ndarray], np.ndarray, float]:
         _, data, model = setup_model(request, arrays)
         local_train(model, data, rows, request.train, train_generator(client_seed, client, rnd, "fit"),
-                    mechanism=defense_mechanism(request, model.out_dim),
+                    mechanism=defense_mechanism(request.train, PublicSpec.of(request), model.out_dim),
                     proximal_mu=float(config.get("proximal-mu", 0.0)))  # type: ignore[arg-type]
         state = trainable_state(model)
         old = {k: a.numpy() for k, a in arrays.items()}

@@ -28,6 +28,7 @@ from fl_privtext.encoders.model import spec_from
 from fl_privtext.encoders.train import noise_mechanism
 from fl_privtext.federation.grid import CanonicalOrderGrid, DelegatingGrid
 from fl_privtext.progress import progress_bar
+from fl_privtext.public import PublicSpec
 
 NO_GUARANTEE = ("updates unprotected: the server and any eavesdropper see every client's model update in the "
                 "clear (no DP-FedAvg: train.dp-clip = 0)")
@@ -107,7 +108,7 @@ def check_training(cfg: ExperimentConfig, prep: Any) -> None:
     if cfg.privacy.mu > 0:
         raise ValueError("Word dropout (privacy.mu > 0) with a Phase A encoder is not supported; set privacy.mu = 0.")
     if t.defense in ("noise", "cape"):
-        noise_mechanism(cfg, 384 if t.encoder == "minilm" else t.hidden)
+        noise_mechanism(PublicSpec.of(cfg), 384 if t.encoder == "minilm" else t.hidden)
     if t.val_frac > 0 and not (prep.roles == "train").any():
         raise ValueError("train.val-frac > 0 needs training users to hold out.")
 

@@ -38,6 +38,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.progress import progress_bar
+from fl_privtext.public import PublicSpec
 from fl_privtext.report.accounting import privacy_summary
 from fl_privtext.report.referee import exact_candidates, exact_on_device
 from fl_privtext.report.summaries import (
@@ -118,7 +119,8 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
             t0 = time.perf_counter()
             seen = c.received["rows"]
             trained = train_server(prep, c.received["features"], c.received["labels"], referee_rows(c, seen), c.seed,
-                                   cfg, input_dim=c.input_dim, groups=server_users(prep, seen))
+                                   cfg.server, PublicSpec.of(cfg), input_dim=c.input_dim,
+                                   groups=server_users(prep, seen))
             trained.utility["train_s"] = time.perf_counter() - t0
             out.append(trained)
     return out
@@ -163,7 +165,7 @@ def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained:
     attacks: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     if cfg.attack.enabled:
-        mech = mechanism_for(cfg, c.input_dim)
+        mech = mechanism_for(PublicSpec.of(cfg), c.input_dim)
         attacks, extra = attack(prep, observed["features"], referee_rows(c, observed["rows"]), c.seed, cfg,
                                 labels=observed["labels"], mechanism=mech, report=mech.report(),
                                 seen=observed["rows"] if shuffled(c) else None)
@@ -191,23 +193,24 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     with limited(driver_threads(cfg.run, cfg.federation)):  # the driver's share of the cores, in both paths
         per_seed = [_evaluate_seed(prep, cfg, c, t, None if on_device_results is None else on_device_results[i])
                     for i, (c, t) in enumerate(zip(collected, trained, strict=True))]
-    report = mechanism_for(cfg, collected[-1].input_dim).report()
+    report = mechanism_for(PublicSpec.of(cfg), collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
-    released = [sent_rows(prep, cfg, c) for c in collected]
+    released = [sent_rows(prep, cfg.federation, c) for c in collected]
     od_rows = [(rows, eps) for r in (on_device_results or []) for rows, eps in r.get("_charged", [])]
     # Phase A's updates and validation metrics concern the train and aux users (never test users)
     phase_a = np.flatnonzero(prep.roles != "test") if cfg.train.rounds > 0 else None
+    cohort = shuffled_cohort_users(prep, cfg.federation) if cfg.federation.shuffle else None
     privacy = privacy_summary(report, cfg.privacy, cfg.federation, cfg.train, prep.ds.user_index,
                               len(prep.ds.label_names), released, releases,
                               on_device_rows=od_rows, phase_a_rows=phase_a, phase_a_central=phase_a_central,
-                              shuffled_users=shuffled_cohort_users(prep, cfg) if cfg.federation.shuffle else None)
-    privacy["randomness"] = randomness_of(cfg, collected)
+                              shuffled_users=cohort)
+    privacy["randomness"] = randomness_of(cfg.run.randomness, collected)
     privacy["ledger"] = ledger_summary(collected, on_device_results or [])
     return {
         "placement": placement_of(collected),
         "extractor_identity": prep.extractor.identity(),
         "config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users,
-        "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg, collected),
+        "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg.federation, collected),
         "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                     "synthetic": prep.ds.name in SYNTHETIC_DATASETS,
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},

@@ -21,7 +21,7 @@ from fl_privtext.datafiles import DataNotFoundError, find_files, records_per_use
 from fl_privtext.names import DATASET_FILES, DATASET_OPTIONS, DATASETS, MECHANISMS, RECORDS_PER_USER
 from fl_privtext.pipeline.checks import check_extractor
 from fl_privtext.pipeline.checks import check_output as writable
-from fl_privtext.public import check_public_data
+from fl_privtext.public import PublicSpec, check_public_data
 from fl_privtext.rundir import RESULTS_FILE
 
 # what the checks here must not import (tests/pipeline/test_preflight.py checks sys.modules after a refused configuration)
@@ -72,7 +72,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
         raise ValueError(f"[privacy] (privacy.mechanism={name!r}): Unknown mechanism {name!r}; valid names: "
                          f"{', '.join(MECHANISMS)}.")
     if cfg.privacy.projection == "pca":
-        base, sep, _ = check_public_data(cfg).partition(":")
+        base, sep, _ = check_public_data(PublicSpec.of(cfg)).partition(":")
         if not sep:
             check_dataset(base, cfg.data.root, {})
     check = cfg if cfg.server.aggregate != "secagg" else dataclasses.replace(
@@ -80,7 +80,7 @@ def check_privacy(cfg: ExperimentConfig) -> None:
     if check.privacy.projection != "none":
         return  # the width comes from the extractor: fl_privtext.pipeline.runner.validate checks it
     try:
-        mechanism_for(check, 8)
+        mechanism_for(PublicSpec.of(check), 8)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={name!r}): {exc}") from None
 

@@ -32,6 +32,7 @@ from fl_privtext.pipeline.federated import serve
 from fl_privtext.pipeline.point import run_plain
 from fl_privtext.pipeline.preparation import Prepared, load, prepare
 from fl_privtext.progress import run_log
+from fl_privtext.public import PublicSpec
 from fl_privtext.report import finalize
 from fl_privtext.report.tracking import Tracker
 from fl_privtext.rundir import claim
@@ -59,7 +60,8 @@ def validate(cfg: ExperimentConfig) -> Prepared:
         # server.aggregate = secagg: the statistics' clients apply the projection, no mechanism does
         check = cfg if cfg.server.aggregate != "secagg" else dataclasses.replace(
             cfg, privacy=dataclasses.replace(cfg.privacy, projection="none", proj_dim=0))
-        mechanism_for(check, int(prep.extractor.dim) if check.privacy.projection != "none" else 8)
+        width = int(prep.extractor.dim) if check.privacy.projection != "none" else 8
+        mechanism_for(PublicSpec.of(check), width)
     except ValueError as exc:  # the mechanism names its parameter; say which config section holds it
         raise ValueError(f"[privacy] (privacy.mechanism={cfg.privacy.mechanism!r}): {exc}") from None
     if cfg.train.rounds > 0 and cfg.client.max_epsilon != float("inf"):

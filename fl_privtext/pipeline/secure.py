@@ -31,6 +31,7 @@ from fl_privtext.data import SYNTHETIC_DATASETS
 from fl_privtext.pipeline.point import plain_on_device
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.privacy.report import json_number
+from fl_privtext.public import PublicSpec
 from fl_privtext.report import aggregate
 from fl_privtext.report.accounting import phase_a_report
 from fl_privtext.report.referee import exact_candidates, exact_on_device
@@ -185,7 +186,7 @@ def run_secagg_point(prep: Prepared, cfg: ExperimentConfig, sum_round: SumRound,
 
     t_start = time.perf_counter()
     layout = layout_for(prep, cfg, dim)
-    public = None if layout.second else public_within(cfg, dim)
+    public = None if layout.second else public_within(PublicSpec.of(cfg), dim)
     need = min_contributors or cfg.server.secagg_threshold or cfg.federation.num_clients
     per_seed: list[dict[str, Any]] = []
     central: list[float] = []

@@ -16,6 +16,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract.clean import clean_features
 from fl_privtext.metrics import macro_f1_from_confusion
 from fl_privtext.ondevice import confusion, mlp_logits
+from fl_privtext.public import PublicSpec
 
 if TYPE_CHECKING:  # the types only: the orchestrator prepares the point, the server trains
     from fl_privtext.pipeline.preparation import Prepared
@@ -64,7 +65,9 @@ def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.n
     if clean is None or not len(rows):
         return {"available": False, "reason": "no test records" if clean is not None else
                 "the referee has no clean features (no extraction cache, no extractor)"}
-    pred = np.concatenate([mlp_logits(model, expected_input(clean(rows[s:s + _EXACT_BATCH]), cfg)).argmax(axis=1)
+    public = PublicSpec.of(cfg)
+    pred = np.concatenate([mlp_logits(model, expected_input(clean(rows[s:s + _EXACT_BATCH]), public,
+                                                           cfg.server.aggregate)).argmax(axis=1)
                            for s in range(0, len(rows), _EXACT_BATCH)])
     truth = np.asarray(prep.ds.labels, np.int64)[rows]
     cm = confusion(truth, pred, len(prep.ds.label_names))

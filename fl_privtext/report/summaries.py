@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext.client import upload_rows
-from fl_privtext.config import ExperimentConfig
+from fl_privtext.config import FederationConfig
 from fl_privtext.privacy.report import json_number
 from fl_privtext.traffic import Collected
 
@@ -53,13 +53,13 @@ def referee_rows(c: Collected, ids: np.ndarray) -> np.ndarray:
 
 
 
-def shuffled_cohort_users(prep: Prepared, cfg: ExperimentConfig) -> int:
+def shuffled_cohort_users(prep: Prepared, federation: FederationConfig) -> int:
     """n of the shuffle bound: the users of the smallest unlinked cohort (train, test) shuffled together in a
     round (`fl_privtext.federation.shuffler`): all of them under schedule = repeat, a 1/rounds share under stream."""
     users = prep.ds.user_index.reshape(-1)
     sizes = [len(np.unique(users[prep.roles == role])) for role in ("train", "test") if (prep.roles == role).any()]
     n = min(sizes) if sizes else 1
-    return max(1, n // cfg.federation.rounds) if cfg.federation.schedule == "stream" else n
+    return max(1, n // federation.rounds) if federation.schedule == "stream" else n
 
 
 def ledger_summary(collected: Sequence[Collected], on_device_results: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -91,11 +91,11 @@ def ledger_summary(collected: Sequence[Collected], on_device_results: Sequence[d
                      "client.max-epsilon); replies carry what was charged")}
 
 
-def expected_rows(prep: Prepared, cfg: ExperimentConfig, rnd: int) -> np.ndarray:
-    return np.concatenate([upload_rows(prep.client, c, rnd, cfg) for c in range(len(prep.shards))])
+def expected_rows(prep: Prepared, federation: FederationConfig, rnd: int) -> np.ndarray:
+    return np.concatenate([upload_rows(prep.client, c, rnd, federation) for c in range(len(prep.shards))])
 
 
-def sent_rows(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> np.ndarray:
+def sent_rows(prep: Prepared, federation: FederationConfig, c: Collected) -> np.ndarray:
     """Rows released in one repetition, one entry per release: those received, plus the missing rows of a round in
     which some client timed out (it may have sent them). Clients that failed with an error sent nothing."""
     parts = []
@@ -103,11 +103,11 @@ def sent_rows(prep: Prepared, cfg: ExperimentConfig, c: Collected) -> np.ndarray
         rows = r.revealed if r.revealed is not None else r.uploads["rows"]
         parts.append(rows)
         if any(f["kind"] == "timeout" for f in r.failures):
-            parts.append(np.setdiff1d(expected_rows(prep, cfg, rnd), rows))
+            parts.append(np.setdiff1d(expected_rows(prep, federation, rnd), rows))
     return np.concatenate(parts) if parts else referee_rows(c, c.received["rows"])
 
 
-def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> dict[str, Any]:
+def faults(prep: Prepared, federation: FederationConfig, collected: Sequence[Collected]) -> dict[str, Any]:
     """Clients that did not deliver, per seed and round, and the users the server never heard from."""
     failed: list[dict[str, Any]] = []
     user = prep.ds.user_index  # users by their position among the sorted ids: integer work, no string sets
@@ -118,7 +118,7 @@ def faults(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]
         heard[user[referee_rows(c, c.received["rows"])]] = True
         for rnd, r in enumerate(c.rounds):
             failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
-            missing = np.setdiff1d(expected_rows(prep, cfg, rnd),
+            missing = np.setdiff1d(expected_rows(prep, federation, rnd),
                                    r.revealed if r.revealed is not None else r.uploads["rows"])
             missing_records += int(missing.size)
             missing_users[user[missing][~heard[user[missing]]]] = True
@@ -146,12 +146,13 @@ def placement_of(collected: Sequence[Collected]) -> dict[str, Any]:
             "clients_by_ray_node": {k: sorted(v) for k, v in clients.items()}}
 
 
-def randomness_of(cfg: ExperimentConfig, collected: Sequence[Collected]) -> str:
+def randomness_of(configured: str, collected: Sequence[Collected]) -> str:
     """"secret" or "reproducible", as the clients themselves stated it (the server's config never holds the client
-    seed); clients that disagree are an error (the seed did not reach every worker)."""
+    seed); clients that disagree are an error (the seed did not reach every worker). ``configured``
+    (``run.randomness``) where no client stated it."""
     seeded = [s for c in collected for r in c.rounds for s in r.seeded]
     if not seeded:
-        return cfg.run.randomness
+        return configured
     if any(seeded) and not all(seeded):
         raise RuntimeError("Some clients ran with a client seed and some without: the client seed did not reach "
                            "every worker (set FL_PRIVTEXT_CLIENT_SEED on every node, or --node-config client-seed).")

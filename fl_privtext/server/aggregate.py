@@ -44,8 +44,8 @@ from fl_privtext.client.aggregate import (
     stats_input,
     stats_projection,
 )
-from fl_privtext.config import ClientConfig, ExperimentConfig, PrivacyConfig
-from fl_privtext.public import public_features
+from fl_privtext.config import ClientConfig, PrivacyConfig
+from fl_privtext.public import PublicSpec, public_features
 from fl_privtext.server.learners import LDA, Centroid, ClassStats, soft_spectrum
 
 __all__ = ["PUBLIC_SHRINK", "Aggregate", "fit_from_aggregate", "learner_for", "public_within", "wants_second"]
@@ -108,15 +108,14 @@ class Aggregate:
         return central_epsilon(math.sqrt(self.noise_var), delta, self.layout.sensitivity)
 
 
-def public_within(cfg: ExperimentConfig, in_dim: int) -> np.ndarray | None:
+def public_within(public: PublicSpec, in_dim: int) -> np.ndarray | None:
     """(D, D) covariance of the public rows as the statistics hold them (`stats_input` of the public projection:
     projected, then unit-normalised), the server's covariance for lda without a second moment; None unless
-    ``privacy.projection = pca`` (the only projection fitted on public rows). Takes the whole config: the
-    public rows are extracted (`fl_privtext.public.public_features`) and projected (`stats_projection`) with
-    the data, extractor and run sections."""
-    if cfg.privacy.projection != "pca":
+    ``privacy.projection = pca`` (the only projection fitted on public rows). The public rows are extracted
+    (`fl_privtext.public.public_features`) and projected (`stats_projection`) as `PublicSpec` names them."""
+    if public.privacy.projection != "pca":
         return None
-    x = stats_input(public_features(cfg), stats_projection(cfg, in_dim))
+    x = stats_input(public_features(public), stats_projection(public, in_dim))
     return np.atleast_2d(np.cov(x, rowvar=False))
 
 

@@ -17,10 +17,10 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
-from fl_privtext.config import ExperimentConfig, ServerConfig
+from fl_privtext.config import ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
-from fl_privtext.public import check_public_data, public_features
+from fl_privtext.public import PublicSpec, check_public_data, public_features
 from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
 from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.ondevice_selection import constant_from_labels
@@ -61,9 +61,9 @@ class Trained:
 
 
 def train_and_evaluate(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
-                       seed: int, cfg: ExperimentConfig) -> dict[str, Any]:
+                       seed: int, server: ServerConfig, public: PublicSpec) -> dict[str, Any]:
     """The server trains the task MLP on the uploads of train/aux users and evaluates on test users' uploads."""
-    return train_server(prep, features, labels, rows, seed, cfg).utility
+    return train_server(prep, features, labels, rows, seed, server, public).utility
 
 
 def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, num_classes: int,
@@ -115,30 +115,30 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     return maker(chosen)().fit(x, y), chosen, scores
 
 
-def public_input_norm2(cfg: ExperimentConfig, mechanism: Any) -> tuple[float | None, str]:
+def public_input_norm2(public: PublicSpec, mechanism: Any) -> tuple[float | None, str]:
     """E||E[u | x]||^2 over ``privacy.public-data`` through the mechanism's own (public) projection and clipping,
     for the cap mechanisms under the round map (whose uploads do not reveal the inputs' norms,
-    `fl_privtext.server.noise`); (None, "") when not applicable or no public data is configured. Takes the
-    whole config: the public rows are read and extracted (`fl_privtext.public.public_features`) with the data,
-    extractor and run sections."""
+    `fl_privtext.server.noise`); (None, "") when not applicable or no public data is configured. The public
+    rows are read and extracted (`fl_privtext.public.public_features`) as `PublicSpec` names them."""
     mo = mechanism.noise_moments() if hasattr(mechanism, "noise_moments") else None
-    if mo is None or mo.kind != "cap" or mo.sphere_map != "round" or not cfg.privacy.public_data.strip():
+    if mo is None or mo.kind != "cap" or mo.sphere_map != "round" or not public.privacy.public_data.strip():
         return None, ""
-    m = np.asarray(mechanism.expected(public_features(cfg)), np.float64)
-    return float(np.einsum("ij,ij->i", m, m).mean()), f"{check_public_data(cfg)!r} ({len(m)} rows)"
+    m = np.asarray(mechanism.expected(public_features(public)), np.float64)
+    return float(np.einsum("ij,ij->i", m, m).mean()), f"{check_public_data(public)!r} ({len(m)} rows)"
 
 
 def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
-                 seed: int, cfg: ExperimentConfig, *, input_dim: int | None = None, mechanism: Any = None,
-                 groups: np.ndarray | None = None) -> Trained:
+                 seed: int, server: ServerConfig, public: PublicSpec, *, input_dim: int | None = None,
+                 mechanism: Any = None, groups: np.ndarray | None = None) -> Trained:
     """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`).
     ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law.
     ``groups``: the user pseudonym the server can attach to each upload (its cross-validation folds), default
     the record's account; under federation.shuffle one fresh pseudonym per report (`pipeline.server_users`).
     ``server.select-on = clients``: every candidate of auto is also fitted on all training uploads and exported
-    (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`). Takes the
-    whole config: besides the server section (and privacy.label-epsilon, run.progress) it builds the configured
-    mechanism (`fl_privtext.client.upload.mechanism_for`) and reads the public data (`public_input_norm2`)."""
+    (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`). Reads the
+    server section and the public one (`PublicSpec`): the configured mechanism
+    (`fl_privtext.client.upload.mechanism_for`), privacy.label-epsilon, the public data (`public_input_norm2`)
+    and run.progress (the MLP's progress bar)."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     roles = prep.roles[rows]
@@ -146,23 +146,24 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if not tr.any() or not te.any():
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
-    features = server_inputs(features, cfg.server)
+    features = server_inputs(features, server)
     if mechanism is None:
         dim = input_dim or (prep.features.shape[1] if prep.features is not None else features.shape[1])
-        mechanism = mechanism_for(cfg, dim)
+        mechanism = mechanism_for(public, dim)
     input_dim = input_dim or int(getattr(mechanism, "dim", None) or features.shape[1])
-    mlp = {"config": server_mlp_config(cfg.server, features.shape[1]),
+    mlp = {"config": server_mlp_config(server, features.shape[1]),
            "generator": rng.torch_generator(seed, "server"),
-           "progress": "server: task MLP" if cfg.run.progress else None}
-    norm2, norm_source = public_input_norm2(cfg, mechanism) if not cfg.server.center else (None, "")
-    centered = cfg.server.center
+           "progress": "server: task MLP" if public.progress else None}
+    norm2, norm_source = public_input_norm2(public, mechanism) if not server.center else (None, "")
+    centered = server.center
     fitted: dict[str, Learner] = {}
     train_groups = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
+    label_epsilon = public.privacy.label_epsilon
     model, chosen, candidates = fit_learner(
-        cfg.server.learner, features[tr], labels[tr], train_groups, num_classes=k,
-        mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=cfg.privacy.label_epsilon, mlp=mlp,
+        server.learner, features[tr], labels[tr], train_groups, num_classes=k,
+        mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
-        fit_all=fitted if cfg.server.select_on == "clients" else None)
+        fit_all=fitted if server.select_on == "clients" else None)
     pred = model.logits(features[te]).argmax(axis=1)
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
@@ -170,7 +171,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "learner": chosen,  # server.learner, or what auto chose
         # auto: out-of-fold accuracy and log-loss per candidate on the server's uploads, folds by user (selection.py)
         "candidates": candidates,
-        **({"learner_rule": LEARNER_RULE} if cfg.server.learner == "auto" else {}),
+        **({"learner_rule": LEARNER_RULE} if server.learner == "auto" else {}),
         "accuracy": metrics.accuracy(truth, pred),
         "macro_f1": metrics.macro_f1(truth, pred, k),
         "majority_baseline": metrics.majority_baseline(labels[tr], truth),
@@ -208,7 +209,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     values, counts = np.unique(labels[tr], return_counts=True)
     def export(m: Learner) -> dict[str, np.ndarray]:
         e = m.export()  # a dict of arrays (fl_privtext.server.learners: the exported format)
-        if cfg.server.center:  # the clients must centre E[upload | x] as the server centred the uploads
+        if server.center:  # the clients must centre E[upload | x] as the server centred the uploads
             e["center"] = np.ones(1, np.float32)
         return e
 
@@ -219,5 +220,5 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         out["on_device_candidates_dropped"] = sorted(set(exports) - set(sendable))  # not finite in float32
     prior = None
     if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
-        prior = constant_from_labels(labels[tr], k, cfg.privacy.label_epsilon, len(np.unique(train_groups)))
+        prior = constant_from_labels(labels[tr], k, label_epsilon, len(np.unique(train_groups)))
     return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)

@@ -23,6 +23,7 @@ from fl_privtext.client import (
 )
 from fl_privtext.client.guard import within_budget
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.public import PublicSpec
 from fl_privtext.report.accounting import privacy_summary
 from tests.refusals import refused
 
@@ -53,7 +54,7 @@ def test_closed_form_120_charged_by_the_client_and_reported_by_the_server(tmp_pa
         released.append(np.concatenate(rows))
     ledger = Ledger(tmp_path, 0, policy.entries[0].scope)
     assert ledger.max_total() == pytest.approx(120.0)
-    rep = mechanism_for(cfg, 4).report()
+    rep = mechanism_for(PublicSpec.of(cfg), 4).report()
     server = privacy_summary(rep, cfg.privacy, cfg.federation, cfg.train, data.users, 2, released,
                              3)["composition"]["per_user"]["max_epsilon_total"]
     assert server == pytest.approx(120.0) == ledger.max_total()
@@ -139,7 +140,7 @@ def test_on_device_answers_need_the_opt_in_and_cover_all_test_users(tmp_path):
     cfg = ExperimentConfig.from_flat({**CLOSED, "client.min-count": 1})
     users = np.arange(8)
     data = _data(users=users)
-    width = mechanism_for(cfg, 4).output_dim or 4
+    width = mechanism_for(PublicSpec.of(cfg), 4).output_dim or 4
     model = {"mean": np.zeros(width), "std": np.ones(width), "weight_0": np.zeros((2, width)),
              "bias_0": np.array([0.0, 1.0])}
     off = ClientPolicy.from_points([ExperimentConfig.from_flat({"client.on-device": False}, cfg)])

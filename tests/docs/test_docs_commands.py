@@ -484,6 +484,7 @@ def _two_texts(cfg: Any, prep: Any) -> np.ndarray:
 def test_run_commands_validate(workdir, data_root):
     from fl_privtext.client.upload import mechanism_for
     from fl_privtext.config import ExperimentConfig
+    from fl_privtext.public import PublicSpec
 
     where = {"root": ROOT, "tmp": workdir, "data": data_root}
     cfg, prep = _validate_run(_doc_command("fl-privtext run", VALIDATED), workdir / "v0")
@@ -491,7 +492,7 @@ def test_run_commands_validate(workdir, data_root):
     blog = _doc_command(next(c for c in COMMANDS if "data.name=blog" in c), VALIDATED)
     cfg, prep = _validate_run(_substitute(blog, **where), workdir / "v1")
     assert prep.ds.name == "blog" and _two_texts(cfg, prep).shape == (2, 384)
-    assert mechanism_for(cfg, 384).report().to_json()["mechanism"] == "gaussian"
+    assert mechanism_for(PublicSpec.of(cfg), 384).report().to_json()["mechanism"] == "gaussian"
     bf16 = _doc_command("fl-privtext run --set extractor.name=minilm --set extractor.precision=bf16", VALIDATED)
     cfg, prep = _validate_run(bf16, workdir / "v2")
     assert cfg.extractor.precision == "bf16" and _two_texts(cfg, prep).shape == (2, 384)

@@ -9,6 +9,7 @@ from fl_privtext import rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.encoders import ModelSpec, TrainData, build_model, defense_mechanism, encode, local_train
 from fl_privtext.learn import MLPConfig, train_mlp
+from fl_privtext.public import PublicSpec
 
 
 def leaky_data(n: int = 1200, dim: int = 16, seed: int = 0) -> TrainData:
@@ -36,7 +37,7 @@ def train_and_attack(defense: str, data: TrainData, *, epochs: int = 8, seed: in
     rows = np.arange(n)
     tr, att, te = rows[: n // 2], rows[n // 2 : 3 * n // 4], rows[3 * n // 4 :]
     local_train(model, data, tr, cfg.train, rng.generator(seed, "train"),
-                mechanism=defense_mechanism(cfg, model.out_dim))
+                mechanism=defense_mechanism(cfg.train, PublicSpec.of(cfg), model.out_dim))
     r_att, r_te = encode(model, data, att, cfg.train), encode(model, data, te, cfg.train)
     z = data.attributes["gender"]
     mcfg = MLPConfig(hidden=64, epochs=40, dropout=0.0)

@@ -11,6 +11,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.encoders import ModelSpec, build_model, defense_mechanism, evaluate, local_train
 from fl_privtext.encoders.train import declustering_term, noise_layer, noise_mechanism
 from fl_privtext.learn import MLPConfig, train_mlp
+from fl_privtext.public import PublicSpec
 from tests.encoders.synthetic import leaky_data, train_and_attack
 
 SPEC = ModelSpec(in_dim=16, num_classes=2, attributes=(("gender", "categorical", 2),))
@@ -26,6 +27,11 @@ def undefended(data):
     return train_and_attack("none", data, epochs=15)
 
 
+def _noise(cfg: ExperimentConfig, model):
+    """The defence's noise-layer mechanism for ``model`` (None for defences without one)."""
+    return defense_mechanism(cfg.train, PublicSpec.of(cfg), model.out_dim)
+
+
 def _trained(defense: str, data, epochs: int = 10, epsilon: float = 1.0, rows: int = 600, mechanism: str = "laplace-l1",
              **train: object):
     cfg = ExperimentConfig.from_flat({"train.defense": defense, "train.hidden": 32, "train.local-epochs": epochs,
@@ -34,7 +40,7 @@ def _trained(defense: str, data, epochs: int = 10, epsilon: float = 1.0, rows: i
                                       **{f"train.{k}": v for k, v in train.items()}})
     model = build_model(cfg.train, SPEC, rng.torch_generator(0, "init"))
     local_train(model, data, np.arange(rows), cfg.train, rng.generator(0, "train"),
-                mechanism=defense_mechanism(cfg, model.out_dim))
+                mechanism=_noise(cfg, model))
     return model, cfg
 
 
@@ -71,7 +77,7 @@ def test_multidetask_deceives_its_duplicate_adversary_but_not_a_fresh_one(data):
     model, cfg = _trained("multidetask", data)
     held = np.arange(600, 1200)
     duplicate = evaluate(model, data, held, cfg.train, rng.generator(1, "eval"),
-                         mechanism=defense_mechanism(cfg, model.out_dim))["adversary_accuracy_gender"]
+                         mechanism=_noise(cfg, model))["adversary_accuracy_gender"]
     with torch.no_grad():
         r = model.encoder(data.inputs("features", held, cfg.train, torch.device("cpu"))).numpy()
     z = data.attributes["gender"][held]
@@ -96,7 +102,7 @@ def test_adversarial_generation_makes_the_encoder_raise_the_decoders_loss(data):
 
 def test_noise_layer_is_straight_through_with_fresh_noise():
     cfg = ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.epsilon": 1.0})
-    mech = noise_mechanism(cfg, 4)
+    mech = noise_mechanism(PublicSpec.of(cfg), 4)
     g = rng.generator(0, "noise")
     r = torch.ones(3, 4, requires_grad=True)
     a, b = noise_layer(r, mech, g), noise_layer(r, mech, g)
@@ -113,7 +119,7 @@ def test_training_with_the_noise_layer_beats_training_without_under_the_same_noi
     for defense in ("none", "noise"):
         model, _ = _trained(defense, data, hidden=8, epsilon=10.0)
         scores[defense] = evaluate(model, data, held, noisy.train, rng.generator(1, "eval"),
-                                   mechanism=defense_mechanism(noisy, model.out_dim))
+                                   mechanism=_noise(noisy, model))
     assert scores["noise"]["val_loss"] < scores["none"]["val_loss"]
     assert scores["noise"]["val_accuracy"] >= scores["none"]["val_accuracy"] - 0.01
 
@@ -121,7 +127,7 @@ def test_training_with_the_noise_layer_beats_training_without_under_the_same_noi
 def test_noise_defense_rejects_a_mechanism_of_another_width():
     cfg = ExperimentConfig.from_flat({"privacy.mechanism": "ome"})
     with pytest.raises(ValueError, match="width"):
-        noise_mechanism(cfg, 8)
+        noise_mechanism(PublicSpec.of(cfg), 8)
 
 
 def test_adv_attributes_gives_heads_to_the_named_attributes_only():
@@ -148,9 +154,9 @@ def test_cape_adversary_reads_the_noisy_representation(data):
     model, cfg = _trained("cape", data, epochs=5, lambda_adv=0.0, epsilon=0.05)
     held = np.arange(600, 1200)
     noisy = evaluate(model, data, held, cfg.train, rng.generator(1, "eval"),
-                     mechanism=defense_mechanism(cfg, model.out_dim))["adversary_accuracy_gender"]
+                     mechanism=_noise(cfg, model))["adversary_accuracy_gender"]
     clean_cfg = ExperimentConfig.from_flat({"privacy.mechanism": "none"}, cfg)
     model_clean, _ = _trained("cape", data, epochs=5, lambda_adv=0.0, mechanism="none")
     clean = evaluate(model_clean, data, held, clean_cfg.train, rng.generator(1, "eval"),
-                     mechanism=defense_mechanism(clean_cfg, model_clean.out_dim))["adversary_accuracy_gender"]
+                     mechanism=_noise(clean_cfg, model_clean))["adversary_accuracy_gender"]
     assert abs(noisy - 0.5) < 0.06 and clean > 0.9

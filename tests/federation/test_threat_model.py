@@ -19,6 +19,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract import EmbeddingCache
 from fl_privtext.pipeline.runner import run_points
 from fl_privtext.privacy import label_rr
+from fl_privtext.public import PublicSpec
 from fl_privtext.report.accounting import charge
 
 FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,
@@ -57,7 +58,7 @@ def candidate_streams(point: dict, cfg: ExperimentConfig, seed: int, rnd: int, e
 
 def replay(cfg: ExperimentConfig, x: np.ndarray, y: np.ndarray, num_classes: int, g: np.random.Generator):
     """What a client with generator ``g`` would have uploaded for these records (the server's recomputation)."""
-    feats = mechanism_for(cfg, x.shape[1]).privatize(x, g)
+    feats = mechanism_for(PublicSpec.of(cfg), x.shape[1]).privatize(x, g)
     labels = label_rr(y, num_classes, cfg.privacy.label_epsilon, g) if cfg.privacy.label_epsilon > 0 else y
     return feats, labels
 
@@ -69,7 +70,7 @@ def best_recomputation(point: dict, cfg: ExperimentConfig, features: np.ndarray,
     obs = next(o for o in point["observations"] if "upload" in o.arrays)
     up = obs.arrays["upload"]
     rows, seen_x, seen_y = up["rows"], up["features"], up["labels"]
-    mech = mechanism_for(cfg, features.shape[1])
+    mech = mechanism_for(PublicSpec.of(cfg), features.shape[1])
     scale = getattr(mech, "noise_scale", None) or getattr(mech, "noise_std", None) or 1.0
     best = {"residual": np.inf, "bit_agreement": 0.0, "label_agreement": 0.0}
     digest = data_digest(rows, np.asarray(features[rows], np.float32))
@@ -164,13 +165,14 @@ def test_a_failing_client_is_reported_and_the_run_completes(served):
     assert seed["uploads_received"] == expected and seed["utility"]["available"]
     # only what was sent is charged: client 1's users spent nothing, the others one release per record and round
     sent = np.concatenate([o.arrays["upload"]["rows"] for o in point["observations"] if "upload" in o.arrays])
-    reps, _ = charge(prep.ds.user_ids, sent, mechanism_for(cfg, 50).report(), cfg.privacy,
+    reps, _ = charge(prep.ds.user_ids, sent, mechanism_for(PublicSpec.of(cfg), 50).report(), cfg.privacy,
                      len(prep.ds.label_names))
     charged = set(reps.epsilons()[0].tolist())
     assert charged.isdisjoint(silent) and len(charged) == len(np.unique(prep.ds.user_ids)) - len(silent)
     _, counts = np.unique(prep.ds.user_ids[sent], return_counts=True)
     per_user = point["privacy"]["composition"]["per_user"]
-    true_eps = float(mechanism_for(cfg, 50).report().epsilon_worst_case)  # epsilon + the secure sampler's grid
+    # epsilon + the secure sampler's grid
+    true_eps = float(mechanism_for(PublicSpec.of(cfg), 50).report().epsilon_worst_case)
     assert per_user["max_epsilon_worst_case"] == pytest.approx(counts.max() * true_eps)
 
 

@@ -16,6 +16,7 @@ from fl_privtext import pipeline, rng
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.federation.training import dp_fedavg_guarantee
 from fl_privtext.pipeline.runner import run_points
+from fl_privtext.public import PublicSpec
 from fl_privtext.report import aggregate
 
 FAST = {"server.epochs": 3, "attack.epochs": 3, "run.progress": False, "federation.num-clients": 4,
@@ -150,7 +151,7 @@ def test_one_client_with_full_participation_equals_centralized_training(cache_di
     rows, _ = phase_a_rows(prep, cfg.train, cfg.run.seed, 0)
     for rnd in range(1, cfg.train.rounds + 1):
         local_train(model, data, rows, cfg.train, client_generator(7, 0, rnd, "fit"),
-                    mechanism=defense_mechanism(cfg, model.out_dim))
+                    mechanism=defense_mechanism(cfg.train, PublicSpec.of(cfg), model.out_dim))
         central = trainable_state(model)
         for k, v in kept[rnd - 1]["global"].items():
             np.testing.assert_allclose(v, central[k], rtol=1e-6, atol=1e-7)

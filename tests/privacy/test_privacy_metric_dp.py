@@ -252,6 +252,7 @@ def test_purkayastha_has_no_secure_sampler_and_its_report_carries_the_low_bit_bo
     from fl_privtext.client.upload import mechanism_for
     from fl_privtext.config import ExperimentConfig, PrivacyConfig
     from fl_privtext.privacy.commands import audit as cli_audit
+    from fl_privtext.public import PublicSpec
 
     with pytest.raises(ValueError, match="'purkayastha' has no secure sampler") as err:
         make_mechanism("purkayastha", epsilon=1.0, dim=16, sampler="secure")
@@ -261,7 +262,7 @@ def test_purkayastha_has_no_secure_sampler_and_its_report_carries_the_low_bit_bo
     # a run with the default privacy.sampler = secure builds it without the parameter, as privunit: float_safe false
     cfg = ExperimentConfig(privacy=PrivacyConfig(mechanism="purkayastha", epsilon=1.0))
     assert cfg.privacy.sampler == "secure"
-    rep = mechanism_for(cfg, 16).report().to_json()
+    rep = mechanism_for(PublicSpec.of(cfg), 16).report().to_json()
     assert rep["float_safe"] is False and "sampler" not in rep["parameters"]
     low = rep["low_bit_audit"]
     assert low["epsilon_lower_bound"] > 3 * low["epsilon_worst_case"] == pytest.approx(3 * math.pi)

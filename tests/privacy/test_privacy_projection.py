@@ -8,6 +8,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.privacy.commands import privacy_report
 from fl_privtext.privacy.projection import fit_pca, random_projection
+from fl_privtext.public import PublicSpec
 
 NEW = ("privunitg", "privunit", "duchi", "mvlaplace", "purkayastha")
 
@@ -95,14 +96,14 @@ def test_privacy_report_cli_takes_projection_parameters():
 def test_config_keys_reach_the_mechanism_and_others_refuse_them(monkeypatch):
     cfg = ExperimentConfig.from_flat({"privacy.mechanism": "privunitg", "privacy.projection": "random",
                                       "privacy.proj-dim": "8", "privacy.sphere-map": "normalise"})
-    mech = mechanism_for(cfg, 32)
+    mech = mechanism_for(PublicSpec.of(cfg), 32)
     assert mech.output_dim == 8 and mech.sphere_map == "normalise" and mech.projection == "random"
-    plain = mechanism_for(ExperimentConfig.from_flat({"privacy.mechanism": "privunitg"}), 32)
+    plain = mechanism_for(PublicSpec.of(ExperimentConfig.from_flat({"privacy.mechanism": "privunitg"})), 32)
     assert plain.output_dim == 32 and plain.projection == "none"
     lap = ExperimentConfig.from_flat({"privacy.mechanism": "laplace-l1", "privacy.projection": "random",
                                       "privacy.proj-dim": "8"})
     with pytest.raises(ValueError, match="not supported by mechanism 'laplace-l1'"):
-        mechanism_for(lap, 32)
+        mechanism_for(PublicSpec.of(lap), 32)
     # pca: fitted on the public dataset's features (stubbed here), named in the report
     from fl_privtext import public
 
@@ -116,13 +117,13 @@ def test_config_keys_reach_the_mechanism_and_others_refuse_them(monkeypatch):
     monkeypatch.setattr(public, "_FITTED", {})
     pca = ExperimentConfig.from_flat({"privacy.mechanism": "purkayastha", "privacy.projection": "pca",
                                       "privacy.proj-dim": "4", "privacy.public-data": "ag_news"})
-    m1, m2 = mechanism_for(pca, 32), mechanism_for(pca, 32)
+    m1, m2 = mechanism_for(PublicSpec.of(pca), 32), mechanism_for(PublicSpec.of(pca), 32)
     assert m1.output_dim == 4 and "ag_news" in m1.report().parameters["projector"]["source"]
     assert calls == ["ag_news"] and m1.projector is m2.projector  # fitted once per process
     same = ExperimentConfig.from_flat({"privacy.mechanism": "privunitg", "privacy.projection": "pca",
                                        "privacy.proj-dim": "4", "privacy.public-data": "default"})
     with pytest.raises(ValueError, match="disjoint from every simulated user"):
-        mechanism_for(same, 32)
+        mechanism_for(PublicSpec.of(same), 32)
 
 
 @pytest.mark.parametrize(("flat", "needle"), [

@@ -31,6 +31,7 @@ from fl_privtext.privacy.audit import AuditPlan, Component
 from fl_privtext.privacy.mechanisms import Mechanism
 from fl_privtext.privacy.mechanisms.noise_law import NoiseLaw
 from fl_privtext.privacy.stage import Stage
+from fl_privtext.public import PublicSpec
 from fl_privtext.server.noise import noise_law
 
 NAME = "toy-sign-rr"
@@ -127,7 +128,7 @@ def registered():
 
 def test_a_toy_mechanism_is_built_from_its_config_section_and_found_everywhere(registered):
     cfg = replace(ExperimentConfig(), privacy=replace(ExperimentConfig().privacy, mechanism=NAME, epsilon=2.0))
-    mech = mechanism_for(cfg, 6)  # the client's construction path: the toy's own section_params
+    mech = mechanism_for(PublicSpec.of(cfg), 6)  # the client's construction path: the toy's section_params
     assert type(mech) is ToySignRR and mech.epsilon == 2.0 and mech.dim == 6
     assert mechanism_from_section(cfg.privacy, 6) == mech
     assert mech.report().epsilon_worst_case == 2.0

@@ -48,11 +48,12 @@ def test_synthetic_population_local_eps8_million_users_is_below_0_31_per_round()
 
     from fl_privtext.client import mechanism_for
     from fl_privtext.privacy import Accountant
+    from fl_privtext.public import PublicSpec
     from fl_privtext.report.accounting import shuffle_central
 
     cfg = _cfg(rounds=1)
     cfg = dataclasses.replace(cfg, privacy=dataclasses.replace(cfg.privacy, mechanism="privunitg", epsilon=8.0))
-    rep = mechanism_for(cfg, 50).report()
+    rep = mechanism_for(PublicSpec.of(cfg), 50).report()
     assert rep.epsilon_worst_case == pytest.approx(8.0) and not rep.delta  # pure: the pure-LDP bound applies
     acc = Accountant()
     acc.charge(np.arange(10**6), rep)

@@ -22,11 +22,12 @@ import pytest
 
 from fl_privtext.client import ClientData, ClientPolicy, mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.public import PublicSpec
 
 
 def _per_record(cfg: ExperimentConfig, data: Any) -> float:
     """What one honest upload of a record costs: the mechanism's true worst-case epsilon plus the label's."""
-    rep = mechanism_for(cfg, int(data.features.shape[1])).report()
+    rep = mechanism_for(PublicSpec.of(cfg), int(data.features.shape[1])).report()
     return float(rep.epsilon_worst_case) + cfg.privacy.label_epsilon
 
 
@@ -179,7 +180,8 @@ def _clean(data: ClientData, rows: np.ndarray) -> np.ndarray:
 
 
 def _clipped(cfg: ExperimentConfig, x: np.ndarray) -> np.ndarray:
-    return np.asarray(mechanism_for(cfg, x.shape[1]).expected(x.astype(np.float32)), np.float64)
+    mech = mechanism_for(PublicSpec.of(cfg), x.shape[1])
+    return np.asarray(mech.expected(x.astype(np.float32)), np.float64)
 
 
 def test_the_honest_request_is_answered_and_charged(attacks):
