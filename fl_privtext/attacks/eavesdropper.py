@@ -23,7 +23,7 @@ from fl_privtext.public import PublicSpec
 from fl_privtext.server.pseudonyms import server_users
 
 if TYPE_CHECKING:  # the type only: the orchestrator prepares the point
-    from fl_privtext.pipeline.preparation import Prepared
+    from fl_privtext.client.prepared import Prepared
 
 __all__ = ["PerUpload", "attack", "attacked_uploads"]
 
@@ -80,7 +80,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         node_of_row[shard] = c
     # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
     # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
-    clean = clean_features(prep, cfg) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
+    clean = clean_features(prep, cfg.extractor.cache_dir) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
     named = user_index.reshape(-1)[rows]
     view, truth = observe(
         uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,

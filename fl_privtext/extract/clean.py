@@ -5,26 +5,33 @@ extractor: the eavesdropper's candidates (`fl_privtext.attacks.eavesdropper`) an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from fl_privtext.extract.cache import EmbeddingCache
 
-if TYPE_CHECKING:  # the types only: the orchestrator prepares the point
-    from fl_privtext.config import ExperimentConfig
-    from fl_privtext.pipeline.preparation import Prepared
 
-__all__ = ["clean_features"]
+class PreparedRows(Protocol):
+    """What this reads of the prepared point (`fl_privtext.client.prepared.Prepared`): the dataset, its cached
+    features (or None) and the extractor."""
+
+    ds: Any
+    features: np.ndarray | None
+    extractor: Any
 
 
-def clean_features(prep: Prepared, cfg: ExperimentConfig) -> Callable[[np.ndarray], np.ndarray] | None:
+__all__ = ["PreparedRows", "clean_features"]
+
+
+def clean_features(prep: PreparedRows, cache_dir: str) -> Callable[[np.ndarray], np.ndarray] | None:
     """Clean representations of rows' texts as the attacker computes them from public texts with the public
-    extractor: the extraction cache when present (identical, deterministic), else the extractor itself."""
+    extractor: the extraction cache when present (identical, deterministic), else the extractor itself.
+    ``cache_dir``: ``extractor.cache-dir`` ("" for the default cache)."""
     feats = prep.features
     if feats is None and prep.extractor is not None:
         try:
-            cache = EmbeddingCache(cfg.extractor.cache_dir or None)
+            cache = EmbeddingCache(cache_dir or None)
             feats = cache.load(cache.key(prep.ds.fingerprint, prep.extractor.identity()))
         except Exception:  # noqa: BLE001 - no cache: extract the public rows below
             feats = None

@@ -12,38 +12,17 @@ import functools
 import gzip
 import time
 import zlib
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from fl_privtext.client import ClientData
+from fl_privtext.client.prepared import Prepared
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.datafiles import records_per_user
 from fl_privtext.memory import return_freed_arrays
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
-
-
-@dataclass
-class Prepared:
-    """Everything both sides derive deterministically from the config (no randomness from the privatization)."""
-
-    ds: TextDataset
-    roles: np.ndarray  # (N,) "train" | "test" | "aux", split by user (data.split: random, or the source's splits)
-    shards: list[np.ndarray]  # row indices per virtual client
-    extractor: Any
-    features: np.ndarray | None  # (N, dim) cached extractor output (memmap), None when not cached
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @cached_property
-    def client(self) -> ClientData:
-        """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
-        return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
-                          features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
-                          extractor=self.extractor, users=self.ds.user_index, test=self.roles == "test")
 
 
 def data_key(cfg: ExperimentConfig) -> tuple:

@@ -19,7 +19,7 @@ from fl_privtext.ondevice import confusion, mlp_logits
 from fl_privtext.public import PublicSpec
 
 if TYPE_CHECKING:  # the types only: the orchestrator prepares the point, the server trains
-    from fl_privtext.pipeline.preparation import Prepared
+    from fl_privtext.client.prepared import Prepared
     from fl_privtext.server.training import Trained
 
 __all__ = ["EXACT_BY", "EXACT_INTERVAL", "exact_candidates", "exact_on_device"]
@@ -60,7 +60,7 @@ def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.n
     if cfg.train.rounds > 0:
         return {"available": False, "reason": "train.rounds > 0 (Phase A): the model applies to the trained "
                                               "encoder's output, which the referee does not recompute"}
-    clean = clean_features(prep, cfg)
+    clean = clean_features(prep, cfg.extractor.cache_dir)
     rows = np.flatnonzero(prep.roles == "test")
     if clean is None or not len(rows):
         return {"available": False, "reason": "no test records" if clean is not None else

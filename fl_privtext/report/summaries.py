@@ -17,7 +17,7 @@ from fl_privtext.privacy.report import json_number
 from fl_privtext.traffic import Collected
 
 if TYPE_CHECKING:  # the types only: the orchestrator prepares the point and collects its traffic
-    from fl_privtext.pipeline.preparation import Prepared
+    from fl_privtext.client.prepared import Prepared
 
 __all__ = [
     "expected_rows",

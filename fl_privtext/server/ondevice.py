@@ -20,7 +20,7 @@ from fl_privtext.server.training import Trained
 from fl_privtext.traffic import Collected
 
 if TYPE_CHECKING:  # the types only: the orchestrator prepares the point and collects its traffic
-    from fl_privtext.pipeline.preparation import Prepared
+    from fl_privtext.client.prepared import Prepared
 
 __all__ = ["OnDeviceRound", "on_device_requests", "on_device_seed", "shipped_model"]
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # the type only: the orchestrator prepares the point
-    from fl_privtext.pipeline.preparation import Prepared
+    from fl_privtext.client.prepared import Prepared
 
 __all__ = ["server_users"]
 

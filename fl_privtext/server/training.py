@@ -29,7 +29,7 @@ from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
 
 if TYPE_CHECKING:
-    from fl_privtext.pipeline.preparation import Prepared
+    from fl_privtext.client.prepared import Prepared
 
 
 def server_mlp_config(server: ServerConfig, dim: int) -> MLPConfig:
