@@ -50,11 +50,12 @@ class _DropDeprecation(logging.Filter):
         return "DEPRECATED FEATURE" not in record.getMessage()
 
 
-def simulate(first: ExperimentConfig, *, client_app: ClientApp, serve_all: ServeAll, prepare_driver: Callable[[], T],
+def simulate(first: ExperimentConfig, *, client_app: ClientApp, serve_all: ServeAll, prepared: Future[T],
              policy: str, state_dir: str, keep_state: bool, mark: Callable[[str], None]) -> list[dict[str, Any]]:
     """One Flower simulation of ``first``'s federation (every point of it shares that federation): Ray starts in
-    this thread while a driver thread runs ``prepare_driver`` (fills the feature cache and saves the client-data
-    snapshots), then the ServerApp runs ``serve_all`` with its result; each point's computation goes to a worker
+    this thread while the caller's driver thread computes ``prepared`` (the orchestrator fills the feature cache and
+    saves the client-data snapshots), then the ServerApp runs ``serve_all`` with its result (an error in it, or
+    Ctrl-C while Ray starts, shuts Ray down here; the caller owns the driver thread); each point's computation goes to a worker
     thread (``submit``), overlapping the next point's uploads and, after the last point, Flower's shutdown.
     Returns the points' results in order. ``state_dir``: the clients' state (removed after unless ``keep_state``).
     ``mark(name)`` records the simulation's clock (`fixed_costs`)."""
@@ -65,13 +66,10 @@ def simulate(first: ExperimentConfig, *, client_app: ClientApp, serve_all: Serve
     else:
         init_args["num_cpus"] = os.cpu_count() or 1
         init_args["num_gpus"] = _num_gpus() if f.client_gpus > 0 else 0
-    # Ray starts in this thread while a worker fills the cache: Ray ties its processes' lives to the thread that
-    # started them (Linux parent-death signal), so it must not be started from a short-lived thread.
-    driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
+    # Ray starts in this thread while the driver thread fills the cache: Ray ties its processes' lives to the thread
+    # that started them (Linux parent-death signal), so it must not be started from a short-lived thread.
     started = False
     try:
-        mark("validated")
-        prepared = driver.submit(prepare_driver)
         started = init_ray(init_args, client_seed=first.run.client_seed, threads=client_threads(first.federation),
                            policy=policy, state_dir=state_dir)
         mark("ray_started")
@@ -82,11 +80,7 @@ def simulate(first: ExperimentConfig, *, client_app: ClientApp, serve_all: Serve
             import ray  # heavy optional dependency (the Ray backend)
 
             ray.shutdown()
-        # Ctrl-C: do not wait for the extraction thread (the cache stores only complete, atomically renamed
-        # entries, so abandoning it loses no cached data and corrupts nothing)
-        driver.shutdown(wait=False, cancel_futures=True)
         raise
-    driver.shutdown(wait=True)
 
     server_app = ServerApp()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-server")

@@ -15,6 +15,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -141,9 +142,18 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
               submit=submit, on_round=round_done)
 
-    results = simulate(points[0], client_app=build_app(), serve_all=serve_all,
-                       prepare_driver=lambda: _prepare_driver(points), policy=policy, state_dir=state,
-                       keep_state=keep_state, mark=mark)
+    driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
+    try:
+        mark("validated")
+        prepared = driver.submit(_prepare_driver, points)  # fills the cache while the simulation starts Ray
+        results = simulate(points[0], client_app=build_app(), serve_all=serve_all, prepared=prepared,
+                           policy=policy, state_dir=state, keep_state=keep_state, mark=mark)
+    except BaseException:
+        # Ctrl-C: do not wait for the extraction thread (the cache stores only complete, atomically renamed
+        # entries, so abandoning it loses no cached data and corrupts nothing)
+        driver.shutdown(wait=False, cancel_futures=True)
+        raise
+    driver.shutdown(wait=True)
     if len(results) != len(points):
         raise RuntimeError(f"The simulation returned {len(results)} of {len(points)} results.")
     clock.update(fixed_costs(clock))
