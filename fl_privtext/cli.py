@@ -1,4 +1,5 @@
-"""The `fl-privtext` command line: run, privacy-report, audit (contract: docs/design.md, architecture.md)."""
+"""The `fl-privtext` command line: run, sweep, compare, ledger, privacy-report, audit (contract: docs/design.md,
+architecture.md)."""
 
 from __future__ import annotations
 

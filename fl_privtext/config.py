@@ -14,19 +14,17 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from fl_privtext.names import ATTACK_FAMILIES, EXTRACTORS, LEARNERS, SAMPLERS
+from fl_privtext.names import ATTACK_FAMILIES, EXTRACTORS, LEARNERS, PRECISIONS, SAMPLERS, SPLITS
 
 Scalar = bool | int | float | str
 
 
-EXTRACTOR_PRECISIONS = ("float32", "bf16", "fp16")  # = fl_privtext.extract.transformer.PRECISIONS (no torch import here)
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 SCHEDULES = ("repeat", "stream")
 AUTO_PROJ_DIM = "auto"  # privacy.proj-dim = auto (fl_privtext.public.auto_proj_dim)
 AUTO_LEARNER = "auto"  # server.learner / attack.learner: auto, or a name of the learner registry (fl_privtext.names)
 AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
 SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model
-DATA_SPLITS = ("random", "source")  # = fl_privtext.data.SPLITS (config does not import the data package)
 
 
 def learner_choices() -> tuple[str, ...]:
@@ -58,7 +56,7 @@ class DataConfig:
     options: dict[str, Scalar] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_choice("data.split", self.split, DATA_SPLITS)
+        _check_choice("data.split", self.split, SPLITS)
         _check_frac("data.test-frac", self.test_frac)
         _check_frac("data.aux-frac", self.aux_frac)
         if self.test_frac + self.aux_frac >= 1:
@@ -85,7 +83,7 @@ class ExtractorConfig:
     def __post_init__(self) -> None:
         _check_choice("extractor.name", self.name, EXTRACTORS)
         _check_choice("extractor.pooling", self.pooling, ("mean", "cls"))
-        _check_choice("extractor.precision", self.precision, EXTRACTOR_PRECISIONS)
+        _check_choice("extractor.precision", self.precision, PRECISIONS)
         if self.name == "glove" and self.precision != "float32":
             raise ValueError(f"extractor.precision = {self.precision} applies to minilm and hf; glove runs in float32 "
                              "numpy, so leave extractor.precision = float32.")

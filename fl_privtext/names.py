@@ -41,9 +41,11 @@ __all__ = [
     "EXTRACTORS",
     "LEARNERS",
     "MECHANISMS",
+    "PRECISIONS",
     "RECORDS_PER_USER",
     "SAMPLERS",
     "SECAGG_TASKS",
+    "SPLITS",
     "Registry",
 ]
 
@@ -137,6 +139,12 @@ class Registry(MutableMapping[str, T], Generic[T]):
 
 # privacy.mechanism: the mechanism class (fl_privtext.privacy.mechanisms.make_mechanism), in the order its error
 # messages list them in; each built-in by its name in the mechanisms package (robust to moves inside it)
+# extractor.precision: the transformer extractors' compute precision (fl_privtext.extract.transformer)
+PRECISIONS = ("float32", "bf16", "fp16")
+
+# data.split: how users get their roles (fl_privtext.data.splits)
+SPLITS = ("random", "source")
+
 # privacy.sampler: how a mechanism draws its noise (fl_privtext.privacy.mechanisms.base: "secure" is exact)
 SAMPLERS = ("float", "secure")
 

@@ -11,12 +11,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from fl_privtext.data.schema import TextDataset
+from fl_privtext.names import (
+    SPLITS,  # data.split's choices: how users get their roles (one list, read by the config too)
+)
 from fl_privtext.rng import generator
 
 __all__ = ["ROLES", "SPLITS", "assign_roles", "seed_generator", "source_roles", "user_index"]
 
 ROLES = ("train", "test", "aux")
-SPLITS = ("random", "source")  # data.split: how users get their roles
 
 
 def seed_generator(seed: int | np.random.Generator, *keys: object) -> np.random.Generator:

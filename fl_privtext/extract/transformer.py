@@ -39,13 +39,13 @@ import torch
 
 from fl_privtext.extract.cache import file_sha256
 from fl_privtext.extract.inputs import text_lists
+from fl_privtext.names import PRECISIONS  # extractor.precision's choices (one list, read by the config too)
 from fl_privtext.progress import progress_bar
 from fl_privtext.version import __version__
 
 CODE_VERSION = "hf-pool-1"  # bump whenever tokenisation/pooling code changes its output
 POOLINGS = ("mean", "cls")
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-PRECISIONS = ("float32", "bf16", "fp16")
 _TORCH_DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CPU_BATCH_SIZE = 64
 CUDA_BATCH_SIZE = 256
