@@ -18,7 +18,6 @@ from fl_privtext.names import ATTACK_FAMILIES, EXTRACTORS, LEARNERS, PRECISIONS,
 
 Scalar = bool | int | float | str
 
-
 PARTITION_SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 SCHEDULES = ("repeat", "stream")
 AUTO_PROJ_DIM = "auto"  # privacy.proj-dim = auto (fl_privtext.public.auto_proj_dim)

@@ -234,13 +234,3 @@ DATASET_FILES: dict[str, tuple[str, ...]] = {
     "mrpc": ("mrpc/msr_paraphrase_train.txt", "mrpc/msr_paraphrase_test.txt"),
 }
 
-
-def records_per_user(value: Any) -> int:
-    """``data.options.records_per_user``: an integer >= 1 (also `fl_privtext.pipeline.preparation.first_records`)."""
-    try:
-        k = int(value)
-    except (TypeError, ValueError):
-        k = 0
-    if k < 1 or str(value).strip() != str(k):
-        raise ValueError(f"data.options.records_per_user must be an integer >= 1; got {value!r}.")
-    return k

@@ -342,8 +342,9 @@ def release_statistics(data: ClientData, client: int, request: ExperimentConfig,
                          session_key(participants))
 
     # a new participant set draws new noise in the seeded mode too, keyed by the set's ordinal among this release's
-    # sessions (node ids are random per Flower run; outside SecAgg+ the plain loop's stream is unchanged)
-    session = (() if not participants else
+    # sessions (node ids are random per Flower run; outside SecAgg+ the plain loop's stream is unchanged). Secret
+    # mode draws fresh OS entropy whatever the keys, so it needs no ordinal.
+    session = (() if not participants or client_seed is None else
                (ledger.ordinal(release_digest("secagg-sessions", seed, release_key(cfg), layout, data_key),
                                session_key(participants)),))
 

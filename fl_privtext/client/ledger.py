@@ -86,8 +86,7 @@ class Ledger:
             seen = path.read_text().splitlines() if path.exists() else []
             if value in seen:
                 return seen.index(value)
-            bind_once(path, "")  # the file exists; appended under the node's lock
-            with open(path, "a") as fh:
+            with open(path, "a") as fh:  # appended under the node's lock
                 fh.write(value + "\n")
             return len(seen)
 

@@ -55,8 +55,9 @@ def simulate(first: ExperimentConfig, *, client_app: ClientApp, serve_all: Serve
     """One Flower simulation of ``first``'s federation (every point of it shares that federation): Ray starts in
     this thread while the caller's driver thread computes ``prepared`` (the orchestrator fills the feature cache and
     saves the client-data snapshots), then the ServerApp runs ``serve_all`` with its result (an error in it, or
-    Ctrl-C while Ray starts, shuts Ray down here; the caller owns the driver thread); each point's computation goes to a worker
-    thread (``submit``), overlapping the next point's uploads and, after the last point, Flower's shutdown.
+    Ctrl-C while Ray starts, shuts Ray down here; the caller owns the driver thread); each point's computation goes
+    to a worker thread (``submit``), overlapping the next point's uploads and, after the last point, Flower's
+    shutdown.
     Returns the points' results in order. ``state_dir``: the clients' state (removed after unless ``keep_state``).
     ``mark(name)`` records the simulation's clock (`fixed_costs`)."""
     f = first.federation
