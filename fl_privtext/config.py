@@ -308,6 +308,12 @@ class AttackConfig(MLPConfig):
     reid_pool: int = 100  # M: candidates in the re-identification / membership game
     reid_topk: int = 5  # k of the top-k re-identification accuracy
     inversion_vocab: int = 2000  # K: top-K non-stopword words (entity words kept) the inversion attack predicts
+    # The keyword inversion is scored on the uploads of at most this many target users (a seeded sample, by user;
+    # 0 = every target): its nearest-neighbour decoders cost (target uploads x public texts), which made the attack
+    # stage dominate at a million users (issue #38). The attacker is not weakened (it decodes any upload it is
+    # given); the figure is estimated on the sample, whose size results.json gives beside the population's.
+    # Like max-aux-users it binds on no staged dataset (the largest, SNIPS, has 13,784 users).
+    inversion_target_users: int = 20_000
     # the server's learners the attacker also tries (fl_privtext.server.learners): auto = centroid, lda, linear
     learner: str = "auto"
 
@@ -322,6 +328,9 @@ class AttackConfig(MLPConfig):
             raise ValueError(f"attack.folds must be >= 2; got {self.folds}.")
         if self.max_aux_users < 0:
             raise ValueError(f"attack.max-aux-users must be >= 0 (0 = every aux user); got {self.max_aux_users}.")
+        if self.inversion_target_users < 0:
+            raise ValueError(f"attack.inversion-target-users must be >= 0 (0 = every target user); got "
+                             f"{self.inversion_target_users}.")
         if self.reid_pool < 2 or self.reid_topk < 1 or self.inversion_vocab < 1:
             raise ValueError("attack.reid-pool must be >= 2, attack.reid-topk and attack.inversion-vocab >= 1; got "
                              f"{self.reid_pool}, {self.reid_topk}, {self.inversion_vocab}.")

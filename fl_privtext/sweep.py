@@ -86,6 +86,7 @@ LATER_KEYS["train.adv-attributes"] = ""  # issue #13 (CAPE: one attribute's adve
 # Issue #14's training budgets: at these defaults they bind on no staged dataset (config.py says where each binds),
 # so every saved point was computed as if they were set.
 LATER_KEYS.update({"server.max-steps": 100_000, "attack.max-steps": 15_000, "attack.max-aux-users": 20_000})
+LATER_KEYS["attack.inversion-target-users"] = 20_000  # issue #38: binds on no staged dataset either
 # Thread counts (issue #14): points saved before were computed with torch's default threads; "auto" is the new default.
 LATER_KEYS.update({"run.threads": 0, "federation.client-threads": 0})
 # On-device inference (issue #11 item 5, server.on-device, default true): the points of the paper reproductions

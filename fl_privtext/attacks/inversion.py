@@ -126,6 +126,7 @@ class InversionGuess:
     threshold: float
     baseline_words: int
     word_vectors: str  # where the nearest-neighbour decoder's word vectors come from
+    targets_total: int = 0  # target uploads in the population (target_index: those of the sampled target users)
 
     def predict(self, rows: np.ndarray | slice, decoder: str | None = None) -> np.ndarray:
         """(len(rows), K) 0/1 predicted word presence of target uploads ``target_index[rows]``."""
@@ -304,7 +305,8 @@ def invert(view: AttackView) -> InversionGuess:
         thresholds[name] = _best_threshold(probs, y[held])
         heldout[name] = set_prf(y[held], probs > thresholds[name])[2]
     chosen = max(heldout, key=lambda k: (heldout[k], k == "learned"))
-    targets = np.flatnonzero(view.target_mask())
+    all_targets = np.flatnonzero(view.target_mask())
+    targets = sample_target_users(all_targets, view.user, view.config.inversion_target_users, view.seed)
     models = {name: make(order, vectors) for name, make in makers.items()}  # all public texts, random order
 
     def decoder(name: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -322,4 +324,16 @@ def invert(view: AttackView) -> InversionGuess:
     base = np.broadcast_to(row, (len(targets), len(vocab)))  # the same j words for every text: one row in memory
     return InversionGuess(vocab=vocab, entities=entity_words(texts, vocab), target_index=targets, decoder=chosen,
                           heldout_f1=heldout, decoders={n: decoder(n) for n in makers}, baseline_pred=base,
-                          threshold=thresholds[chosen], baseline_words=j, word_vectors=source)
+                          threshold=thresholds[chosen], baseline_words=j, word_vectors=source,
+                          targets_total=len(all_targets))
+
+
+def sample_target_users(targets: np.ndarray, user: np.ndarray, max_users: int, seed: int) -> np.ndarray:
+    """The target uploads of at most ``max_users`` target users (a seeded sample of whole users, in upload order;
+    every target when ``max_users`` is 0 or not smaller than their number). A mean over the sample estimates the
+    population's; a user's uploads stay together, as the clustered interval over users needs."""
+    users = np.unique(user[targets])
+    if max_users == 0 or len(users) <= max_users:
+        return targets
+    chosen = rng.generator(seed, "attack", "inversion-targets").choice(users, size=max_users, replace=False)
+    return targets[np.isin(user[targets], chosen)]

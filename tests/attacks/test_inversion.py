@@ -128,3 +128,22 @@ def test_neighbour_votes_never_count_the_querying_users_own_texts():
     np.testing.assert_allclose(own, np.log(y[other] + 0.5))
     stranger = m._neighbour_votes(q, np.array([-1]))[0][0]  # a target's user: text 0 itself is its nearest
     np.testing.assert_allclose(stranger, np.log(y[0] + 0.5))
+
+
+def test_inversion_targets_are_whole_users_sampled_up_to_the_cap():
+    """Issue #38: the inversion is scored on at most ``attack.inversion-target-users`` target users; a user's uploads
+    stay together (the interval is clustered by user), the sample is the seed's own, and no cap (0) or a cap above
+    the population keeps every target."""
+    g = np.random.default_rng(0)
+    user = g.integers(0, 500, size=3000)
+    targets = np.flatnonzero(user >= 100)  # users 0..99 are the attacker's (aux): never targets
+    n_users = len(np.unique(user[targets]))
+    assert np.array_equal(inv.sample_target_users(targets, user, 0, seed=1), targets)
+    assert np.array_equal(inv.sample_target_users(targets, user, n_users, seed=1), targets)
+    got = inv.sample_target_users(targets, user, 50, seed=1)
+    chosen = np.unique(user[got])
+    assert len(chosen) == 50 and np.all(chosen >= 100)
+    # every upload of a chosen user is in the sample, in upload order
+    assert np.array_equal(got, targets[np.isin(user[targets], chosen)])
+    assert np.array_equal(got, inv.sample_target_users(targets, user, 50, seed=1))
+    assert not np.array_equal(got, inv.sample_target_users(targets, user, 50, seed=2))
