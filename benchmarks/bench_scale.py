@@ -4,6 +4,9 @@
     python benchmarks/bench_scale.py --users 10000 --clients 100 --json scale_10k.json
     python benchmarks/bench_scale.py --users 1000000 --plain          # also the plain loop: Flower/plain ratio
 
+``--json F`` writes ``{"users": N, "wall_s": x, "peak_rss_gb": y, "stages": {name: {"seconds", "cpu_s",
+"peak_rss_gb", "peak_pss_gb", "us_per_user"}}, ...}`` (issue #38's contract; ``us_per_user``: microseconds per user).
+
 The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
 default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
 and the default attacks, through `fl_privtext.pipeline.runner.run_experiment` (results.json and summary.md are
@@ -245,7 +248,11 @@ def main() -> None:
     peak_rss, peak_pss = mem.peak()
     out = {
         "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
-        "peak_pss_gb": peak_pss, "cpu_s": mem.cpu(t_start, t_end), "stages": rows, "plain_stages": plain_rows,
+        "peak_pss_gb": peak_pss, "cpu_s": mem.cpu(t_start, t_end),
+        # the public contract (issue #38): stage name -> {seconds, cpu_s, peak_rss_gb, peak_pss_gb, us_per_user}
+        "stages": {r["stage"]: {k: v for k, v in r.items() if k != "stage"}
+                   | {"us_per_user": 1e6 * r["seconds"] / max(1, ds.num_users)} for r in rows},
+        "us_per_user": 1e6 * wall / max(1, ds.num_users), "plain_stages": plain_rows,
         "loadavg_start": load, "loadavg_end": os.getloadavg(),
         "dataset": results["dataset"]["name"], "synthetic": results["dataset"].get("synthetic"),
         "accuracy": results["utility"].get("accuracy"),

@@ -357,8 +357,14 @@ class RunConfig:
     # torch threads of the driver's server training and attacks (0 = auto: the cores the local actors leave free,
     # at least 1; fl_privtext.threads.driver_threads); the plain loop uses the same number
     threads: int = 0
+    # The run's memory budget in GB, summed over its processes (0 = auto: what the machine has free at the start):
+    # a run whose estimated peak exceeds it is refused in one line before anything starts (fl_privtext.memory)
+    memory_gb: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (self.memory_gb >= 0 and math.isfinite(self.memory_gb)):
+            raise ValueError(f"run.memory-gb must be a finite number >= 0 (0 = what the machine has free); got "
+                             f"{self.memory_gb}.")
         if self.threads < 0:
             raise ValueError(f"run.threads must be >= 0 (0 = auto); got {self.threads}.")
         if self.seed < 0:

@@ -1,4 +1,5 @@
-"""Process memory: give freed arrays back to the operating system (glibc's allocator keeps many of them).
+"""Process memory: the run's budget (``run.memory-gb``), checked before anything starts, and freed arrays given
+back to the operating system (glibc's allocator keeps many of them).
 
 glibc serves an allocation above its mmap threshold with its own mapping, returned to the OS when freed; below it,
 from the heap, which keeps freed memory for reuse. The threshold starts at 128 KiB but rises to the size of every
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
@@ -29,3 +31,47 @@ def return_freed_arrays() -> bool:
         return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):  # no libc found, or one without mallopt (musl)
         return False
+
+
+GB = 1024**3
+# The calibrated model of a run's peak resident memory, summed over the process tree (driver, Ray, actors), from
+# benchmarks/bench_scale.py (GloVe, 50 dimensions, 2 local actors; benchmarks/README.md, issue #38): a base that does
+# not grow with the population (Ray, the actors, torch and the libraries) plus, per record, about seven float32
+# copies of its representation (uploads as received, the server's training copy, the features mapped by the driver
+# and by the actors, the eavesdropper's scores) and ~60 bytes of columns (user, label, role, row ids).
+BASE_GB = 1.3
+ACTOR_GB = 0.3
+COPIES = 7.3
+COLUMN_BYTES = 60
+
+
+def machine_memory_gb() -> float:
+    """What ``run.memory-gb = 0`` (auto) stands for: the memory available to new work on this machine now
+    (MemAvailable), or the physical memory where /proc/meminfo is not there."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 / GB
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB
+
+
+def estimate_peak_gb(records: int, dim: int, actors: int) -> float:
+    """The peak resident memory of a run over ``records`` records of ``dim``-dimensional representations with
+    ``actors`` local Ray actors, by the calibrated model above (GB)."""
+    return BASE_GB + ACTOR_GB * actors + records * (COPIES * 4 * dim + COLUMN_BYTES) / GB
+
+
+def check_memory_budget(budget_gb: float, records: int, dim: int, actors: int) -> float:
+    """The budget in GB (``run.memory-gb``; 0 = `machine_memory_gb`); a run whose estimated peak exceeds it is
+    refused in one line, before anything starts, naming the estimate and what to change."""
+    budget = budget_gb if budget_gb > 0 else machine_memory_gb()
+    need = estimate_peak_gb(records, dim, actors)
+    if need > budget:
+        source = f"run.memory-gb = {budget_gb:g}" if budget_gb > 0 else f"the {budget:.1f} GB this machine has free"
+        raise ValueError(f"This run needs about {need:.1f} GB at its peak ({records:,} records of {dim} dimensions, "
+                         f"{actors} local actors; benchmarks/README.md, 'memory') and {source} is less: raise "
+                         "run.memory-gb, or simulate fewer users (data.options), or a narrower extractor.")
+    return budget

@@ -59,7 +59,7 @@ from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_ato
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
 IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
                 "federation.ray-address", "run.tensorboard", "run.mlflow", "extractor.chunk-rows", "train.device",
-                "federation.max-in-flight")
+                "federation.max-in-flight", "run.memory-gb")
 
 # Keys added to the config after points were saved: left out of the key while they hold the value every saved point
 # was computed with, so existing points keep their keys (and a run with another value gets a new key).

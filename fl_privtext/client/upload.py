@@ -39,7 +39,7 @@ from fl_privtext.public import PublicSpec, public_projection  # loads the public
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
 CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client-seed to its clients
 # Keys that do not change what a client computes: excluded from the point key.
-NOT_POINT = ("run.output", "run.progress", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
+NOT_POINT = ("run.output", "run.progress", "run.memory-gb", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
               "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
               "client.secagg-min-clients",  # the [client] policy never changes an upload's stream

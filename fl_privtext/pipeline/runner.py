@@ -27,6 +27,7 @@ from fl_privtext.extract import resolve_cache_dir
 from fl_privtext.federation.simulation import fixed_costs, quiet_env, simulate
 from fl_privtext.federation.training import check_training
 from fl_privtext.learn import warm_up
+from fl_privtext.memory import check_memory_budget
 from fl_privtext.pipeline.checks import check_extractor, check_output, check_resources
 from fl_privtext.pipeline.clients import build_app
 from fl_privtext.pipeline.federated import serve
@@ -37,6 +38,7 @@ from fl_privtext.public import PublicSpec
 from fl_privtext.report import finalize
 from fl_privtext.report.tracking import Tracker
 from fl_privtext.rundir import claim
+from fl_privtext.threads import local_actors
 from fl_privtext.traffic import Round
 
 
@@ -51,6 +53,8 @@ def validate(cfg: ExperimentConfig) -> Prepared:
             f"{cfg.data.name!r}; use at most {n_users} clients."
         )
     prep = prepare(cfg, features="none")
+    # the budget (run.memory-gb) against the calibrated estimate of this run's peak, before Ray or extraction
+    check_memory_budget(cfg.run.memory_gb, len(prep.ds), int(prep.extractor.dim), local_actors(cfg.federation))
     if cfg.federation.schedule == "stream" and min(len(s) for s in prep.shards) < cfg.federation.rounds:
         raise ValueError(
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
