@@ -196,6 +196,23 @@ def test_the_noise_law_is_exact_where_the_mechanism_gives_its_moments():
     assert noise_law(secure, 8, np.zeros(8), np.random.default_rng(3)).method == "monte carlo"
 
 
+def test_the_secure_duchi_noise_law_is_its_own_measured_variance():
+    """Secure Duchi (its default sampler) uploads cube vertices +-C/m: its law is Monte Carlo of the mechanism (the
+    sphere cap's closed form, which divided by a zero cap mass on its sum-of-signs threshold, does not apply), and
+    its trace is the vertex's squared norm k (C/m)^2 less the upload mean's, as measured on privatized inputs."""
+    from fl_privtext.server.noise import noise_law
+
+    duchi = make_mechanism("duchi", epsilon=2.0, dim=8, sampler="secure")
+    law = noise_law(duchi, 8, np.zeros(8), np.random.default_rng(4))
+    assert law.method == "monte carlo"
+    g = np.random.default_rng(5)
+    x = g.normal(size=(20_000, 8)) * 0.1
+    up = np.asarray(duchi.privatize(x.astype(np.float32), g), np.float64)
+    measured = (up - np.asarray(duchi.expected(x.astype(np.float32)), np.float64)).var(axis=0).sum()
+    assert law.variance.sum() == pytest.approx(measured, rel=0.05)
+    assert (up ** 2).sum(axis=1) == pytest.approx(8 * (duchi.clip_norm / duchi.calibration.m) ** 2, rel=1e-5)
+
+
 def _sphere_data(n: int, g: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Clean inputs on the unit sphere (the clipping sphere, C = 1): normalised anisotropic class clouds."""
     y = g.integers(0, K, n)

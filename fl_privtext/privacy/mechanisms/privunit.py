@@ -285,6 +285,12 @@ class Duchi(PrivUnit):
         base = tuple(a for a in super().assumptions() if a != FLOAT_NOISE)
         return (*base, SECURE_DUCHI if self.sampler == "secure" else FLOAT_SAMPLER)
 
+    def direction_second_moment(self) -> float | None:
+        """Float: the hemisphere cap's closed form. Secure: None (its output is a cube vertex, not a direction on the
+        sphere, and its threshold is a sum of signs: the sphere's cap law does not describe it; the noise law falls
+        back to Monte Carlo of the mechanism itself, as the secure PrivUnitG's does)."""
+        return None if self.sampler == "secure" else super().direction_second_moment()
+
     def calibration_values(self) -> dict[str, Any]:
         if self.sampler == "secure":
             return {**CapMechanism.calibration_values(self), "sampler": "secure", "base_law": "uniform on {-1,+1}^k",
