@@ -16,23 +16,41 @@ public posts of the same platform. No label of it is read (the secure path's lda
 ``privacy.proj-dim = auto``: k from the public rows and the mechanism's noise law (`auto_proj_dim`: the k whose kept
 public variance survives the noise of n uploads best), computed alike by every client and the server.
 
-Heavy imports (datasets, the extractor) happen only here and only for pca; the result is memoised per process.
-The stage reads a `PublicSpec` (built once from the configuration, `PublicSpec.of`), not the whole config.
+Heavy imports (datasets, the extractor) happen only here and only for pca. The stage reads a `PublicSpec` (built
+once from the configuration, `PublicSpec.of`), not the whole config.
+
+Computed once per run: the fitted map and the auto k are memoised per process and stored on disk, content-addressed
+(`store_key`), under ``<cache dir>/public/`` (the extraction's cache directory). The driver computes them before the
+clients start (`fl_privtext.pipeline.runner`); every Ray actor then reads the stored entry instead of refitting
+(issue #38: ten actors refitting the same map missed the round timeout). The entry holds public data only, and a
+process that finds none (a cold cache, a real client without the driver's disk) computes it itself, with a file lock
+so that concurrent processes compute it once: the store is a cache, never an input anyone else chooses.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
-from collections.abc import Callable, Mapping
+import hashlib
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from fl_privtext.config import AUTO_PROJ_DIM, ExperimentConfig, ExtractorConfig, PrivacyConfig, Scalar
+from fl_privtext.datafiles import find_files, resolve_cache_dir
+from fl_privtext.names import DATASET_FILES
 from fl_privtext.privacy.mechanisms import mechanism_from_section
 from fl_privtext.privacy.projection import PublicProjection, fit_pca
 from fl_privtext.rng import generator
+from fl_privtext.rundir import WriteError, write_atomic
 
 if TYPE_CHECKING:
     from fl_privtext.data.schema import TextDataset
@@ -41,6 +59,10 @@ if TYPE_CHECKING:
 OTHER_USERS = "other-users"
 OTHER_USERS_MAX_ROWS = 10_000  # NAME:other-users: at most this many rows (bounds the extraction; a public seed)
 ROW_CAPS = ("max_rows", "records_per_user")  # the experiment's options that NAME:other-users does not apply
+STORE_VERSION = 1  # bump when an entry's layout or meaning changes
+STORE_FOLDER = "public"  # <cache dir>/public/<key>.npz: the stored maps and auto k (module docstring)
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -107,13 +129,18 @@ def public_dataset(spec: PublicSpec) -> TextDataset:
     return full.select(rows, name=f"{base}-{OTHER_USERS}")
 
 
+def _extract() -> ModuleType:
+    """`fl_privtext.extract`, imported where pca needs the public features or their store key (torch)."""
+    from fl_privtext import extract  # torch (the extractors)
+
+    return extract
+
+
 def public_features(spec: PublicSpec) -> np.ndarray:
     """(n, dim) representations of the public dataset with the experiment's extractor (cached on disk)."""
-    from fl_privtext.extract import extract_cached, make_extractor_from  # torch (the extractors)
-
-    ds = public_dataset(spec)
-    return np.asarray(extract_cached(ds, make_extractor_from(spec), spec.extractor.cache_dir or None,
-                                     progress=bool(spec.progress)))
+    extract, ds = _extract(), public_dataset(spec)
+    return np.asarray(extract.extract_cached(ds, extract.make_extractor_from(spec), spec.extractor.cache_dir or None,
+                                             progress=bool(spec.progress)))
 
 
 _FITTED: dict[tuple, PublicProjection] = {}
@@ -152,20 +179,23 @@ def _checked_features(spec: PublicSpec, dim: int) -> np.ndarray:
 
 def public_projection(spec: PublicSpec, dim: int) -> PublicProjection:
     """The pca map from ``dim`` to ``privacy.proj-dim`` dimensions (`auto_proj_dim` for auto) fitted on
-    ``privacy.public-data`` (memoised)."""
+    ``privacy.public-data`` (memoised per process, stored on disk per run: module docstring)."""
     if spec.privacy.projection != "pca":
         raise ValueError(f"public_projection is for privacy.projection = pca, got "
                          f"{spec.privacy.projection!r}.")
     key = _key(spec, dim)
     if key not in _FITTED:
-        x = _checked_features(spec, dim)
-        source = f"{check_public_data(spec)!r} (extractor {spec.extractor.name})"
-        if spec.privacy.proj_dim == AUTO_PROJ_DIM:
-            auto = auto_proj_dim(spec, dim)
-            _FITTED[key] = fit_pca(x, auto.k, source=f"{source}, {auto.describe()}")
-        else:
-            _FITTED[key] = fit_pca(x, int(spec.privacy.proj_dim), source=source)
+        _FITTED[key] = _stored(spec, dim, "pca", lambda: _fit(spec, dim), _save_map, _load_map)
     return _FITTED[key]
+
+
+def _fit(spec: PublicSpec, dim: int) -> PublicProjection:
+    x = _checked_features(spec, dim)
+    source = f"{check_public_data(spec)!r} (extractor {spec.extractor.name})"
+    if spec.privacy.proj_dim == AUTO_PROJ_DIM:
+        auto = _auto(spec, dim, lambda: x)
+        return fit_pca(x, auto.k, source=f"{source}, {auto.describe()}")
+    return fit_pca(x, int(spec.privacy.proj_dim), source=source)
 
 
 def _simulated_users(spec: PublicSpec) -> np.ndarray:
@@ -229,14 +259,141 @@ def auto_proj_dim(spec: PublicSpec, dim: int) -> AutoDim:
     and the server compute the same k, and no user's data shapes it. Measured against fixed k on blog
     (docs/results/frontier/discussion.md, 4d).
     """
+    return _auto(spec, dim, lambda: _checked_features(spec, dim))
+
+
+def _auto(spec: PublicSpec, dim: int, features: Callable[[], np.ndarray]) -> AutoDim:
     key = _key(spec, dim)
     if key not in _AUTO:
-        _AUTO[key] = choose_proj_dim(_checked_features(spec, dim), lambda k: _mechanism_at(spec, dim, k),
-                                     expected_uploads(spec))
+        def choose() -> AutoDim:
+            x = features()  # read once for every candidate k
+            return choose_proj_dim(x, lambda k: _mechanism_at(spec, dim, k, x), expected_uploads(spec))
+
+        _AUTO[key] = _stored(spec, dim, "auto", choose, _save_auto, _load_auto)
     return _AUTO[key]
 
 
-def _mechanism_at(spec: PublicSpec, dim: int, k: int) -> Any:
-    """The configured mechanism behind the public pca map to k dimensions (the client's construction path)."""
-    fixed = replace(spec, privacy=replace(spec.privacy, proj_dim=k))
-    return mechanism_from_section(fixed.privacy, dim, projector=public_projection(fixed, dim))
+def _mechanism_at(spec: PublicSpec, dim: int, k: int, x: np.ndarray) -> Any:
+    """The configured mechanism behind the pca map to k dimensions fitted on the public rows ``x`` (the client's
+    construction path)."""
+    fixed = replace(spec.privacy, proj_dim=k)
+    return mechanism_from_section(fixed, dim, projector=fit_pca(x, k, source=f"candidate k = {k}"))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The per-run store: what is derived from public data alone, content-addressed on disk (module docstring)
+
+
+def store_key(spec: PublicSpec, dim: int, kind: str) -> str:
+    """sha256 (hex) of everything an entry ``kind`` ("pca": the map, "auto": the chosen k) depends on: the public
+    configuration (`_key`), the public rows' content and the code that derives them from it (`_rows_stamp`), the
+    extractor's identity (its model files' hashes) and the store's version. A changed public file, model, option or
+    code gives another key, so a stale entry is never read."""
+    extract = _extract()
+    parts = {"version": STORE_VERSION, "kind": kind, "config": repr(_key(spec, dim)),
+             "rows": _rows_stamp(spec, extract.file_sha256), "extractor": extract.make_extractor_from(spec).identity()}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _rows_stamp(spec: PublicSpec, file_sha256: Callable[[Path], str]) -> dict[str, Any]:
+    """The public rows' content without loading them where they come from a staged dataset's files (``file_sha256``
+    of each file: `fl_privtext.extract.file_sha256`, memoised by path, size and mtime as the extractor's model files
+    are; and the sha256 of this package's source, which turns files into rows); otherwise (embedded, generated, csv
+    or hf corpora) the loaded rows' fingerprint."""
+    base = check_public_data(spec).partition(":")[0]
+    if base not in DATASET_FILES:
+        return {"rows": public_dataset(spec).fingerprint}
+    files = find_files(base, spec.data_root or None, DATASET_FILES[base])
+    return {"files": {rel: file_sha256(path) for rel, path in zip(DATASET_FILES[base], files, strict=True)},
+            "code": _code_stamp()}
+
+
+@functools.lru_cache(maxsize=1)
+def _code_stamp() -> str:
+    """sha256 of every source file of this package (about 1.4 MB: milliseconds)."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def store_path(spec: PublicSpec, dim: int, kind: str) -> Path:
+    """Where the entry ``kind`` of ``spec`` lives: ``<extractor.cache-dir or the default cache>/public/<key>.npz``."""
+    return resolve_cache_dir(spec.extractor.cache_dir or None) / STORE_FOLDER / f"{store_key(spec, dim, kind)}.npz"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[bool]:
+    """An inter-process lock for computing the entry at ``path`` (flock on ``<path>.lock``): concurrent processes
+    compute it once, the others wait and read it. Yields False (no lock, no store) where the folder is not writable."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path.with_suffix(".lock"), "a+b")  # noqa: SIM115 (closed below, after the unlock)
+    except OSError as exc:
+        log.debug("public store unavailable (%s): computing in this process", exc)
+        yield False
+        return
+    with f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield True
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _stored(spec: PublicSpec, dim: int, kind: str, compute: Callable[[], T],
+            save: Callable[[T], dict[str, np.ndarray]], load: Callable[[dict[str, np.ndarray], PublicSpec, int], T]
+            ) -> T:
+    """The entry ``kind`` read from the store, else computed and written there (atomically). A store that cannot be
+    used (an unwritable cache directory, an unreadable or damaged entry) only costs the computation, never a wrong
+    result: what is read is checked as a fresh result would be (`_load_map`, `_load_auto`)."""
+    try:
+        path = store_path(spec, dim, kind)
+    except OSError:  # e.g. the public files are missing: the computation says so in the loader's words
+        return compute()
+    with _locked(path) as usable:
+        if not usable:
+            return compute()
+        if path.is_file():
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    return load(dict(z), spec, dim)
+            except (OSError, ValueError, KeyError) as exc:
+                log.warning("public store entry %s is unreadable (%s); computing it again", path, exc)
+        value = compute()
+        buf, arrays = io.BytesIO(), dict[str, Any](save(value))
+        np.savez(buf, **arrays)
+        try:
+            write_atomic(path, buf.getvalue())
+        except WriteError as exc:
+            log.debug("public store entry not written: %s", exc)
+        return value
+
+
+def _save_map(p: PublicProjection) -> dict[str, np.ndarray]:
+    return {"matrix": p.matrix, "mean": p.mean, "method": np.array(p.method), "source": np.array(p.source)}
+
+
+def _load_map(z: dict[str, np.ndarray], spec: PublicSpec, dim: int) -> PublicProjection:
+    p = PublicProjection(str(z["method"]), z["matrix"], z["mean"], str(z["source"]))  # checks shapes, finiteness
+    k = _auto(spec, dim, lambda: _checked_features(spec, dim)).k if spec.privacy.proj_dim == AUTO_PROJ_DIM else \
+        int(spec.privacy.proj_dim)
+    if p.method != "pca" or p.in_dim != dim or p.out_dim != k:
+        raise ValueError(f"expected a pca map {dim} -> {k}, found {p.method} {p.in_dim} -> {p.out_dim}")
+    return p
+
+
+def _save_auto(a: AutoDim) -> dict[str, np.ndarray]:
+    ks = sorted(a.scores)
+    return {"k": np.array(a.k), "ks": np.array(ks, np.int64), "scores": np.array([a.scores[k] for k in ks], np.float64),
+            "uploads": np.array(a.uploads)}
+
+
+def _load_auto(z: dict[str, np.ndarray], spec: PublicSpec, dim: int) -> AutoDim:
+    scores = {int(k): float(v) for k, v in zip(z["ks"].tolist(), z["scores"].tolist(), strict=True)}
+    a = AutoDim(int(z["k"]), scores, int(z["uploads"]))
+    if a.k not in scores or not 1 <= a.k <= dim:
+        raise ValueError(f"expected k among the scored candidates in [1, {dim}], found {a.k}")
+    return a

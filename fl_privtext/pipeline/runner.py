@@ -34,7 +34,7 @@ from fl_privtext.pipeline.federated import serve
 from fl_privtext.pipeline.point import run_plain
 from fl_privtext.pipeline.preparation import Prepared, load, prepare
 from fl_privtext.progress import run_log
-from fl_privtext.public import PublicSpec
+from fl_privtext.public import PublicSpec, public_projection
 from fl_privtext.report import finalize
 from fl_privtext.report.tracking import Tracker
 from fl_privtext.rundir import claim
@@ -173,9 +173,12 @@ def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
 
 
 def _snapshot(cfg: ExperimentConfig) -> str:
-    """Fill the feature cache once (on the driver) and save the clients' snapshot; its path, or "" when clients
-    must load the data themselves (word dropout extracts on the client)."""
+    """Fill the feature cache once (on the driver), store the public pca map (`fl_privtext.public`: every client
+    reads it instead of fitting its own) and save the clients' snapshot; its path, or "" when clients must load
+    the data themselves (word dropout extracts on the client)."""
     prep = prepare(cfg, features="extract", progress=cfg.run.progress)
+    if cfg.privacy.projection == "pca":
+        public_projection(PublicSpec.of(cfg), int(prep.extractor.dim))
     if cfg.privacy.mu > 0 or not isinstance(prep.features, np.memmap):
         return ""
     return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))

@@ -93,7 +93,7 @@ def test_privacy_report_cli_takes_projection_parameters():
     assert rep["output_dim"] == 16 and rep["parameters"]["proj_dim"] == 16 and rep["work_dim"] == 16
 
 
-def test_config_keys_reach_the_mechanism_and_others_refuse_them(monkeypatch):
+def test_config_keys_reach_the_mechanism_and_others_refuse_them(monkeypatch, tmp_path):
     cfg = ExperimentConfig.from_flat({"privacy.mechanism": "privunitg", "privacy.projection": "random",
                                       "privacy.proj-dim": "8", "privacy.sphere-map": "normalise"})
     mech = mechanism_for(PublicSpec.of(cfg), 32)
@@ -116,7 +116,8 @@ def test_config_keys_reach_the_mechanism_and_others_refuse_them(monkeypatch):
     monkeypatch.setattr(public, "public_features", fake_features)
     monkeypatch.setattr(public, "_FITTED", {})
     pca = ExperimentConfig.from_flat({"privacy.mechanism": "purkayastha", "privacy.projection": "pca",
-                                      "privacy.proj-dim": "4", "privacy.public-data": "ag_news"})
+                                      "privacy.proj-dim": "4", "privacy.public-data": "ag_news",
+                                      "extractor.cache-dir": str(tmp_path)})  # the stub's map stored there only
     m1, m2 = mechanism_for(PublicSpec.of(pca), 32), mechanism_for(PublicSpec.of(pca), 32)
     assert m1.output_dim == 4 and "ag_news" in m1.report().parameters["projector"]["source"]
     assert calls == ["ag_news"] and m1.projector is m2.projector  # fitted once per process
