@@ -20,7 +20,9 @@ accuracy (correct records / records), the point estimate's own form. Its interva
   sqrt(user side^2 + seed half-width^2) from the estimate (the users' asymmetry kept), clipped to [0, 1].
 
 Sufficient statistics: per (seed, user), the number of records and of correct ones (`UserCounts`), so a results
-file never needs the per-record bits.
+file never needs the per-record bits; for other figures pooled over records (an attack's advantage over its prior,
+a macro- or micro-F1, issue #37), per-user sums of a few columns (`UserSums`) and the figure as a mean of ratios of
+those sums (`Ratios`), one bootstrap for all (`sums_bootstrap`; `counts_bootstrap` is its accuracy).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["UserCounts", "cluster_bootstrap", "counts_bootstrap", "seeds_interval", "user_counts"]
+__all__ = ["ACCURACY", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "counts_bootstrap", "interval_keys",
+           "seeds_interval", "sums_bootstrap", "user_counts", "user_sums"]
 
 N_BOOT = 2000
 _CHUNK_CELLS = 1 << 22  # replicates x users per block: bounds the weight matrix at ~32 MB of float64
@@ -73,38 +76,118 @@ def user_counts(correct: np.ndarray, users: np.ndarray) -> UserCounts:
                       np.bincount(inv, weights=correct, minlength=len(ids)).astype(np.int64))
 
 
+@dataclass(frozen=True, eq=False)
+class Ratios:
+    """A figure of pooled per-user sums ``s`` (K,): the mean, over the rows r whose denominator is positive, of
+    (num[r] . s) / (den[r] . s); undefined (NaN) where no row's is. One row is a ratio of sums (an accuracy: correct
+    / records; an advantage: (correct - prior's correct) / records; a micro-F1: 2 tp / (true + predicted)); one row
+    per class is a macro-F1 over the classes present (sklearn's convention, `fl_privtext.metrics.macro_f1`). Why
+    this form: every figure the platform pools over records is one, so ONE bootstrap (`sums_bootstrap`) serves them
+    all from per-user sums. ``low`` / ``high``: the figure's range, where its interval is clipped."""
+
+    num: np.ndarray  # (R, K)
+    den: np.ndarray  # (R, K)
+    low: float = 0.0
+    high: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.num.ndim != 2 or self.num.shape != self.den.shape or not self.low < self.high:
+            raise ValueError(f"Ratios needs num and den of one (R, K) shape and low < high; got {self.num.shape}, "
+                             f"{self.den.shape}, [{self.low}, {self.high}].")
+
+    def value(self, pooled: np.ndarray) -> np.ndarray:
+        """The figure of ``pooled`` (..., K) sums: (...,), NaN where no denominator is positive."""
+        top, bottom = pooled @ self.num.T, pooled @ self.den.T  # (..., R)
+        ok = bottom > 0
+        ratio = np.divide(top, bottom, out=np.zeros(np.broadcast_shapes(top.shape, bottom.shape)), where=ok)
+        rows = ok.sum(axis=-1)
+        return np.where(rows > 0, ratio.sum(axis=-1) / np.maximum(rows, 1), np.nan)
+
+
+ACCURACY = Ratios(np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]]))  # of UserCounts' columns (n, correct)
+
+
+@dataclass(frozen=True, eq=False)
+class UserSums:
+    """One seed's per-user sufficient statistics of figures pooled over records: ``users`` (U,) sorted ids and
+    ``sums`` (U, K), the sums over each user's records of K columns (`Ratios` reads them)."""
+
+    users: np.ndarray
+    sums: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.users.ndim != 1 or self.sums.ndim != 2 or self.sums.shape[0] != self.users.shape[0]:
+            raise ValueError(f"UserSums needs (U,) users and (U, K) sums; got {self.users.shape}, "
+                             f"{self.sums.shape}.")
+
+
+def user_sums(columns: np.ndarray, users: np.ndarray) -> UserSums:
+    """Per-user sums of per-record ``columns`` (N, K) over ``users`` (N,) ids."""
+    columns, users = np.asarray(columns, np.float64), np.asarray(users, np.int64).reshape(-1)
+    if columns.ndim != 2 or columns.shape[0] != users.shape[0] or users.size == 0:
+        raise ValueError(f"user_sums needs (N, K) columns, one user per record and >= 1 record; got "
+                         f"{columns.shape} and {users.shape}.")
+    ids, inv = np.unique(users, return_inverse=True)
+    sums = np.zeros((len(ids), columns.shape[1]))
+    np.add.at(sums, inv, columns)
+    return UserSums(ids, sums)
+
+
+def interval_keys(figure: str) -> tuple[str, str]:
+    """results.json's names of a figure's interval ends: ``ci_low`` / ``ci_high`` for an ``accuracy`` (as
+    ``utility`` and ``utility.on_device.exact``), ``<figure>_ci_low`` / ``<figure>_ci_high`` for any other."""
+    return ("ci_low", "ci_high") if figure == "accuracy" else (f"{figure}_ci_low", f"{figure}_ci_high")
+
+
 def counts_bootstrap(per_seed: Sequence[UserCounts], g: np.random.Generator, *, n_boot: int = N_BOOT,
                      level: float = 0.95) -> tuple[float, float]:
     """The ``level`` interval of the mean over seeds of each seed's accuracy (module docstring): the users' part
     by resampling users jointly over seeds, the seeds' part by Student's t; a user absent from a seed counts zero
-    records there."""
+    records there. `sums_bootstrap` of `ACCURACY`."""
+    sums = [UserSums(s.users, np.stack([s.n, s.correct], axis=1).astype(np.float64)) for s in per_seed]
+    return sums_bootstrap(sums, {"accuracy": ACCURACY}, g, n_boot=n_boot, level=level)["accuracy"]
+
+
+def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: np.random.Generator, *,
+                   n_boot: int = N_BOOT, level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """The ``level`` interval of each figure's mean over seeds (each seed's figure of its pooled sums; module
+    docstring): the users' part from ONE set of replicates that draw a multiset of users applied to every seed and
+    every figure (a figure's interval and a difference of two figures are read on the same draws), the seeds' part
+    by Student's t; a user absent from a seed adds nothing there. A replicate where a seed's figure is undefined
+    (only users without records drawn) takes that seed's own figure."""
     if not per_seed:
-        raise ValueError("counts_bootstrap needs at least one seed.")
+        raise ValueError("sums_bootstrap needs at least one seed.")
     if not 0 < level < 1 or n_boot < 1:
-        raise ValueError(f"counts_bootstrap needs 0 < level < 1 and n_boot >= 1; got {level}, {n_boot}.")
+        raise ValueError(f"sums_bootstrap needs 0 < level < 1 and n_boot >= 1; got {level}, {n_boot}.")
+    width = {s.sums.shape[1] for s in per_seed} | {f.num.shape[1] for f in figures.values()}
+    if len(width) != 1:
+        raise ValueError(f"sums_bootstrap needs one column count across seeds and figures; got {sorted(width)}.")
     ids = np.unique(np.concatenate([s.users for s in per_seed]))
-    n = np.zeros((len(per_seed), len(ids)))  # (S, U)
-    c = np.zeros((len(per_seed), len(ids)))
+    sums = np.zeros((len(per_seed), len(ids), width.pop()))  # (S, U, K)
     for i, s in enumerate(per_seed):
-        pos = np.searchsorted(ids, s.users)
-        n[i, pos], c[i, pos] = s.n, s.correct
-    if (n.sum(axis=1) <= 0).any():
-        raise ValueError("counts_bootstrap: a seed with no records.")
-    num_users = n.shape[1]
-    seed_acc = c.sum(axis=1) / n.sum(axis=1)  # (S,)
-    estimate = float(seed_acc.mean())
-    stats = np.empty(n_boot)
+        sums[i, np.searchsorted(ids, s.users)] = s.sums
+    num_users = len(ids)
+    seed_fig = {name: f.value(sums.sum(axis=1)) for name, f in figures.items()}  # (S,) each
+    bad = [name for name, v in seed_fig.items() if np.isnan(v).any()]
+    if bad:
+        raise ValueError(f"sums_bootstrap: a seed whose figure is undefined (no records): {bad}.")
+    stats = {name: np.empty(n_boot) for name in figures}
     chunk = max(1, _CHUNK_CELLS // num_users)
     for start in range(0, n_boot, chunk):
         b = min(chunk, n_boot - start)
         draws = g.integers(num_users, size=(b, num_users)) + num_users * np.arange(b)[:, None]
         w = np.bincount(draws.ravel(), minlength=b * num_users).reshape(b, num_users).astype(np.float64)  # (b, U)
-        records, right = w @ n.T, w @ c.T  # (b, S)
-        # a replicate can draw only users without records in a seed: its accuracy there is the seed's own
-        acc = np.where(records > 0, right / np.maximum(records, 1e-300), seed_acc)
-        stats[start:start + b] = acc.mean(axis=1)
-    lo, hi = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
-    return _with_seeds(seed_acc, max(estimate - lo, 0.0), max(hi - estimate, 0.0), level)
+        pooled = np.einsum("bu,suk->bsk", w, sums)  # (b, S, K)
+        for name, f in figures.items():
+            v = f.value(pooled)  # (b, S)
+            stats[name][start:start + b] = np.where(np.isnan(v), seed_fig[name], v).mean(axis=1)
+    out = {}
+    for name, f in figures.items():
+        estimate = float(seed_fig[name].mean())
+        lo, hi = np.quantile(stats[name], [(1 - level) / 2, (1 + level) / 2])
+        out[name] = _with_seeds(seed_fig[name], max(estimate - lo, 0.0), max(hi - estimate, 0.0), level,
+                                f.low, f.high)
+    return out
 
 
 def cluster_bootstrap(correct: np.ndarray, users: np.ndarray, g: np.random.Generator, *,
@@ -138,13 +221,15 @@ def seeds_interval(accuracy: Sequence[float], low: Sequence[float], high: Sequen
                        level)
 
 
-def _with_seeds(seed_acc: np.ndarray, down: float, up: float, level: float) -> tuple[float, float]:
+def _with_seeds(seed_acc: np.ndarray, down: float, up: float, level: float, low: float = 0.0, high: float = 1.0
+                ) -> tuple[float, float]:
     """The interval around the mean of ``seed_acc`` (S,) whose users' sides are ``down`` / ``up``: each side in
-    quadrature with the seeds' Student t half-width t_{S-1} sd / sqrt(S) (0 for one seed), clipped to [0, 1]."""
+    quadrature with the seeds' Student t half-width t_{S-1} sd / sqrt(S) (0 for one seed), clipped to [low, high]."""
     from scipy.stats import t as student_t
 
     estimate, seed_half = float(seed_acc.mean()), 0.0
     if len(seed_acc) >= 2:
         seed_half = float(student_t.ppf((1 + level) / 2, len(seed_acc) - 1) * seed_acc.std(ddof=1)
                           / np.sqrt(len(seed_acc)))
-    return max(0.0, estimate - float(np.hypot(down, seed_half))), min(1.0, estimate + float(np.hypot(up, seed_half)))
+    return (max(low, estimate - float(np.hypot(down, seed_half))),
+            min(high, estimate + float(np.hypot(up, seed_half))))

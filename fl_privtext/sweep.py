@@ -436,6 +436,11 @@ def row_of(res: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str
     row["on_device_exact_ci_high"] = ex.get("ci_high") if ex.get("available") else None
     for name, a in res.get("attacks", {}).items():
         row[f"attack.{name}.accuracy"] = a.get("accuracy")
+        # issue #37: its 95% interval over target users (and seeds), and the advantage over the prior with its own
+        row[f"attack.{name}.ci_low"], row[f"attack.{name}.ci_high"] = a.get("ci_low"), a.get("ci_high")
+        row[f"attack.{name}.advantage"] = a.get("advantage")
+        row[f"attack.{name}.advantage_ci_low"] = a.get("advantage_ci_low")
+        row[f"attack.{name}.advantage_ci_high"] = a.get("advantage_ci_high")
         row[f"attack.{name}.majority"] = a.get("majority_baseline")
         # the attacker's prior on the targets, the one baseline its accuracy is read against (issue #36)
         row[f"attack.{name}.prior"] = prior_baseline(a)

@@ -25,6 +25,7 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
+from fl_privtext.bootstrap import Ratios, interval_keys, sums_bootstrap, user_sums
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.names import ATTACKS
@@ -157,6 +158,52 @@ def _ci(verdict: dict[str, object]) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+ATTACK_INTERVAL = ("95% percentile bootstrap over target users (each with all its uploads; fl_privtext.bootstrap), "
+                   "over seeds too where there are several")
+
+
+def upload_figures(z: np.ndarray, pred: np.ndarray, prior: np.ndarray, k: int, multilabel: bool
+                   ) -> tuple[np.ndarray, dict[str, Ratios]]:
+    """Per-upload columns (N, C) and the per-upload figures as `Ratios` of their sums: ``accuracy``,
+    ``advantage`` (accuracy minus the prior's, on the same uploads) and ``macro_f1`` (categorical; over the
+    classes present) or ``f1`` (multilabel; micro over presence labels, where any label is present). Pooled over
+    all targets they give exactly the figures `score_attribute` reports; summed per user they feed the bootstrap."""
+    if multilabel:  # columns: cells, correct cells, the prior's correct cells, tp, true, predicted
+        zb, pb = z.astype(bool), pred.astype(bool)
+        cols = np.stack([np.full(len(z), z.shape[1]), (z == pred).sum(axis=1), (z == prior).sum(axis=1),
+                         (zb & pb).sum(axis=1), zb.sum(axis=1), pb.sum(axis=1)], axis=1)
+        e = np.eye(6)
+        figures = {"accuracy": Ratios(e[[1]], e[[0]]), "advantage": Ratios(e[[1]] - e[[2]], e[[0]], low=-1.0)}
+        if cols[:, 4:].sum() > 0:
+            figures["f1"] = Ratios(2 * e[[3]], e[[4]] + e[[5]])
+        return cols.astype(np.float64), figures
+    # columns: 1, correct, the prior's correct, then per class: tp, true, predicted
+    right = z == pred
+    truth_1h, pred_1h = np.eye(k)[z], np.eye(k)[pred]
+    cols = np.concatenate([np.stack([np.ones(len(z)), right, z == prior], axis=1), truth_1h * right[:, None],
+                           truth_1h, pred_1h], axis=1)
+    e = np.eye(cols.shape[1])
+    tp, true, predicted = (3 + j * k + np.arange(k) for j in range(3))
+    figures = {"accuracy": Ratios(e[[1]], e[[0]]), "advantage": Ratios(e[[1]] - e[[2]], e[[0]], low=-1.0),
+               "macro_f1": Ratios(2 * e[tp], e[true] + e[predicted])}
+    return cols.astype(np.float64), figures
+
+
+def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray, z: np.ndarray, pred: np.ndarray,
+                      prior: np.ndarray, k: int, multilabel: bool) -> dict[str, Any]:
+    """Every per-upload figure's 95% interval over target users (issue #37): a user's uploads are resampled
+    together (several per user share its secret and its style, so an interval over uploads is too narrow). The
+    users are the referee's: the accounts under federation.shuffle, not the per-report pseudonyms. ``_sums`` /
+    ``_figures`` (internal): what the report pools over seeds."""
+    cols, figures = upload_figures(z, pred, prior, k, multilabel)
+    owners = (truth.named_user if truth.named_user is not None else view.user)[idx]
+    sums = user_sums(cols, owners)
+    out: dict[str, Any] = {"interval": ATTACK_INTERVAL, "_sums": sums, "_figures": figures}
+    for fig, (lo, hi) in sums_bootstrap([sums], figures, rng.generator(view.seed, "referee", "attack", name)).items():
+        out[interval_keys(fig)[0]], out[interval_keys(fig)[1]] = lo, hi
+    return out
+
+
 def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]:
     guess = infer_attribute(view, name)
     spec = view.known[name].spec
@@ -215,6 +262,9 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "likelihood_note": guess.diagnostics["likelihood_note"],  # the approximation, when not exact
         "noise_law": guess.diagnostics["noise_law"],  # the server learners' law (None: none of them ran)
     }
+    # issue #37: what the uploads add over the prior, and every per-upload figure's interval over target users
+    common["advantage"] = acc - common["prior_baseline"]
+    common.update(_upload_intervals(view, truth, name, idx, z, guess.upload_pred, prior_up, k, multilabel))
     if "majority_given_label" in guess.baselines:
         common["majority_given_label_baseline"] = metrics.accuracy(z, guess.baselines["majority_given_label"][0])
     known_z = view.known[name].values
@@ -331,6 +381,34 @@ def score_linkage(view: AttackView, truth: Truth) -> dict[str, Any]:
     return {"reidentification": reid, "membership": memb}
 
 
+# per target upload: the answer's tp, predicted, true, entity hits; the baseline's the same; the entity words present
+INVERSION_COLUMNS = ("tp", "predicted", "true", "entity_hits", "tp_baseline", "predicted_baseline", "true_baseline",
+                     "entity_hits_baseline", "entity_true")
+
+
+def _inversion_intervals(per_upload: np.ndarray, owners: np.ndarray, seed: int) -> dict[str, Any]:
+    """The keyword inversion's figures' 95% intervals over target users (issue #37): its precision, recall and F1
+    are pooled over (upload, word) pairs, a user's uploads resampled together (`ATTACK_INTERVAL`); a figure with
+    no positive denominator (nothing predicted, no entity word) has none. ``_sums`` / ``_figures``: internal."""
+    e = np.eye(len(INVERSION_COLUMNS))
+    col = {c: e[[j]] for j, c in enumerate(INVERSION_COLUMNS)}
+    figures = {}
+    for side in ("", "_baseline"):
+        tp, predicted, true = col[f"tp{side}"], col[f"predicted{side}"], col[f"true{side}"]
+        figures.update({f"f1{side}": Ratios(2 * tp, predicted + true), f"precision{side}": Ratios(tp, predicted),
+                        f"recall{side}": Ratios(tp, true),
+                        f"entity_recall{side}": Ratios(col[f"entity_hits{side}"], col["entity_true"])})
+    pooled = per_upload.sum(axis=0)
+    figures = {k: f for k, f in figures.items() if not np.isnan(f.value(pooled))}
+    if not len(owners):
+        return {}
+    sums = user_sums(per_upload, owners)
+    out: dict[str, Any] = {"interval": ATTACK_INTERVAL, "_sums": sums, "_figures": figures}
+    for fig, ends in sums_bootstrap([sums], figures, rng.generator(seed, "referee", "attack", "inversion")).items():
+        out.update(zip(interval_keys(fig), ends, strict=True))
+    return out
+
+
 def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
     guess = inversion.invert(view)
     ent = np.isin(np.array(guess.vocab, dtype=object), np.array(guess.entities, dtype=object))
@@ -339,6 +417,8 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
     names = [guess.decoder] + [d for d in guess.decoders if d != guess.decoder]
     counts = np.zeros((len(names) + 1, 3), np.int64)  # (answer, other decoders, baseline) x (tp, predicted, true)
     entity_hits = np.zeros(len(names) + 1, np.int64)
+    # issue #37: per target upload, the answer's and the baseline's counts (INVERSION_COLUMNS), summed per user below
+    per_upload = np.zeros((len(guess.target_index), len(INVERSION_COLUMNS)))
     for c in row_chunks(len(guess.target_index), inversion.chunk_rows(len(guess.vocab))):
         y = inversion.presence([truth.texts[i] for i in guess.target_index[c]], guess.vocab)
         t = y[:, ent].astype(bool)
@@ -347,6 +427,12 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
         for j, pred in enumerate(preds):
             counts[j] += inversion.set_counts(y, pred)
             entity_hits[j] += int((t & pred[:, ent].astype(bool)).sum())
+        yb = y.astype(bool)
+        for off, pred in ((0, preds[0]), (4, preds[-1])):
+            said = pred.astype(bool)
+            per_upload[c, off:off + 4] = np.stack([(yb & said).sum(axis=1), said.sum(axis=1), yb.sum(axis=1),
+                                                   (t & said[:, ent]).sum(axis=1)], axis=1)
+        per_upload[c, 8] = t.sum(axis=1)
     p, r, f1 = inversion.prf(*(int(v) for v in counts[0]))
     pb, rb, fb = inversion.prf(*(int(v) for v in counts[-1]))
     per_decoder = {d: dict(zip(("precision", "recall", "f1"), inversion.prf(*(int(v) for v in counts[j])),
@@ -355,7 +441,9 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
     def recall(j: int) -> float | None:
         return float(entity_hits[j] / entity_true) if ent.any() and entity_true else None
 
-    return {"f1": f1, "precision": p, "recall": r, "f1_baseline": fb, "precision_baseline": pb,
+    owners = (truth.named_user if truth.named_user is not None else view.user)[guess.target_index]
+    return {**_inversion_intervals(per_upload, owners, view.seed),
+            "f1": f1, "precision": p, "recall": r, "f1_baseline": fb, "precision_baseline": pb,
             "recall_baseline": rb, "entity_recall": recall(0), "entity_recall_baseline": recall(len(names)),
             "decoder": guess.decoder, "decoders": per_decoder, "word_vectors": guess.word_vectors,
             "vocab_size": len(guess.vocab), "entity_words": list(guess.entities)[:20],

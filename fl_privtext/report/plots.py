@@ -123,7 +123,9 @@ def run_figure(results: dict[str, Any]) -> Any:
     ax = axes[1]
     for k, (name, a) in enumerate(attacks.items()):
         color = f"C{k + 1}"
-        ax.plot([xs[0]], [a["accuracy"]], "o", color=color, label=name)
+        # issue #37: the bar is the interval over target users (and seeds) where the result has one
+        ax.errorbar([xs[0]], [a["accuracy"]], yerr=_yerr(a["accuracy"], a.get("ci_low"), a.get("ci_high"), 0.0),
+                    fmt="o", color=color, capsize=3, label=name)
         if base and name in base.get("attacks", {}):
             ax.plot([pos], [base["attacks"][name]["accuracy"]], "s", color=color)
         ax.axhline(a.get("prior_baseline", a["majority_baseline"]), color=color, ls="--", lw=1)
@@ -240,6 +242,10 @@ def frontier(rows: Sequence[dict[str, Any]], out_dir: str | Path) -> list[Path]:
                 xs, ys, _ = xy(items, lambda r, attr=attr: (r.get("attacks") or {}).get(attr, {}).get("accuracy"))
                 if xs:
                     ax.plot(xs, ys, marker="o", color=f"C{k}", label=name or "all")
+                    low = xy(items, lambda r, attr=attr: (r.get("attacks") or {}).get(attr, {}).get("ci_low"))
+                    high = xy(items, lambda r, attr=attr: (r.get("attacks") or {}).get(attr, {}).get("ci_high"))
+                    if low[0] == xs and high[0] == xs:  # a 95% band over target users (and seeds), issue #37
+                        ax.fill_between(xs, low[1], high[1], color=f"C{k}", alpha=0.15, lw=0)
             maj = [r["attacks"][attr]["majority_baseline"] for r in rows if attr in (r.get("attacks") or {})]
             if maj:
                 ax.axhline(max(maj), color="0.5", ls="--", lw=1, label="prior (attacker's baseline)")

@@ -4,7 +4,9 @@ results.json keys (public contract, ../shared/docs/architecture.md): utility.acc
 privacy.mechanism, privacy.epsilon_nominal, privacy.epsilon_worst_case; attacks.<attribute>.accuracy,
 attacks.<attribute>.majority_baseline (and f1 for entities), attacks.<attribute>.floor_logistic (plain logistic
 regression on the same aux users and targets), attacks.<attribute>.per_user.ci_low / ci_high (over target users
-and, with several seeds, seeds: `fl_privtext.bootstrap.seeds_interval`); empirical_privacy; federation.num_clients,
+and, with several seeds, seeds: `fl_privtext.bootstrap.seeds_interval`); attacks.<attribute>.ci_low / ci_high,
+advantage (+ _ci_low / _ci_high), macro_f1_ci_low / _ci_high or f1_ci_low / _ci_high (the per-upload figures over
+target users, each with all its uploads, and seeds: `fl_privtext.bootstrap.sums_bootstrap`); empirical_privacy; federation.num_clients,
 federation.num_users, federation.uploads_observed, federation.server_received; baseline.federation ("separate"
 whenever a no-privacy reference was computed: never by the private point's clients) and baseline.server_received;
 timing.total_s (and per stage); utility.on_device.exact.{accuracy, ci_low, ci_high} (the referee's exact figure,
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.bootstrap import counts_bootstrap, seeds_interval
+from fl_privtext.bootstrap import counts_bootstrap, interval_keys, seeds_interval, sums_bootstrap
 from fl_privtext.client import published, seed_fingerprint
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.display import fmt_epsilon
@@ -52,7 +54,11 @@ COLUMNS = (
     "d`: the same composition by the privacy-loss accountant, an (epsilon, delta) pair (inf when labels travel in the "
     "clear). `ceiling`: the highest accuracy any attacker can reach at the mechanism's true epsilon (the LDP bound); "
     "an attack above it at 95% confidence is flagged as a violation (the mechanism leaks more than it reports). `floor`: plain logistic regression on the same aux "
-    "users and targets, read beside the attacker's answer."
+    "users and targets, read beside the attacker's answer. `per upload [95% CI]`, `advantage` (accuracy minus the "
+    "prior's on the same uploads) and the F1's interval: a bootstrap over target users, each with all its uploads "
+    "(a user's uploads share its secret, so an interval over uploads would be too narrow), and over seeds where "
+    "there are several; `per user [95% CI]`: one answer per user (Clopper-Pearson), seeds added the same way. The "
+    "violation test keeps the binomial interval over uploads (`accuracy_ci95`)."
 )
 # one line under the console's tables: what the less obvious columns mean (COLUMNS, in summary.md, says more)
 LEGEND = ("legend: prior = what the attacker answers when no leak is detected (aux users' majority, or majority "
@@ -90,14 +96,19 @@ def _mean_tree_lenient(trees: list[Any]) -> Any:
     return first
 
 
-def _aggregate_extra(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    """attacks_extra (re-identification, membership, inversion): means over seeds; an alarm in any seed counts."""
+def _aggregate_extra(per_seed: list[dict[str, Any]], root_seed: int = 0) -> dict[str, Any]:
+    """attacks_extra (re-identification, membership, inversion): means over seeds; an alarm in any seed counts;
+    the intervals over target users of an entry that carries them (the inversion's) over users and seeds."""
     if not per_seed or not per_seed[0]:
         return {}
     out = _mean_tree_lenient(per_seed)
     for name, value in out.items():
         if isinstance(value, dict) and "violation" in value:
             value["violation"] = any(bool(s.get(name, {}).get("violation")) for s in per_seed)
+        if isinstance(value, dict) and "_figures" in value:
+            value.update(_attack_intervals([s.get(name, {}) for s in per_seed], name, root_seed))
+            for key in [k for k in value if k.startswith("_")]:
+                del value[key]
     out["violation"] = any(bool(s.get("violation")) for s in per_seed)
     return out
 
@@ -131,6 +142,21 @@ def _users_interval(seeds: list[dict[str, Any]], stream: str, root_seed: int) ->
     if len(u) == 1:
         return u[0]["ci_low"], u[0]["ci_high"]
     return counts_bootstrap([x["_per_user"] for x in u], generator(root_seed, "referee", stream, "seeds"))
+
+
+def _attack_intervals(per_seed: list[dict[str, Any]], name: str, root_seed: int) -> dict[str, Any]:
+    """An attack's per-upload figures' 95% intervals over target users (issue #37; `fl_privtext.attacks.evaluate`
+    ``_upload_intervals``): one seed, its own; several, one bootstrap over users crossed with seeds
+    (`fl_privtext.bootstrap.sums_bootstrap`, stream ``(run.seed, "referee", "attack", name, "seeds")``). None
+    where a seed has none (a result of a path that does not compute them)."""
+    figures = per_seed[0].get("_figures") or {}
+    if not figures or not all("_sums" in a and a.get("_figures", {}).keys() == figures.keys() for a in per_seed):
+        return {k: None for fig in figures for k in interval_keys(fig)}
+    if len(per_seed) == 1:
+        return {k: per_seed[0][k] for fig in figures for k in interval_keys(fig)}
+    got = sums_bootstrap([a["_sums"] for a in per_seed], figures,
+                         generator(root_seed, "referee", "attack", name, "seeds"))
+    return {k: v for fig, ends in got.items() for k, v in zip(interval_keys(fig), ends, strict=True)}
 
 
 def _exact(seeds: list[dict[str, Any]], runs: list[dict[str, Any]], root_seed: int) -> dict[str, Any]:
@@ -245,8 +271,12 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
     attacks: dict[str, Any] = {}
     for name in seeds[0]["attacks"]:
         first = seeds[0]["attacks"][name]
-        entry: dict[str, Any] = {k: v for k, v in first.items() if not isinstance(v, (float, dict))}
+        ends = {k for fig in first.get("_figures", {}) for k in interval_keys(fig)}  # set below, over users & seeds
+        entry: dict[str, Any] = {k: v for k, v in first.items()
+                                 if not isinstance(v, (float, dict)) and not k.startswith("_")}
         for key, value in first.items():
+            if key in ends or key.startswith("_"):
+                continue
             if isinstance(value, float):
                 mean, std = _mean_std([s["attacks"][name][key] for s in seeds])
                 entry[key], entry[f"{key}_std"] = mean, std
@@ -260,6 +290,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
                               "per_user_leak_detected": bool(((s["attacks"][name].get("per_user") or {})
                                                               .get("test") or {}).get("leak_detected"))}
                              for s in seeds]
+        entry.update(_attack_intervals([s["attacks"][name] for s in seeds], name, cfg.run.seed))
         pus = [s["attacks"][name].get("per_user") or {} for s in seeds]
         if len(seeds) > 1 and all(all(k in pu for k in ("accuracy", "ci_low", "ci_high")) for pu in pus):
             # over test users AND seeds (fl_privtext.bootstrap.seeds_interval), not the mean of each seed's ends
@@ -270,7 +301,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
             entry["per_user"]["violation"] = any(bool(s["attacks"][name]["per_user"].get("violation"))
                                                  for s in seeds)
         attacks[name] = entry
-    attacks_extra = _aggregate_extra([s.get("attacks_extra", {}) for s in seeds])
+    attacks_extra = _aggregate_extra([s.get("attacks_extra", {}) for s in seeds], cfg.run.seed)
 
     fairness: dict[str, Any] = {}
     if utility["available"]:
@@ -689,12 +720,21 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
         pu = a.get("per_user")
         if not pu:
             continue
-        lo, hi = a.get("accuracy_ci95", [None, None])
+        # the interval over target users (issue #37); results written before it: the binomial one over uploads
+        lo, hi = (a["ci_low"], a["ci_high"]) if a.get("ci_low") is not None else a.get("accuracy_ci95", [None, None])
         ulo, uhi = pu.get("ci95", [None, None])
         out.append(f"{name:<12} {_fmt(a['accuracy'])} {_band(lo, hi, ','):<15} {_fmt(prior_baseline(a)):>5} "
                    f"{_ceil(a.get('ceiling'), a.get('ceiling_vacuous')):>7}  {_verdict(a, 'upload'):<25}| "
                    f"{_fmt(pu['accuracy'])} {_band(ulo, uhi, ','):<15} {_fmt(prior_baseline(pu)):>5} "
                    f"{_ceil(pu.get('ceiling'), pu.get('ceiling_vacuous')):>7}  {_verdict(a, 'user')}")
+    for name, a in attacks.items():
+        if a.get("advantage_ci_low") is not None:  # the other per-upload figures, each with its interval over users
+            f1 = next((k for k in ("macro_f1", "f1") if a.get(f"{k}_ci_low") is not None), None)
+            out.append(f"{name}: per upload, advantage over the prior {_fmt(a['advantage'])} "
+                       f"[{_fmt(a['advantage_ci_low'])}, {_fmt(a['advantage_ci_high'])}]"
+                       + (f", {f1.replace('_', '-')} {_fmt(a[f1])} {_band(a[f'{f1}_ci_low'], a[f'{f1}_ci_high'])}"
+                          if f1 else "") + " (95% over target users" + (", seeds" if len(a.get("per_seed", [])) > 1
+                                                                        else "") + ")")
     for name, a in attacks.items():
         if "floor_logistic" in a:  # the plain attacker beside the answer (same aux users, same targets)
             ufloor = (a.get("per_user") or {}).get("floor_logistic")
@@ -719,8 +759,12 @@ def attack_lines(results: dict[str, Any]) -> list[str]:
                    f" TPR at 1% FPR {_fmt(memb['tpr_at_1pct_fpr'])} (ceiling "
                    f"{_ceil(memb['ceiling'], memb['ceiling_vacuous'])})")
     if "f1" in inv:
-        out.append(f"keyword inversion (top-{inv['vocab_size']} words): F1 {_fmt(inv['f1'])} vs word-frequency "
-                   f"baseline {_fmt(inv['f1_baseline'])}; entity recall {_fmt(inv.get('entity_recall'))} vs "
+        def band(key: str) -> str:  # issue #37: the interval over target users (and seeds), where there is one
+            lo, hi = inv.get(f"{key}_ci_low"), inv.get(f"{key}_ci_high")
+            return f" {_band(lo, hi)}" if lo is not None else ""
+
+        out.append(f"keyword inversion (top-{inv['vocab_size']} words): F1 {_fmt(inv['f1'])}{band('f1')} vs "
+                   f"word-frequency baseline {_fmt(inv['f1_baseline'])}{band('f1_baseline')}; entity recall {_fmt(inv.get('entity_recall'))} vs "
                    f"{_fmt(inv.get('entity_recall_baseline'))}")
     for name, a in extra.items():  # an attack registered beyond the built-ins (fl_privtext.names.ATTACKS)
         if name not in DESCRIBED_EXTRA and isinstance(a, dict):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from fl_privtext import pipeline, report
 from fl_privtext.privacy import make_mechanism
@@ -52,6 +53,24 @@ def test_results_carry_the_public_attack_contract(world, tmp_path, capsys):
     assert (g["per_user"]["ci_low"], g["per_user"]["ci_high"]) == want
     assert want[0] <= np.mean([p["ci_low"] for p in pus]) and want[1] >= np.mean([p["ci_high"] for p in pus])
     assert isinstance(g["floor_logistic"], float)  # issue #37: the plain attacker beside the answer
+    # issue #37: every per-upload figure with its interval over target users (all of a user's uploads together)
+    # and, with two seeds, seeds: one bootstrap over the seeds' per-user sums, on the report's own stream
+    from fl_privtext.bootstrap import sums_bootstrap
+    from fl_privtext.rng import generator
+
+    seeds_a = [s["attacks"]["gender"] for s in _point_seeds]
+    want = sums_bootstrap([a["_sums"] for a in seeds_a], seeds_a[0]["_figures"],
+                          generator(cfg.run.seed, "referee", "attack", "gender", "seeds"))
+    for fig, value in (("accuracy", g["accuracy"]), ("advantage", g["advantage"]), ("macro_f1", g["macro_f1"])):
+        lo, hi = (g["ci_low"], g["ci_high"]) if fig == "accuracy" else (g[f"{fig}_ci_low"], g[f"{fig}_ci_high"])
+        assert (lo, hi) == pytest.approx(want[fig], rel=1e-12) and lo <= value <= hi, (fig, lo, value, hi)
+    assert g["advantage"] == pytest.approx(g["accuracy"] - g["prior_baseline"])
+    for a in seeds_a:  # each seed's own interval, over its target users
+        assert a["ci_low"] <= a["accuracy"] <= a["ci_high"] and a["_sums"].users.size == a["per_user"]["num_users"]
+    assert not any(k.startswith("_") for k in g) and "over target users" in g["interval"]
+    summary = (tmp_path / "summary.md").read_text()
+    assert f"gender: per upload, advantage over the prior {g['advantage']:.3f}" in summary
+    assert f"{g['accuracy']:.3f} [{g['ci_low']:.3f},{g['ci_high']:.3f}]" in summary
     assert g["per_user"]["ci_low"] <= g["per_user"]["accuracy"] <= g["per_user"]["ci_high"]
     ex = on_disk["attacks_extra"]
     for key in ("top1", "chance", "ceiling"):
