@@ -265,6 +265,11 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     # issue #37: what the uploads add over the prior, and every per-upload figure's interval over target users
     common["advantage"] = acc - common["prior_baseline"]
     common.update(_upload_intervals(view, truth, name, idx, z, guess.upload_pred, prior_up, k, multilabel))
+    # the violation test reads the interval over target users: the binomial one over uploads (accuracy_ci95) is too
+    # narrow when a user's uploads share its secret, and raised alarms no attacker had earned
+    if common.get("ci_low") is not None:
+        common["violation"] = bool((not v_up["ceiling_vacuous"] and common["ci_low"] > ceil_up + 1e-12)
+                                   or v_user["violation"])
     if "majority_given_label" in guess.baselines:
         common["majority_given_label_baseline"] = metrics.accuracy(z, guess.baselines["majority_given_label"][0])
     known_z = view.known[name].values

@@ -58,7 +58,8 @@ COLUMNS = (
     "prior's on the same uploads) and the F1's interval: a bootstrap over target users, each with all its uploads "
     "(a user's uploads share its secret, so an interval over uploads would be too narrow), and over seeds where "
     "there are several; `per user [95% CI]`: one answer per user (Clopper-Pearson), seeds added the same way. The "
-    "violation test keeps the binomial interval over uploads (`accuracy_ci95`)."
+    "violation test reads the interval over target users (per upload) and the per-user one; `accuracy_ci95` keeps "
+    "the binomial interval over uploads for reference."
 )
 # one line under the console's tables: what the less obvious columns mean (COLUMNS, in summary.md, says more)
 LEGEND = ("legend: prior = what the attacker answers when no leak is detected (aux users' majority, or majority "

@@ -67,6 +67,9 @@ def test_results_carry_the_public_attack_contract(world, tmp_path, capsys):
     assert g["advantage"] == pytest.approx(g["accuracy"] - g["prior_baseline"])
     for a in seeds_a:  # each seed's own interval, over its target users
         assert a["ci_low"] <= a["accuracy"] <= a["ci_high"] and a["_sums"].users.size == a["per_user"]["num_users"]
+        # the violation test reads the interval over target users, not the binomial one over uploads
+        assert a["violation"] == ((not a["ceiling_vacuous"] and a["ci_low"] > a["ceiling"] + 1e-12)
+                                  or a["per_user"]["violation"])
     assert not any(k.startswith("_") for k in g) and "over target users" in g["interval"]
     summary = (tmp_path / "summary.md").read_text()
     assert f"gender: per upload, advantage over the prior {g['advantage']:.3f}" in summary
