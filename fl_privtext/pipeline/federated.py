@@ -10,6 +10,7 @@ ClientApp gets `fl_privtext.pipeline.prepare` through its data mod (`fl_privtext
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,8 +48,12 @@ class Traffic:
 
     def evaluate(self, cfg: ExperimentConfig) -> dict[str, Any]:
         """``cfg``'s computation on this traffic: the server's evaluation, the eavesdropper's attacks."""
-        point = evaluate_point(self.prep, cfg, self.collected, self.models(cfg), self.answers,
+        t0 = time.perf_counter()
+        trained = self.models(cfg)
+        train_s = time.perf_counter() - t0  # the server's time on this point counts its training (when it ran here)
+        point = evaluate_point(self.prep, cfg, self.collected, trained, self.answers,
                                phase_a_central=self.training.get("central"))
+        point["server_s"] += train_s
         point["training"] = dict(self.training)
         self.t.keep(point)
         return point
