@@ -20,8 +20,8 @@ atomically to ``OUT/points/<key>.json`` as soon as it finishes, where ``key`` ha
 change the numbers (`point_key`); a rerun skips the points whose file exists, so an interrupted sweep resumes where
 it stopped. All points that share the federation size, resources and ``run.client-seed`` run inside ONE Flower
 simulation (`fl_privtext.pipeline.runner.run_points`); a grid over those keys gets one simulation per group, and
-the no-privacy points (each grid's reference, `baseline_of`) run in a simulation of their own, never beside a
-private point.
+the no-privacy points (each grid's reference, `baseline_of`) are the referee's, never beside a private point.
+Inside a simulation, points that differ only in ``attack.*`` are collected once (`by_traffic`).
 Then ``OUT/table.csv``, ``OUT/table.md`` and the frontier plots (``frontier_task.png``, ``frontier_attack.png``:
 accuracy vs the TRUE worst-case epsilon) are written from all points.
 """
@@ -55,6 +55,7 @@ from fl_privtext.pipeline.preflight import check_point
 from fl_privtext.progress import tqdm
 from fl_privtext.report import aggregate, plots, prior_baseline
 from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic
+from fl_privtext.traffic import traffic_key
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
 IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
@@ -230,6 +231,16 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
             *sorted(user_keys(flat).items()))
 
 
+def by_traffic(points: Sequence[ExperimentConfig]) -> list[ExperimentConfig]:
+    """The points in their order, those that share one traffic (`fl_privtext.traffic.traffic_key`: they differ only
+    in ``attack.*``) moved next to the first of them: the simulation collects such a traffic once and holds it
+    until its last point is computed (`fl_privtext.pipeline.federated.SharedTraffic`), so that it holds one at a
+    time."""
+    first: dict[str, int] = {}
+    keys = [first.setdefault(traffic_key(c.to_flat()), i) for i, c in enumerate(points)]
+    return [points[i] for i in sorted(range(len(points)), key=lambda i: (keys[i], i))]
+
+
 def headline(res: dict[str, Any]) -> str:
     """A point's progress line: the per-upload accuracy (the server classifying noisy uploads) and beside it the
     on-device EXACT accuracy with its 95% interval (the referee's figure the research questions use, issue #36:
@@ -274,6 +285,7 @@ def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callabl
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
+    groups = {k: by_traffic(g) for k, g in groups.items()}
     if len(groups) > 1:
         log(f"[sweep] {len(groups)} groups of points that share no clients, one Flower simulation each, except a "
             "group of no-privacy references, which the referee's plain loop computes without clients (points differ "

@@ -8,6 +8,8 @@ Framework-free (numpy only), so that the orchestrator reads them without importi
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,3 +71,13 @@ class Collected:
     federation_s: float
     rounds: tuple[Round, ...] = ()
     refused: tuple[dict[str, Any], ...] = ()  # {"seed", "round", "failures"}: a round every client refused
+
+
+def traffic_key(flat: dict[str, Any]) -> str:
+    """What a point's traffic and the server's side of it depend on (``flat``: its flat config): everything but the
+    eavesdropper's settings (``attack.*``). Points with the same key get the same uploads (the clients' stream and
+    their ledger's release key leave ``attack.*`` out: `fl_privtext.client.point_key`,
+    `fl_privtext.client.policy.release_key`), the same server models and the same on-device answers; only their
+    attacks differ (`fl_privtext.pipeline.federated.SharedTraffic` collects them once)."""
+    kept = {k: v for k, v in flat.items() if not k.startswith("attack.")}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:16]

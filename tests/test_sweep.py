@@ -94,6 +94,20 @@ def test_points_run_in_one_simulation_per_federation_group():
         assert len({(p.federation.num_clients, p.run.client_seed) for p in group}) == 1 and len(group) == 2
 
 
+def test_points_that_differ_only_in_the_attacker_are_served_next_to_each_other():
+    # the simulation collects their traffic once and holds it until its last point is computed
+    # (fl_privtext.pipeline.federated.SharedTraffic): the sweep hands it those points together, one traffic at a time
+    spec = sweep.SweepSpec.from_dict({"fixed": {"run.baseline": False},
+                                      "grid": {"attack.families": ["logistic", "likelihood"],
+                                               "privacy.epsilon": [1.0, 2.0], "run.client-seed": [7]}})
+    calls: list[list[ExperimentConfig]] = []
+    sweep.run_stored(spec.points(), sweep.Store("/nonexistent/points"), log=lambda s: None,
+                    runner=lambda group, on_result: calls.append(list(group)))
+    (group,) = calls
+    assert [(p.privacy.epsilon, p.attack.families) for p in group] == [
+        (1.0, "logistic"), (1.0, "likelihood"), (2.0, "logistic"), (2.0, "likelihood")]
+
+
 def _cli(*args: str, cwd: Path, cache_dir: Path, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "FL_PRIVTEXT_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1"}

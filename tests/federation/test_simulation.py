@@ -1,6 +1,7 @@
 """End to end through a real Flower simulation (Ray backend): uploads, traffic inspection, attacks at both ends.
 
-One simulation serves several experiment points (as sweeps do): Ray starts twice for this module, once for the
+One simulation serves several experiment points (as sweeps do; two of them differ only in the attacker and share
+one collection): Ray starts twice for this module, once for the
 no-privacy points and once for the private ones (never in one federation, issue #34). It runs the
 REPRODUCIBLE mode (``run.client-seed``): the Flower path must equal the plain loop bit for bit, and a server that held
 the client seed could recompute the noise (the control of tests/federation/test_threat_model.py).
@@ -44,6 +45,9 @@ def points(cache_dir, request):
         "none": _cfg(cache_dir, **{"privacy.mechanism": "none", "client.count-epsilon": 40.0,
                                    "data.test-frac": 0.5}),
         "l1_tiny_eps": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1}),
+        # the same point under another attacker: served on l1_tiny_eps's collection (issue #38)
+        "l1_tiny_eps_attacker": _cfg(cache_dir, **{"privacy.mechanism": "laplace-l1", "privacy.epsilon": 0.1,
+                                                   "attack.families": "logistic", "attack.extra": False}),
         # the clients choose the on-device model (two stages of the on-device round); half the users are test users
         # (~160 select records per candidate, se ~0.035) so the clean heads' lead over the constant (~0.2 at
         # test-frac 0.2 on 60 records each, i.e. ~2.3 se: one CI machine kept the constant there) is decisive
@@ -69,11 +73,15 @@ def points(cache_dir, request):
         key = repr((c.privacy.mechanism == "none", sorted(user_keys(c.to_flat()).items())))
         groups.setdefault(key, {})[n] = c
     served: dict[str, tuple[ExperimentConfig, dict]] = {}
+    collected: list[str] = []  # the point of every round the server collected
     for group in groups.values():
-        results = run_points(list(group.values()), keep_observations=True,
-                             on_round=lambda *_: server_env.append(os.environ.get(CLIENT_SEED_ENV)))
+        def on_round(i: int, *_: object, names: list[str] = list(group)) -> None:
+            server_env.append(os.environ.get(CLIENT_SEED_ENV))
+            collected.append(names[i])
+
+        results = run_points(list(group.values()), keep_observations=True, on_round=on_round)
         served |= {name: (cfg, res) for (name, cfg), res in zip(group.items(), results, strict=True)}
-    return served | {"server_env": server_env}
+    return served | {"server_env": server_env, "collected": collected}
 
 
 def test_results_follow_the_public_contract(points):
@@ -223,6 +231,22 @@ def test_reproducible_mode_is_labelled_and_a_server_holding_the_client_seed_remo
     assert best_recomputation(point, cfg, feats, prep.ds.labels, k)["residual"] > 0.3  # seed unknown: no
     # the known-bad variant: given the client seed, the server's recomputation is exact (the attack has power)
     assert best_recomputation(point, cfg, feats, prep.ds.labels, k, frozenset({CLIENT_SEED}))["residual"] == 0.0
+
+
+def test_points_that_differ_only_in_the_attacker_share_one_collection(points):
+    # issue #38: the eavesdropper is passive, so a point that differs only in attack.* is served on the traffic
+    # already collected (no round asked of the clients again, nothing new released or charged) and equals the
+    # same point run alone (the plain loop: the Flower path's reference, test_flower_path_reproduces_the_plain_loop)
+    cfg, first = points["l1_tiny_eps"]
+    other_cfg, shared = points["l1_tiny_eps_attacker"]
+    assert points["collected"].count("l1_tiny_eps") == cfg.federation.rounds * cfg.run.seeds
+    assert "l1_tiny_eps_attacker" not in points["collected"]  # a second collection would be listed here
+    a, b = first["per_seed"][0], shared["per_seed"][0]
+    assert b["utility"] == a["utility"] and b["utility"]["on_device"]["available"] is True
+    assert b["messages_observed"] == a["messages_observed"] and first["privacy"] == shared["privacy"]
+    alone = pipeline.run_plain(other_cfg)["per_seed"][0]
+    assert b["utility"] == alone["utility"] and b["attacks"] == alone["attacks"]
+    assert b["attacks"] != a["attacks"]  # each point ran its own attacker on the shared traffic
 
 
 def test_reproducible_mode_gives_identical_numbers_run_to_run(points):
