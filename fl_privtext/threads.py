@@ -21,6 +21,8 @@ import os
 import sys
 from collections.abc import Iterator
 
+from threadpoolctl import threadpool_limits
+
 from fl_privtext.config import FederationConfig, RunConfig
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -76,12 +78,16 @@ def apply_torch_threads(threads: int) -> None:
 @contextlib.contextmanager
 def limited(threads: int) -> Iterator[None]:
     """torch runs with ``threads`` intra-op threads inside the block (set in the calling thread, which is where
-    OpenMP reads it); the previous count is restored afterwards."""
+    OpenMP reads it), and so do the BLAS / OpenMP pools numpy, scipy and scikit-learn call (threadpoolctl); the
+    previous counts are restored afterwards. The BLAS pools matter as much as torch's: the driver's plain-logistic
+    floor and linear fits ran with every core's BLAS thread beside the actors', and oversubscribed BLAS threads
+    made each fit many times slower (issue #38: the quickstart's no-privacy reference spent ~1,000 s there)."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        yield
+        with threadpool_limits(limits=threads):
+            yield
     finally:
         torch.set_num_threads(before)
