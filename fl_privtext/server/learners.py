@@ -114,6 +114,13 @@ class ClassStats:
     @classmethod
     def of(cls, x: np.ndarray, y: np.ndarray, num_classes: int, noise: np.ndarray,
            label_rr: np.ndarray | None = None) -> ClassStats:
+        return cls.raw(x, y, num_classes).prepared(noise, label_rr)
+
+    @classmethod
+    def raw(cls, x: np.ndarray, y: np.ndarray, num_classes: int) -> ClassStats:
+        """The plain sums over the uploads (labels as uploaded, no noise law): additive, so the statistics of a
+        union of folds are the sum of theirs and a cross-validation fold's training statistics are the totals
+        minus the fold's (`fl_privtext.server.selection`: one pass for every fold). `prepared` makes them usable."""
         n, d = x.shape
         counts = np.bincount(y, minlength=num_classes).astype(np.float64)
         sums = np.zeros((num_classes, d))
@@ -126,11 +133,25 @@ class ClassStats:
             second += c.T @ c
             sq = np.einsum("ij,ij->i", c, c)
             fourth += float(sq @ sq)
-        if label_rr is not None and not np.allclose(label_rr, np.eye(num_classes)):
+        return cls(counts, sums, second, np.zeros(d), fourth)
+
+    def __add__(self, other: ClassStats) -> ClassStats:
+        return ClassStats(self.counts + other.counts, self.sums + other.sums, self.second + other.second,
+                          self.noise, self.fourth + other.fourth)
+
+    def __sub__(self, other: ClassStats) -> ClassStats:
+        return ClassStats(self.counts - other.counts, self.sums - other.sums, self.second - other.second,
+                          self.noise, self.fourth - other.fourth)
+
+    def prepared(self, noise: np.ndarray, label_rr: np.ndarray | None = None) -> ClassStats:
+        """Raw sums (`raw`) with the mechanism's per-coordinate noise variance and, under label RR, the counts and
+        sums debiased (module docstring; linear, so debiasing a difference of raw sums is exact)."""
+        counts, sums = self.counts, self.sums
+        if label_rr is not None and not np.allclose(label_rr, np.eye(len(counts))):
             inv_t = np.linalg.inv(label_rr.T)
             counts, sums = inv_t @ counts, inv_t @ sums
             counts = np.clip(counts, 1e-9, None)
-        return cls(counts, sums, second, np.asarray(noise, np.float64), fourth)
+        return ClassStats(counts, sums, self.second, np.asarray(noise, np.float64), self.fourth)
 
     @property
     def n(self) -> float:
@@ -256,7 +277,12 @@ class _Moments:
         return cls(num_classes=inputs.num_classes, noise=inputs.noise, label_rr=inputs.label_rr)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> _Moments:
-        self.stats = ClassStats.of(x, y, self.k, self.noise, self.label_rr)
+        return self.fit_stats(ClassStats.raw(x, y, self.k))
+
+    def fit_stats(self, raw: ClassStats) -> _Moments:
+        """Fit from raw sums (`ClassStats.raw`) alone: what lets cross-validation fit each fold from the totals
+        minus the fold's sums instead of a pass over its rows (`fl_privtext.server.selection`)."""
+        self.stats = raw.prepared(self.noise, self.label_rr)
         self._heads()
         return self
 
