@@ -25,6 +25,11 @@ the learner's predicted true-label distribution p is pushed through the known ch
 linear and mlp, already predict q and are scored on it; under k-ary RR their argmax is the true label's); the accuracy is debiased by the backward
 correction (Natarajan et al., NeurIPS 2013): an upload predicted k with uploaded label l counts R^-1[l, k], whose
 expectation is the true-label correctness.
+
+Cost (issue #38): the folds are drawn once for every candidate, and one pass over the uploads gives each held-out
+fold's raw sums (`FoldStats`); the moment learners (centroid, lda: ``fit_stats``) fit each fold in closed form from
+the totals minus the fold's sums, and `clean_accuracy` reads the held-out sums, so their k folds cost about one pass
+(the same numbers as a refit on each fold's rows up to float rounding: tests/server/test_closed_form_cv.py).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from fl_privtext.rng import generator
 from fl_privtext.server.learners import LDA, ClassStats, Learner
 from fl_privtext.server.noise import NoiseLaw
 
-__all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "clean_accuracy", "cross_validate", "select"]
+__all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross_validate", "select"]
 
 FOLDS = 3
 CLEAN_MARGIN = 0.01  # a head replaces the constant only when its estimated clean accuracy is this much higher
@@ -53,8 +58,8 @@ LEARNER_RULE = ("auto: the lowest out-of-fold per-upload log-loss among the lear
 
 
 def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, num_classes: int, law: NoiseLaw,
-                   label_rr: np.ndarray | None = None, seed: int = 0, draws: int = CLEAN_DRAWS
-                   ) -> tuple[float, float]:
+                   label_rr: np.ndarray | None = None, seed: int = 0, draws: int = CLEAN_DRAWS,
+                   stats: ClassStats | None = None) -> tuple[float, float]:
     """Estimated on-device accuracy of the exported head ``export`` (applied to clean features E[u | x]) from
     held-out noisy uploads ``x`` with labels ``y`` and the mechanism's noise ``law``, under a Gaussian
     class-conditional model: class k's clean features ~ N(mu_k, Sigma), mu_k estimated by the held-out class mean
@@ -80,10 +85,14 @@ def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, 
     (sqrt(2 / n) of it, 0.016 at 8,000 uploads) exceeds the clean part at the server's n
     (``clean_unresolved`` 3.8-81 for blog's moment heads; the flag misses the linear head's errors, up to +0.29 on
     the default data at ``clean_unresolved`` 0). A James-Stein denoising of the held-out means with the posterior variance
-    added (the same table, ``post_cv``) did no better (mean error 0.115)."""
+    added (the same table, ``post_cv``) did no better (mean error 0.115).
+
+    ``stats``: the raw sums of ``x`` and ``y`` (`ClassStats.raw`) when the caller has them (`select` computes each
+    held-out fold's once for all its candidates)."""
     k = num_classes
     lda = LDA(num_classes=k, noise=law, label_rr=label_rr)
-    lda.stats = st = ClassStats.of(np.asarray(x, np.float64), np.asarray(y, np.int64), k, law.variance, label_rr)
+    raw = stats if stats is not None else ClassStats.raw(np.asarray(x, np.float64), np.asarray(y, np.int64), k)
+    lda.stats = st = raw.prepared(law.variance, label_rr)
     sigma, _ = lda.clean_within()
     s_up = st.within()
     counts = np.maximum(st.counts, 1.0)
@@ -119,24 +128,71 @@ def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, 
     return acc, unresolved
 
 
-def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int,
-         label_rr: np.ndarray | None = None, law: NoiseLaw | None = None, num_classes: int = 0,
-         clean: list[tuple[float, float]] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``; with ``label_rr``
-    both against the true label (forward-corrected loss, backward-corrected correctness: module docstring).
-    ``law`` given: each fold's estimated clean-head accuracy (`clean_accuracy`) appended to ``clean``."""
+Splits = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _splits(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int) -> Splits:
+    """GroupKFold's (train, held-out) index pairs by ``groups``: computed once, shared by every candidate."""
     from sklearn.model_selection import GroupKFold
 
     n_groups = len(np.unique(groups))
     if n_groups < 2:
         raise ValueError(f"Cross-validation by user needs uploads of at least 2 users; got {n_groups}.")
+    return list(GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups))
+
+
+class FoldStats:
+    """Each held-out fold's raw sums (`ClassStats.raw`) and their total, one pass over the uploads for every fold,
+    candidate and number of classes asked (cached): a moment learner's fold fit is ``total - held[f]`` (closed-form
+    cross-validation: the same statistics as a pass over the fold's training rows, up to float rounding), and the
+    held-out sums are those `clean_accuracy` reads."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, splits: Splits):
+        self.x, self.y, self.splits = x, y, splits
+        self._by_k: dict[int, tuple[list[ClassStats], ClassStats]] = {}
+
+    def _of(self, k: int) -> tuple[list[ClassStats], ClassStats]:
+        if k not in self._by_k:
+            held = [ClassStats.raw(self.x[te], self.y[te], k) for _, te in self.splits]
+            total = held[0]
+            for h in held[1:]:
+                total = total + h
+            self._by_k[k] = (held, total)
+        return self._by_k[k]
+
+    def held_out(self, fold: int, k: int) -> ClassStats:
+        return self._of(k)[0][fold]
+
+    def training(self, fold: int, k: int) -> ClassStats:
+        held, total = self._of(k)
+        return total - held[fold]
+
+
+def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int,
+         label_rr: np.ndarray | None = None, law: NoiseLaw | None = None, num_classes: int = 0,
+         clean: list[tuple[float, float]] | None = None, splits: Splits | None = None,
+         stats: FoldStats | None = None, closed_form: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``; with ``label_rr``
+    both against the true label (forward-corrected loss, backward-corrected correctness: module docstring).
+    ``law`` given: each fold's estimated clean-head accuracy (`clean_accuracy`) appended to ``clean``.
+    ``splits`` / ``stats``: the folds and their sums, when shared with other candidates. A learner that fits from
+    sufficient statistics (``fit_stats``: centroid, lda) is fitted in closed form from them unless ``closed_form``
+    is False (a refit on each fold's rows: the same numbers up to float rounding, tests/server/test_closed_form_cv.py)."""
+    splits = _splits(x, y, groups, folds) if splits is None else splits
+    stats = FoldStats(x, y, splits) if stats is None else stats
     hits = np.zeros(len(y))
     loss = np.zeros(len(y))
     inv = None if label_rr is None else np.linalg.inv(label_rr)
-    for tr, te in GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups):
-        model = make().fit(x[tr], y[tr])
+    for f, (tr, te) in enumerate(splits):
+        model = make()
+        fit_stats = getattr(model, "fit_stats", None)
+        if closed_form and fit_stats is not None:
+            model = fit_stats(stats.training(f, model.k))  # type: ignore[attr-defined]
+        else:
+            model = model.fit(x[tr], y[tr])
         if law is not None and clean is not None:
-            clean.append(clean_accuracy(model.export(), x[te], y[te], num_classes, law, label_rr))
+            clean.append(clean_accuracy(model.export(), x[te], y[te], num_classes, law, label_rr,
+                                        stats=stats.held_out(f, num_classes)))
         s = model.logits(x[te])
         s = s - s.max(axis=1, keepdims=True)
         logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
@@ -155,10 +211,12 @@ def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.n
 
 
 def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
-                   folds: int = FOLDS, label_rr: np.ndarray | None = None) -> dict[str, float]:
+                   folds: int = FOLDS, label_rr: np.ndarray | None = None, closed_form: bool = True
+                   ) -> dict[str, float]:
     """Out-of-fold accuracy and log-loss (nats per upload) of the learner ``make()`` over ``folds`` GroupKFold
-    folds (by ``groups``); ``label_rr``: the labels' RR matrix (scores against the true label)."""
-    hits, loss = _oof(make, x, y, groups, folds, label_rr)
+    folds (by ``groups``); ``label_rr``: the labels' RR matrix (scores against the true label). ``closed_form``
+    False: refit a moment learner on each fold's rows instead of from the folds' sums (the reference)."""
+    hits, loss = _oof(make, x, y, groups, folds, label_rr, closed_form=closed_form)
     return {"accuracy": float(hits.mean()), "log_loss": float(loss.mean())}
 
 
@@ -189,7 +247,9 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
     if law is not None and num_classes < 1:
         raise ValueError("select with a noise law needs num_classes >= 1.")
     cleans: dict[str, list[tuple[float, float]]] = {name: [] for name in makers}
-    runs = {name: _oof(make, x, y, groups, folds, label_rr, law, num_classes, cleans[name])
+    splits = _splits(x, y, groups, folds)
+    stats = FoldStats(x, y, splits)  # one pass over the uploads for every candidate's folds (FoldStats)
+    runs = {name: _oof(make, x, y, groups, folds, label_rr, law, num_classes, cleans[name], splits, stats)
             for name, make in makers.items()}
     null = runs["constant"][1]
     tried = len(makers) - 1

@@ -86,10 +86,17 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     rr = label_rr_matrix(num_classes, label_epsilon) if label_epsilon > 0 else None
 
     linear_c: float | None = None
+    linear_start: tuple[np.ndarray, np.ndarray] | None = None
+
+    def make(learner: str) -> Learner:
+        made = make_learner(learner, num_classes=num_classes, noise=noise, label_rr=rr, seed=seed, mlp=mlp,
+                            linear_c=linear_c)
+        if isinstance(made, Linear):  # lbfgs starts from the C search's fit (Linear.start): fewer iterations
+            made.start = linear_start
+        return made
 
     def maker(learner: str) -> Any:
-        return lambda: make_learner(learner, num_classes=num_classes, noise=noise, label_rr=rr, seed=seed, mlp=mlp,
-                                    linear_c=linear_c)
+        return lambda: make(learner)
 
     scores: dict[str, dict[str, Any]] = {}
     chosen = name
@@ -103,7 +110,8 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
         # Linear's L2 strength: chosen once on the selection's folds by user, then fixed (Linear.choose_c)
-        linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x[cv], y[cv], groups[cv], FOLDS)
+        chooser = Linear(num_classes=num_classes, seed=seed)
+        linear_c, linear_start = chooser.choose_c(x[cv], y[cv], groups[cv], FOLDS), chooser.path_start
         chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr, law=noise,
                                 num_classes=num_classes)
         scores["linear"]["C"] = linear_c
@@ -111,7 +119,8 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             fit_all.update({n: maker(n)().fit(x, y) for n in names})
             return fit_all[chosen], chosen, scores
     elif name == "linear":  # the L2 strength by folds over users, as auto chooses it
-        linear_c = Linear(num_classes=num_classes, seed=seed).choose_c(x, y, groups, FOLDS)
+        chooser = Linear(num_classes=num_classes, seed=seed)
+        linear_c, linear_start = chooser.choose_c(x, y, groups, FOLDS), chooser.path_start
     return maker(chosen)().fit(x, y), chosen, scores
 
 
