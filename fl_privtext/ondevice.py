@@ -23,6 +23,7 @@ Light by design (numpy only): it runs inside the ClientApp, which imports no tor
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -147,6 +148,30 @@ def summarize_private(replies: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "count_epsilon": sorted({float(_scalar(a["answer"]["count-epsilon"])) for a in answers}),
         "num_test_records": int(total), "clients": len(answers), "refusals": refused, "applied_to": APPLIED_TO,
     }
+
+
+def model_digest(model: dict[str, np.ndarray] | Sequence[dict[str, np.ndarray]]) -> np.ndarray:
+    """(16,) uint8: a digest of the model(s) an on-device answer is about (names, dtypes, shapes and values). The
+    client puts it in its answer (the server sent the model: this tells it nothing new), so that an answer replayed
+    for another model is recognised (`stale_replies`)."""
+    h = hashlib.sha256()
+    for m in ([model] if isinstance(model, dict) else list(model)):
+        for name in sorted(m):
+            a = np.ascontiguousarray(m[name])
+            h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+            h.update(a.tobytes())
+    return np.frombuffer(h.digest()[:16], np.uint8).copy()
+
+
+def stale_replies(replies: Sequence[dict[str, Any]], sent: dict[str, np.ndarray] | Sequence[dict[str, np.ndarray]]
+                  ) -> list[int]:
+    """The nodes whose answer is about another model than ``sent``: a client answers once per (point, seed, stage)
+    and replays that answer to a later request whatever model it carries (`fl_privtext.client.guard`), e.g. a sweep's
+    point that differs from an earlier one only in the server's settings. Such an answer measures the earlier model;
+    the server leaves it out of its estimate. Answers without a digest (older clients) are taken as they are."""
+    digest = model_digest(sent)
+    return [int(r["node"]) for r in replies
+            if "answer" in r and "model" in r["answer"] and not np.array_equal(np.asarray(r["answer"]["model"]), digest)]
 
 
 def _scalar(a: Any) -> Any:

@@ -216,9 +216,12 @@ def simulation_group(cfg: ExperimentConfig) -> tuple[Any, ...]:
     """Points that can share one Flower simulation: same federation settings and the same clients' [client]
     policy. The policy is the clients' own (fl_privtext.client.policy): two points whose requests look the same to
     a client (same privacy and rounds) but whose [client] sections differ could not be told apart by it, so each
-    [client] section gets its own simulation. Likewise each [server] section: a client answers on-device
-    evaluation once per (point, seed) whatever model it is sent (fl_privtext.client.guard), so two points that
-    differ only in the server's settings (e.g. server.learner) would share the first model's answer. And each
+    [client] section gets its own simulation. Each [server] section too, though that does not keep its on-device
+    answers apart: a client answers on-device evaluation once per (point, seed, stage) whatever model it is sent
+    (fl_privtext.client.guard), and its state (the ledger and stored answers) is shared by the sweep's simulations,
+    so a point that differs only in the server's settings gets the first model's answer back; the answer names the
+    model it is about and the server leaves it out of its estimate (`fl_privtext.ondevice.stale_replies`: the
+    private on-device figure of such a point is unavailable, the referee's exact figure stands). And each
     shard: a client holds one set of users (fl_privtext.client.policy.user_keys: the data, the partition into
     clients, run.seed), so points over other data or another partition run in their own simulation.
     And a no-privacy point (clean uploads, `fl_privtext.pipeline.runner.releases_in_clear`) never shares its

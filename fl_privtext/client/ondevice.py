@@ -36,7 +36,7 @@ from fl_privtext.client.aggregate import stats_input, stats_projection
 from fl_privtext.client.policy import Refused
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.ondevice import check_model, is_finite, keep_probability, mlp_logits
+from fl_privtext.ondevice import check_model, is_finite, keep_probability, mlp_logits, model_digest
 from fl_privtext.public import PublicSpec
 
 MAX_LAYERS = 2  # the server's learner: logistic regression (1 layer) or a one-hidden-layer MLP (2)
@@ -147,4 +147,5 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list
     noisy = np.where(flip, ~correct, correct)
     return {"noisy-correct": np.bincount(pick, weights=noisy, minlength=len(models)).astype(np.int64),
             "n": np.bincount(pick, minlength=len(models)).astype(np.int64),
-            "count-epsilon": np.array([float(count_epsilon)], np.float64)}
+            "count-epsilon": np.array([float(count_epsilon)], np.float64),
+            "model": model_digest(model)}  # which model(s) this answer is about (the server sent them)

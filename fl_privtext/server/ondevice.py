@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext.client.ondevice import answer_half
-from fl_privtext.ondevice import summarize, summarize_private
+from fl_privtext.ondevice import stale_replies, summarize, summarize_private
 from fl_privtext.server.ondevice_selection import choose
 from fl_privtext.server.training import Trained
 from fl_privtext.traffic import Collected
@@ -62,10 +62,12 @@ def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int,
         const = trained.constant_estimate  # the server's own estimate: the constant is not sent
         sent = {n: m for n, m in trained.candidates.items() if const is None or n != "constant"}
         picked = evaluate_round(replace(trained, candidates=sent), requests, seed, "select") if sent else []
-        chosen, selection = choose(picked, list(sent), constant=const)
+        stale = stale_replies(picked, list(sent.values()))
+        chosen, selection = choose(fresh(picked, stale), list(sent), constant=const)
         selection["dropped"] = trained.utility.get("on_device_candidates_dropped", [])  # export not finite
         replies = evaluate_round(replace(trained, model=trained.candidates[chosen]), requests, seed, "report")
-        result = {**summarize_private(replies), "learner": chosen, "selection": selection}
+        stale += stale_replies(replies, trained.candidates[chosen])
+        result = {**summarize_private(fresh(replies, stale)), "learner": chosen, "selection": selection}
         charged = charged_rows(picked, 0) + charged_rows(replies, 1)
         replies = picked + replies
     else:
@@ -73,10 +75,22 @@ def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int,
         if any("counts" in r for r in replies):  # old clients (no policy): confusion counts over the listed rows
             result = summarize([r["counts"] for r in replies if "counts" in r], trained.majority_class,
                                len(requests))
+            stale = []
         else:
-            result = summarize_private(replies)
+            stale = [] if trained.model is None else stale_replies(replies, trained.model)
+            result = summarize_private(fresh(replies, stale))
         charged = charged_rows(replies, None)
+    if stale:  # answers about an earlier point's model (replayed by the clients' policy): not this model's figure
+        result["stale_replies"] = sorted(set(stale))
+        if not result.get("available", True) or not result.get("clients"):
+            result["reason"] = ("every test client replayed its answer about an earlier point's model (a client "
+                                "answers once per point, seed and stage); the referee's exact figure stands")
     return {**result, "seconds": time.perf_counter() - t0, "_charged": charged, "_replies": replies}
+
+
+def fresh(replies: list[Any], stale: list[int]) -> list[Any]:
+    """The replies but the answers about another model (`fl_privtext.ondevice.stale_replies`)."""
+    return [r for r in replies if not ("answer" in r and int(r["node"]) in stale)]
 
 
 def shipped_model(trained: Trained, result: dict[str, Any]) -> dict[str, np.ndarray] | None:

@@ -296,3 +296,24 @@ def test_a_broken_noise_law_is_invisible_per_upload_and_the_clients_choice_rejec
     names = ["constant", "lda", "understated", "overstated"]
     chosen, rec = choose(_replies(data, [constant] + [heads[n] for n in names[1:]], 1.0, 0), names)
     assert chosen in ("lda", "overstated") and clean[chosen] > clean["understated"] + 0.15, rec["candidates"]
+
+
+def test_an_answer_replayed_for_another_model_is_left_out_of_the_servers_estimate(tmp_path):
+    """A client answers once per (point, seed, stage) and replays that answer whatever model a later request carries
+    (e.g. a sweep's point differing only in server.*): the answer names the model it is about, and the server's
+    estimate leaves out answers about another model instead of reporting the earlier model's accuracy."""
+    from fl_privtext.ondevice import model_digest, stale_replies, summarize_private
+    from fl_privtext.server.ondevice import fresh
+
+    cfg = ExperimentConfig.from_flat({**CFG, "client.count-epsilon": 40.0})
+    data, policy = _data(400), ClientPolicy.from_points([cfg])
+    first, _ = release_on_device(data, 0, cfg, 0, PERFECT, policy=policy, state_dir=str(tmp_path), client_seed=1)
+    again, stats = release_on_device(data, 0, cfg, 0, WRONG, policy=policy, state_dir=str(tmp_path), client_seed=1)
+    assert stats["replayed"] and np.array_equal(again["model"], model_digest(PERFECT))
+    replies = [{"node": 0, "answer": again}]
+    # known-bad: taken at face value, the replay reports the perfect model's accuracy for the wrong one
+    assert summarize_private(replies)["accuracy"] > 0.95
+    assert stale_replies(replies, WRONG) == [0] and stale_replies(replies, PERFECT) == []
+    est = summarize_private(fresh(replies, stale_replies(replies, WRONG)))
+    assert not est["available"]
+    assert stale_replies([{"node": 3, "answer": first}], PERFECT) == []  # a fresh answer is about the model sent
