@@ -95,6 +95,12 @@ class Ratios:
             raise ValueError(f"Ratios needs num and den of one (R, K) shape and low < high; got {self.num.shape}, "
                              f"{self.den.shape}, [{self.low}, {self.high}].")
 
+    def __eq__(self, other: object) -> bool:  # arrays compare by value (results of two paths are compared whole)
+        return isinstance(other, Ratios) and (self.low, self.high) == (other.low, other.high) and \
+            np.array_equal(self.num, other.num) and np.array_equal(self.den, other.den)
+
+    __hash__ = None  # type: ignore[assignment]
+
     def value(self, pooled: np.ndarray) -> np.ndarray:
         """The figure of ``pooled`` (..., K) sums: (...,), NaN where no denominator is positive."""
         top, bottom = pooled @ self.num.T, pooled @ self.den.T  # (..., R)
@@ -119,6 +125,12 @@ class UserSums:
         if self.users.ndim != 1 or self.sums.ndim != 2 or self.sums.shape[0] != self.users.shape[0]:
             raise ValueError(f"UserSums needs (U,) users and (U, K) sums; got {self.users.shape}, "
                              f"{self.sums.shape}.")
+
+    def __eq__(self, other: object) -> bool:  # arrays compare by value, as UserCounts
+        return isinstance(other, UserSums) and np.array_equal(self.users, other.users) and \
+            np.array_equal(self.sums, other.sums)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def user_sums(columns: np.ndarray, users: np.ndarray) -> UserSums:

@@ -205,3 +205,15 @@ def test_sums_bootstrap_of_accuracy_is_counts_bootstrap_and_an_advantage_may_be_
     assert -1.0 <= lo < hi < 0.0
     with pytest.raises(ValueError, match="one column count"):
         sums_bootstrap(sums, {"bad": Ratios(np.ones((1, 3)), np.ones((1, 3)))}, generator(2, "boot"))
+
+
+def test_per_user_sums_and_ratios_compare_by_value():
+    """Two paths' results are compared whole (Flower against the plain loop): their per-user sums must compare by
+    their arrays, not by identity."""
+    from fl_privtext.bootstrap import ACCURACY, Ratios, user_sums
+
+    cols, users = np.array([[1.0, 0.0], [1.0, 1.0], [1.0, 1.0]]), np.array([3, 3, 5])
+    assert user_sums(cols, users) == user_sums(cols.copy(), users.copy())
+    assert user_sums(cols, users) != user_sums(cols, np.array([3, 5, 5]))
+    assert ACCURACY == Ratios(np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]]))
+    assert ACCURACY != Ratios(np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]]), high=2.0)
