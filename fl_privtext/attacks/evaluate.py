@@ -418,26 +418,26 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
     guess = inversion.invert(view)
     ent = np.isin(np.array(guess.vocab, dtype=object), np.array(guess.entities, dtype=object))
     # scored row_chunks of targets at a time: the targets' word presence is never held for all of them at once
-    entity_true = 0
     names = [guess.decoder] + [d for d in guess.decoders if d != guess.decoder]
     counts = np.zeros((len(names) + 1, 3), np.int64)  # (answer, other decoders, baseline) x (tp, predicted, true)
     entity_hits = np.zeros(len(names) + 1, np.int64)
     # issue #37: per target upload, the answer's and the baseline's counts (INVERSION_COLUMNS), summed per user below
     per_upload = np.zeros((len(guess.target_index), len(INVERSION_COLUMNS)))
     for c in row_chunks(len(guess.target_index), inversion.chunk_rows(len(guess.vocab))):
-        y = inversion.presence([truth.texts[i] for i in guess.target_index[c]], guess.vocab)
-        t = y[:, ent].astype(bool)
-        entity_true += int(t.sum())
+        y = inversion.presence([truth.texts[i] for i in guess.target_index[c]], guess.vocab).astype(bool)
+        t = y[:, ent]
         preds = [guess.predict(c, d) for d in names] + [guess.baseline_pred[c]]
         for j, pred in enumerate(preds):
-            counts[j] += inversion.set_counts(y, pred)
-            entity_hits[j] += int((t & pred[:, ent].astype(bool)).sum())
-        yb = y.astype(bool)
-        for off, pred in ((0, preds[0]), (4, preds[-1])):
-            said = pred.astype(bool)
-            per_upload[c, off:off + 4] = np.stack([(yb & said).sum(axis=1), said.sum(axis=1), yb.sum(axis=1),
-                                                   (t & said[:, ent]).sum(axis=1)], axis=1)
+            said = pred.astype(bool)  # per upload: tp, predicted, true, entity words hit; their sums the totals
+            cols = np.stack([(y & said).sum(axis=1), said.sum(axis=1), y.sum(axis=1), (t & said[:, ent]).sum(axis=1)],
+                            axis=1)
+            counts[j] += cols[:, :3].sum(axis=0)
+            entity_hits[j] += int(cols[:, 3].sum())
+            if j in (0, len(preds) - 1):  # the answer's columns (0-3), the baseline's (4-7)
+                off = 0 if j == 0 else 4
+                per_upload[c, off:off + 4] = cols
         per_upload[c, 8] = t.sum(axis=1)
+    entity_true = int(per_upload[:, 8].sum())
     p, r, f1 = inversion.prf(*(int(v) for v in counts[0]))
     pb, rb, fb = inversion.prf(*(int(v) for v in counts[-1]))
     per_decoder = {d: dict(zip(("precision", "recall", "f1"), inversion.prf(*(int(v) for v in counts[j])),
