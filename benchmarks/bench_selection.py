@@ -76,7 +76,7 @@ def uploads(data: str, mechanism: str, epsilon: float, seed: int, root: str, row
 def warm_imports() -> None:
     """Import what the fits import lazily (scikit-learn, scipy.stats, torch), so neither timing pays for it."""
     import scipy.stats  # noqa: F401
-    import sklearn.linear_model  # noqa: F401
+    import sklearn.linear_model
     import sklearn.model_selection  # noqa: F401
 
     from fl_privtext.learn import train_mlp  # noqa: F401  (torch)
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     auto_s, chosen, scores = min(auto, key=lambda r: r[0])
     winner_s = min(fit(chosen, pt, args.seed, mlp)[0] for _ in range(args.repeats))
     out = {"data": args.data, "mechanism": args.mechanism, "epsilon": args.epsilon, "seed": args.seed,
-           "uploads": int(len(pt["y"])), "dim": int(pt["x"].shape[1]), "mlp": mlp, "winner": chosen,
+           "uploads": len(pt["y"]), "dim": int(pt["x"].shape[1]), "mlp": mlp, "winner": chosen,
            "auto_s": auto_s, "winner_s": winner_s, "ratio": auto_s / max(winner_s, 1e-9),
            "candidates": {n: {k: v for k, v in s.items() if isinstance(v, (int, float, bool, str))}
                           for n, s in scores.items()},

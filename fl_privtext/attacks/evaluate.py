@@ -454,7 +454,7 @@ def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
             "vocab_size": len(guess.vocab), "entity_words": list(guess.entities)[:20],
             "num_entity_words": int(ent.sum()), "threshold": guess.threshold, "baseline_words": guess.baseline_words,
             "num_targets": len(guess.target_index), "num_targets_total": guess.targets_total,
-            "num_target_users": int(len(np.unique(view.user[guess.target_index]))),
+            "num_target_users": len(np.unique(view.user[guess.target_index])),
             "ceiling": "none: no closed-form LDP bound for a set-valued secret (see the re-identification ceiling)"}
 
 

@@ -82,9 +82,10 @@ def on_device_seed(trained: Trained, requests: dict[int, np.ndarray], seed: int,
         charged = charged_rows(replies, None)
     if stale:  # answers about an earlier point's model (replayed by the clients' policy): not this model's figure
         result["stale_replies"] = sorted(set(stale))
-        if not result.get("available", True) or not result.get("clients"):
-            result["reason"] = ("every test client replayed its answer about an earlier point's model (a client "
-                                "answers once per point, seed and stage); the referee's exact figure stands")
+        if not result.get("available", True):
+            result["reason"] = (f"no test client answered for this model: {len(set(stale))} replayed their answer "
+                                "about an earlier point's model (a client answers once per point, seed and stage), "
+                                "any other refused; the referee's exact figure stands")
     return {**result, "seconds": time.perf_counter() - t0, "_charged": charged, "_replies": replies}
 
 

@@ -75,7 +75,7 @@ def points(cache_dir, request):
     served: dict[str, tuple[ExperimentConfig, dict]] = {}
     collected: list[str] = []  # the point of every round the server collected
     for group in groups.values():
-        def on_round(i: int, *_: object, names: list[str] = list(group)) -> None:
+        def on_round(i: int, *_: object, names: tuple[str, ...] = tuple(group)) -> None:
             server_env.append(os.environ.get(CLIENT_SEED_ENV))
             collected.append(names[i])
 
