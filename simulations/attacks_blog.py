@@ -23,8 +23,8 @@ import numpy as np
 from fl_privtext import pipeline
 from fl_privtext.client import client_upload, mechanism_for, merge_uploads
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.privacy.report import json_safe as _json_safe
 from fl_privtext.public import PublicSpec
-from fl_privtext.report import _json_safe
 
 POINTS = [("none", 0.0)] + [(m, e) for m in ("laplace-l1", "gaussian") for e in (1.0, 4.0, 16.0)]
 OUT = Path(__file__).resolve().parents[1] / "docs" / "results" / "attacks"

@@ -85,7 +85,7 @@ def main() -> None:
         x, y = np.asarray(z["x"], np.float32), np.asarray(z["y"], np.int64)
         users = np.arange(len(y))
     else:
-        from fl_privtext.prepare import prepare
+        from fl_privtext.pipeline.preparation import prepare
 
         sets = {"blog-glove": {"data.name": "blog", "data.options.max_rows": 10000},
                 "ag-glove": {"data.name": "ag_news"}}[args.data]

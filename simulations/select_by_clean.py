@@ -25,7 +25,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fl_privtext.prepare import prepare
 from sweep import default_data_root
 
 from fl_privtext import rng
@@ -33,6 +32,7 @@ from fl_privtext.client.ondevice import expected_input
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
+from fl_privtext.pipeline.preparation import prepare
 from fl_privtext.public import PublicSpec
 from fl_privtext.rng import generator
 from fl_privtext.server.learners import LDA, ClassStats

@@ -17,7 +17,6 @@ import sys
 import numpy as np
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from fl_privtext.prepare import prepare
 from sklearn.model_selection import GroupKFold
 from sweep import default_data_root
 
@@ -26,6 +25,7 @@ from fl_privtext.client.ondevice import expected_input
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.ondevice import mlp_logits
+from fl_privtext.pipeline.preparation import prepare
 from fl_privtext.public import PublicSpec, public_features
 from fl_privtext.rng import generator
 from fl_privtext.server.learners import ClassStats, make_learner
