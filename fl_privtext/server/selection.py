@@ -30,6 +30,11 @@ Cost (issue #38): the folds are drawn once for every candidate, and one pass ove
 fold's raw sums (`FoldStats`); the moment learners (centroid, lda: ``fit_stats``) fit each fold in closed form from
 the totals minus the fold's sums, and `clean_accuracy` reads the held-out sums, so their k folds cost about one pass
 (the same numbers as a refit on each fold's rows up to float rounding: tests/server/test_closed_form_cv.py).
+The candidates are ``server.auto-candidates`` (`fl_privtext.server.training.fit_learner`): the MLP is out by default
+(its three fold fits were ~95% of auto's time, 25-35x fitting the winner, and it won 6 of ~1,500 saved selections).
+What remains is bounded by the iterative candidate: with linear in, auto costs its C search and three fold fits
+whatever wins, so against a closed-form winner (centroid, ~0.3 s at 50,000 x 384) it is many times the winner's fit
+but about 1.5-2x fitting every candidate once (benchmarks/README.md, the selection section).
 """
 
 from __future__ import annotations
