@@ -23,11 +23,11 @@ SCHEDULES = ("repeat", "stream")
 AUTO_PROJ_DIM = "auto"  # privacy.proj-dim = auto (fl_privtext.public.auto_proj_dim)
 AUTO_LEARNER = "auto"  # server.learner / attack.learner: auto, or a name of the learner registry (fl_privtext.names)
 AGGREGATES = ("uploads", "secagg")  # server.aggregate: per-user uploads, or noisy class statistics through SecAgg+
-SELECT_ON = ("uploads", "clients")
+SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that chooses the on-device model
 # server.auto-candidates: the learners server.learner = auto cross-validates beside the constant (which always
 # competes). The MLP is out by default: in ~1,500 saved learner entries of past runs auto chose it 6 times, while
 # its three fold fits were ~95% of auto's time (25-35x fitting the winner alone, benchmarks/README.md)
-AUTO_CANDIDATES = "centroid,lda,linear"  # server.select-on: the evidence that chooses the on-device model
+AUTO_CANDIDATES = "centroid,lda,linear"
 
 
 def learner_choices() -> tuple[str, ...]:
