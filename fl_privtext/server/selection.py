@@ -34,7 +34,7 @@ The candidates are ``server.auto-candidates`` (`fl_privtext.server.training.fit_
 (its three fold fits were ~95% of auto's time, 25-35x fitting the winner, and it won 6 of ~1,500 saved selections).
 What remains is bounded by the iterative candidate: with linear in, auto costs its C search and three fold fits
 whatever wins, so against a closed-form winner (centroid, ~0.3 s at 50,000 x 384) it is many times the winner's fit
-but about 1.5-2x fitting every candidate once (benchmarks/README.md, the selection section).
+but about 1-1.6x fitting every candidate once (benchmarks/README.md, the selection section).
 """
 
 from __future__ import annotations
