@@ -44,7 +44,8 @@ NOT_POINT = ("run.output", "run.progress", "run.memory-gb", "run.baseline", "run
               "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
               "client.secagg-min-clients",  # the [client] policy never changes an upload's stream
               "federation.shuffle",  # the shuffler acts after the client (issue #24)
-              "server.select-on")  # which model the clients evaluate; each stage has its own stream
+              "server.select-on",  # which model the clients evaluate; each stage has its own stream
+              "server.auto-candidates")  # which learners the server cross-validates on what it received
 
 
 def client_seed_from(node_config: dict[str, Any] | None = None) -> int | None:

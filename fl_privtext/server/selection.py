@@ -30,6 +30,11 @@ Cost (issue #38): the folds are drawn once for every candidate, and one pass ove
 fold's raw sums (`FoldStats`); the moment learners (centroid, lda: ``fit_stats``) fit each fold in closed form from
 the totals minus the fold's sums, and `clean_accuracy` reads the held-out sums, so their k folds cost about one pass
 (the same numbers as a refit on each fold's rows up to float rounding: tests/server/test_closed_form_cv.py).
+The candidates are ``server.auto-candidates`` (`fl_privtext.server.training.fit_learner`): the MLP is out by default
+(its three fold fits were ~95% of auto's time, 25-35x fitting the winner, and it won 6 of ~1,500 saved selections).
+What remains is bounded by the iterative candidate: with linear in, auto costs its C search and three fold fits
+whatever wins, so against a closed-form winner (centroid, ~0.3 s at 50,000 x 384) it is many times the winner's fit
+but about 1-1.6x fitting every candidate once (benchmarks/README.md, the selection section).
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ CLEAN_MARGIN = 0.01  # a head replaces the constant only when its estimated clea
 CLEAN_UNRESOLVED = 0.5  # a head whose held-out means' noise exceeds this share of its clean score spread is unresolved
 CLEAN_DRAWS = 2000  # Monte-Carlo draws per class of the Gaussian model (fixed seed: common numbers across heads)
 LEARNER_RULE = ("auto: the lowest out-of-fold per-upload log-loss among the learners that beat the constant's "
-                "(fl_privtext.server.selection); beside each candidate its estimated ON-DEVICE (clean-head) accuracy "
+                "(fl_privtext.server.selection), the candidates those of server.auto-candidates (default centroid, "
+                "lda, linear: the MLP is out by default as it won 6 of ~1,500 saved selections while its fold fits "
+                "were ~95% of auto's time; add it to the list to score it); beside each candidate its estimated ON-DEVICE (clean-head) accuracy "
                 "(clean_accuracy_estimate, clean_unresolved, clean_choice), reported but not yet the criterion: at "
                 "the measured sizes its error exceeds the differences it should rank (issue #37)")
 

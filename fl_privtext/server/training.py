@@ -1,14 +1,16 @@
 """The untrusted server's task: choose and train the task classifier on the uploads it received, and evaluate it.
 
 Framework-free (numpy, torch, scikit-learn); `fl_privtext.pipeline.train_point` calls it once per seed on what the
-server received. ``server.learner`` names the learner (`fl_privtext.server.learners`); ``auto`` picks among all of
-them and the constant predictor by cross-validation on the server's uploads grouped by user
+server received. ``server.learner`` names the learner (`fl_privtext.server.learners`); ``auto`` picks among those
+``server.auto-candidates`` names (centroid, lda, linear by default; the MLP where added) and the constant
+predictor by cross-validation on the server's uploads grouped by user
 (`fl_privtext.server.selection`). The moment learners use the mechanism's noise law (`fl_privtext.server.noise`)
 and, with label RR on, the label-RR matrix. Randomness: the streams ``(seed, "server", ...)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +19,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
-from fl_privtext.config import ServerConfig
+from fl_privtext.config import AUTO_CANDIDATES, ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
@@ -26,6 +28,7 @@ from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.ondevice_selection import constant_from_labels
 from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
 
+AUTO_DEFAULT = tuple(AUTO_CANDIDATES.split(","))  # auto's candidates beside the constant (server.auto-candidates)
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
 
 if TYPE_CHECKING:
@@ -70,15 +73,20 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
                 mechanism: Any, input_dim: int, seed: int, label_epsilon: float = 0.0,
                 mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",),
                 input_norm2: float | None = None, norm_source: str = "", centered: bool = False,
-                fit_all: dict[str, Learner] | None = None) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
+                fit_all: dict[str, Learner] | None = None, candidates: Sequence[str] = AUTO_DEFAULT
+                ) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
     """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
     grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
     out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
     measured on public data named ``norm_source`` (`public_input_norm2`), for the cap mechanisms' noise law;
     ``centered``: the uploads were centred (``server.center``), so only the per-coordinate variance applies.
-    ``fit_all`` (auto only): filled with every candidate fitted on all of ``x`` (the chosen one is the same object)."""
+    ``fit_all`` (auto only): filled with every candidate fitted on all of ``x`` (the chosen one is the same object).
+    ``candidates`` (auto only): the learners cross-validated beside the constant (``server.auto-candidates``; the MLP
+    only where named, and then ``mlp`` must be given)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
+    if name == "auto" and "mlp" in candidates and mlp is None:
+        raise ValueError("auto with the MLP among its candidates needs its config and generator (mlp={...}).")
     noise = noise_law(mechanism, input_dim, x.mean(axis=0, dtype=np.float64), rng.generator(seed, *stream, "noise"),
                       input_norm2=input_norm2, norm_source=norm_source)
     if centered and noise.moments is not None:  # the exact structure is that of the uploads, not of P u
@@ -101,7 +109,7 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     scores: dict[str, dict[str, Any]] = {}
     chosen = name
     if name == "auto":
-        names = ("constant", "centroid", "lda", "linear") + (("mlp",) if mlp is not None else ())
+        names = ("constant", *(n for n in candidates if n != "constant"))
         cv = np.arange(len(y))
         if len(y) > CV_MAX_UPLOADS:  # select on a seeded sample of users: the CV's cost is bounded at any N
             users = np.unique(groups)
@@ -109,12 +117,13 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
-        # Linear's L2 strength: chosen once on the selection's folds by user, then fixed (Linear.choose_c)
-        chooser = Linear(num_classes=num_classes, seed=seed)
-        linear_c, linear_start = chooser.choose_c(x[cv], y[cv], groups[cv], FOLDS), chooser.path_start
+        if "linear" in names:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
+            chooser = Linear(num_classes=num_classes, seed=seed)
+            linear_c, linear_start = chooser.choose_c(x[cv], y[cv], groups[cv], FOLDS), chooser.path_start
         chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr, law=noise,
                                 num_classes=num_classes)
-        scores["linear"]["C"] = linear_c
+        if "linear" in names:
+            scores["linear"]["C"] = linear_c
         if fit_all is not None:
             fit_all.update({n: maker(n)().fit(x, y) for n in names})
             return fit_all[chosen], chosen, scores
@@ -172,7 +181,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         server.learner, features[tr], labels[tr], train_groups, num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
-        fit_all=fitted if server.select_on == "clients" else None)
+        fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
     pred = model.logits(features[te]).argmax(axis=1)
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {

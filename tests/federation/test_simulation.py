@@ -160,7 +160,7 @@ def test_the_clients_choice_through_flower_equals_the_plain_loop(points):
     fl = point["per_seed"][0]["utility"]["on_device"]
     assert fl == pipeline.run_plain(cfg)["per_seed"][0]["utility"]["on_device"]
     cands = fl["selection"]["candidates"]
-    assert set(cands) == {"constant", "centroid", "lda", "linear", "mlp"}
+    assert set(cands) == {"constant", "centroid", "lda", "linear"}  # server.auto-candidates' default: no MLP
     assert fl["learner"] != "constant", cands
     # every test client answered both stages (select: every candidate as model.i; report: the chosen one)
     assert fl["selection"]["clients"] == fl["clients"] == 4 and not fl["selection"]["refusals"]

@@ -161,7 +161,9 @@ FAST = {"run.progress": False, "attack.enabled": False, "server.epochs": 5, "run
 
 
 def test_plain_point_the_clients_choose_and_the_other_half_reports():
-    cfg = ExperimentConfig.from_flat({**FAST, "privacy.mechanism": "none"})
+    # the MLP added to auto's candidates (out by default, server.auto-candidates): its export goes to the clients too
+    cfg = ExperimentConfig.from_flat({**FAST, "privacy.mechanism": "none",
+                                      "server.auto-candidates": "centroid,lda,linear,mlp"})
     prep = pipeline.prepare(cfg, features="extract")
     point = pipeline.run_plain(cfg, prep)
     od = point["per_seed"][0]["utility"]["on_device"]
