@@ -229,17 +229,28 @@ class _Nearest:
         kmax = min(max(self.votes), p)
         out = [np.empty((len(q), self.pool_y.shape[1])) for _ in self.votes]
         step = max(1, (1 << 22) // max(1, p))  # (step, P) similarities at a time: ~32 MB at any P
+        # each query's same-user pool texts, found by a sorted lookup: a (step, P) comparison of users cost more
+        # than the similarities themselves (targets have no public text; only the attacker's own fits need it)
+        by_user = np.argsort(self.pool_users, kind="stable")
+        sorted_users = self.pool_users[by_user]
+        first, last = np.searchsorted(sorted_users, users, "left"), np.searchsorted(sorted_users, users, "right")
         for lo in range(0, len(q), step):
-            s = q[lo: lo + step] @ self.pool.T
-            s[users[lo: lo + step, None] == self.pool_users[None, :]] = -np.inf
-            near = np.argpartition(-s, kmax - 1, axis=1)[:, :kmax]
-            near = np.take_along_axis(near, np.argsort(-np.take_along_axis(s, near, 1), axis=1), 1)
+            hi = min(lo + step, len(q))
+            s = q[lo:hi] @ self.pool.T
+            np.negative(s, out=s)  # -similarity, in place: the same values as a negated copy
+            own = last[lo:hi] - first[lo:hi]
+            if own.any():
+                rows = np.repeat(np.arange(hi - lo), own)
+                starts = np.repeat(first[lo:hi] - np.cumsum(own) + own, own)
+                s[rows, by_user[starts + np.arange(len(rows))]] = np.inf  # same-user texts never vote
+            near = np.argpartition(s, kmax - 1, axis=1)[:, :kmax]
+            near = np.take_along_axis(near, np.argsort(np.take_along_axis(s, near, 1), axis=1), 1)
             for v, k in zip(out, self.votes, strict=True):
                 kk = min(k, kmax)
                 ok = np.isfinite(np.take_along_axis(s, near[:, :kk], 1))  # same-user texts never vote
                 sel = sparse.csr_matrix((ok.ravel() / np.maximum(ok.sum(axis=1), 1).repeat(kk),
                                          near[:, :kk].ravel(), np.arange(0, ok.size + 1, kk)), shape=(len(ok), p))
-                v[lo: lo + step] = np.log((sel @ self.pool_y).toarray() + 0.5 / kk)
+                v[lo:hi] = np.log((sel @ self.pool_y).toarray() + 0.5 / kk)
         return out
 
     def _features(self, x: np.ndarray, users: np.ndarray) -> Iterator[np.ndarray]:
