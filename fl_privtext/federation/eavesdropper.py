@@ -15,7 +15,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
-from fl_privtext.client import merge_uploads
+from fl_privtext.client import UPLOAD_KEYS, merge_uploads
 from fl_privtext.federation.grid import DelegatingGrid
 
 
@@ -109,6 +109,36 @@ class EavesdroppingGrid(DelegatingGrid):
         if not parts:
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
         return merge_uploads(parts)
+
+    def uploads_matching(self, received: dict[str, np.ndarray], record: str = "upload",
+                         chunk: int = 1 << 16) -> dict[str, np.ndarray]:
+        """`uploads`, without its merged copy when it would equal ``received`` (what the server merged from the
+        same replies): then ``received`` itself is returned, else the merged copy (whose difference the caller
+        reports). Each observed part is compared, ``chunk`` rows at a time, with the rows of ``received`` that
+        `merge_uploads` would write it to, so only the merge's row order (16 bytes per upload) is allocated, not a
+        second copy of the uploads next to the replies' bytes and ``received`` (~0.7 GB per million users of
+        50-dimensional uploads, at the run's peak)."""
+        parts = [o.arrays[record] for o in self.observations if record in o.arrays and len(o.arrays[record]["rows"])]
+        if not parts:
+            raise ValueError(f"The eavesdropper observed no {record!r} records.")
+        rows = np.concatenate([p["rows"] for p in parts])
+        if len(rows) != len(received["rows"]):
+            return merge_uploads(parts)
+        order = np.argsort(rows, kind="stable")  # merge_uploads' order, so duplicates land where it puts them
+        del rows
+        dest = np.empty_like(order)
+        dest[order] = np.arange(len(order))
+        del order
+        start = 0
+        for p in parts:
+            where = dest[start : start + len(p["rows"])]
+            for k in UPLOAD_KEYS:
+                x, y = p[k], received[k]
+                if x.dtype != y.dtype or x.shape[1:] != y.shape[1:] or not all(
+                        np.array_equal(x[i : i + chunk], y[where[i : i + chunk]]) for i in range(0, len(x), chunk)):
+                    return merge_uploads(parts)
+            start += len(p["rows"])
+        return received
 
     def forget(self, record: str = "upload") -> None:
         """Drop ``record``'s arrays from every observation (message counts and byte sizes stay): once what they

@@ -187,6 +187,7 @@ class PointTransport:
     encoder: ArrayRecord | None = None  # Phase A's encoder, carried by every Phase B query
     observations: list[Any] = field(default_factory=list)
     sent: list[Any] = field(default_factory=list)
+    _received: list[dict[str, np.ndarray]] = field(default_factory=list)  # this seed's rounds as the server merged them
 
     @property
     def phase_b(self) -> Grid:
@@ -220,19 +221,26 @@ class PointTransport:
         return encoder_out_dim(self.cfg, prep)
 
     def collect_round(self, seed: int, rnd: int) -> Round:
-        return collect(self.phase_b, self.nodes, self.cfg, seed, rnd, self.snapshot,  # type: ignore[arg-type]
-                       self.shuffler)
+        got = collect(self.phase_b, self.nodes, self.cfg, seed, rnd, self.snapshot,  # type: ignore[arg-type]
+                      self.shuffler)
+        self._received.append(got.uploads)
+        return got
 
     def start_seed(self) -> None:
         self.eaves.reset()
+        self._received.clear()
 
     def eavesdrop(self) -> Observed:
         if self.keep_observations:
             self.observations.extend(self.eaves.observations)
             self.sent.extend(self.eaves.sent)
             self.eaves.sent.clear()
-        observed = Observed(uploads=self.eaves.uploads(), messages=len(self.eaves.observations),
-                            nbytes=self.eaves.bytes_observed)
+        # one round (the server's merge is that round's own arrays): the record is checked against it in place and
+        # shares its arrays (`EavesdroppingGrid.uploads_matching`), instead of a third copy beside the replies' bytes
+        uploads = (self.eaves.uploads_matching(self._received[0]) if len(self._received) == 1 else
+                   self.eaves.uploads())
+        self._received.clear()
+        observed = Observed(uploads=uploads, messages=len(self.eaves.observations), nbytes=self.eaves.bytes_observed)
         self.eaves.reset()  # `observed` holds the seed's uploads (compared with what the server received): drop the
         # per-message copies (with keep_observations, `observations` above still references them)
         return observed

@@ -20,3 +20,44 @@ def test_numpy_view_equals_array_numpy_without_a_copy():
         v = numpy_view(a)
         np.testing.assert_array_equal(v, x)
         assert v.shape == x.shape
+
+
+def test_uploads_matching_shares_the_servers_merge_only_when_every_value_agrees():
+    """The record checked in place against what the server merged: equal -> the server's arrays themselves (no
+    third copy); any difference (a value, a row id, a missing upload, a dtype) -> the record's own merged copy,
+    which then differs from the server's (`same_uploads` reports it). Rows repeat and replies arrive unsorted, as
+    merge_uploads handles them; chunk=2 exercises the chunked comparison."""
+    from fl_privtext.client import merge_uploads, same_uploads
+    from fl_privtext.federation.eavesdropper import EavesdroppingGrid, Observation
+
+    g = np.random.default_rng(1)
+
+    def part(rows):
+        rows = np.asarray(rows, np.int64)
+        return {"features": g.normal(size=(len(rows), 3)).astype(np.float32), "labels": rows % 2, "rows": rows}
+
+    parts = [part([5, 1, 9]), part([0, 5, 2, 7]), part([3])]
+    received = merge_uploads(parts)
+
+    def grid(ps):
+        eaves = EavesdroppingGrid(None)  # type: ignore[arg-type]  # nothing is sent: the record is given
+        eaves.observations = [Observation(node, "query.upload", arrays={"upload": p}) for node, p in enumerate(ps)]
+        return eaves
+
+    assert grid(parts).uploads_matching(received, chunk=2) is received
+    unique = [part([5, 1, 9]), part([0, 6, 2]), part([3])]  # one round: each record once, replies in any order
+    merged_unique = merge_uploads(unique)
+    assert grid(unique[::-1]).uploads_matching(merged_unique, chunk=2) is merged_unique
+    # a repeated row: its copies' order is the replies' (a stable merge), so the answer is the record's own merge
+    assert same_uploads(grid(parts[::-1]).uploads_matching(received, chunk=2), merge_uploads(parts[::-1]))
+    changed = [dict(p) for p in parts]
+    changed[1]["features"] = changed[1]["features"].copy()
+    changed[1]["features"][3, 2] += 1e-3
+    other_rows = [dict(p) for p in parts]
+    other_rows[2]["rows"] = np.array([4])
+    wider = [dict(p) for p in parts]
+    wider[0]["features"] = wider[0]["features"].astype(np.float64)
+    for bad in (changed, other_rows, parts[:2], wider):
+        got = grid(bad).uploads_matching(received, chunk=2)
+        assert got is not received and not same_uploads(got, received)
+        assert same_uploads(got, merge_uploads(bad))  # what the record says, as uploads() merges it
