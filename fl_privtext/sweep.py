@@ -114,6 +114,10 @@ AUTO_KEYS: dict[str, tuple[Any, Any]] = {"extractor.batch-size": (0, 64)}
 LATER_KEYS.update({"server.learner": "mlp", "attack.learner": "auto"})
 # The clients' choice of the on-device model (server.select-on): every saved point was chosen on uploads.
 LATER_KEYS["server.select-on"] = "uploads"
+# auto's candidates (issue #38, server.auto-candidates): every saved point's auto cross-validated the MLP too. A point
+# whose server does not run auto is keyed without it (`_keyed`): the list cannot change its result.
+LATER_KEYS["server.auto-candidates"] = "centroid,lda,linear,mlp"
+AUTO_ONLY_KEYS = ("server.auto-candidates",)
 # The new attacker (issue #10: attack.families, folds, extra, ...) and the projection keys (issue #11) are NOT listed:
 # the points saved under docs/results were attacked by the old attacker, so they no longer match and rerun.
 
@@ -126,7 +130,13 @@ def point_key(cfg: ExperimentConfig) -> str:
     """A stable 16-hex-digit key of everything in the config that can change the result."""
     # the client seed enters as its fingerprint (issue #22), so a saved point's config (which holds only the
     # fingerprint) gives back its key (`saved_point_key`)
-    return _hash(published(keyed_flat(cfg, drop=IGNORED_KEYS, later=LATER_KEYS, auto=AUTO_KEYS)))
+    return _hash(published(_keyed(cfg)))
+
+
+def _keyed(cfg: ExperimentConfig) -> dict[str, Any]:
+    """`keyed_flat` with the project's key lists; auto's settings only where the server runs auto."""
+    drop = IGNORED_KEYS + (AUTO_ONLY_KEYS if cfg.server.learner != "auto" else ())
+    return keyed_flat(cfg, drop=drop, later=LATER_KEYS, auto=AUTO_KEYS)
 
 
 def saved_point_key(saved: dict[str, Any]) -> str:
@@ -134,7 +144,7 @@ def saved_point_key(saved: dict[str, Any]) -> str:
     the client seed's fingerprint in place of the seed."""
     fp = saved.get(SEED_FINGERPRINT_KEY)
     cfg = ExperimentConfig.from_flat({**LATER_KEYS, **{k: v for k, v in saved.items() if k != SEED_FINGERPRINT_KEY}})
-    flat = keyed_flat(cfg, drop=IGNORED_KEYS, later=LATER_KEYS, auto=AUTO_KEYS)
+    flat = _keyed(cfg)
     return _hash({**flat, **({SEED_FINGERPRINT_KEY: fp} if fp is not None else {})})
 
 

@@ -333,3 +333,21 @@ def test_the_frontier_draws_the_exact_on_device_figure_where_the_table_has_it(tm
         rows = [{"series": "privunitg", "epsilon_worst_case": e, "accuracy": 0.6, "accuracy_std": 0.0,
                  "majority_baseline": 0.6, "attacks": {}, **exact} for e in (1.0, 4.0, "inf")]
         assert [p.name for p in plots.frontier(rows, tmp_path)] == ["frontier_task.png"]
+
+
+def test_auto_candidates_key_only_auto_points_and_saved_auto_points_keep_the_mlp():
+    # Saved points predate server.auto-candidates and their auto cross-validated the MLP: they keep their keys under
+    # the old list; the new default (no MLP) is another point; a non-auto server is keyed without the list.
+    from fl_privtext.client import published
+    from fl_privtext.sweep import point_key, saved_point_key
+
+    def key(**sets: object) -> str:
+        return point_key(ExperimentConfig.from_flat({"run.progress": False, **sets}))
+
+    old = "centroid,lda,linear,mlp"
+    saved = published(ExperimentConfig.from_flat({"run.progress": False, "server.learner": "auto"}).to_flat())
+    del saved["server.auto-candidates"]  # a point saved before the key existed
+    assert key(**{"server.learner": "auto", "server.auto-candidates": old}) == saved_point_key(saved)
+    assert key(**{"server.learner": "auto"}) != key(**{"server.learner": "auto", "server.auto-candidates": old})
+    assert key(**{"server.learner": "centroid"}) == key(**{"server.learner": "centroid",
+                                                           "server.auto-candidates": "lda"})
