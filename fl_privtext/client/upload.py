@@ -221,19 +221,26 @@ def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
                 "rows": np.zeros(0, np.int64)}
     if len(parts) == 1 and bool(np.all(np.diff(parts[0]["rows"]) >= 0)):
         return {k: parts[0][k] for k in UPLOAD_KEYS}
-    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
-    dest = np.empty_like(order)
-    dest[order] = np.arange(len(order))  # where each concatenated entry goes
+    dest = merge_positions(parts)
     merged: dict[str, np.ndarray] = {}
     for k in UPLOAD_KEYS:
         dtype = np.result_type(*(p[k].dtype for p in parts))
-        out = np.empty((len(order), *parts[0][k].shape[1:]), dtype)
+        out = np.empty((len(dest), *parts[0][k].shape[1:]), dtype)
         start = 0
         for p in parts:
             out[dest[start : start + len(p[k])]] = p[k]
             start += len(p[k])
         merged[k] = out
     return merged
+
+
+def merge_positions(parts: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """Where `merge_uploads` writes each entry of the parts taken in order (as if concatenated): the canonical row
+    order, a stable sort by row (duplicates keep the parts' order)."""
+    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
+    dest = np.empty_like(order)
+    dest[order] = np.arange(len(order))
+    return dest
 
 
 def same_uploads(a: dict[str, np.ndarray], b: dict[str, np.ndarray], chunk: int = 1 << 16) -> bool:

@@ -15,7 +15,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 
-from fl_privtext.client import UPLOAD_KEYS, merge_uploads
+from fl_privtext.client import UPLOAD_KEYS, merge_positions, merge_uploads
 from fl_privtext.federation.grid import DelegatingGrid
 
 
@@ -121,14 +121,9 @@ class EavesdroppingGrid(DelegatingGrid):
         parts = [o.arrays[record] for o in self.observations if record in o.arrays and len(o.arrays[record]["rows"])]
         if not parts:
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
-        rows = np.concatenate([p["rows"] for p in parts])
-        if len(rows) != len(received["rows"]):
+        if sum(len(p["rows"]) for p in parts) != len(received["rows"]):
             return merge_uploads(parts)
-        order = np.argsort(rows, kind="stable")  # merge_uploads' order, so duplicates land where it puts them
-        del rows
-        dest = np.empty_like(order)
-        dest[order] = np.arange(len(order))
-        del order
+        dest = merge_positions(parts)  # merge_uploads' own positions, so duplicates land where it puts them
         start = 0
         for p in parts:
             where = dest[start : start + len(p["rows"])]

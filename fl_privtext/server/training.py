@@ -19,7 +19,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
-from fl_privtext.config import AUTO_CANDIDATES, ServerConfig
+from fl_privtext.config import ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
@@ -28,7 +28,7 @@ from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.ondevice_selection import constant_from_labels
 from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
 
-AUTO_DEFAULT = tuple(AUTO_CANDIDATES.split(","))  # auto's candidates beside the constant (server.auto-candidates)
+AUTO_DEFAULT = ServerConfig().auto_learners()  # auto's default candidates beside the constant, parsed as the key is
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
 
 if TYPE_CHECKING:
