@@ -103,7 +103,7 @@ def sent_rows(prep: Prepared, federation: FederationConfig, c: Collected) -> np.
         rows = r.revealed if r.revealed is not None else r.uploads["rows"]
         parts.append(rows)
         if any(f["kind"] == "timeout" for f in r.failures):
-            parts.append(np.setdiff1d(expected_rows(prep, federation, rnd), rows))
+            parts.append(_missing(expected_rows(prep, federation, rnd), rows, len(prep.ds.user_index)))
     return np.concatenate(parts) if parts else referee_rows(c, c.received["rows"])
 
 
