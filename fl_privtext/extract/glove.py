@@ -241,6 +241,23 @@ class _WordTable:
         return all_ids[pos], cum[bounds[1:]] - cum[bounds[:-1]], int(w[:, 2].sum()), int(w[:, 3].sum())
 
 
+_BLOCK_TOKENS = 4096  # tokens whose vectors are gathered and summed at once (~0.8 MB: stays in the CPU's cache)
+
+
+def _segment_sums(vectors: np.ndarray, ids: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """(len(starts), dim) float32: row i sums ``vectors[ids[starts[i] : starts[i + 1]]]`` (the last to the end), in
+    token order. Why in blocks of about ``_BLOCK_TOKENS`` tokens of whole texts: gathering a batch's every token
+    vector first (hundreds of MB) and then summing it ran at memory speed, twice as slow as blocks that stay in the
+    cache; each text is still one ``np.add.reduceat`` segment, summed in the same order (same bits)."""
+    sums = np.empty((len(starts), vectors.shape[1]), dtype=np.float32)
+    cuts = np.searchsorted(starts, np.arange(_BLOCK_TOKENS, len(ids), _BLOCK_TOKENS))
+    edges = np.unique(np.concatenate(([0], cuts, [len(starts)])))
+    for a, b in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        lo, hi = int(starts[a]), int(starts[b]) if b < len(starts) else len(ids)
+        sums[a:b] = np.add.reduceat(vectors[ids[lo:hi]], starts[a:b] - lo, axis=0)
+    return sums
+
+
 # ------------------------------------------------------------------------------------------------------------
 # Extractor
 
@@ -359,9 +376,8 @@ class GloveExtractor:
             n_oov += no
             n_empty += int(np.count_nonzero(counts == 0))
             if len(ids):
-                nonempty = counts > 0
-                starts = np.concatenate(([0], np.cumsum(counts)[:-1]))[nonempty]
-                sums = np.add.reduceat(vectors[ids], starts, axis=0)  # (#nonempty, 50); empty texts own no token
+                nonempty = np.flatnonzero(counts > 0)  # empty texts own no token: their mean stays zero
+                sums = _segment_sums(vectors, ids, (np.cumsum(counts) - counts)[nonempty])
                 out[start : start + len(chunk)][nonempty] = sums / counts[nonempty, None].astype(np.float32)
             bar.update(len(chunk))
         return out, GloveStats(len(texts), n_empty, n_tok, n_oov)

@@ -160,12 +160,10 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
             total.charge(u, lab)
             uploaded.charge(u, lab)
     od_eps = 0.0
-    for rows, eps in on_device_rows:
-        if len(rows) == 0:
-            continue
+    for od_users, eps in _on_device_charges(users, on_device_rows):
         od = PrivacyReport(mechanism="on-device randomized response", epsilon_nominal=eps, epsilon_worst_case=eps)
-        od_acc.charge(users[np.asarray(rows, np.int64)], od)
-        total.charge(users[np.asarray(rows, np.int64)], od)
+        od_acc.charge(od_users, od)
+        total.charge(od_users, od)
         od_eps = eps
     phase_a = phase_a_rows is not None and len(phase_a_rows) > 0
     if phase_a_central is not None and not (train.secagg and train.dp_mode == "client"):
@@ -249,6 +247,28 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
         "also_released": list(ALSO_RELEASED),
     }
     return out
+
+
+def _on_device_charges(users: np.ndarray, on_device_rows: Sequence[tuple[np.ndarray, float]]
+                       ) -> list[tuple[np.ndarray, float]]:
+    """The on-device answers' charges as (users, epsilon) pairs, in the order ``privacy_summary`` applies them, the
+    last one at the epsilon of the last non-empty answer. Why: there is one answer per test client, and each charge
+    merges into accountants that hold every user (O(users)), so charging them one by one cost O(clients x users)
+    (48 s of a 1M-user, 100-client run's report). When no user appears in two answers (a user's records sit on one
+    client; the select and report halves split by user), every user gets exactly one addition whatever the grouping,
+    so the answers of one epsilon are charged at once (same totals, bit for bit); else one by one, as they came."""
+    parts = [(users[np.asarray(rows, np.int64)], float(eps)) for rows, eps in on_device_rows if len(rows)]
+    if len(parts) < 2:
+        return parts
+    distinct = [np.unique(u) for u, _ in parts]
+    if len(np.unique(np.concatenate(distinct))) != sum(len(d) for d in distinct):
+        return parts  # a user answered twice: the per-user sums keep their order of additions
+    last = parts[-1][1]
+    by_eps: dict[float, list[np.ndarray]] = {}
+    for u, eps in parts:
+        by_eps.setdefault(eps, []).append(u)
+    by_eps[last] = by_eps.pop(last)  # the last answer's epsilon stays last (privacy_summary's od_eps)
+    return [(np.concatenate(us), eps) for eps, us in by_eps.items()]
 
 
 def phase_a_report(central: Mapping[str, Any] | None) -> PrivacyReport:

@@ -225,3 +225,20 @@ def test_word_memo_path_equals_the_token_by_token_path(monkeypatch: pytest.Monke
     np.testing.assert_array_equal(fast.extract(texts, progress=False), expected)
     assert fast.last_stats == reference.last_stats
     assert fast.last_stats is not None and fast.last_stats.oov_tokens > 0 and fast.last_stats.empty_texts > 0
+
+
+def test_block_sums_equal_one_reduceat_over_the_whole_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # _segment_sums gathers and sums the token vectors in blocks of about _BLOCK_TOKENS tokens of whole texts (cache
+    # sized); each text must still be one segment summed in token order: the same bits as one reduceat over all.
+    from fl_privtext.extract import glove as glove_module
+
+    vectors = np.asarray(glove_table().vectors)
+    g = np.random.default_rng(0)
+    counts = g.integers(1, 40, 300)
+    counts[[5, 6, 100]] = [200, 1, 97]  # texts longer than a block, and blocks cut next to them
+    ids = g.integers(0, len(vectors), int(counts.sum()))
+    starts = np.cumsum(counts) - counts
+    expected = np.add.reduceat(vectors[ids], starts, axis=0)
+    for block in (1, 7, 64, 10**6):
+        monkeypatch.setattr(glove_module, "_BLOCK_TOKENS", block)
+        np.testing.assert_array_equal(glove_module._segment_sums(vectors, ids, starts), expected)

@@ -92,3 +92,24 @@ def test_phase_a_in_the_clear_makes_the_total_infinite():
     out = privacy_summary(rep, *_sections(cfg), users, 2, [np.array([0, 1])], 1, phase_a_rows=np.array([0]))
     assert out["composition"]["per_user"]["max_epsilon_total"] == "inf"
     assert out["composition"]["per_user"]["max_epsilon_phase_a"] == "inf"
+
+
+def test_on_device_answers_are_charged_per_user_whether_grouped_or_one_by_one():
+    """One answer per test client: answers of disjoint users are charged at once (linear in users, not clients x
+    users); a user who answered twice keeps both charges. Closed forms: records x count-epsilon added per user."""
+    from fl_privtext.report.accounting import _on_device_charges
+
+    users = np.repeat(np.arange(6), 2)  # user u holds records 2u, 2u + 1
+    rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
+    cfg = _cfg(**{"privacy.label-epsilon": 2.0})
+    released = [np.arange(12)]
+    disjoint = [(np.array([0, 1]), 1.0), (np.array([2, 3]), 0.5), (np.array([6, 7]), 1.0), (np.array([], int), 3.)]
+    grouped = _on_device_charges(users, disjoint)
+    assert [(sorted(u.tolist()), e) for u, e in grouped] == [([1, 1], 0.5), ([0, 0, 3, 3], 1.0)]  # last eps last
+    out = privacy_summary(rep, *_sections(cfg), users, 4, released, 1, on_device_rows=disjoint)["composition"]
+    assert out["per_user"]["max_epsilon_on_device"] == pytest.approx(2.0)  # user 0 or 3: 2 records x 1.0
+    assert out["per_user"]["max_epsilon_total"] == pytest.approx(2 * 2.5 + 2.0)
+    twice = [(np.array([0]), 1.0), (np.array([1, 2]), 1.0)]  # user 0 answers in two replies: charged 2 x 1.0
+    assert len(_on_device_charges(users, twice)) == 2
+    out = privacy_summary(rep, *_sections(cfg), users, 4, released, 1, on_device_rows=twice)["composition"]
+    assert out["per_user"]["max_epsilon_on_device"] == pytest.approx(2.0)
