@@ -160,6 +160,18 @@ def counts_bootstrap(per_seed: Sequence[UserCounts], g: np.random.Generator, *, 
     return sums_bootstrap(sums, {"accuracy": ACCURACY}, g, n_boot=n_boot, level=level)["accuracy"]
 
 
+def _replicate_counts(g: np.random.Generator, b: int, num_users: int) -> np.ndarray:
+    """(b, U) float64: how often each of ``num_users`` users is drawn in each of ``b`` replicates of ``num_users``
+    draws with replacement. The same numbers as ``g.integers(U, size=(b, U))`` counted per row: for U < 2**31 numpy
+    draws int32 and int64 from the same 32-bit stream, and a row's counts fit in the cache, where one bincount over
+    offset ids (b x U bins) ran at memory speed (2.3x slower per replicate block at 5,000 users)."""
+    draws = g.integers(num_users, size=(b, num_users), dtype=np.int32 if num_users < 2**31 else np.int64)
+    w = np.empty((b, num_users))
+    for r in range(b):
+        w[r] = np.bincount(draws[r], minlength=num_users)
+    return w
+
+
 def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: np.random.Generator, *,
                    n_boot: int = N_BOOT, level: float = 0.95) -> dict[str, tuple[float, float]]:
     """The ``level`` interval of each figure's mean over seeds (each seed's figure of its pooled sums; module
@@ -187,8 +199,7 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
     chunk = max(1, _CHUNK_CELLS // num_users)
     for start in range(0, n_boot, chunk):
         b = min(chunk, n_boot - start)
-        draws = g.integers(num_users, size=(b, num_users)) + num_users * np.arange(b)[:, None]
-        w = np.bincount(draws.ravel(), minlength=b * num_users).reshape(b, num_users).astype(np.float64)  # (b, U)
+        w = _replicate_counts(g, b, num_users)  # (b, U)
         # (b, S, K) by BLAS, ~10x einsum's loop; counts and integer sums are exact in any order
         pooled = np.ascontiguousarray(np.matmul(w, sums).transpose(1, 0, 2))
         for name, f in figures.items():

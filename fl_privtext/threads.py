@@ -19,11 +19,16 @@ import contextlib
 import math
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from threadpoolctl import threadpool_limits
 
 from fl_privtext.config import FederationConfig, RunConfig
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
@@ -92,3 +97,26 @@ def limited(threads: int) -> Iterator[None]:
             yield
     finally:
         torch.set_num_threads(before)
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: int | None = None) -> list[R]:
+    """``[fn(x) for x in items]``, on up to ``cores // threads`` worker threads (``cores``: `usable_cores`), each
+    running torch and BLAS with ``threads`` threads, as the caller's `limited` block does. Why: a point's seeds are
+    independent computations (each its own random streams), and the server's evaluation and the eavesdropper's
+    attacks of one seed use one core (``threads`` = 1 on 2 cores with 2 actors), so a point of S seeds left the
+    other core idle once the uploads were in; numpy, scipy and torch release the GIL in their heavy loops. Each
+    seed's numbers are the same as in the serial loop (same streams, same thread count per operation); the
+    results come back in order and the first exception is raised. Call it inside ``limited(threads)``, which sets
+    the process-wide BLAS pools; torch's intra-op count is per thread (OpenMP), so each worker sets its own."""
+    cores = usable_cores() if cores is None else cores
+    workers = min(len(items), max(1, cores // max(1, threads)))
+    if workers <= 1:
+        return [fn(x) for x in items]
+
+    def start() -> None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(threads)
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fl-privtext-seed", initializer=start) as pool:
+        return list(pool.map(fn, items))

@@ -11,6 +11,7 @@ from fl_privtext.bootstrap import (
     Ratios,
     UserCounts,
     UserSums,
+    _replicate_counts,
     cluster_bootstrap,
     counts_bootstrap,
     seeds_interval,
@@ -217,3 +218,15 @@ def test_per_user_sums_and_ratios_compare_by_value():
     assert user_sums(cols, users) != user_sums(cols, np.array([3, 5, 5]))
     assert ACCURACY == Ratios(np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]]))
     assert ACCURACY != Ratios(np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]]), high=2.0)
+
+
+@pytest.mark.parametrize("num_users", [1, 7, 5000])
+def test_replicate_counts_are_the_offset_bincount_of_the_same_draws(num_users: int) -> None:
+    """Per-row counts of int32 draws equal the one-bincount-over-offset-ids formula on int64 draws of the same
+    stream (the intervals of every saved result depend on these numbers)."""
+    b = 13
+    old = np.random.default_rng(3).integers(num_users, size=(b, num_users)) + num_users * np.arange(b)[:, None]
+    want = np.bincount(old.ravel(), minlength=b * num_users).reshape(b, num_users).astype(np.float64)
+    got = _replicate_counts(np.random.default_rng(3), b, num_users)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+    assert np.all(got.sum(axis=1) == num_users)

@@ -6,7 +6,14 @@ import pytest
 import torch
 
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.threads import client_threads, driver_threads, limited, local_actors, worker_env
+from fl_privtext.threads import (
+    client_threads,
+    driver_threads,
+    limited,
+    local_actors,
+    parallel_map,
+    worker_env,
+)
 
 
 def _cfg(**sets) -> ExperimentConfig:
@@ -49,3 +56,32 @@ def test_limited_sets_and_restores_torch_threads():
 def test_negative_counts_are_refused(key):
     with pytest.raises(ValueError, match=f"{key} must be >= 0"):
         _cfg(**{key: -1})
+
+
+def test_parallel_map_keeps_order_runs_side_by_side_and_sets_each_workers_torch_threads():
+    """A point's seeds side by side: results in order, as many workers as the cores hold at ``threads`` each, every
+    worker's torch at ``threads`` (OpenMP reads it per thread), and a failing seed's exception raised."""
+    import threading
+
+    seen: list[tuple[str, int]] = []
+    barrier = threading.Barrier(2, timeout=10)  # passes only if two items run at the same time
+
+    def work(i: int) -> int:
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        if i < 2:
+            barrier.wait()
+        return i * i
+
+    assert parallel_map(work, range(5), threads=1, cores=2) == [0, 1, 4, 9, 16]
+    assert {t for t, _ in seen} <= {"fl-privtext-seed_0", "fl-privtext-seed_1"} and {n for _, n in seen} == {1}
+    seen.clear()
+    assert parallel_map(work, [5, 6], threads=2, cores=2) == [25, 36]  # one worker: the caller's thread
+    assert {t for t, _ in seen} == {threading.current_thread().name}
+
+    def fail(i: int) -> int:
+        if i == 3:
+            raise ValueError("seed 3 failed")
+        return i
+
+    with pytest.raises(ValueError, match="seed 3 failed"):
+        parallel_map(fail, range(5), threads=1, cores=2)

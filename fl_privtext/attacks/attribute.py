@@ -54,7 +54,7 @@ from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import train_mlp
 from fl_privtext.names import ATTACK_FAMILIES, LEARNERS
-from fl_privtext.server.learners import Linear, make_learner
+from fl_privtext.server.learners import Linear, make_learner, quiet_solver
 from fl_privtext.server.noise import NoiseLaw
 
 # the built-ins' trial order (their names: fl_privtext.names.ATTACK_FAMILIES and LEARNERS); registered ones follow
@@ -366,9 +366,7 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
     observed, its one-hot label), fitted on every aux upload, answering every target upload; per user, each
     combination of `combine`. No choice, no noise law, no leak test: the floor the attacker's answer is read
     against (an audit that reports less leakage than this under-states what an eavesdropper learns)."""
-    import warnings
 
-    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
     prob = _Problem(view, view.known[name])
@@ -384,8 +382,7 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
         if len(np.unique(y)) < 2:  # one value among the aux users: the plain attacker answers it
             lp[:, int(y[0]) if len(y) else 0] = math.log1p(-1e-9)
         else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
+            with quiet_solver():
                 model = LogisticRegression(max_iter=1000).fit((xs - mean) / std, y)
 
             def log_proba(x: np.ndarray, m: LogisticRegression = model) -> np.ndarray:

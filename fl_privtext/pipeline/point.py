@@ -54,7 +54,7 @@ from fl_privtext.report.summaries import (
 from fl_privtext.server import Trained, train_server
 from fl_privtext.server.ondevice import OnDeviceRound, on_device_requests, on_device_seed, shipped_model
 from fl_privtext.server.pseudonyms import server_users
-from fl_privtext.threads import driver_threads, limited
+from fl_privtext.threads import driver_threads, limited, parallel_map
 from fl_privtext.traffic import Collected, CollectRound, Observed, OnRound, Round
 
 __all__ = ["Collected", "collect_point", "evaluate_point", "on_device", "on_device_wanted", "plain_on_device", "run_plain",
@@ -190,9 +190,14 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     guarantee (SecAgg+ with client noise), charged to its users instead of inf (`fl_privtext.report.accounting`)."""
     t_start = time.perf_counter()
     trained = list(trained) if trained is not None else train_point(prep, cfg, collected)
-    with limited(driver_threads(cfg.run, cfg.federation)):  # the driver's share of the cores, in both paths
-        per_seed = [_evaluate_seed(prep, cfg, c, t, None if on_device_results is None else on_device_results[i])
-                    for i, (c, t) in enumerate(zip(collected, trained, strict=True))]
+    if len(trained) != len(collected):
+        raise ValueError(f"evaluate_point needs one trained model per seed; got {len(trained)} for {len(collected)}.")
+    threads = driver_threads(cfg.run, cfg.federation)
+    with limited(threads):  # the driver's share of the cores, in both paths; the seeds side by side (same numbers)
+        per_seed = parallel_map(
+            lambda i: _evaluate_seed(prep, cfg, collected[i], trained[i],
+                                     None if on_device_results is None else on_device_results[i]),
+            range(len(collected)), threads)
     report = mechanism_for(PublicSpec.of(cfg), collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg.federation, c) for c in collected]

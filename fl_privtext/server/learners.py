@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -422,17 +423,34 @@ class Constant:
         return linear_export(np.zeros((self.k, self.d)), self.b)
 
 
+_QUIET_LOCK = threading.Lock()
+_QUIET: list[Any] = [0, None]  # [blocks inside `quiet_solver`, the catch_warnings the last one to leave exits]
+
+
 @contextlib.contextmanager
-def _quiet_solver() -> Iterator[None]:
+def quiet_solver() -> Iterator[None]:
     """scikit-learn 1.8's notices of future defaults (we set scoring), and lbfgs stopping at max_iter at the
     weakest regularisation on noisy uploads: the cross-validation scores each fit as it is, so an unconverged C
-    is judged by its held-out score, not trusted."""
+    is judged by its held-out score, not trusted. Safe when a point's seeds run side by side
+    (`fl_privtext.threads.parallel_map`): the filters are process-wide, so the first block in installs them and
+    the last one out restores them (one ``warnings.catch_warnings`` per block could restore another
+    thread's filters and leave them on for good)."""
     from sklearn.exceptions import ConvergenceWarning
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with _QUIET_LOCK:
+        if _QUIET[0] == 0:
+            _QUIET[1] = warnings.catch_warnings()
+            _QUIET[1].__enter__()
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        _QUIET[0] += 1
+    try:
         yield
+    finally:
+        with _QUIET_LOCK:
+            _QUIET[0] -= 1
+            if _QUIET[0] == 0:
+                _QUIET[1].__exit__(None, None, None)
 
 
 class Linear:
@@ -495,7 +513,7 @@ class Linear:
             self.C = 1.0
             return self.C
         clf = LogisticRegressionCV(Cs=list(LINEAR_CS), cv=splits, max_iter=200, scoring="neg_log_loss", refit=False)
-        with _quiet_solver():
+        with quiet_solver():
             clf.fit(z, y)
         self.C = float(clf.C_[0])
         if clf.coef_.shape[0] == self.k == len(clf.classes_):  # every class present: a warm start (``start``)
@@ -522,7 +540,7 @@ class Linear:
             a, c = self.start
             clf.set_params(warm_start=True)
             clf.coef_, clf.intercept_ = a * self.std, c + a @ self.mean
-        with _quiet_solver():
+        with quiet_solver():
             clf.fit((x - self.mean) / self.std, y)
         coef, icpt = clf.coef_, clf.intercept_
         if len(present) == 2 and coef.shape[0] == 1:
