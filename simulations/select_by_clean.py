@@ -160,12 +160,13 @@ def rule_acc(names, hits, loss, groups):
 MOMENT_HEADS = ("centroid", "lda")
 
 
-def shrunk_first(level: float | str | None, strict: bool):
+def shrunk_first(level: float | str | None, strict: bool | str):
     """The moment heads first (their James-Stein means fall back to the prior where the class-mean deviations are
     unresolved): the lowest log-loss among centroid and lda ships, unless (``level``) it is significantly WORSE than
     the constant (one-sided ``level``; "bonferroni": 95% with Bonferroni over the heads, as `select`), then the
     constant. Another head (linear) replaces it only when it beats the
-    constant significantly (one-sided 95%, Bonferroni: the current test) and (``strict``) also the moment head."""
+    constant significantly (one-sided 95%, Bonferroni: the current test) and (``strict``) also the moment head;
+    ``strict`` "fallback": another head only where no moment head qualifies (the platform's rule, `select`)."""
     def rule(names, hits, loss, groups):
         null = loss[names.index("constant")]
         z = stats.norm.ppf(1 - 0.05 / (len(names) - 1))
@@ -175,6 +176,8 @@ def shrunk_first(level: float | str | None, strict: bool):
             m = min(moments, key=lambda i: loss[i].mean())
             if level is None or z_diff(loss[m], null, groups) <= (z if level == "bonferroni" else stats.norm.ppf(level)):
                 best = m
+        if strict == "fallback" and best is not None:
+            return names[best]
         for i, n in enumerate(names):
             if n == "constant" or n in MOMENT_HEADS or z_diff(loss[i], null, groups) >= -z:
                 continue
@@ -192,7 +195,7 @@ def zs(names, hits, loss, groups):
 
 RULES = {"current": rule_current, "gate95": gate(0.95), "plain": rule_plain, "acc": rule_acc,
          "moments": shrunk_first(None, False), "moments_strict_g95": shrunk_first(0.95, True),
-         "adopted": shrunk_first("bonferroni", True)}
+         "moments_strict": shrunk_first("bonferroni", True), "adopted": shrunk_first("bonferroni", "fallback")}
 
 
 def linear_part(export):
