@@ -258,6 +258,9 @@ class _Moments:
     """Shared part of the moment learners: fit = sufficient statistics, heads from them."""
 
     name = "moments"
+    # the class-mean deviations are James-Stein shrunk (`ClassStats.shrunk_means`): where they are unresolved the
+    # head falls back to the prior, so `fl_privtext.server.selection.select` ships it without a constant gate
+    shrinks_to_prior = True
     w_noisy: np.ndarray  # (K, D) and (K,): the rule for a noisy upload
     b_noisy: np.ndarray
     w_clean: np.ndarray  # the rule for E[upload | x] (exported)

@@ -63,13 +63,13 @@ def _weak_signal(seed: int, n: int = 6000):
     return x, y, np.arange(n) // 3, NoiseLaw.diagonal(np.full(d, v), "closed form"), (d, s)
 
 
-def test_where_log_loss_keeps_the_constant_against_a_much_better_head_the_clean_estimate_says_it_is_unresolved():
-    """What issue #37 item 3 leaves open, pinned: on these uploads the log-loss rule of ``auto`` keeps the constant
-    (60% on device) while the LDA's clean head reaches more than 70% on fresh clean points. The held-out clean
-    estimate cannot rank them either (the clean within-class spread is not resolved by the uploads: a server
-    cannot tell a head's on-device accuracy from them), and it says so: ``clean_unresolved`` above
-    ``CLEAN_UNRESOLVED``, so ``clean_choice`` stays the constant instead of trusting an estimate 0.1 off. An
-    estimator that resolves this case must flip the last two assertions (and may then become the rule)."""
+def test_a_resolved_moment_head_the_log_loss_gate_threw_away_is_shipped():
+    """Issue #37 item 3, the planted case: on these uploads the LDA's clean head reaches more than 70% on fresh clean
+    points against the constant's 60%, while its per-upload log-loss does NOT beat the constant's significantly
+    (``beats_constant`` False: the old rule, the lowest log-loss among the heads that beat the constant, kept the
+    constant). The rule now ships the shrunk moment head unless it is significantly WORSE than the constant: here
+    the LDA. The held-out clean estimate cannot rank them (the clean within-class spread is not resolved by the
+    uploads), and says so: ``clean_unresolved`` above ``CLEAN_UNRESOLVED``, ``clean_choice`` the constant."""
     from fl_privtext.server.selection import CLEAN_UNRESOLVED
 
     x, y, groups, law, (d, s) = _weak_signal(1)
@@ -81,6 +81,26 @@ def test_where_log_loss_keeps_the_constant_against_a_much_better_head_the_clean_
     clean[:, 0] += 1.6 * s * yt
     e = make_learner("lda", num_classes=2, noise=law, seed=0).fit(x, y).export()
     truth = float(np.mean((clean @ e["weight_0"].T.astype(np.float64) + e["bias_0"]).argmax(1) == yt))
-    assert best == "constant" and truth > 0.70, (scores, truth)
+    assert truth > 0.70 > np.mean(yt == 0) + 0.08, truth
+    assert not scores["lda"]["beats_constant"], scores  # the old rule's gate: the constant would have shipped
+    assert best == "lda" and not scores["lda"]["worse_than_constant"], scores
     assert scores["lda"]["clean_unresolved"] > CLEAN_UNRESOLVED
     assert scores["constant"]["clean_choice"] == "constant"
+
+
+def test_a_moment_head_significantly_worse_than_the_constant_is_not_shipped():
+    """The one gate left on the moment heads. The centroid assumes one within-class variance for every coordinate;
+    here the only informative coordinate has 900x the variance of the others, so its noisy head is ~10x
+    overconfident and its per-upload log-loss significantly worse than the constant's (0.86 against 0.67 nats):
+    ``worse_than_constant``, and it is not shipped. Any other head (linear) ships only where it beats the constant
+    significantly (``beats_constant``), as before."""
+    g = np.random.default_rng(0)
+    n, d = 6000, 10
+    y = (g.random(n) < 0.4).astype(np.int64)
+    x = 0.1 * g.normal(size=(n, d))
+    x[:, 0] = 3.0 * g.normal(size=n) + 0.5 * y
+    makers = {k: (lambda k=k: make_learner(k, num_classes=2, noise=np.zeros(d), seed=0))
+              for k in ("constant", "centroid", "linear")}
+    best, scores = select(makers, x, y, np.arange(n) // 3)
+    assert scores["centroid"]["worse_than_constant"], scores
+    assert best == ("linear" if scores["linear"]["beats_constant"] else "constant"), scores

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fl_privtext.ondevice import mlp_logits
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.server import ClassStats, make_learner, noise_variance, select
 from fl_privtext.server.learners import label_rr_matrix
@@ -89,7 +90,12 @@ def test_the_constant_wins_when_the_data_carry_no_signal(gen):
     makers = {name: (lambda name=name: make_learner(name, num_classes=K, noise=np.full(D, 0.5)))
               for name in ("constant", "centroid", "lda", "linear")}
     best, scores = select(makers, u, y, groups)
-    assert best == "constant"
+    # the constant, or a moment head whose shrunk class means fell back to the prior: on fresh clean points (the
+    # noise law's 0.5 taken off the uploads' unit variance) it answers the majority, as the constant does
+    assert best in ("constant", "centroid", "lda"), best
+    clean = np.sqrt(0.5) * gen.standard_normal((20_000, D))
+    shipped = makers[best]().fit(u, y).export()
+    assert np.mean(mlp_logits(shipped, clean.astype(np.float32)).argmax(1) == 0) > 0.99
     assert scores["constant"]["accuracy"] == pytest.approx((y == 0).mean())
     # the constant's log-loss is the labels' entropy (up to the fold-wise priors)
     p = np.bincount(y) / n
