@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 import torch
 
 from fl_privtext import rng
@@ -16,6 +18,15 @@ from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.config import AttackConfig, MLPConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.learn import EarlyStop, train_mlp
+from fl_privtext.threads import limited
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch / BLAS thread, as the driver runs the attacks (`limited`): with torch's default pool these
+    32-row steps took 750 s instead of ~4 s of CPU on a loaded 2-core machine (oversubscribed threads)."""
+    with limited(1):
+        yield
 
 
 def _view(users: int = 1000, per_user: int = 2, seed: int = 0, **attack: object) -> AttackView:
