@@ -7,7 +7,9 @@ hidden units and ReLU. Initialisation, dropout masks and batch order come from a
 
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,7 +18,7 @@ from torch import nn
 from fl_privtext.config import MLPConfig
 from fl_privtext.progress import progress_bar
 
-__all__ = ["MLPClassifier", "MLPConfig", "train_mlp", "warm_up"]
+__all__ = ["EarlyStop", "MLPClassifier", "MLPConfig", "train_mlp", "warm_up"]
 
 
 class MLPClassifier:
@@ -24,6 +26,8 @@ class MLPClassifier:
 
     losses: list[float]  # mean training loss per epoch (divergence shows as a rise or NaN)
     steps: int  # SGD steps taken (at most the config's max_steps when it is > 0)
+    best_step: int  # the step whose parameters were kept (= steps without early stopping)
+    holdout_losses: list[tuple[int, float]]  # (step, held-out loss) at each early-stopping check
 
     def __init__(self, net: nn.Module, mean: np.ndarray, std: np.ndarray, multilabel: bool, device: torch.device):
         self.net, self.mean, self.std, self.multilabel, self.device = net, mean, std, multilabel, device
@@ -83,6 +87,27 @@ def _net(d_in: int, d_out: int, cfg: MLPConfig, init: torch.Generator, masks: to
     return nn.Sequential(drop, linear(d_in, cfg.hidden, init), nn.ReLU(), linear(cfg.hidden, d_out, init))
 
 
+@dataclass(frozen=True)
+class EarlyStop:
+    """Early stopping on held-out rows: every ``every`` SGD steps the mean loss on ``x``, ``y`` (rows NOT in the
+    training set, standardised like it) is measured; training stops after ``patience`` checks without a new
+    minimum, and the parameters of the check with the lowest held-out loss are kept. The step budget
+    (``max_steps``) still bounds the run. Why: a fixed budget keeps fitting after the held-out loss has turned
+    (the eavesdropper's 512-wide probe on 50-d noisy uploads over-fits within a few thousand steps), so its last
+    parameters are worse held out than an earlier checkpoint, and they cost the whole budget (issue #38)."""
+
+    x: np.ndarray  # (M, D) held-out inputs
+    y: np.ndarray  # (M,) or (M, K), as the training labels
+    every: int = 250
+    patience: int = 4
+
+    def __post_init__(self) -> None:
+        if self.every < 1 or self.patience < 1 or len(self.x) == 0 or len(self.x) != len(self.y):
+            raise ValueError(f"EarlyStop needs every >= 1, patience >= 1 and M > 0 held-out rows with one label "
+                             f"each; got every={self.every}, patience={self.patience}, x {np.shape(self.x)}, "
+                             f"y {np.shape(self.y)}.")
+
+
 def train_mlp(
     x: np.ndarray,
     y: np.ndarray,
@@ -92,12 +117,14 @@ def train_mlp(
     generator: torch.Generator,
     device: str | torch.device | None = None,
     progress: str | None = None,
+    early_stop: EarlyStop | None = None,
 ) -> MLPClassifier:
     """Fit an MLP on ``x`` (N, D) and ``y`` ((N,) class indices, or (N, K) 0/1 for multi-label).
 
     Features are standardised with the training mean/std (the server sees only privatized inputs; this is
     post-processing). Mini-batch order and initialisation come from ``generator``. ``progress``: a label for a
-    per-epoch progress bar (None = silent).
+    per-epoch progress bar (None = silent). ``early_stop``: stop on held-out loss and keep the best checkpoint
+    (`EarlyStop`); None trains the full budget (epochs, capped at ``max_steps``).
     """
     config = config or MLPConfig()
     x = np.asarray(x, dtype=np.float32)
@@ -125,15 +152,37 @@ def train_mlp(
     opt = torch.optim.SGD(net.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     loss_fn: nn.Module = nn.BCEWithLogitsLoss() if multilabel else nn.CrossEntropyLoss()
     n = len(xt)
+    checks: list[tuple[int, float]] = []
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None  # (held-out loss, step, parameters)
+    if early_stop is not None:
+        hx = torch.from_numpy((np.asarray(early_stop.x, np.float32) - mean) / std).to(dev)
+        hy = np.asarray(early_stop.y)
+        hyt = torch.from_numpy(hy.astype(np.float32) if multilabel else hy.astype(np.int64)).to(dev)
+
+    def check() -> bool:
+        """Measure the held-out loss at this step, keep the parameters if it is the lowest; True = stop."""
+        nonlocal best
+        assert early_stop is not None
+        net.eval()
+        with torch.inference_mode():
+            held = float(sum(loss_fn(net(hx[i : i + 8192]), hyt[i : i + 8192]).item() * len(hx[i : i + 8192])
+                             for i in range(0, len(hx), 8192)) / len(hx))
+        net.train()
+        checks.append((taken, held))
+        if best is None or held < best[0]:
+            best = (held, taken, copy.deepcopy(net.state_dict()))
+        return sum(1 for s, _ in checks if s > best[1]) >= early_stop.patience
+
     net.train()
     losses: list[float] = []
+    stop = False
     budget = config.max_steps or math.inf  # the budget: cost stops growing with N once it binds
     taken = 0
     # a bar on a terminal; in a log file a plain line only when training outlasts the progress interval
     bar = progress_bar(total=config.epochs, desc=progress or "", unit="epoch", enabled=progress is not None,
                        leave=False, plain_final=False)
     for _ in range(config.epochs):
-        if taken >= budget:
+        if taken >= budget or stop:
             break
         order = torch.randperm(n, generator=generator).to(dev)
         total = torch.zeros((), device=dev)
@@ -149,12 +198,21 @@ def train_mlp(
             total += loss.detach() * len(idx)
             seen += len(idx)
             taken += 1
+            if early_stop is not None and taken % early_stop.every == 0 and check():
+                stop = True
+                break
         losses.append(float(total) / max(seen, 1))
         bar.update()
     bar.close()
+    if early_stop is not None and (not checks or checks[-1][0] != taken):
+        check()  # the last parameters compete too
+    if best is not None:
+        net.load_state_dict(best[2])
     model = MLPClassifier(net, mean, std, multilabel, dev)
     model.losses = losses
     model.steps = taken
+    model.best_step = taken if best is None else best[1]
+    model.holdout_losses = checks
     return model
 
 
