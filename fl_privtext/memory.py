@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
 import sys
+from typing import Any
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 MMAP_THRESHOLD = 128 * 1024  # bytes: glibc's own initial value, pinned
@@ -31,6 +33,25 @@ def return_freed_arrays() -> bool:
         return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):  # no libc found, or one without mallopt (musl)
         return False
+
+
+def drop_mapped_pages(array: Any) -> bool:
+    """Drop this process's resident pages of the read-only file mapping under ``array`` (a `numpy.memmap` of the
+    feature cache, or a view of one): ``madvise(MADV_DONTNEED)``. The file's pages stay in the OS page cache (no
+    process's RSS) and a later read faults them back in from there, with the same bytes: a client's upload reads
+    its rows of the whole cache, and without this every Ray actor keeps the pages of every row it ever read
+    resident (one copy of the features per actor in the process tree's RSS, issue #38). True when pages were
+    dropped; False for anything else (an in-memory array, no mmap.madvise on this platform)."""
+    base = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "_mmap", None) or getattr(base, "base", None)
+    if base is None or base.closed or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    try:
+        base.madvise(mmap.MADV_DONTNEED)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 GB = 1024**3
