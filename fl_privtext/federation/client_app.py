@@ -52,8 +52,8 @@ from fl_privtext.client.ondevice import MAX_CANDIDATES
 from fl_privtext.federation.client_data import Prepare, data_mod, request_config
 from fl_privtext.federation.replies import ledger_record, refusal
 from fl_privtext.federation.secagg import secagg_mod
-from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.federation.train_handlers import phase_b_data, register
+from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.threads import apply_torch_threads, share
 
 
