@@ -57,12 +57,18 @@ def drop_mapped_pages(array: Any) -> bool:
 GB = 1024**3
 # The calibrated model of a run's peak resident memory, summed over the process tree (driver, Ray, actors), from
 # benchmarks/bench_scale.py (GloVe, 50 dimensions, 2 local actors; benchmarks/README.md, issue #38): a base that does
-# not grow with the population (Ray, the actors, torch and the libraries) plus, per record, about seven float32
-# copies of its representation (uploads as received, the server's training copy, the features mapped by the driver
-# and by the actors, the eavesdropper's scores) and ~60 bytes of columns (user, label, role, row ids).
+# not grow with the population (Ray, the actors, torch and the libraries) plus, per record, a few float32 copies of
+# its representation (the replies' bytes and the server's merge during a round, the merged uploads until the attacks
+# end, the server's training selection, the attacks' selection, and the pages of the feature cache an actor reads
+# for one client's upload) and ~60 bytes of columns (user, label, role, row ids). It was 7.3 copies (6.58 GB
+# measured at 1M users: 3.66M records, 100 clients) while every actor kept the pages of every feature it had
+# read resident; the actors now drop them after each reply (`drop_mapped_pages`): at 100,000 users (20 clients, 2
+# actors) each actor's RSS in the server-training stage fell by one copy (0.29 -> 0.22 GB), so 1.5 copies less
+# here (two actors, less what one client's upload touches during the round: at 100 clients ~18% of the pages).
+# To recalibrate at 1M.
 BASE_GB = 1.3
 ACTOR_GB = 0.3
-COPIES = 7.3
+COPIES = 5.8
 COLUMN_BYTES = 60
 
 
