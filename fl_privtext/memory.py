@@ -44,6 +44,8 @@ def drop_mapped_pages(array: Any) -> bool:
     dropped; False for anything else (an in-memory array, no mmap.madvise on this platform)."""
     base = array
     while base is not None and not isinstance(base, mmap.mmap):
+        if getattr(base, "mode", None) in ("c", "copyonwrite"):  # a private mapping: dropping would lose its writes
+            return False
         base = getattr(base, "_mmap", None) or getattr(base, "base", None)
     if base is None or base.closed or not hasattr(mmap, "MADV_DONTNEED"):
         return False

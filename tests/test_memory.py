@@ -104,3 +104,6 @@ def test_dropping_a_feature_maps_pages_frees_them_and_reads_the_same_bytes(tmp_p
     assert mapped_rss_kib() < 1_000
     assert np.array_equal(np.asarray(mapped[rows]), first)
     assert not drop_mapped_pages(np.ones((10, 50), np.float32)) and not drop_mapped_pages(first)
+    private = np.load(path, mmap_mode="c")  # copy-on-write: its writes live only in its pages, never dropped
+    private[0, 0] = 7.0
+    assert not drop_mapped_pages(private) and private[0, 0] == 7.0
