@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
 import sys
+from typing import Any
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 MMAP_THRESHOLD = 128 * 1024  # bytes: glibc's own initial value, pinned
@@ -33,15 +35,42 @@ def return_freed_arrays() -> bool:
         return False
 
 
+def drop_mapped_pages(array: Any) -> bool:
+    """Drop this process's resident pages of the read-only file mapping under ``array`` (a `numpy.memmap` of the
+    feature cache, or a view of one): ``madvise(MADV_DONTNEED)``. The file's pages stay in the OS page cache (no
+    process's RSS) and a later read faults them back in from there, with the same bytes: a client's upload reads
+    its rows of the whole cache, and without this every Ray actor keeps the pages of every row it ever read
+    resident (one copy of the features per actor in the process tree's RSS, issue #38). True when pages were
+    dropped; False for anything else (an in-memory array, no mmap.madvise on this platform)."""
+    base = array
+    while base is not None and not isinstance(base, mmap.mmap):
+        if getattr(base, "mode", None) in ("c", "copyonwrite"):  # a private mapping: dropping would lose its writes
+            return False
+        base = getattr(base, "_mmap", None) or getattr(base, "base", None)
+    if base is None or base.closed or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    try:
+        base.madvise(mmap.MADV_DONTNEED)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 GB = 1024**3
 # The calibrated model of a run's peak resident memory, summed over the process tree (driver, Ray, actors), from
 # benchmarks/bench_scale.py (GloVe, 50 dimensions, 2 local actors; benchmarks/README.md, issue #38): a base that does
-# not grow with the population (Ray, the actors, torch and the libraries) plus, per record, about seven float32
-# copies of its representation (uploads as received, the server's training copy, the features mapped by the driver
-# and by the actors, the eavesdropper's scores) and ~60 bytes of columns (user, label, role, row ids).
+# not grow with the population (Ray, the actors, torch and the libraries) plus, per record, a few float32 copies of
+# its representation (the replies' bytes and the server's merge during a round, the merged uploads until the attacks
+# end, the server's training selection, the attacks' selection, and the pages of the feature cache an actor reads
+# for one client's upload) and ~60 bytes of columns (user, label, role, row ids). It was 7.3 copies (6.58 GB
+# measured at 1M users: 3.66M records, 100 clients) while every actor kept the pages of every feature it had
+# read resident; the actors now drop them after each reply (`drop_mapped_pages`): at 100,000 users (20 clients, 2
+# actors) each actor's RSS in the server-training stage fell by one copy (0.29 -> 0.22 GB), so 1.5 copies less
+# here (two actors, less what one client's upload touches during the round: at 100 clients ~18% of the pages).
+# To recalibrate at 1M.
 BASE_GB = 1.3
 ACTOR_GB = 0.3
-COPIES = 7.3
+COPIES = 5.8
 COLUMN_BYTES = 60
 
 

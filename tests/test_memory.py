@@ -76,3 +76,34 @@ def test_a_run_over_its_budget_stops_before_ray_starts(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"needs about \d+\.\d GB at its peak \([\d,]+ records of 50 dimensions"):
         run_experiment(cfg, echo=False)
     assert not ray.is_initialized() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")
+def test_dropping_a_feature_maps_pages_frees_them_and_reads_the_same_bytes(tmp_path) -> None:
+    """A Ray actor reads its rows of the feature cache through a memmap; `drop_mapped_pages` after the upload takes
+    those pages out of its RSS (issue #38: one copy of the features per actor otherwise), and a later read of the
+    same rows gives the same bytes. Known-bad: an in-memory array is not a mapping (False, nothing done)."""
+    import numpy as np
+
+    from fl_privtext.memory import drop_mapped_pages
+
+    path = tmp_path / "features.npy"
+    np.save(path, np.random.default_rng(0).standard_normal((200_000, 50)).astype(np.float32))  # 40 MB
+    mapped = np.load(path, mmap_mode="r")
+
+    def mapped_rss_kib() -> int:  # the resident pages of this file's mapping in this process
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.endswith(str(path)))
+        return int(next(line for line in lines[start:] if line.startswith("Rss:")).split()[1])
+
+    rows = np.arange(0, 200_000, 7)
+    first = np.asarray(mapped[rows])  # touches every page
+    assert mapped_rss_kib() > 30_000
+    assert drop_mapped_pages(mapped[rows[0]:])  # a view of the memmap reaches the same mapping
+    assert mapped_rss_kib() < 1_000
+    assert np.array_equal(np.asarray(mapped[rows]), first)
+    assert not drop_mapped_pages(np.ones((10, 50), np.float32)) and not drop_mapped_pages(first)
+    private = np.load(path, mmap_mode="c")  # copy-on-write: its writes live only in its pages, never dropped
+    private[0, 0] = 7.0
+    assert not drop_mapped_pages(private) and private[0, 0] == 7.0
