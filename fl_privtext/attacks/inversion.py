@@ -253,8 +253,10 @@ class _Nearest:
                 starts = np.repeat(first[lo:hi] - np.cumsum(own) + own, own)
                 s[rows, by_user[starts + np.arange(len(rows))]] = np.inf  # same-user texts never vote
             near = np.argpartition(s, kmax - 1, axis=1)[:, :kmax]
-            near = np.take_along_axis(near, np.argsort(np.take_along_axis(s, near, 1), axis=1), 1)
-            ok = np.isfinite(np.take_along_axis(s, near, 1))  # same-user texts never vote
+            sims = np.take_along_axis(s, near, 1)  # gathered from s once, then put in order with the indices
+            by_sim = np.argsort(sims, axis=1)
+            near = np.take_along_axis(near, by_sim, 1)
+            ok = np.isfinite(np.take_along_axis(sims, by_sim, 1))  # same-user texts never vote
             counts = np.zeros((hi - lo) * k_words, np.int64)
             done = 0
             by_k: dict[int, np.ndarray] = {}
