@@ -209,6 +209,7 @@ class _Nearest:
         self.logf = np.log(y.mean(axis=0) + 1.0 / (len(y) + 1))  # (K,)
         self.votes = votes
         self.pool = _unit(c @ white)  # (P, D) the public texts the votes count, their presence and users
+        self.neg_pool_t = -self.pool.T  # negated once: q @ -pool.T is -(q @ pool.T) bit for bit
         self.pool_y = sparse.csr_matrix(y.astype(np.float32))
         self.pool_users = np.asarray(users)
         take = chunk_rows(y.shape[1])  # the shared weights are fitted on at most ~2M (text, word) pairs
@@ -224,33 +225,51 @@ class _Nearest:
 
     def _neighbour_votes(self, q: np.ndarray, users: np.ndarray) -> list[np.ndarray]:
         """Per k of ``votes``: (n, K) log share of the k nearest public texts (unit whitened ``q``), not of the
-        same user, holding each word (+ 0.5/k: a word no neighbour holds is rare, not impossible)."""
+        same user, holding each word (+ 0.5/k: a word no neighbour holds is rare, not impossible).
+
+        The share of a word among n voting neighbours, m of which hold it, is read from `_vote_table` (the sum of
+        m terms 1/n, as a sparse (selection x presence) product adds them, and its log) at the integer counts:
+        the same numbers as that product, without building it. Counts of a larger k add the next neighbours'
+        words to those of the smaller k."""
         p = len(self.pool)
         kmax = min(max(self.votes), p)
-        out = [np.empty((len(q), self.pool_y.shape[1])) for _ in self.votes]
+        k_words = self.pool_y.shape[1]
+        out = [np.empty((len(q), k_words)) for _ in self.votes]
         step = max(1, (1 << 22) // max(1, p))  # (step, P) similarities at a time: ~32 MB at any P
         # each query's same-user pool texts, found by a sorted lookup: a (step, P) comparison of users cost more
         # than the similarities themselves (targets have no public text; only the attacker's own fits need it)
         by_user = np.argsort(self.pool_users, kind="stable")
         sorted_users = self.pool_users[by_user]
         first, last = np.searchsorted(sorted_users, users, "left"), np.searchsorted(sorted_users, users, "right")
+        ks = sorted({min(k, kmax) for k in self.votes})
+        tables = {kk: _vote_table(kk) for kk in ks}
+        indptr, indices = self.pool_y.indptr, self.pool_y.indices
         for lo in range(0, len(q), step):
             hi = min(lo + step, len(q))
-            s = q[lo:hi] @ self.pool.T
-            np.negative(s, out=s)  # -similarity, in place: the same values as a negated copy
+            s = q[lo:hi] @ self.neg_pool_t  # -similarity: the same values as negating q @ pool.T
             own = last[lo:hi] - first[lo:hi]
             if own.any():
                 rows = np.repeat(np.arange(hi - lo), own)
                 starts = np.repeat(first[lo:hi] - np.cumsum(own) + own, own)
                 s[rows, by_user[starts + np.arange(len(rows))]] = np.inf  # same-user texts never vote
             near = np.argpartition(s, kmax - 1, axis=1)[:, :kmax]
-            near = np.take_along_axis(near, np.argsort(np.take_along_axis(s, near, 1), axis=1), 1)
+            sims = np.take_along_axis(s, near, 1)  # gathered from s once, then put in order with the indices
+            by_sim = np.argsort(sims, axis=1)
+            near = np.take_along_axis(near, by_sim, 1)
+            ok = np.isfinite(np.take_along_axis(sims, by_sim, 1))  # same-user texts never vote
+            counts = np.zeros((hi - lo) * k_words, np.int64)
+            done = 0
+            by_k: dict[int, np.ndarray] = {}
+            for kk in ks:  # the words of neighbours done..kk of each row, added to the counts
+                r, c = np.nonzero(ok[:, done:kk])
+                j = near[r, done + c]
+                length = indptr[j + 1] - indptr[j]
+                word = indices[np.repeat(indptr[j] - np.cumsum(length) + length, length) + np.arange(length.sum())]
+                counts += np.bincount(np.repeat(r, length) * k_words + word, minlength=counts.size)
+                by_k[kk] = tables[kk][ok[:, :kk].sum(axis=1)[:, None], counts.reshape(hi - lo, k_words)]
+                done = kk
             for v, k in zip(out, self.votes, strict=True):
-                kk = min(k, kmax)
-                ok = np.isfinite(np.take_along_axis(s, near[:, :kk], 1))  # same-user texts never vote
-                sel = sparse.csr_matrix((ok.ravel() / np.maximum(ok.sum(axis=1), 1).repeat(kk),
-                                         near[:, :kk].ravel(), np.arange(0, ok.size + 1, kk)), shape=(len(ok), p))
-                v[lo:hi] = np.log((sel @ self.pool_y).toarray() + 0.5 / kk)
+                v[lo:hi] = by_k[min(k, kmax)]
         return out
 
     def _features(self, x: np.ndarray, users: np.ndarray) -> Iterator[np.ndarray]:
@@ -272,6 +291,18 @@ class _Nearest:
                 z += self.w[j] * ((f - self.fmean[j]) / self.fstd[j])
             out[c] = 1.0 / (1.0 + np.exp(-z))
         return out
+
+
+def _vote_table(k: int) -> np.ndarray:
+    """(k + 1, k + 1): at [n, m], log(m terms 1/max(n, 1) summed one after another + 0.5/k): a neighbour vote's
+    value when m of its n voting neighbours hold the word (rows m > n are never read). The sum is built term by
+    term as a sparse product of the 1/n selection weights with 0/1 presence accumulates it, so the table holds
+    that product's numbers bit for bit (a product m * (1/n) can differ from them in the last place)."""
+    share = np.zeros((k + 1, k + 1))
+    step = 1.0 / np.maximum(np.arange(k + 1), 1).astype(np.float64)
+    for m in range(1, k + 1):
+        share[:, m] = share[:, m - 1] + step
+    return np.log(share + 0.5 / k)
 
 
 def _word_vectors(view: AttackView, vocab: Sequence[str], clean: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, str]:

@@ -130,6 +130,53 @@ def test_neighbour_votes_never_count_the_querying_users_own_texts():
     np.testing.assert_allclose(stranger, np.log(y[0] + 0.5))
 
 
+def _votes_by_sparse_product(m: inv._Nearest, q: np.ndarray, users: np.ndarray) -> list[np.ndarray]:
+    """The neighbour votes as first written: the (rows x pool) selection of each row's k nearest texts of other
+    users, weighted 1/n, times the pool's presence as a sparse product; the log of that share + 0.5/k."""
+    from scipy import sparse
+
+    p = len(m.pool)
+    kmax = min(max(m.votes), p)
+    s = -(q @ m.pool.T)
+    s[users[:, None] == m.pool_users[None, :]] = np.inf
+    near = np.argpartition(s, kmax - 1, axis=1)[:, :kmax]
+    near = np.take_along_axis(near, np.argsort(np.take_along_axis(s, near, 1), axis=1), 1)
+    out = []
+    for k in m.votes:
+        kk = min(k, kmax)
+        ok = np.isfinite(np.take_along_axis(s, near[:, :kk], 1))
+        sel = sparse.csr_matrix((ok.ravel() / np.maximum(ok.sum(axis=1), 1).repeat(kk), near[:, :kk].ravel(),
+                                 np.arange(0, ok.size + 1, kk)), shape=(len(ok), p))
+        out.append(np.log((sel @ sparse.csr_matrix(m.pool_y.toarray())).toarray() + 0.5 / kk))
+    return out
+
+
+def test_neighbour_votes_equal_the_sparse_product_bit_for_bit():
+    """The votes read from integer counts (`_vote_table`) are the sparse product's numbers exactly: with users
+    sharing texts, a user whose every text is its own (no voter), duplicated texts (tied similarities), k above
+    the pool's size, and a bad variant (m * (1/n) instead of the term-by-term sum) that is not exact."""
+    g = np.random.default_rng(7)
+    x = g.normal(size=(120, 6))
+    x[60:80] = x[:20]  # duplicated texts: tied similarities
+    y = (g.random((120, 40)) < 0.25).astype(np.int8)
+    users = np.repeat(np.arange(40), 3)
+    m = inv._Nearest(x, x, y, g.normal(size=(40, 6)), users, votes=inv.VOTES)
+    for votes in (inv.VOTES, (3, 7, 200), (1,)):
+        m.votes = votes  # the pool is the same for any k
+        q = inv._unit(g.normal(size=(90, 6)))
+        q[:30] = m.pool[:30]
+        who = np.concatenate([users[:45], np.full(45, -1)])
+        for got, want in zip(m._neighbour_votes(q, who), _votes_by_sparse_product(m, q, who), strict=True):
+            assert got.tobytes() == want.tobytes()
+    m = inv._Nearest(x[:3], x[:3], y[:3], g.normal(size=(40, 6)), np.zeros(3, np.int64), votes=(2,))
+    alone = m._neighbour_votes(m.pool[:1], np.zeros(1, np.int64))[0]  # every pool text is the user's own
+    assert np.array_equal(alone, np.full((1, 40), np.log(0.25)))
+    n, mm = np.meshgrid(np.arange(1, 301), np.arange(301), indexing="ij")
+    ok = mm <= n
+    product = np.log(mm * (1.0 / n) + 0.5 / 300)
+    assert not np.array_equal(inv._vote_table(300)[1:][ok], product[ok])  # the shortcut differs in the last place
+
+
 def test_inversion_targets_are_whole_users_sampled_up_to_the_cap():
     """Issue #38: the inversion is scored on at most ``attack.inversion-target-users`` target users; a user's uploads
     stay together (the interval is clustered by user), the sample is the seed's own, and no cap (0) or a cap above
