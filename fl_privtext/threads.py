@@ -99,24 +99,28 @@ def limited(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: int | None = None) -> list[R]:
-    """``[fn(x) for x in items]``, on up to ``cores // threads`` worker threads (``cores``: `usable_cores`), each
-    running torch and BLAS with ``threads`` threads, as the caller's `limited` block does. Why: a point's seeds are
-    independent computations (each its own random streams), and the server's evaluation and the eavesdropper's
-    attacks of one seed use one core (``threads`` = 1 on 2 cores with 2 actors), so a point of S seeds left the
-    other core idle once the uploads were in; numpy, scipy and torch release the GIL in their heavy loops. Each
-    seed's numbers are the same as in the serial loop (same streams, same thread count per operation); the
-    results come back in order and the first exception is raised. Call it inside ``limited(threads)``, which sets
-    the process-wide BLAS pools; torch's intra-op count is per thread (OpenMP), so each worker sets its own."""
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: int | None = None,
+                 name: str = "fl-privtext-work") -> list[R]:
+    """``[fn(x) for x in items]``, on up to ``cores`` worker threads (`usable_cores`) when the caller computes with
+    ONE thread (``threads``, inside its ``limited(1)`` block), else serially. Why: a point's seeds are independent
+    computations (each its own random streams), and the driver's share on a machine its
+    actors fill is one core, which it kept while the other sat idle once the uploads were in (the actors wait
+    for the next point); numpy, scipy and torch release the GIL in their heavy loops. The numbers are those of the
+    serial loop: same streams, and every operation with one thread, as each worker sets torch's count (OpenMP's is
+    per thread) and the BLAS pools are process-wide at the caller's 1 (a count above 1 stays serial: one worker
+    restoring its `limited` block would change another's pools mid-way). Not used for a seed's attacks: run side by
+    side they took as long as one after the other (the MLP family's small torch steps and lbfgs's Python callbacks
+    hold the GIL; bench_scale at 50,000 users, attack stage 134.0 s serial, 130.9 s in two threads, same results).
+    Results come back in order; the first exception is raised."""
     cores = usable_cores() if cores is None else cores
-    workers = min(len(items), max(1, cores // max(1, threads)))
+    workers = min(len(items), cores) if threads == 1 else 1
     if workers <= 1:
         return [fn(x) for x in items]
 
     def start() -> None:
         torch = sys.modules.get("torch")
         if torch is not None:
-            torch.set_num_threads(threads)
+            torch.set_num_threads(1)
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fl-privtext-seed", initializer=start) as pool:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name, initializer=start) as pool:
         return list(pool.map(fn, items))

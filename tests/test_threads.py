@@ -59,8 +59,9 @@ def test_negative_counts_are_refused(key):
 
 
 def test_parallel_map_keeps_order_runs_side_by_side_and_sets_each_workers_torch_threads():
-    """A point's seeds side by side: results in order, as many workers as the cores hold at ``threads`` each, every
-    worker's torch at ``threads`` (OpenMP reads it per thread), and a failing seed's exception raised."""
+    """A point's seeds side by side: results in order, as many workers as the cores hold when the caller computes
+    with one thread (serial above), every worker's torch at one thread (OpenMP reads it per thread), and a
+    failing seed's exception raised."""
     import threading
 
     seen: list[tuple[str, int]] = []
@@ -72,10 +73,10 @@ def test_parallel_map_keeps_order_runs_side_by_side_and_sets_each_workers_torch_
             barrier.wait()
         return i * i
 
-    assert parallel_map(work, range(5), threads=1, cores=2) == [0, 1, 4, 9, 16]
-    assert {t for t, _ in seen} <= {"fl-privtext-seed_0", "fl-privtext-seed_1"} and {n for _, n in seen} == {1}
+    assert parallel_map(work, range(5), threads=1, cores=2, name="w") == [0, 1, 4, 9, 16]
+    assert {t for t, _ in seen} <= {"w_0", "w_1"} and {n for _, n in seen} == {1}
     seen.clear()
-    assert parallel_map(work, [5, 6], threads=2, cores=2) == [25, 36]  # one worker: the caller's thread
+    assert parallel_map(work, [5, 6], threads=2, cores=4) == [25, 36]  # callers above one thread: serial
     assert {t for t, _ in seen} == {threading.current_thread().name}
 
     def fail(i: int) -> int:

@@ -197,7 +197,7 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
         per_seed = parallel_map(
             lambda i: _evaluate_seed(prep, cfg, collected[i], trained[i],
                                      None if on_device_results is None else on_device_results[i]),
-            range(len(collected)), threads)
+            range(len(collected)), threads, name="fl-privtext-seed")
     report = mechanism_for(PublicSpec.of(cfg), collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg.federation, c) for c in collected]
