@@ -129,9 +129,10 @@ def _json_safe(obj: Any) -> Any:
 
 def _candidate_metrics(seeds: list[dict[str, Any]], name: str) -> list[str]:
     """The scores recorded for candidate ``name`` (uploads: accuracy, log_loss, beats_constant; from aggregates:
-    accuracy, advantage, standard_error, beats_constant), from the first seed that has it."""
-    first = next(s["utility"]["candidates"][name] for s in seeds if name in s["utility"].get("candidates", {}))
-    return [m for m in first if isinstance(first[m], (bool, int, float))]
+    accuracy, advantage, standard_error, beats_constant), in the order the seeds first record them; a score some
+    seed lacks is averaged over the seeds that have it."""
+    recorded = [s["utility"]["candidates"][name] for s in seeds if name in s["utility"].get("candidates", {})]
+    return list(dict.fromkeys(m for r in recorded for m in r if isinstance(r[m], (bool, int, float))))
 
 
 def _users_interval(seeds: list[dict[str, Any]], stream: str, root_seed: int) -> tuple[float | None, float | None]:
@@ -262,7 +263,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         utility["learner"] = max(set(chosen), key=chosen.count)
         names = {n for s in seeds for n in s["utility"].get("candidates", {})}
         utility["candidates"] = {n: {m: float(np.mean([s["utility"]["candidates"][n][m] for s in seeds
-                                                       if n in s["utility"].get("candidates", {})]))
+                                                       if m in s["utility"].get("candidates", {}).get(n, {})]))
                                      for m in _candidate_metrics(seeds, n)} for n in sorted(names)}
         utility["protocol"] = point.get("protocol", "per-upload: the server classifies the noisy uploads of test users")
         utility["on_device"] = _on_device(seeds, cfg.run.seed)

@@ -307,8 +307,9 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
     shrunk = [n for n in order or makers if n != "constant" and getattr(makers[n](), "shrinks_to_prior", False)]
     best = "constant"
     if shrunk:  # the shrunk moment head with the lowest log-loss, unless it is significantly worse than the constant
+        for n in shrunk:  # recorded for every moment head, so that every seed's scores carry the same keys
+            scores[n]["worse_than_constant"] = bool(_paired_z(runs[n][1], null, groups) > z)
         m = min(shrunk, key=lambda n: scores[n]["log_loss"])
-        scores[m]["worse_than_constant"] = bool(_paired_z(runs[m][1], null, groups) > z)
         if not scores[m]["worse_than_constant"]:
             best = m
     if best != "constant":
