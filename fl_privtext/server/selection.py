@@ -72,6 +72,7 @@ __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross
 FOLDS = 3
 CLEAN_MARGIN = 0.01  # a head replaces the constant only when its estimated clean accuracy is this much higher
 CLEAN_UNRESOLVED = 0.5  # a head whose held-out means' noise exceeds this share of its clean score spread is unresolved
+SAME_LOSS = 1e-9  # nats per upload: log-losses closer than this on every upload are the same model's (rounding)
 CLEAN_DRAWS = 2000  # Monte-Carlo draws per class of the Gaussian model (fixed seed: common numbers across heads)
 LEARNER_RULE = ("auto: the shrunk moment head (centroid or lda, the lower out-of-fold per-upload log-loss) unless its "
                 "log-loss is significantly WORSE than the constant's; only where none qualifies another learner "
@@ -248,9 +249,14 @@ def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, gr
 
 def _paired_z(loss: np.ndarray, other: np.ndarray, groups: np.ndarray) -> float:
     """The paired z statistic of mean(loss - other) over users (per-user means: users are the independent units);
-    0 with fewer than 2 users, +-inf for a constant nonzero difference."""
+    0 with fewer than 2 users or where the two agree to rounding (``SAME_LOSS`` nats on every upload: a moment
+    head shrunk all the way to the prior IS the constant, and the z of its rounding differences was arbitrary:
+    the default run flagged such a head "significantly worse"), +-inf for a constant nonzero difference."""
+    diff = np.asarray(loss, np.float64) - np.asarray(other, np.float64)
+    if len(diff) == 0 or float(np.abs(diff).max()) <= SAME_LOSS:
+        return 0.0
     _, inv = np.unique(groups, return_inverse=True)
-    d = np.bincount(inv, weights=loss - other) / np.bincount(inv)
+    d = np.bincount(inv, weights=diff) / np.bincount(inv)
     if len(d) < 2:
         return 0.0
     se = float(d.std(ddof=1)) / np.sqrt(len(d))
