@@ -76,14 +76,26 @@ def heads(x: np.ndarray, y: np.ndarray, tr: np.ndarray, k: int, eps: float, seed
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--features", default="", help="an .npz with x (N, D) and y (N,): one record per user")
-    ap.add_argument("--data", default="blog-glove", choices=("blog-glove", "ag-glove"))
+    ap.add_argument("--data", default="blog-glove", choices=("blog-glove", "ag-glove", "blog-minilm", "ag-minilm"),
+                    help="*-minilm: the frontier's cells (MiniLM features from the cache, its roles: the server "
+                    "fits on the train and aux users' uploads, the referee scores the test users)")
+    ap.add_argument("--split", default="roles", choices=("roles", "random"),
+                    help="*-minilm: the frontier's roles, or (random) 80%% of the users drawn per seed as the others")
     ap.add_argument("--eps", default="4")
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
+    roles = None
     if args.features:
         z = np.load(args.features)
         x, y = np.asarray(z["x"], np.float32), np.asarray(z["y"], np.int64)
         users = np.arange(len(y))
+    elif args.data.endswith("-minilm"):
+        from fl_privtext.pipeline.preparation import prepare
+
+        cfg = frontier.base({"blog-minilm": "blog", "ag-minilm": "ag_news"}[args.data], default_data_root())
+        prep = prepare(cfg, features="extract")
+        x, y, users = np.asarray(prep.features, np.float32), np.asarray(prep.ds.labels), prep.ds.user_index.reshape(-1)
+        roles = prep.roles if args.split == "roles" else None
     else:
         from fl_privtext.pipeline.preparation import prepare
 
@@ -96,9 +108,12 @@ def main() -> None:
     for eps in (float(e) for e in args.eps.split(",")):
         rows: dict[str, list[float]] = {}
         for seed in range(args.seeds):
-            g = np.random.default_rng([seed, 37])
-            u = np.unique(users)
-            tr = np.isin(users, g.choice(u, int(0.8 * len(u)), replace=False))
+            if roles is not None:  # the frontier's roles; the seed draws the uploads' noise
+                tr = roles != "test"
+            else:
+                g = np.random.default_rng([seed, 37])
+                u = np.unique(users)
+                tr = np.isin(users, g.choice(u, int(0.8 * len(u)), replace=False))
             for name, acc in heads(x, y, tr, k, eps, seed).items():
                 rows.setdefault(name, []).append(acc)
         print(f"\n{args.features or args.data}, PrivUnitG true epsilon {eps:g}, {len(y)} records, {args.seeds} seeds "
