@@ -256,6 +256,29 @@ def test_the_no_privacy_point_never_shares_a_simulation_with_a_private_point():
         runner._client_policy(group)
 
 
+def test_the_no_privacy_reference_runs_beside_the_federation():
+    """A group that ``beside`` names (by default the referee's no-privacy references, when every point computes
+    with one driver thread) runs in a thread while the federation's groups run in this one. Known-bad (the groups
+    one after the other, as before): the federation's group would wait at the barrier for a reference that only
+    starts after it, and time out."""
+    import threading
+
+    spec = sweep.SweepSpec.from_dict({"grid": {"privacy.epsilon": [1.0, 2.0], "run.client-seed": [7]}})
+    points = sweep.with_baselines(spec.points())
+    both = threading.Barrier(2, timeout=20)  # passes only if both groups run at the same time
+    ran: dict[str, tuple[str, int]] = {}
+
+    def runner(group, on_result):
+        kind = "reference" if group[0].privacy.mechanism == "none" else "federation"
+        ran[kind] = (threading.current_thread().name, len(group))
+        both.wait()
+
+    stats = sweep.run_stored(points, sweep.Store("/nonexistent/points"), log=lambda s: None, runner=runner,
+                             beside=lambda group: all(c.privacy.mechanism == "none" for c in group))
+    assert stats["ran"] == 3 and ran["federation"] == (threading.current_thread().name, 2)
+    assert ran["reference"][0].startswith("fl-privtext-reference") and ran["reference"][1] == 1
+
+
 def _result(acc: float, od: list[float], eps: float | str, mech: str) -> dict:
     return {"utility": {"available": True, "accuracy": sum(od) / len(od) - 0.01, "majority_baseline": 0.55,
                         "per_seed": [{"seed": i, "accuracy": a - 0.01} for i, a in enumerate(od)],
