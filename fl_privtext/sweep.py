@@ -37,9 +37,11 @@ import itertools
 import json
 import math
 import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from fl_privtext.pipeline.preflight import check_point
 from fl_privtext.progress import tqdm
 from fl_privtext.report import aggregate, plots, prior_baseline
 from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic
+from fl_privtext.threads import driver_threads
 from fl_privtext.traffic import traffic_key
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
@@ -273,13 +276,16 @@ def headline(res: dict[str, Any]) -> str:
 def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callable[[str], None] = print,
               runner: Callable[..., Any] | None = None, progress: bool = False,
               describe: Callable[[ExperimentConfig], str] = point_key,
-              state_dir: str | Path | None = None) -> dict[str, Any]:
+              state_dir: str | Path | None = None,
+              beside: Callable[[Sequence[ExperimentConfig]], bool] | None = None) -> dict[str, Any]:
     """Run every point not yet in ``store``: one ``run_points`` call per simulation group (usually one), each
     point saved as soon as it finishes. Returns ``{"points", "ran", "wall_s"}``.
 
     ``runner`` defaults to `fl_privtext.pipeline.runner.run_points` (tests may pass a fake with the same
     ``(points, on_result=...)`` signature); ``progress`` shows a bar over all points; ``state_dir`` is the clients'
-    state (per-user ledgers) every group's simulation shares."""
+    state (per-user ledgers) every group's simulation shares. ``beside(group)``: whether a group runs in a thread
+    beside the others rather than in turn (default: with the default runner, the no-privacy references that the
+    referee computes without clients, see below; with a caller's runner, none)."""
     unique: dict[str, ExperimentConfig] = {}
     for cfg in points:
         unique.setdefault(point_key(cfg), cfg)
@@ -291,14 +297,29 @@ def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callabl
     if runner is None:
         for cfg in todo:  # the points to run, before torch, Flower and Ray are imported
             check_point(cfg)
-        from fl_privtext.pipeline.runner import run_points  # torch, flwr, ray (the simulation)
+        # torch, flwr, ray (the simulation)
+        from fl_privtext.pipeline.runner import plain_blocker, releases_in_clear, run_points
 
         runner = functools.partial(referee_or_federation, federated=functools.partial(run_points,
                                                                                        state_dir=state_dir))
+
+        def referee_beside(group: Sequence[ExperimentConfig]) -> bool:
+            # A group of no-privacy references that the referee computes without clients (`referee_or_federation`)
+            # runs in a thread beside the federation's groups, not after them (issue #38: ~17 s of the quickstart's
+            # ~130 s, alone, while the federation's driver mostly waits for its actors' uploads), when every point
+            # computes with one driver thread (`driver_threads`; the usual case on a machine the actors fill).
+            # Why one only: torch's counts are per thread but the BLAS pools one per process
+            # (`fl_privtext.threads.limited`), so blocks of other counts side by side would run each other's BLAS
+            # calls at another count than alone; at one thread the results are those of the serial order.
+            return all(releases_in_clear(c) and not plain_blocker(c) and driver_threads(c.run, c.federation) == 1
+                       for c in group)
+
+        beside = beside or referee_beside
     groups: dict[tuple[Any, ...], list[ExperimentConfig]] = {}
     for cfg in todo:
         groups.setdefault(simulation_group(cfg), []).append(cfg)
     groups = {k: by_traffic(g) for k, g in groups.items()}
+    side = [g for g in groups.values() if beside is not None and beside(g)]
     if len(groups) > 1:
         log(f"[sweep] {len(groups)} groups of points that share no clients, one Flower simulation each, except a "
             "group of no-privacy references, which the referee's plain loop computes without clients (points differ "
@@ -309,9 +330,11 @@ def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callabl
                dynamic_ncols=True, file=sys.stderr)
     done = [0]
     last = [time.perf_counter()]
-    try:
-        for group in groups.values():
-            def on_result(i: int, point: dict[str, Any], group: list[ExperimentConfig] = group) -> None:
+    saving = threading.Lock()  # results come from the federation's worker thread and the side thread
+
+    def on_result_of(group: list[ExperimentConfig]) -> Callable[[int, dict[str, Any]], None]:
+        def on_result(i: int, point: dict[str, Any]) -> None:
+            with saving:
                 now = time.perf_counter()
                 cfg = group[i]
                 res = slim(aggregate(point, total_s=now - last[0]), cfg)
@@ -328,8 +351,18 @@ def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callabl
                 else:
                     log(msg)
 
-            runner(group, on_result=on_result)
+        return on_result
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-reference")
+    try:
+        running = [pool.submit(runner, g, on_result=on_result_of(g)) for g in side]
+        for group in groups.values():
+            if not any(group is g for g in side):
+                runner(group, on_result=on_result_of(group))
+        for f in running:
+            f.result()
     finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # Ctrl-C: the references not yet started never start
         bar.close()
     wall = time.perf_counter() - t_start
     log(f"[sweep] ran {len(todo)} points in {wall:.0f} s")

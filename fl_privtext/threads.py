@@ -19,10 +19,12 @@ import contextlib
 import math
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import threadpoolctl
 from threadpoolctl import threadpool_limits
 
 from fl_privtext.config import FederationConfig, RunConfig
@@ -80,6 +82,34 @@ def apply_torch_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+_SHARED_LOCK = threading.Lock()
+_SHARED_COUNTS: list[int] = []  # the counts of the `limited` blocks open now, in every thread of the process
+_SHARED_ORIGINAL: list[threadpool_limits] = []  # the process-wide BLAS pools' settings before the first block opened
+
+
+def _set_shared_blas() -> None:
+    """Size the process-wide BLAS pools for the blocks open now (`_SHARED_COUNTS`): the smallest count asked, or
+    back to the settings found before the first block once none is open. Called with `_SHARED_LOCK` held, from
+    whichever thread opens or closes a block: threadpoolctl (3.8) lets only one "controlling" thread change
+    OpenBLAS's pthreads pool and silently ignores the others (a block closed in another thread than the one that
+    opened the first would leave the pools limited), so each change here takes and then releases that control."""
+    _blas_control()
+    if _SHARED_COUNTS:
+        limits = threadpool_limits(limits=min(_SHARED_COUNTS), user_api="blas")
+        if not _SHARED_ORIGINAL:
+            _SHARED_ORIGINAL.append(limits)  # remembers what it replaced: the settings before any block
+    elif _SHARED_ORIGINAL:
+        _SHARED_ORIGINAL.pop().restore_original_limits()
+    _blas_control()
+
+
+def _blas_control() -> None:
+    """Release threadpoolctl's controlling thread of the shared BLAS pools (absent before threadpoolctl 3.8)."""
+    clear = getattr(getattr(threadpoolctl, "OpenBLASController", None), "clear_controlling_thread", None)
+    if clear is not None:
+        clear(force=True)
+
+
 @contextlib.contextmanager
 def limited(threads: int) -> Iterator[None]:
     """torch runs with ``threads`` intra-op threads inside the block (set in the calling thread, which is where
@@ -87,15 +117,29 @@ def limited(threads: int) -> Iterator[None]:
     previous counts are restored afterwards. The BLAS pools matter as much as torch's: the driver's plain-logistic
     floor and linear fits ran with every core's BLAS thread beside the actors', and oversubscribed BLAS threads
     made each fit many times slower (issue #38: the quickstart's no-privacy reference point attacked in 22.4 s
-    unbounded, 6.3 s bounded, load ~2.5, same results)."""
+    unbounded, 6.3 s bounded, load ~2.5, same results).
+
+    Blocks may overlap in several threads (a sweep computes its no-privacy reference beside the federation,
+    `fl_privtext.sweep`): torch's and OpenMP's counts are per thread (each block sets and restores its own
+    thread's), while OpenBLAS's (pthreads) and MKL's pools are one per process, so they are shared: sized to the
+    smallest count among the blocks open at the moment and restored to the settings found before the first block
+    only when the last one closes. (Each block restoring what it found, as before, let the first block to close
+    hand the other, still running, every core's BLAS threads.) Blocks that overlap should ask for the same count:
+    a block of 4 threads that another thread's block of 1 overlaps runs its BLAS calls on 1 thread meanwhile."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    with _SHARED_LOCK:
+        _SHARED_COUNTS.append(threads)
+        _set_shared_blas()
     try:
-        with threadpool_limits(limits=threads):
+        with threadpool_limits(limits=threads, user_api="openmp"):
             yield
     finally:
+        with _SHARED_LOCK:
+            _SHARED_COUNTS.remove(threads)
+            _set_shared_blas()
         torch.set_num_threads(before)
 
 

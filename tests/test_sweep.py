@@ -144,9 +144,11 @@ def test_killed_sweep_resumes_with_only_the_missing_points(resumed):
     assert 1 <= len(kept) < 5, "the kill must land mid-sweep"
     missing = 5 - len(kept)  # 4 grid points and their shared no-privacy point
     assert f"[sweep] 5 points, {len(kept)} already done, {missing} to run" in err
-    # the no-privacy point runs in a simulation of its own, after the private ones: a rerun that still has private
-    # points to run says it starts two simulations
-    assert err.count("[sweep] ") == 2 + missing + (missing > 1) and f"[sweep] {missing}/{missing} " in err
+    # the no-privacy point is the referee's, computed beside the private points' simulation (it may well be the
+    # first to finish): a rerun that still has it and private points to run says it runs two groups
+    reference_kept = any(json.loads(text)["config"]["privacy.mechanism"] == "none" for _, text in kept.values())
+    two_groups = not reference_kept and missing > 1
+    assert err.count("[sweep] ") == 2 + missing + two_groups and f"[sweep] {missing}/{missing} " in err
     points = sorted((work / "out" / "points").glob("*.json"))
     assert len(points) == 5
     for p in points:  # the points finished before the kill were skipped, not recomputed
@@ -254,6 +256,29 @@ def test_the_no_privacy_point_never_shares_a_simulation_with_a_private_point():
     for group in calls:  # the runner's guard (fl_privtext.pipeline.runner._client_policy) accepts each group
         assert len({p.privacy.mechanism == "none" for p in group}) == 1
         runner._client_policy(group)
+
+
+def test_the_no_privacy_reference_runs_beside_the_federation():
+    """A group that ``beside`` names (by default the referee's no-privacy references, when every point computes
+    with one driver thread) runs in a thread while the federation's groups run in this one. Known-bad (the groups
+    one after the other, as before): the federation's group would wait at the barrier for a reference that only
+    starts after it, and time out."""
+    import threading
+
+    spec = sweep.SweepSpec.from_dict({"grid": {"privacy.epsilon": [1.0, 2.0], "run.client-seed": [7]}})
+    points = sweep.with_baselines(spec.points())
+    both = threading.Barrier(2, timeout=20)  # passes only if both groups run at the same time
+    ran: dict[str, tuple[str, int]] = {}
+
+    def runner(group, on_result):
+        kind = "reference" if group[0].privacy.mechanism == "none" else "federation"
+        ran[kind] = (threading.current_thread().name, len(group))
+        both.wait()
+
+    stats = sweep.run_stored(points, sweep.Store("/nonexistent/points"), log=lambda s: None, runner=runner,
+                             beside=lambda group: all(c.privacy.mechanism == "none" for c in group))
+    assert stats["ran"] == 3 and ran["federation"] == (threading.current_thread().name, 2)
+    assert ran["reference"][0].startswith("fl-privtext-reference") and ran["reference"][1] == 1
 
 
 def _result(acc: float, od: list[float], eps: float | str, mech: str) -> dict:

@@ -52,6 +52,55 @@ def test_limited_sets_and_restores_torch_threads():
     assert torch.get_num_threads() == before
 
 
+def _blas_threads() -> set[int]:
+    from threadpoolctl import threadpool_info
+
+    return {d["num_threads"] for d in threadpool_info() if d["user_api"] == "blas"}
+
+
+def test_overlapping_limited_blocks_share_the_process_wide_blas_pools_until_the_last_one_closes():
+    """Two threads' `limited` blocks that overlap without nesting (a sweep's no-privacy reference beside its
+    federation): the process-wide BLAS pools stay at the smallest open count until the LAST block closes, then
+    come back to what they were, whichever thread closes last; each thread's torch count is its own. Known-bad
+    (each block restoring what it found): the first block to close hands the other, still running, the count
+    found before."""
+    import threading
+
+    original = _blas_threads()
+    if not original or original == {1}:
+        pytest.skip("no BLAS library that threadpoolctl controls here, or it already runs one thread")
+    for threads, after_first in ((1, {1}), (4, {4})):
+        steps = [threading.Event() for _ in range(3)]
+        seen: dict[str, object] = {}
+
+        def first(steps: list[threading.Event] = steps, seen: dict[str, object] = seen) -> None:  # opens first
+            with limited(1):
+                steps[0].set()
+                steps[1].wait(10)
+                seen["both open"] = _blas_threads()
+            steps[2].set()  # closes first
+
+        def second(threads: int = threads, steps: list[threading.Event] = steps,
+                   seen: dict[str, object] = seen) -> None:  # opens second, closes last
+            steps[0].wait(10)
+            with limited(threads):
+                seen["torch"] = torch.get_num_threads()
+                steps[1].set()
+                steps[2].wait(10)
+                seen["after the first closed"] = _blas_threads()
+
+        runs = [threading.Thread(target=first), threading.Thread(target=second)]
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join(20)
+        assert seen == {"both open": {1}, "torch": threads, "after the first closed": after_first}, seen
+        assert _blas_threads() == original  # back to the count found before the first block
+    with limited(1):  # and from the main thread after the others
+        assert _blas_threads() == {1}
+    assert _blas_threads() == original
+
+
 @pytest.mark.parametrize("key", ["run.threads", "federation.client-threads", "federation.max-in-flight"])
 def test_negative_counts_are_refused(key):
     with pytest.raises(ValueError, match=f"{key} must be >= 0"):

@@ -23,15 +23,19 @@ are checked for finiteness and then given their checksums.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
 import logging
+import multiprocessing
 import os
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,6 +55,11 @@ except ImportError:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 RESUME_CHUNK = 1024  # rows per resumable extraction chunk: an interruption loses at most one chunk
+# Rows to extract below which `extract_cached` keeps a GIL-holding extractor (GloVe) in this process rather than
+# starting a pool of processes: a worker is a fresh interpreter that imports the package (torch included) and
+# loads the vectors, ~4-5 s of CPU at load ~4, while one core extracts ~30,000 synthetic rows/s, so on 2 cores a
+# pool gains from ~300,000 rows (200,000 synthetic users are 731,742 rows).
+POOL_MIN_ROWS = 300_000
 LAYOUT_VERSION = 1
 _TMP_SUFFIX = ".tmp"
 _STALE_TMP_AGE_S = 24 * 3600.0
@@ -283,12 +292,20 @@ def extract_cached(
     *,
     progress: bool = True,
     chunk_rows: int = RESUME_CHUNK,
+    workers: int = 1,
+    pool_min_rows: int = POOL_MIN_ROWS,
 ) -> np.ndarray:
     """Features of every row of ``ds`` as a read-only memmap (N, dim) float32 in dataset row order.
 
     Computed with ``extractor.extract(ds.texts, ds.text_pairs)`` on a miss and stored; later calls with the
     same dataset content and extractor identity only map the file (no model forward pass). Concurrent
     processes computing the same key serialise on a file lock, so the extraction runs once.
+
+    ``workers``: processes that extract the chunks of a miss when the extractor's work holds the GIL
+    (``processes = True``: GloVe's tokenisation is Python) and at least ``pool_min_rows`` rows are to be extracted
+    (a worker's start costs seconds); the features, parts and checksums are the same bits whatever the count (each
+    chunk is extracted alone and written in row order). Other extractors (torch) run in the calling thread with its
+    torch / BLAS thread counts, which the caller sets (`fl_privtext.pipeline.prepare`: every core, restored after).
     """
     cache = EmbeddingCache(cache_dir)
     identity = extractor.identity()
@@ -306,7 +323,8 @@ def extract_cached(
             return out
         t0 = time.perf_counter()
         meta: dict[str, Any] = {"fingerprint": ds.fingerprint, "identity": identity, "extractor": repr(extractor)}
-        out = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows, metadata=meta)
+        out = _extract_resumable(cache, key, ds, extractor, progress=progress, chunk_rows=chunk_rows, metadata=meta,
+                                 workers=workers, pool_min_rows=pool_min_rows)
         seconds = time.perf_counter() - t0
         if out.ndim != 2 or out.shape[0] != n:
             raise ValueError(
@@ -398,7 +416,8 @@ def _repair(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extrac
 
 
 def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extractor: Extractor, *,
-                       progress: bool, chunk_rows: int, metadata: dict[str, Any]) -> np.ndarray:
+                       progress: bool, chunk_rows: int, metadata: dict[str, Any], workers: int = 1,
+                       pool_min_rows: int = POOL_MIN_ROWS) -> np.ndarray:
     """Extract in chunks of ``chunk_rows`` rows, each written atomically to ``<key>.parts/`` as soon as it is done;
     chunks found there (from an interrupted run) are reused, so an extraction resumes where it stopped. Chunking
     is the same for every run with the same ``chunk_rows``, so a resumed extraction equals an uninterrupted one bit
@@ -406,7 +425,8 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
     extractor's own batching.)
 
     Memory stays bounded by one chunk: texts are read chunk by chunk (``ds.text_column`` when the dataset has it,
-    a lazy view of its Arrow column) and the finished parts are copied one at a time into the cache file."""
+    a lazy view of its Arrow column) and the finished parts are copied one at a time into the cache file; with a
+    pool of processes (``workers``, `extract_cached`), at most two chunks per worker are in flight."""
     n = len(ds)
     texts, pairs = _text_columns(ds)
     if n == 0:
@@ -418,11 +438,16 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
     todo = [(start, min(n, start + chunk_rows), path) for start, path in zip(range(0, n, chunk_rows), paths, strict=True)
             if _load_part(path, min(n, start + chunk_rows) - start) is None]
     stats: dict[str, int] = {}  # the extractor's coverage counts (GloVe), summed over the chunks computed here
+    rows = sum(b - a for a, b, _ in todo)
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}.")
+    pooled = getattr(extractor, "processes", False) and workers > 1 and len(todo) > 1 and rows >= pool_min_rows
+    chunks = (_pooled_chunks(extractor, texts, pairs, todo, min(workers, len(todo))) if pooled
+              else _extract_chunks(extractor, texts, pairs, todo))
     t0 = time.perf_counter()
-    with progress_bar(total=n, initial=n - sum(b - a for a, b, _ in todo), desc=f"extract ({extractor.name})",
-                      unit="text", enabled=progress) as bar:
-        for (start, stop, path), (part, last) in zip(todo, _extract_chunks(extractor, texts, pairs, todo),
-                                                     strict=True):
+    with progress_bar(total=n, initial=n - rows, desc=f"extract ({extractor.name})", unit="text",
+                      enabled=progress) as bar:
+        for (start, stop, path), (part, last) in zip(todo, chunks, strict=True):
             if part.ndim != 2 or part.shape[0] != stop - start:
                 raise ValueError(f"Extractor {extractor.name!r} returned shape {part.shape} for {stop - start} "
                                  "rows; expected (rows, dim).")
@@ -451,6 +476,67 @@ def _extract_chunks(extractor: Extractor, texts: Sequence[str], pairs: Sequence[
     """Each chunk's (features, coverage stats), in order, one chunk in memory at a time."""
     for start, stop, _ in todo:
         yield _extract_one(extractor, texts[start:stop], None if pairs is None else pairs[start:stop])
+
+
+_WORKER: list[Extractor] = []  # in a pool's worker process: the extractor its initializer received
+
+
+def _start_worker(extractor: Extractor) -> None:
+    _WORKER.append(extractor)
+
+
+def _worker_chunk(texts: list[str], pairs: list[str] | None) -> tuple[np.ndarray, dict[str, Any] | None]:
+    return _extract_one(_WORKER[0], texts, pairs)
+
+
+@contextlib.contextmanager
+def _script_hidden() -> Iterator[None]:
+    """Start processes inside the block without re-running the caller's script in them. A spawned process imports
+    the parent's ``__main__`` from its file (``__file__``, when the script was not run with ``-m``) before it does
+    anything else, so a script without an ``if __name__ == "__main__":`` guard would run again in every worker (its
+    data loading, its own runs) and then fail; the workers need only this module, so the file is hidden while they
+    start (multiprocessing's spawn reads it then, and only then)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or getattr(getattr(main, "__spec__", None), "name", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+def _pooled_chunks(extractor: Extractor, texts: Sequence[str], pairs: Sequence[str] | None,
+                   todo: Sequence[tuple[int, int, Path]], workers: int
+                   ) -> Iterator[tuple[np.ndarray, dict[str, Any] | None]]:
+    """`_extract_chunks`' chunks, computed in ``workers`` processes: the same (features, stats) in the same order
+    (each chunk is extracted alone, as in one process, and handed back in ``todo``'s order, not as finished), at
+    most two chunks per worker in flight (texts sent, features not yet written). Why processes: GloVe's
+    tokenisation is Python and holds the GIL, so threads ran it on one core (1M synthetic users: 121.5 s).
+    The workers are spawned (fresh interpreters that import the package and load the vectors, ~5 s of CPU each at
+    load 3.5; hence `POOL_MIN_ROWS`), never forked: the driver runs Ray's and gRPC's threads, which a fork would copy
+    mid-operation, and a forkserver would stay alive (and resident) for the rest of the run. They are started
+    without the caller's script (`_script_hidden`)."""
+    ahead: collections.deque[Future[tuple[np.ndarray, dict[str, Any] | None]]] = collections.deque()
+    queue = iter(todo)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_worker, initargs=(extractor,)) as pool:
+
+        def submit() -> None:  # the pool starts a worker at each of its first `workers` submits
+            for start, stop, _ in queue:
+                ahead.append(pool.submit(_worker_chunk, list(texts[start:stop]),
+                                         None if pairs is None else list(pairs[start:stop])))
+                return
+
+        with _script_hidden():
+            for _ in range(2 * workers):
+                submit()
+        while ahead:
+            chunk = ahead.popleft().result()
+            submit()
+            yield chunk
 
 
 def _load_part(path: Path, rows: int) -> np.ndarray | None:

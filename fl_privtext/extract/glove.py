@@ -286,6 +286,7 @@ class GloveExtractor:
 
     name = "glove"
     dim = GLOVE_DIM
+    processes = True  # extract_cached extracts its chunks in processes: the tokenisation is Python (holds the GIL)
 
     def __init__(
         self,
@@ -316,6 +317,15 @@ class GloveExtractor:
 
     def __repr__(self) -> str:
         return f"GloveExtractor(max_length={self.max_length})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (to a worker process of `extract_cached`) with its options, without the memo of words seen:
+        the worker builds its own, and the features do not depend on it."""
+        return {**self.__dict__, "_words": None, "last_stats": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._words = _WordTable()
 
     def output_dim(self, paired: bool = False) -> int:
         return 2 * self.dim if paired else self.dim

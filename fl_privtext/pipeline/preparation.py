@@ -21,6 +21,7 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.datafiles import records_per_user
 from fl_privtext.memory import return_freed_arrays
+from fl_privtext.threads import limited, usable_cores
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
 
@@ -107,7 +108,11 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     cache_dir = cfg.extractor.cache_dir or None
     feats: np.ndarray | None = None
     if features == "extract":
-        feats = extract_cached(ds, extractor, cache_dir, progress=progress, chunk_rows=cfg.extractor.chunk_rows)
+        # every core: the driver extracts while its clients start (a sweep's scripts hold torch at 1 thread: MiniLM
+        # ran at ~23 rows/s); GloVe in processes (its tokenisation holds the GIL); the caller's counts come back after
+        with limited(usable_cores()):
+            feats = extract_cached(ds, extractor, cache_dir, progress=progress, chunk_rows=cfg.extractor.chunk_rows,
+                                   workers=usable_cores())
     elif features == "cached":
         cache = EmbeddingCache(cache_dir)
         feats = cache.load(cache.key(ds.fingerprint, extractor.identity()))

@@ -261,3 +261,27 @@ def test_entry_without_checksums_gets_them_and_nan_is_caught(glove: GloveExtract
     disk.flush()
     del disk
     assert np.isfinite(extract_cached(ds, glove, tmp_path, progress=False)).all()
+
+
+def test_glove_chunks_extracted_by_two_processes_are_the_same_bits_in_row_order(tmp_path: Path) -> None:
+    """GloVe's chunks in a pool of 2 worker processes (its tokenisation holds the GIL): the same features, cache
+    file, per-chunk checksums and coverage counts as one process, the chunks in row order. Known-bad: the same
+    chunks in another order (as they finish, not as they come) fail the comparison."""
+    words = "the cat sat on a mat stocks fell sharply monday new phone released rain match ended draw".split()
+    texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(1 + i % 9)) + f" {i}" for i in range(300)]
+    ds = TinyDataset(texts, text_pairs=[t.upper() for t in reversed(texts)])
+    one = np.array(extract_cached(ds, GloveExtractor(), tmp_path / "one", progress=False, chunk_rows=40))
+    parent = GloveExtractor()
+    two = extract_cached(ds, parent, tmp_path / "two", progress=False, chunk_rows=40, workers=2, pool_min_rows=0)
+    assert parent.last_stats is None  # the chunks were extracted by the workers, not in this process
+    key = EmbeddingCache(tmp_path).key(ds.fingerprint, parent.identity())
+    metas = [EmbeddingCache(tmp_path / d).metadata(key) for d in ("one", "two")]
+    assert metas[0] is not None and metas[1] is not None
+    assert metas[1]["chunk_sha256"] == metas[0]["chunk_sha256"] and len(metas[0]["chunk_sha256"]) == 8
+    assert metas[1]["extract_stats"] == metas[0]["extract_stats"] and metas[0]["extract_stats"]["texts"] == 600
+    assert (tmp_path / "two" / f"{key}.npy").read_bytes() == (tmp_path / "one" / f"{key}.npy").read_bytes()
+    np.testing.assert_array_equal(two, one)
+    mixed = np.concatenate([one[40:80], one[:40], one[80:]])  # chunks 0 and 1 swapped
+    assert not np.array_equal(mixed, two)
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        extract_cached(TinyDataset(["x"]), GloveExtractor(), tmp_path / "bad", progress=False, workers=0)
