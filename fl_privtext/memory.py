@@ -74,10 +74,13 @@ GB = 1024**3
 # here (two actors, less what one client's upload touches during the round: at 100 clients ~18% of the pages).
 # Recalibrated at 1M with the drop (benchmarks/README.md, "1M users, the eighth session"): 5.34 GB measured, so
 # 4.8 copies (estimate 5.37 GB); the same model over-states the measured 200k (2.40 -> 2.61) and 50k (1.83 ->
-# 2.07) peaks, as a budget check should.
+# 2.07) peaks, as a budget check should. The uploads now live on disk between stages (`Spill`: neither the
+# replies nor their merged copy are resident, benchmarks/README.md, "Uploads on disk between stages"): the
+# measured peak's slope from 50k to 200k users fell from ~1,000 to ~720 bytes a record (1.91 -> 1.78 GB at 50k,
+# 2.42 -> 2.15 GB at 200k), so 3.3 copies (estimates 2.02 and 2.39 GB: above both, as a budget check should be).
 BASE_GB = 1.3
 ACTOR_GB = 0.3
-COPIES = 4.8
+COPIES = 3.3
 COLUMN_BYTES = 60
 
 
