@@ -163,7 +163,8 @@ def test_streamed_uploads_give_the_plain_loops_results_at_two_chunk_sizes(points
         monkeypatch.setattr(memory, "CHUNK_ROWS", chunk)
         mapped: list[bool] = []
         t = transport(EavesdroppingGrid(_InProcessGrid(NUM_CLIENTS)), cfg,
-                      on_round=lambda seed, rnd, r, dt: mapped.append(isinstance(r.uploads["features"], np.memmap)))
+                      on_round=lambda seed, rnd, r, dt, mapped=mapped: mapped.append(
+                          isinstance(r.uploads["features"], np.memmap)))
         served = serve_point(t)()["per_seed"]
         assert mapped == [True] * cfg.run.seeds  # the streaming path ran: the server's uploads are a file's map
         for fl, pl in zip(served, plain, strict=True):
