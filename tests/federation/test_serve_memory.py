@@ -155,8 +155,7 @@ def test_streamed_uploads_give_the_plain_loops_results_at_two_chunk_sizes(points
     from fl_privtext import memory
 
     cfg = ExperimentConfig.from_flat({"run.client-seed": CLIENT_SEED, "attack.enabled": True,
-                                      "attack.families": "logistic", "attack.extra": False, "attack.epochs": 3,
-                                      "run.seeds": 1},
+                                      "attack.families": "logistic", "attack.extra": False, "attack.epochs": 3},
                                      points[0])
     plain = pipeline.run_plain(cfg)["per_seed"]
     for chunk in (3, memory.CHUNK_ROWS):
