@@ -12,12 +12,17 @@ not glibc.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
 import os
 import sys
-from typing import Any
+import tempfile
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+import numpy as np
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 MMAP_THRESHOLD = 128 * 1024  # bytes: glibc's own initial value, pinned
@@ -69,10 +74,15 @@ GB = 1024**3
 # here (two actors, less what one client's upload touches during the round: at 100 clients ~18% of the pages).
 # Recalibrated at 1M with the drop (benchmarks/README.md, "1M users, the eighth session"): 5.34 GB measured, so
 # 4.8 copies (estimate 5.37 GB); the same model over-states the measured 200k (2.40 -> 2.61) and 50k (1.83 ->
-# 2.07) peaks, as a budget check should.
+# 2.07) peaks, as a budget check should. The uploads now live on disk between stages (`Spill`: neither the
+# replies nor their merged copy are resident, benchmarks/README.md, "Uploads on disk between stages"): the
+# measured peak's slope from 50k to 200k users fell from ~1,000 to ~720 bytes a record (1.91 -> 1.78 GB at 50k,
+# 2.42 -> 2.15 GB at 200k), and at 1M (commit 5996570) 5.34 -> 4.38 GB: 3.4 copies (estimates 2.03, 2.40 and
+# 4.42 GB: at or above all three, as a budget check should be). Later commits (the driver's feature-cache pages dropped
+# after extraction, the referee's per-user epsilons as arrays) lower the 1M peak further; not yet measured there.
 BASE_GB = 1.3
 ACTOR_GB = 0.3
-COPIES = 4.8
+COPIES = 3.4
 COLUMN_BYTES = 60
 
 
@@ -106,3 +116,98 @@ def check_memory_budget(budget_gb: float, records: int, dim: int, actors: int) -
                          f"{actors} local actors; benchmarks/README.md, 'memory') and {source} is less: raise "
                          "run.memory-gb, or simulate fewer users (data.options), or a narrower extractor.")
     return budget
+
+
+# -- arrays on disk between stages ---------------------------------------------------------------------------
+# Rows gathered at once by `take_rows` and `Spill.gather` before this process's pages of the mapped source are
+# dropped: the transient resident set is at most this many rows' pages (a 50-dimensional float32 row is 200 bytes,
+# so 16,384 scattered rows touch at most 64 MiB of pages). The results do not depend on it (rows are copied, not
+# computed): tests/test_memory.py checks two sizes.
+CHUNK_ROWS = 1 << 14
+
+
+def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """``array[index]`` (``index``: a boolean mask or integer positions) as an in-memory array, read ``chunk``
+    rows at a time from a memory-mapped ``array`` whose pages this process drops after each chunk: the resident
+    cost is the result, not the result plus every page of the map it touched (which the kernel counts in the
+    process's RSS until the map goes). An in-memory ``array`` is indexed at once (the same bytes)."""
+    index = np.asarray(index)
+    if index.dtype == bool:
+        index = np.flatnonzero(index)
+    if not isinstance(array, np.memmap) and not isinstance(getattr(array, "base", None), np.memmap):
+        return np.asarray(array[index])
+    step = CHUNK_ROWS if chunk is None else chunk
+    if step < 1:
+        raise ValueError(f"chunk must be >= 1 row; got {step}.")
+    out = np.empty((len(index), *array.shape[1:]), array.dtype)
+    for a in range(0, len(index), step):
+        out[a : a + step] = array[index[a : a + step]]
+        drop_mapped_pages(array)
+    return out
+
+
+class Spill:
+    """Named arrays appended row block by row block to files in a folder of their own (written through the page
+    cache, not held by this process), read back as read-only memory maps (`mapped`). A round's uploads arrive
+    reply by reply; spilling each as it arrives lets its message go at once, instead of every reply and then their
+    merged copy being resident together (two copies of the round at the server, issue #38). The files are unlinked
+    once mapped: their disk space goes with the last reference to the maps."""
+
+    def __init__(self, folder: str | os.PathLike[str] | None = None) -> None:
+        if folder is not None:
+            os.makedirs(folder, exist_ok=True)
+        self._dir = tempfile.mkdtemp(prefix="spill-", dir=folder)
+        self._files: dict[str, BinaryIO] = {}
+        self._meta: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+        self.rows: dict[str, int] = {}
+
+    def append(self, arrays: Mapping[str, np.ndarray]) -> None:
+        """Write ``arrays`` (name -> rows) after what each name already holds; a name's dtype and row shape are
+        fixed by its first block."""
+        for name, a in arrays.items():
+            a = np.ascontiguousarray(a)
+            meta = (a.dtype, a.shape[1:])
+            if name not in self._files:
+                self._files[name] = open(os.path.join(self._dir, name), "wb")  # noqa: SIM115 (closed in mapped)
+                self._meta[name], self.rows[name] = meta, 0
+            elif meta != self._meta[name]:
+                raise ValueError(f"Spill {name!r} holds rows of {self._meta[name][0]} {self._meta[name][1]}; got "
+                                 f"{a.dtype} {a.shape[1:]}: every block of a name must have the same dtype and row "
+                                 "shape.")
+            self._files[name].write(a.data)
+            self.rows[name] += len(a)
+
+    def gather(self, source: np.ndarray, index: np.ndarray, name: str, chunk: int | None = None) -> None:
+        """Append ``source[index]`` as ``name``, ``chunk`` rows at a time, dropping this process's pages of a
+        mapped ``source`` after each (`take_rows`)."""
+        step = CHUNK_ROWS if chunk is None else chunk
+        if step < 1:
+            raise ValueError(f"chunk must be >= 1 row; got {step}.")
+        for a in range(0, len(index), step):
+            self.append({name: take_rows(source, index[a : a + step], step)})
+        if not len(index):
+            self.append({name: np.empty((0, *source.shape[1:]), source.dtype)})
+
+    def __del__(self) -> None:  # never mapped (an error on the way): its files go now, not with the cache
+        for name, f in getattr(self, "_files", {}).items():
+            f.close()
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self._dir, name))
+        with contextlib.suppress(OSError, AttributeError):
+            os.rmdir(self._dir)
+
+    def mapped(self) -> dict[str, np.ndarray]:
+        """Every name's rows as a read-only map of its file (an empty array for a name with no rows); the files
+        are closed and unlinked, so the spill takes no further blocks."""
+        out: dict[str, np.ndarray] = {}
+        for name, f in self._files.items():
+            f.close()
+            path = os.path.join(self._dir, name)
+            dtype, shape = self._meta[name]
+            n = self.rows[name]
+            out[name] = (np.memmap(path, dtype=dtype, mode="r", shape=(n, *shape)) if n and dtype.itemsize
+                         else np.zeros((n, *shape), dtype))
+            os.unlink(path)
+        self._files.clear()
+        os.rmdir(self._dir)
+        return out

@@ -107,3 +107,59 @@ def test_dropping_a_feature_maps_pages_frees_them_and_reads_the_same_bytes(tmp_p
     private = np.load(path, mmap_mode="c")  # copy-on-write: its writes live only in its pages, never dropped
     private[0, 0] = 7.0
     assert not drop_mapped_pages(private) and private[0, 0] == 7.0
+
+
+def test_take_rows_copies_a_maps_rows_in_chunks_without_keeping_its_pages(tmp_path) -> None:
+    """`take_rows` (the server's training selection, the attack's targets read from the mapped uploads): the same
+    array as ``array[index]`` at any chunk size, mask or positions, and the map's pages are not left resident."""
+    import numpy as np
+
+    from fl_privtext.memory import take_rows
+
+    path = tmp_path / "uploads.npy"
+    np.save(path, np.random.default_rng(1).standard_normal((100_000, 50)).astype(np.float32))  # 20 MB
+    mapped = np.load(path, mmap_mode="r")
+    mask = np.random.default_rng(2).random(len(mapped)) < 0.8
+    want = np.asarray(mapped)[mask]
+    for index in (mask, np.flatnonzero(mask)):
+        for chunk in (3, 1 << 14, 10**6):
+            got = take_rows(mapped, index, chunk)
+            assert type(got) is np.ndarray and got.dtype == want.dtype and np.array_equal(got, want)
+    with open("/proc/self/smaps") as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith(str(path)))
+    assert int(next(line for line in lines[start:] if line.startswith("Rss:")).split()[1]) < 1_000
+    memory = np.asarray(mapped)  # an in-memory array: plain indexing
+    assert np.array_equal(take_rows(memory, mask), want)
+
+
+def test_spill_maps_back_what_was_appended_and_refuses_a_block_of_another_dtype(tmp_path) -> None:
+    """`Spill`: a round's representations written reply by reply and read back as a read-only map (the file
+    unlinked: it goes with the map); `gather` writes rows in another order in chunks. Known-bad: a block of another
+    dtype or width is refused in one line (the map would read its bytes as the first block's type)."""
+    import numpy as np
+    import pytest
+
+    from fl_privtext.memory import Spill
+
+    g = np.random.default_rng(3)
+    blocks = [g.standard_normal((n, 4)).astype(np.float32) for n in (5, 0, 11, 1)]
+    spill = Spill(tmp_path)
+    for b in blocks:
+        spill.append({"features": b, "ids": np.arange(len(b))})
+    got = spill.mapped()
+    assert isinstance(got["features"], np.memmap) and not got["features"].flags.writeable
+    assert np.array_equal(got["features"], np.concatenate(blocks))
+    assert np.array_equal(got["ids"], np.concatenate([np.arange(len(b)) for b in blocks]))
+    assert list(tmp_path.iterdir()) == []  # unlinked once mapped
+    order = g.permutation(len(got["features"]))
+    for chunk in (2, 1 << 14):
+        out = Spill(tmp_path)
+        out.gather(got["features"], order, "features", chunk)
+        assert np.array_equal(out.mapped()["features"], np.concatenate(blocks)[order])
+    bad = Spill(tmp_path)
+    bad.append({"features": blocks[0]})
+    for other in (blocks[0].astype(np.float64), blocks[0][:, :3]):
+        with pytest.raises(ValueError, match="same dtype and row shape") as exc:
+            bad.append({"features": other})
+        assert "\n" not in str(exc.value)

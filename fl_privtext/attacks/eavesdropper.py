@@ -18,6 +18,7 @@ from fl_privtext.attacks.evaluate import observe, run_attacks
 from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract.clean import clean_features
+from fl_privtext.memory import take_rows
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.public import PublicSpec
 from fl_privtext.server.pseudonyms import server_users
@@ -69,7 +70,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     rows = np.asarray(rows)
     keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
     if keep is not None:
-        features, rows = features[keep], rows[keep]
+        features, rows = take_rows(features, keep), rows[keep]  # in chunks from a mapped upload file
         labels = None if labels is None else labels[keep]
         seen = None if seen is None else np.asarray(seen)[keep]
     mech = mechanism if mechanism is not None else mechanism_for(PublicSpec.of(cfg), features.shape[1])

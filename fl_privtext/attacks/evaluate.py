@@ -32,6 +32,36 @@ from fl_privtext.names import ATTACKS
 from fl_privtext.threads import limited
 
 
+class PerUser:
+    """A number per user (pseudonym -> float), as two sorted arrays: at a million users the two per-user dicts of
+    `Truth` held ~200 MB of Python objects through the attack stage (issue #38); these hold 16 bytes a user.
+    ``at(users)`` reads many at once; ``[u]`` one."""
+
+    def __init__(self, users: np.ndarray, values: np.ndarray) -> None:
+        self.users, self.values = np.asarray(users, np.int64), np.asarray(values, np.float64)
+        if len(self.users) > 1 and not bool(np.all(np.diff(self.users) > 0)):
+            raise ValueError("PerUser needs users sorted and unique (np.unique's output).")
+
+    def updated(self, other: PerUser) -> PerUser:
+        """``dict.update``: the users of ``other`` take its values, the others keep theirs."""
+        users = np.concatenate([other.users, self.users])
+        first, where = np.unique(users, return_index=True)  # a user of both: its first entry (other's)
+        return PerUser(first, np.concatenate([other.values, self.values])[where])
+
+    def at(self, users: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.users, users)
+        if len(users) and (np.any(pos >= len(self.users)) or
+                           np.any(self.users[np.minimum(pos, len(self.users) - 1)] != users)):
+            raise KeyError("a user without observed uploads")
+        return self.values[pos]
+
+    def __getitem__(self, user: int) -> float:
+        return float(self.at(np.array([user], np.int64))[0])
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+
 @dataclass(frozen=True)
 class Truth:
     """The referee's answer key for one seed (never given to an attack)."""
@@ -43,8 +73,8 @@ class Truth:
     epsilon: float  # true worst-case epsilon of one upload's representation
     delta: float
     label_epsilon: float  # 0: labels in the clear (or no labels)
-    user_epsilon: dict[int, float]  # pseudonym -> composed epsilon over its observed uploads (representation+label)
-    user_delta: dict[int, float]
+    user_epsilon: PerUser  # pseudonym -> composed epsilon over its observed uploads (representation+label)
+    user_delta: PerUser
     # federation.shuffle: the account (named user) of each upload, when the view's pseudonyms are not accounts
     named_user: np.ndarray | None = None
 
@@ -95,15 +125,15 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
         meta={} if word_vectors is None else {"word_vectors": word_vectors},
     )
     per_upload = epsilon + (label_epsilon if num_labels > 1 else 0.0)
-    uniq, counts = np.unique(users, return_counts=True)
-    with np.errstate(invalid="ignore"):
-        u_eps = {int(u): float(c * per_upload) for u, c in zip(uniq, counts, strict=True)}
-    u_delta = {int(u): float(min(1.0, c * delta)) for u, c in zip(uniq, counts, strict=True)}
-    if named_users is not None:  # accounts and shuffled pseudonyms are disjoint (fl_privtext.pipeline.server_users)
-        uniq, counts = np.unique(np.asarray(named_users, np.int64), return_counts=True)
+    def budgets(who: np.ndarray) -> tuple[PerUser, PerUser]:
+        uniq, counts = np.unique(who, return_counts=True)
         with np.errstate(invalid="ignore"):
-            u_eps.update({int(u): float(c * per_upload) for u, c in zip(uniq, counts, strict=True)})
-        u_delta.update({int(u): float(min(1.0, c * delta)) for u, c in zip(uniq, counts, strict=True)})
+            return PerUser(uniq, counts * per_upload), PerUser(uniq, np.minimum(1.0, counts * delta))
+
+    u_eps, u_delta = budgets(users)
+    if named_users is not None:  # accounts and shuffled pseudonyms are disjoint (fl_privtext.pipeline.server_users)
+        n_eps, n_delta = budgets(np.asarray(named_users, np.int64))
+        u_eps, u_delta = u_eps.updated(n_eps), u_delta.updated(n_delta)
     truth = Truth(specs=tuple(attributes), attributes={s.name: np.asarray(v) for s, v in attributes.items()},
                   texts=texts, candidate_of_query=cand_of_query, epsilon=float(epsilon), delta=float(delta),
                   label_epsilon=float(label_epsilon), user_epsilon=u_eps, user_delta=u_delta,
@@ -124,8 +154,8 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
     """(per-upload ceiling, per-user ceiling, per-user epsilons)."""
     clear = view.labels_in_clear and view.num_labels > 1 and not multilabel
     eps_up = truth.epsilon if clear or view.num_labels <= 1 else truth.epsilon + truth.label_epsilon
-    eps_users = np.array([truth.user_epsilon[int(u)] for u in users])
-    d_users = np.array([truth.user_delta[int(u)] for u in users])
+    eps_users = truth.user_epsilon.at(users)
+    d_users = truth.user_delta.at(users)
     if multilabel:  # mean over classes of the binary ceiling (per-class accuracy is what is reported)
         pri = z.mean(axis=0)
         up = float(np.mean([ceilings.attribute_ceiling(np.array([1 - p, p]), eps_up, truth.delta) for p in pri]))
@@ -314,8 +344,8 @@ def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: 
     maj = np.stack([prior] * len(users)) if multilabel else np.full(len(users), prior)
     acc, base = metrics.accuracy(z_user, answer), metrics.accuracy(z_user, maj)
     cells = z_user.size if multilabel else len(z_user)
-    eps_users = np.array([truth.user_epsilon[int(u)] for u in users])
-    d_users = np.array([truth.user_delta[int(u)] for u in users])
+    eps_users = truth.user_epsilon.at(users)
+    d_users = truth.user_delta.at(users)
     k = len(view.known[name].spec.classes)
     if multilabel:
         pri = z.mean(axis=0)

@@ -17,6 +17,7 @@ from flwr.serverapp import Grid
 
 from fl_privtext.client import UPLOAD_KEYS, merge_positions, merge_uploads
 from fl_privtext.federation.grid import DelegatingGrid
+from fl_privtext.memory import CHUNK_ROWS, Spill, drop_mapped_pages
 
 
 def numpy_view(array: Array) -> np.ndarray:
@@ -55,13 +56,27 @@ class Observation:
 
 class EavesdroppingGrid(DelegatingGrid):
     """Delegates to ``inner`` and records every reply it returns (its arrays as read-only views of the reply's
-    bytes: the record costs no copy)."""
+    bytes: the record costs no copy).
+
+    ``spill_to(folder)``: from then on (until `reset`) the row vectors of every ``upload`` record (its 2-D arrays:
+    the representations) are written to the eavesdropper's own file there as they arrive, instead of being held
+    as views of the reply, and its 1-D arrays (labels, record ids: 16 bytes an upload) are copied: the reply's
+    bytes can go as soon as the server has taken its own copy (issue #38: the replies were resident until the
+    eavesdropper was done, ~0.8 GB per million users). The observation's arrays become read-only maps of that file
+    when the record is read (`uploads`, `uploads_matching`)."""
 
     def __init__(self, inner: Grid, *, record_sent: bool = False) -> None:
         super().__init__(inner)
         self.observations: list[Observation] = []
         self.record_sent = record_sent
         self.sent: list[Observation] = []  # the server's own queries (record_sent=True): what the server knows
+        self._folder: str | None = None
+        self._spill: Spill | None = None
+        self._spilled: list[tuple[Observation, int, int]] = []  # (observation, first row, rows) in the spill
+
+    def spill_to(self, folder: str | None) -> None:
+        """Spill the ``upload`` records observed from now on to ``folder`` (None: keep them as views)."""
+        self._folder = folder
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self._inner.push_messages(self._record_sent(messages))
@@ -92,7 +107,7 @@ class EavesdroppingGrid(DelegatingGrid):
                 for name, record in msg.content.items():
                     if isinstance(record, ArrayRecord):
                         arrs = {k: numpy_view(a) for k, a in record.items()}
-                        obs.arrays[name] = arrs
+                        obs.arrays[name] = self._keep(obs, name, arrs)
                         obs.nbytes += sum(len(a.data) for a in record.values())
                     elif isinstance(record, ConfigRecord):
                         obs.configs[name] = dict(record)
@@ -101,23 +116,54 @@ class EavesdroppingGrid(DelegatingGrid):
             self.observations.append(obs)
         return replies
 
+    def _keep(self, obs: Observation, name: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """What the record holds of one received ArrayRecord: views of the reply's bytes, or (spilling an upload)
+        copies of its 1-D arrays, its 2-D ones appended to the spill (mapped back in `_map`)."""
+        if self._folder is None or name != "upload":
+            return arrays
+        vectors = {k: a for k, a in arrays.items() if a.ndim >= 2 and len(a)}
+        rows = {len(a) for a in vectors.values()}
+        if len(rows) > 1:
+            raise ValueError(f"An upload record's arrays must have one length; got {sorted(rows)}.")
+        if vectors:
+            if self._spill is None:
+                self._spill = Spill(self._folder)
+            self._spilled.append((obs, self._spill.rows.get(next(iter(vectors)), 0), rows.pop()))
+            self._spill.append(vectors)
+        return {k: (a if k in vectors else np.array(a)) for k, a in arrays.items()}
+
+    def _map(self) -> None:
+        """Put the spilled rows back into their observations, as read-only maps of the spill file."""
+        if self._spill is None:
+            return
+        names = list(self._spill.rows)
+        mapped = self._spill.mapped()
+        for obs, start, n in self._spilled:
+            for k in names:
+                if k in obs.arrays["upload"]:
+                    obs.arrays["upload"][k] = mapped[k][start : start + n]
+        self._spill, self._spilled = None, []
+
     # -- what the attacker works with -------------------------------------------------------------------------
     def uploads(self, record: str = "upload") -> dict[str, np.ndarray]:
         """All observed uploads merged in canonical row order (`fl_privtext.client.merge_uploads`): features (M, D),
         labels (M,), rows (M,)."""
+        self._map()
         parts = [o.arrays[record] for o in self.observations if record in o.arrays and len(o.arrays[record]["rows"])]
         if not parts:
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
         return merge_uploads(parts)
 
     def uploads_matching(self, received: dict[str, np.ndarray], record: str = "upload",
-                         chunk: int = 1 << 16) -> dict[str, np.ndarray]:
+                         chunk: int = CHUNK_ROWS) -> dict[str, np.ndarray]:
         """`uploads`, without its merged copy when it would equal ``received`` (what the server merged from the
         same replies): then ``received`` itself is returned, else the merged copy (whose difference the caller
         reports). Each observed part is compared, ``chunk`` rows at a time, with the rows of ``received`` that
         `merge_uploads` would write it to, so only the merge's row order (16 bytes per upload) is allocated, not a
         second copy of the uploads next to the replies' bytes and ``received`` (~0.7 GB per million users of
-        50-dimensional uploads, at the run's peak)."""
+        50-dimensional uploads, at the run's peak). Pages of mapped arrays (the spill, a mapped ``received``) are
+        dropped after each chunk."""
+        self._map()
         parts = [o.arrays[record] for o in self.observations if record in o.arrays and len(o.arrays[record]["rows"])]
         if not parts:
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
@@ -130,7 +176,7 @@ class EavesdroppingGrid(DelegatingGrid):
             for k in UPLOAD_KEYS:
                 x, y = p[k], received[k]
                 if x.dtype != y.dtype or x.shape[1:] != y.shape[1:] or not all(
-                        np.array_equal(x[i : i + chunk], y[where[i : i + chunk]]) for i in range(0, len(x), chunk)):
+                        _equal_dropping(x[i : i + chunk], y, where[i : i + chunk]) for i in range(0, len(x), chunk)):
                     return merge_uploads(parts)
             start += len(p["rows"])
         return received
@@ -147,3 +193,13 @@ class EavesdroppingGrid(DelegatingGrid):
 
     def reset(self) -> None:
         self.observations.clear()
+        self._map()  # a spill not read yet: its file goes with the observations
+        self._spilled = []
+
+
+def _equal_dropping(x: np.ndarray, y: np.ndarray, where: np.ndarray) -> bool:
+    """``x == y[where]``, then this process's pages of either map dropped (a no-op for in-memory arrays)."""
+    same = bool(np.array_equal(x, y[where]))
+    drop_mapped_pages(x)
+    drop_mapped_pages(y)
+    return same

@@ -12,8 +12,9 @@ Works on any Grid (push / pull), so the Deployment Engine gets the same bounded 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import islice
+from typing import Any
 
 from flwr.app import Message
 from flwr.serverapp import Grid
@@ -32,23 +33,29 @@ def window_size(max_in_flight: int) -> int:
 
 
 def send_windowed(grid: Grid, messages: Iterable[Message], *, window: int, timeout: float | None = None,
-                  poll_s: float = POLL_S) -> list[Message]:
+                  poll_s: float = POLL_S, each: Callable[[Message], Any] | None = None) -> list[Any]:
     """Push ``messages`` keeping at most ``window`` of them unanswered; return every reply that arrived within
     ``timeout`` seconds of the start (None = wait for all). Messages not yet pushed at the deadline are never sent,
-    so the caller sees their nodes as not answering, like late ones."""
+    so the caller sees their nodes as not answering, like late ones.
+
+    ``each``: called on every reply as it is pulled; its results are returned instead of the replies, so a caller
+    that keeps what it needs of a reply (an upload round spills its arrays) lets the reply's bytes go at once
+    instead of holding the whole round's replies until the last one arrives."""
     if window < 1:
         raise ValueError(f"window must be >= 1 message in flight; got {window}.")
     pending = iter(messages)
     deadline = None if timeout is None else time.monotonic() + timeout
     in_flight = set(grid.push_messages(list(islice(pending, window))))
-    replies: list[Message] = []
+    replies: list[Any] = []
     while in_flight and (deadline is None or time.monotonic() < deadline):
         got = list(grid.pull_messages(in_flight))
-        replies.extend(got)
         in_flight.difference_update(m.metadata.reply_to_message_id for m in got)
+        arrived = len(got)
+        replies.extend(got if each is None else (each(m) for m in got))
+        del got  # with ``each``, what it kept is all that stays of these replies
         refill = list(islice(pending, window - len(in_flight)))
         if refill:
             in_flight.update(grid.push_messages(refill))
-        elif not got:
+        elif not arrived:
             time.sleep(poll_s)
     return replies

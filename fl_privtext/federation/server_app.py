@@ -18,9 +18,10 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from fl_privtext.client import merge_uploads
+from fl_privtext.client import UPLOAD_KEYS, merge_uploads
 from fl_privtext.client.aggregate import StatsLayout
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.datafiles import resolve_cache_dir
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid, numpy_view
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.inflight import send_windowed, window_size
@@ -30,6 +31,7 @@ from fl_privtext.federation.secagg_stats import SumRequest, secagg_sum_round
 from fl_privtext.federation.secagg_train import train_phase_secagg
 from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID, ShufflingGrid
 from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
+from fl_privtext.memory import Spill
 from fl_privtext.traffic import Observed, OnRound, Round
 
 log = logging.getLogger(__name__)
@@ -54,12 +56,14 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     )
     timeout = cfg.federation.round_timeout or None
     shuffled = shuffler is not None and shuffler.on
+    spill = Spill(spill_folder(cfg))  # the server's copy of the round's representations, in arrival order
     if shuffled:  # the shuffler releases a round only once it holds all of it (its own window below it)
         assert shuffler is not None
         shuffler.window = window_size(cfg.federation.max_in_flight)
-        replies = list(grid.send_and_receive(msgs, timeout=timeout))
-    else:
-        replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout)
+        replies = [spill_upload(r, spill) for r in grid.send_and_receive(msgs, timeout=timeout)]
+    else:  # each reply's representations go to the spill as it arrives, and its bytes with it
+        replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout,
+                                each=lambda r: spill_upload(r, spill))
     failures: list[dict[str, Any]] = []
     good: list[Message] = []
     for r in replies:
@@ -75,6 +79,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
             answered.update(int(n) for n in r.content.array_records["shuffle"]["contributors"].numpy())
     failures.extend({"node": int(n), "kind": "timeout", "reason": f"no reply within {timeout} s"}
                     for n in nodes if int(n) not in answered)
+    arrived = spill.mapped()  # the spilled rows of every non-empty upload, in the order of ``good``
     if not good and failures and all(f["kind"] == "refused" for f in failures):  # the clients' policy said no
         log.warning("round %d: every client refused (%s)", rnd, failures[0]["reason"][:300])
         return Round(merge_uploads([]), 0, failures=failures)
@@ -92,7 +97,8 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
                   "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
     senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
-    merged = merge_uploads(parts)
+    merged = merge_spilled(parts, arrived, spill_folder(cfg))
+    del arrived
     revealed = None
     if shuffled:
         assert shuffler is not None
@@ -104,6 +110,48 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                           placement=placement, ledger=[ledger_of(r) for r in good if "ledger" in
                                                        r.content.config_records or not shuffled],
                           revealed=revealed)
+
+
+def spill_folder(cfg: ExperimentConfig) -> str:
+    """Where a point's uploads live between stages: ``spill/`` in the run's cache (``extractor.cache-dir``)."""
+    return str(resolve_cache_dir(cfg.extractor.cache_dir or None) / "spill")
+
+
+def spill_upload(reply: Message, spill: Spill) -> Message:
+    """Move the representations (2-D arrays) of a reply's non-empty ``upload`` record into ``spill`` and out of
+    the reply, which keeps its labels and record ids (16 bytes an upload): the round's replies are not all
+    resident until the last one is in, next to their merged copy (issue #38)."""
+    if reply.has_error() or "upload" not in reply.content.array_records:
+        return reply
+    record = reply.content.array_records["upload"]
+    arrays = {k: numpy_view(a) for k, a in record.items()}
+    vectors = {k: a for k, a in arrays.items() if a.ndim >= 2}
+    if not vectors or not len(arrays["rows"]):
+        return reply
+    spill.append(vectors)
+    reply.content["upload"] = ArrayRecord({k: a for k, a in record.items() if k not in vectors})
+    return reply
+
+
+def merge_spilled(parts: list[dict[str, np.ndarray]], arrived: dict[str, np.ndarray], folder: str,
+                  chunk: int | None = None) -> dict[str, np.ndarray]:
+    """`fl_privtext.client.merge_uploads` of a round whose representations were spilled as they arrived
+    (``arrived``: the non-empty parts' rows in their order; ``parts`` hold the rest): the same arrays, the
+    representations as a read-only map of a file in ``folder``, written ``chunk`` rows at a time in canonical row
+    order (a stable sort by record id), so that the merge holds no copy of the round in memory."""
+    parts = [p for p in parts if len(p["rows"])]
+    if not parts:
+        return merge_uploads([])
+    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
+    merged = {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0] if k not in arrived}
+    out = Spill(folder)
+    for k, rows in arrived.items():
+        if len(rows) != len(order):
+            raise ValueError(f"The spilled {k!r} holds {len(rows)} rows for {len(order)} uploads.")
+        out.gather(rows, order, k, chunk)
+    merged.update(out.mapped())
+    return {k: merged[k] for k in UPLOAD_KEYS if k in merged} | {k: v for k, v in merged.items()
+                                                                   if k not in UPLOAD_KEYS}
 
 
 def failure_kind(reply: Message) -> str:
@@ -228,6 +276,7 @@ class PointTransport:
 
     def start_seed(self) -> None:
         self.eaves.reset()
+        self.eaves.spill_to(spill_folder(self.cfg))  # the eavesdropper's own copy of the uploads, on disk
         self._received.clear()
 
     def eavesdrop(self) -> Observed:

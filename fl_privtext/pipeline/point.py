@@ -36,6 +36,7 @@ from fl_privtext.client import (
 from fl_privtext.client.ondevice import on_device_answer, stage_keys
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
+from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.progress import progress_bar
 from fl_privtext.public import PublicSpec
@@ -169,6 +170,7 @@ def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained:
         attacks, extra = attack(prep, observed["features"], referee_rows(c, observed["rows"]), c.seed, cfg,
                                 labels=observed["labels"], mechanism=mech, report=mech.report(),
                                 seen=observed["rows"] if shuffled(c) else None)
+        drop_mapped_pages(observed["features"])  # a mapped upload file read whole: its pages go until read again
     t3 = time.perf_counter()
     return {
         "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,

@@ -20,7 +20,7 @@ from fl_privtext.client.prepared import Prepared
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
 from fl_privtext.datafiles import records_per_user
-from fl_privtext.memory import return_freed_arrays
+from fl_privtext.memory import drop_mapped_pages, return_freed_arrays
 from fl_privtext.threads import limited, usable_cores
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
@@ -118,6 +118,8 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
         feats = cache.load(cache.key(ds.fingerprint, extractor.identity()))
     elif features != "none":
         raise ValueError(f"features must be 'extract', 'cached' or 'none'; got {features!r}.")
+    if feats is not None:  # the pages the extraction wrote or read stay in this process's RSS while the map lives
+        drop_mapped_pages(feats)  # (the driver's whole cache through the run: 0.69 GB at 1M users, issue #38)
     t3 = time.perf_counter()
     timings = {"load_s": t1 - t0, "partition_s": t2 - t1, "extract_s": t3 - t2}
     return Prepared(ds=ds, roles=roles, shards=shards, extractor=extractor, features=feats, timings=timings)

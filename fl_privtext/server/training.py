@@ -21,6 +21,7 @@ from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
+from fl_privtext.memory import take_rows
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
 from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
@@ -178,11 +179,11 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     train_groups = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
     label_epsilon = public.privacy.label_epsilon
     model, chosen, candidates = fit_learner(
-        server.learner, features[tr], labels[tr], train_groups, num_classes=k,
+        server.learner, take_rows(features, tr), labels[tr], train_groups, num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
-    pred = model.logits(features[te]).argmax(axis=1)
+    pred = model.logits(take_rows(features, te)).argmax(axis=1)
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
         "available": True,

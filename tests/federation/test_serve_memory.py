@@ -143,3 +143,29 @@ def test_how_far_the_server_lags_does_not_change_the_results(points):
     for a, b in zip(at_once, lagging, strict=True):
         assert [s["utility"] for s in a["per_seed"]] == [s["utility"] for s in b["per_seed"]]
         assert a["privacy"] == b["privacy"]
+
+
+def test_streamed_uploads_give_the_plain_loops_results_at_two_chunk_sizes(points, monkeypatch):
+    """Issue #38: each reply's representations are spilled to disk as it arrives, merged into row order and read
+    back by the server and the eavesdropper in chunks of `fl_privtext.memory.CHUNK_ROWS` rows. The chunk size must
+    not change a number: at 3 rows (many short chunks, the last one short) and at the default, the served point
+    equals the plain in-memory loop (same client seed), training and attacks."""
+    import numpy as np
+
+    from fl_privtext import memory
+
+    cfg = ExperimentConfig.from_flat({"run.client-seed": CLIENT_SEED, "attack.enabled": True,
+                                      "attack.families": "logistic", "attack.extra": False, "attack.epochs": 3},
+                                     points[0])
+    plain = pipeline.run_plain(cfg)["per_seed"]
+    for chunk in (3, memory.CHUNK_ROWS):
+        monkeypatch.setattr(memory, "CHUNK_ROWS", chunk)
+        mapped: list[bool] = []
+        t = transport(EavesdroppingGrid(_InProcessGrid(NUM_CLIENTS)), cfg,
+                      on_round=lambda seed, rnd, r, dt, mapped=mapped: mapped.append(
+                          isinstance(r.uploads["features"], np.memmap)))
+        served = serve_point(t)()["per_seed"]
+        assert mapped == [True] * cfg.run.seeds  # the streaming path ran: the server's uploads are a file's map
+        for fl, pl in zip(served, plain, strict=True):
+            assert fl["utility"] == pl["utility"], chunk
+            assert fl["attacks"] == pl["attacks"], chunk
