@@ -261,6 +261,10 @@ class _Moments:
     # the class-mean deviations are James-Stein shrunk (`ClassStats.shrunk_means`): where they are unresolved the
     # head falls back to the prior, so `fl_privtext.server.selection.select` ships it without a constant gate
     shrinks_to_prior = True
+    # which moment head `select` prefers where their per-upload log-losses cannot be told apart (the higher): the
+    # LDA's clean covariance (`soft_spectrum`) reverts to the centroid's isotropic one where its spectrum is not
+    # resolved, so the LDA nests the centroid and adds only what the uploads resolve (issue #37 item 3)
+    nesting = 0
     w_noisy: np.ndarray  # (K, D) and (K,): the rule for a noisy upload
     b_noisy: np.ndarray
     w_clean: np.ndarray  # the rule for E[upload | x] (exported)
@@ -366,6 +370,7 @@ class LDA(_Moments):
     per-upload cross-validation too."""
 
     name = "lda"
+    nesting = 1  # nests the centroid (`_Moments.nesting`)
 
     def _heads(self) -> None:
         st = self.stats
