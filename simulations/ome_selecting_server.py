@@ -75,7 +75,7 @@ def summary(root: str) -> str:
                      _mean(on_device),
                      _mean(majority), " / ".join(learners) or "-"])
     table = sweep.md_table(["data", "mechanism", "nominal ε", "runs", "page (paper's MLP), per upload",
-                            "selecting server, per upload", "on device, EXACT [95% over test users]",
+                            "selecting server, per upload", "on device, EXACT [95% over test users and seeds]",
                             "on device, server's RR estimate", "majority",
                             "chosen"], rows)
     text = "\n".join(["# OME page: the correct mechanisms with the selecting server (issue #23)\n",
