@@ -12,31 +12,26 @@ pooling, 128 tokens) representation is privatized by each mechanism at TRUE (wor
 {0.5, 1, 2, 4, 8, 16}: the nominal epsilon is set so that the mechanism's own report gives that worst case
 (mvlaplace: nominal = true/2 on the unit ball; purkayastha: true/pi; the others are exact). The published OME and
 DPNR Laplace run at their papers' nominal epsilons and are placed at their true epsilon. 3 seeds per point (server,
-attacker and client noise differ by seed; users, roles and clients are fixed); 95% t-intervals over seeds.
+attacker and client noise differ by seed; users, roles and clients are fixed).
 
-Utility is reported by both protocols: per upload (the server classifies the noisy uploads of test users) and on
-device (the server's model, trained on the noisy uploads, is sent to the test clients and applied to E[upload | x],
-their clean features; only confusion counts come back). Attack: the eavesdropper's best attribute attacker
-(logistic or the mechanism-aware likelihood attack, chosen out of fold on the aux users); its advantage = accuracy
-(entities: per-entity presence accuracy) minus the best guess without the representation (the majority given the
-task label where the label is uploaded in the clear, else the majority).
+Figures (issue #37): ON DEVICE, EXACT is the referee's exact accuracy of the model the server shipped, applied by the
+test clients to E[upload | x] (their clean features): a simulation-only figure, the answer to "how good is the model
+the mechanism allows"; beside it the server's own estimate from the clients' randomized-response answers
+(client.count-epsilon 1), what a deployed server knows. PER UPLOAD: the server classifies the test users' noisy
+uploads. Every interval is a 95% percentile bootstrap over test (or target) users, each with all its records,
+crossed with the 3 seeds (`fl_privtext.bootstrap`). Attack: the eavesdropper's best attribute attacker (logistic,
+the mechanism-aware likelihood attack and the server's learners, chosen out of fold on the aux users; it answers its
+prior where no learned attacker beats it on held-out aux users); its advantage = accuracy minus the prior (the
+majority given the task label, which is uploaded in the clear).
 
-The server (issue #23): ``server.learner = auto`` chooses, per point and seed, among the constant predictor, the
-noise-aware class means (centroid), LDA with a method-of-moments covariance from the mechanism's noise law, a
-cross-validated logistic regression (linear) and the MLP, by cross-validated log-loss on its own uploads grouped by
-user; a learner is kept only where it beats the constant with one-sided 95% confidence (fl_privtext/server/
-selection.py). The cell names the chosen learner. The attacker likewise tries logistic, the exact likelihood and
-the server's centroid, LDA and linear learners, chosen out of fold.
+The server: ``server.learner = auto`` ships the James-Stein-shrunk moment head (centroid or lda, the lower
+out-of-fold per-upload log-loss) unless it is significantly worse than the constant; linear / mlp only where no
+moment head qualifies (fl_privtext/server/selection.py, LEARNER_RULE). The cell names the learner shipped.
 
 CPU budget (2 shared cores; say so): the server's MLP candidate has 128 hidden units, batch 128, lr 0.05, 20
 epochs; the attacker families are logistic + likelihood + the server's learners (the 512-unit MLP attacker is left
 out), 2 folds, 15 epochs; re-identification / membership / inversion are off. bitrr / sue / oue (3,840 uploaded
-bits per MiniLM vector) are left out. A point with the selecting server takes 40-100 s on this machine with
-another job beside it (2026-11-26; 4-10 minutes before `Linear.choose_c`, 10-20 s with the MLP alone); every cell
-but OME's four was regenerated with `server.learner = auto` on 2026-11-25/26 (102 of 106 points, 3 seeds each; OME's
-3,840-bit uploads take the selecting server over 11 minutes a point); the line "privunitg, clients choose"
-(``server.select-on = clients``, 12 points) was added on 2026-11-26. A cell whose point is missing shows the old
-server's point where one is saved, marked †.
+bits per MiniLM vector) are left out. Wall times of each run: docs/results/frontier/timings.json.
 """
 
 from __future__ import annotations
@@ -156,33 +151,41 @@ def points(data_root: str) -> dict[tuple[str, str, float], ExperimentConfig]:
     return out
 
 
-# ---- statistics ------------------------------------------------------------------------------------------------
+# ---- figures (issue #37: exact on-device figures, intervals over test users and seeds) ----------------------------
 
 
-def ci95(values: list[float]) -> tuple[float, float]:
-    """Mean and the half-width of the 95% t-interval over seeds (ddof=1)."""
-    from scipy import stats
-
-    v = np.asarray(values, float)
-    if len(v) < 2:
-        return float(v.mean()), math.nan
-    return float(v.mean()), float(stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v)))
+Fig = tuple[float, float, float]  # (value, 95% interval low, high); nan where the result has none
 
 
-def task(res: dict[str, Any], protocol: str) -> tuple[float, float]:
-    u = res["utility"] if protocol == "per_upload" else res["utility"]["on_device"]
-    return ci95([s["accuracy"] for s in u["per_seed"]])
+def _fig(d: dict[str, Any] | None, key: str = "accuracy", low: str = "ci_low", high: str = "ci_high") -> Fig:
+    d = d or {}
+    get = (lambda k: float(d[k]) if d.get(k) is not None else math.nan)
+    return get(key), get(low), get(high)
 
 
-def advantage(res: dict[str, Any]) -> dict[str, tuple[float, float]]:
-    """What the representation adds to the attacker, per attribute: per-seed accuracy minus the best guess without
-    it (the majority given the task label, which travels in the clear, where the attack reports it; else the
-    majority)."""
-    out = {}
-    for name, a in res.get("attacks", {}).items():
-        base = a.get("majority_given_label_baseline", a["majority_baseline"])
-        out[name] = ci95([s["accuracy"] - base for s in a["per_seed"]])
-    return out
+def per_upload(res: dict[str, Any]) -> Fig:
+    """The server's accuracy on the test users' noisy uploads; interval over test users (clustered) and seeds."""
+    return _fig(res["utility"])
+
+
+def on_device_exact(res: dict[str, Any]) -> Fig:
+    """The referee's exact accuracy of the shipped model on the test users' clean features (simulation only);
+    interval over test users (clustered) and seeds."""
+    return _fig(res["utility"].get("on_device", {}).get("exact"))
+
+
+def on_device_private(res: dict[str, Any]) -> tuple[float, float]:
+    """What the server can estimate (debiased randomized-response answers) and that estimate's noise std."""
+    p = res["utility"].get("on_device", {}).get("private") or {}
+    return float(p.get("accuracy", math.nan)), float(p.get("noise_std", math.nan))
+
+
+def advantage(res: dict[str, Any]) -> dict[str, Fig]:
+    """Per attribute: the eavesdropper's accuracy minus the best guess without the representation (its prior: the
+    majority given the task label, which travels in the clear, where the attack reports it), with the interval of
+    that difference over target users and seeds (results.json ``advantage_ci_low/high``)."""
+    return {name: _fig(a, "advantage", "advantage_ci_low", "advantage_ci_high")
+            for name, a in res.get("attacks", {}).items()}
 
 
 def label_leak(res: dict[str, Any]) -> dict[str, float]:
@@ -191,30 +194,29 @@ def label_leak(res: dict[str, Any]) -> dict[str, float]:
             for name, a in res.get("attacks", {}).items() if "majority_given_label_baseline" in a}
 
 
+def non_monotone(line: list[tuple[float, Fig]]) -> list[str]:
+    """Where a line falls significantly as epsilon grows: a higher epsilon whose interval lies wholly below a lower
+    epsilon's (the intervals do not overlap); '' pairs within the intervals are not reported."""
+    out = []
+    for i, (e1, (_, lo1, _)) in enumerate(line):
+        for e2, (_, _, hi2) in line[i + 1:]:
+            if hi2 < lo1:
+                out.append(f"ε {eps_str(e2)} below ε {eps_str(e1)}")
+    return out
+
+
 # ---- the page ------------------------------------------------------------------------------------------------------
 
 
-def _cell(m: float, h: float) -> str:
-    return "-" if m is None or math.isnan(m) else (f"{100 * m:.1f}" + ("" if math.isnan(h) else f" ± {100 * h:.1f}"))
-
-
-OLD_MARK = "†"
-OLD_NOTE = (f"{OLD_MARK} not yet regenerated: the point as the OLD server computed it (the MLP alone, no model "
-            "selection, no constant candidate; issue #11), shown until `python simulations/frontier.py` reruns it "
-            "with `server.learner = auto`. In brackets: the learner `auto` chose (over the 3 seeds).")
-
-
-def old_point(store: Store, cfg: ExperimentConfig) -> dict[str, Any] | None:
-    """The point as saved before issue #23 (server.learner = mlp, the then only learner; attack.inversion-vocab was
-    100 then, inversion being off here it changed nothing), if any."""
-    res = store.get(derive(cfg, **{"server.learner": "mlp", "attack.inversion-vocab": 100}))
-    return None if res is None else {**res, "old_server": True}
+def _cell(f: Fig, scale: float = 100.0) -> str:
+    m, lo, hi = f
+    if math.isnan(m):
+        return "-"
+    return f"{scale * m:.1f}" + ("" if math.isnan(lo) else f" [{scale * lo:.1f}, {scale * hi:.1f}]")
 
 
 def chosen(res: dict[str, Any]) -> str:
-    """'[lda]' when every seed chose it, else e.g. '[lda 2/3]'; '' for an old-server point."""
-    if res.get("old_server"):
-        return ""
+    """'[lda]' when every seed shipped it, else e.g. '[lda 2/3]' (the clients' choice where they choose)."""
     od = res["utility"].get("on_device", {}).get("per_seed", [])
     by_clients = bool(od) and all("learner" in s for s in od)  # server.select-on = clients: the clients' choice
     names = [s.get("learner") or "?" for s in (od if by_clients else res["utility"]["per_seed"])]
@@ -227,34 +229,52 @@ def chosen(res: dict[str, Any]) -> str:
     return f" [{top} {names.count(top)}/{len(names)}]"
 
 
-def mark(res: dict[str, Any]) -> str:
-    return f" {OLD_MARK}" if res.get("old_server") else ""
+def _private_cell(res: dict[str, Any]) -> str:
+    m, sd = on_device_private(res)
+    return "-" if math.isnan(m) else f"{100 * m:.1f} ± {100 * sd:.1f}"
+
+
+def _grid(done: dict[tuple[str, float], dict[str, Any]], labels: list[str], cell: Any) -> str:
+    """A mechanism x true-epsilon table of ``cell(result)``; 'todo' where the point is not computed."""
+    header = ["mechanism"] + [f"true ε {eps_str(e)}" for e in TRUE_EPS]
+    return md_table(header, [[label] + ["todo" if (label, e) not in done else cell(done[(label, e)]) for e in TRUE_EPS]
+                             for label in labels])
 
 
 def summarize(data_root: str) -> str:
     store = Store(STORE)
     pts = points(data_root)
-    lines = ["# The honest privacy-utility frontier (issues #11, #23)\n", (__doc__ or "").split("\n\n", 1)[1], ""]
+    lines = ["# The honest privacy-utility frontier (issues #11, #23, #37)\n", (__doc__ or "").split("\n\n", 1)[1], ""]
+    total = done_total = 0
     for ds in DATASETS:
-        results = {(line, x): store.get(cfg) or old_point(store, cfg) for (d, line, x), cfg in pts.items()
-                   if d == ds}
+        results = {(line, x): store.get(cfg) for (d, line, x), cfg in pts.items() if d == ds}
         done = {k: r for k, r in results.items() if r is not None}
-        lines.append(f"## {ds}: task accuracy (%) per upload / on device, mean ± 95% CI over 3 seeds\n")
+        total, done_total = total + len(results), done_total + len(done)
+        lines.append(f"## {ds}: {len(done)} of {len(results)} points computed\n")
         clear = done.get(("no privacy", math.inf))
         if clear:
-            pu, od = task(clear, "per_upload"), task(clear, "on_device")
-            lines.append(f"No privacy: per upload {_cell(*pu)}, on device {_cell(*od)}{chosen(clear)}{mark(clear)}; "
-                         f"majority {100 * clear['utility']['majority_baseline']:.1f}.\n")
-        header = ["mechanism"] + [f"true ε {eps_str(e)}" for e in TRUE_EPS]
-        rows = []
+            lines.append(f"No privacy: on device, exact {_cell(on_device_exact(clear))}{chosen(clear)}; per upload "
+                         f"{_cell(per_upload(clear))}; majority {100 * clear['utility']['majority_baseline']:.1f}.\n")
+        lines += [f"### {ds}: task accuracy ON DEVICE, exact (%), [95% interval over test users and seeds]\n",
+                  ("The referee's exact accuracy of the model the server shipped, applied by the test clients to their "
+                   "clean features (a simulation-only figure: how good is the model the mechanism allows); in "
+                   "brackets after it, the learner `auto` shipped over the 3 seeds.\n"),
+                  _grid(done, lines_for(ds), lambda r: _cell(on_device_exact(r)) + chosen(r)), ""]
+        flags = []
         for label in lines_for(ds):
-            row = [label]
-            for eps in TRUE_EPS:
-                r = done.get((label, eps))
-                row.append("todo" if r is None else
-                           f"{_cell(*task(r, 'per_upload'))} / {_cell(*task(r, 'on_device'))}{chosen(r)}{mark(r)}")
-            rows.append(row)
-        lines += [md_table(header, rows), "", OLD_NOTE, ""]
+            line = [(e, on_device_exact(done[(label, e)])) for e in TRUE_EPS if (label, e) in done]
+            bad = non_monotone(line)
+            if bad:
+                flags.append(f"- {label}: " + "; ".join(bad))
+        lines.append("Monotone in epsilon within the intervals: " + (
+            "every computed line.\n" if not flags else "not everywhere; a higher epsilon's interval lies wholly below "
+            "a lower one's at:\n\n" + "\n".join(flags) + "\n"))
+        lines += [f"### {ds}: what the server can estimate on device (%), ± the noise std of its estimate\n",
+                  ("The server's own figure from the test clients' randomized-response answers (client.count-epsilon "
+                   "1, debiased): what a deployed server knows. Read the exact table for the model's quality.\n"),
+                  _grid(done, lines_for(ds), _private_cell), ""]
+        lines += [f"### {ds}: task accuracy PER UPLOAD (%), [95% interval over test users and seeds]\n",
+                  _grid(done, lines_for(ds), lambda r: _cell(per_upload(r))), ""]
         pub_rows = []
         for label, (_, _, nominal) in PUBLISHED.items():
             for eps in nominal:
@@ -262,43 +282,51 @@ def summarize(data_root: str) -> str:
                 if r is None:
                     pub_rows.append([label, eps_str(eps), "todo", "todo", "todo"])
                     continue
-                pub_rows.append([label + mark(r), eps_str(eps), eps_str(r["privacy"]["epsilon_worst_case"]),
-                                 _cell(*task(r, "per_upload")), _cell(*task(r, "on_device")) + chosen(r)])
+                pub_rows.append([label, eps_str(eps), eps_str(r["privacy"]["epsilon_worst_case"]),
+                                 _cell(on_device_exact(r)) + chosen(r), _cell(per_upload(r))])
         lines += ["Published mechanisms at their true epsilon:\n",
-                  md_table(["mechanism", "nominal ε", "TRUE ε", "per upload", "on device"], pub_rows), ""]
-        lines.append(f"### {ds}: what the privatized representation adds to the attacker (points), mean ± 95% CI\n")
+                  md_table(["mechanism", "nominal ε", "TRUE ε", "on device, exact", "per upload"], pub_rows), ""]
+        lines.append(f"### {ds}: what the privatized representation adds to the eavesdropper (points), "
+                     "[95% interval over target users and seeds]\n")
         leak = label_leak(clear) if clear else {}
-        lines.append("Attacker accuracy minus the best guess without the representation"
-                     + (" (the majority given the task label, which is uploaded in the clear: the label alone "
-                        "already gives " + ", ".join(f"{a} +{100 * v:.1f}" for a, v in sorted(leak.items()))
-                        + " points over the majority)" if leak else " (the majority)") + ".\n")
+        lines.append("The eavesdropper's accuracy minus its prior (the best guess without the representation: the "
+                     "majority given the task label, which is uploaded in the clear"
+                     + (": the label alone already gives " + ", ".join(f"{a} +{100 * v:.1f}"
+                                                                       for a, v in sorted(leak.items()))
+                        + " points over the majority" if leak else "")
+                     + "). 0.0 [0.0, 0.0]: no learned attacker beat the prior on held-out auxiliary users, so it "
+                     "answers the prior (no leak detected at this power).\n")
         attrs = sorted({a for r in done.values() for a in r.get("attacks", {})})
         arows = []
         for label in ["no privacy", *lines_for(ds)]:
             for eps in ([math.inf] if label == "no privacy" else TRUE_EPS):
                 r = done.get((label, eps))
-                if r is None:
-                    continue
-                adv = advantage(r)
-                arows.append([label + mark(r), eps_str(eps)] + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
+                if r is not None:
+                    adv = advantage(r)
+                    arows.append([label, eps_str(eps)] + [_cell(adv[a]) if a in adv else "-" for a in attrs])
         for label, (_, _, nominal) in PUBLISHED.items():
             for eps in nominal:
                 r = done.get((label, eps))
                 if r is not None:
                     adv = advantage(r)
-                    arows.append([f"{label}, nominal ε {eps_str(eps)}{mark(r)}", eps_str(r["privacy"]["epsilon_worst_case"])]
-                                 + [_cell(*adv[a]) if a in adv else "-" for a in attrs])
+                    arows.append([f"{label}, nominal ε {eps_str(eps)}", eps_str(r["privacy"]["epsilon_worst_case"])]
+                                 + [_cell(adv[a]) if a in adv else "-" for a in attrs])
         lines += [md_table(["mechanism", "true ε", *attrs], arows), ""]
-        fresh = {k: r for k, r in done.items() if not r.get("old_server")}
-        if fresh:  # the plot shows regenerated points only
+        if done:
             lines.append(f"![{ds} frontier](frontier_{ds}.png)\n")
-            plot(ds, fresh)
+            plot(ds, done)
+    lines.insert(2, f"**{done_total} of {total} points computed with the current code** (the others say todo).\n")
     disc = FOLDER / "discussion.md"
     if disc.is_file():
         lines.append(disc.read_text())
     text = "\n".join(lines) + "\n"
     (RESULTS / "frontier.md").write_text(text)
     return text
+
+
+def _yerr(figs: list[Fig]) -> np.ndarray:
+    m, lo, hi = (np.asarray(v, float) for v in zip(*figs, strict=True))
+    return np.nan_to_num(np.vstack([m - lo, hi - m]))
 
 
 def plot(ds: str, done: dict[tuple[str, float], dict[str, Any]]) -> None:
@@ -316,28 +344,28 @@ def plot(ds: str, done: dict[tuple[str, float], dict[str, Any]]) -> None:
         res = [done[(label, x)] for x in xs]
         true = [float(r["privacy"]["epsilon_worst_case"]) for r in res]
         style = "o--" if label in PUBLISHED else "o-"
-        for ax, proto in zip(axes[:2], ("per_upload", "on_device"), strict=True):
-            m, h = zip(*(task(r, proto) for r in res), strict=True)
-            ax.errorbar(true, m, yerr=np.nan_to_num(h), fmt=style, capsize=3, label=label)
+        for ax, get in zip(axes[:2], (on_device_exact, per_upload), strict=True):
+            figs = [get(r) for r in res]
+            ax.errorbar(true, [f[0] for f in figs], yerr=_yerr(figs), fmt=style, capsize=3, label=label)
         adv = [advantage(r) for r in res]
         if adv and adv[0]:
             first = min(adv[0])
-            m, h = zip(*(a[first] for a in adv), strict=True)
-            axes[2].errorbar(true, m, yerr=np.nan_to_num(h), fmt=style, capsize=3, label=label)
-            axes[2].set_ylabel(f"attacker advantage on {first} from the representation")
-    for ax, title in zip(axes, ("task accuracy, per upload", "task accuracy, on device", "eavesdropper"),
+            figs = [a[first] for a in adv]
+            axes[2].errorbar(true, [f[0] for f in figs], yerr=_yerr(figs), fmt=style, capsize=3, label=label)
+            axes[2].set_ylabel(f"eavesdropper's advantage on {first} over its prior")
+    for ax, title in zip(axes, ("task accuracy on device, exact", "task accuracy per upload", "eavesdropper"),
                          strict=True):
         ax.set_xscale("log")
         ax.set_xlabel("TRUE epsilon per upload (log)")
-        ax.set_title(f"{ds}: {title}")
+        ax.set_title(f"{ds}: {title} (95% over users, seeds)")
         ax.grid(alpha=0.3)
     if clear:
-        for ax, proto in zip(axes[:2], ("per_upload", "on_device"), strict=True):
-            ax.axhline(task(clear, proto)[0], color="k", ls=":", label="no privacy")
+        for ax, get in zip(axes[:2], (on_device_exact, per_upload), strict=True):
+            ax.axhline(get(clear)[0], color="k", ls=":", label="no privacy")
             ax.axhline(clear["utility"]["majority_baseline"], color="grey", ls="-.", label="majority")
         axes[0].set_ylabel("accuracy")
     axes[2].axhline(0, color="grey", ls="-.")
-    axes[1].legend(fontsize=7)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(RESULTS / f"frontier_{ds}.png", dpi=110)
     plt.close(fig)
@@ -351,9 +379,9 @@ def main() -> None:
                     help="run only these true epsilons (published lines: nominal; repeatable; 'no privacy' is inf)")
     args = ap.parse_args()
     pts = points(args.data_root)
-    chosen = [cfg for (ds, line, x), cfg in pts.items() if args.dataset in (None, ds)
+    selected = [cfg for (ds, line, x), cfg in pts.items() if args.dataset in (None, ds)
               and (not args.line or line in args.line) and (not args.eps or x in args.eps)]
-    run_command(args, chosen, Store(STORE), name="frontier" + (f" --dataset {args.dataset}" if args.dataset else ""),
+    run_command(args, selected, Store(STORE), name="frontier" + (f" --dataset {args.dataset}" if args.dataset else ""),
                 folder=FOLDER, summarize=summarize)
 
 

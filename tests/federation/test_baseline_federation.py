@@ -122,3 +122,16 @@ def test_where_the_plain_loop_cannot_stand_in_the_reference_has_a_federation_of_
     assert saved["baseline"]["federation"] == "separate"
     assert saved["baseline"]["computed_by"].startswith(runner.OWN_FEDERATION_SOURCE)
     assert saved["federation"]["server_received"].startswith("shuffled, sender-free privatized uploads")
+
+
+@pytest.mark.parametrize("mechanism", ["none", "privunitg"])
+def test_a_secure_sum_points_reference_is_the_task_without_the_sums_noise(mechanism):
+    # under server.aggregate = secagg the clients add the sum's noise whatever privacy.mechanism says: a reference
+    # that kept the secure sum was still private (central epsilon client.secagg-epsilon) and sat at the majority
+    secagg = ExperimentConfig.from_flat({"server.aggregate": "secagg", "privacy.mechanism": mechanism,
+                                         "server.learner": "auto"})
+    reference = runner.baseline_point(secagg)
+    assert reference is not None and reference.server.aggregate == "uploads"
+    assert reference.privacy.mechanism == "none" and runner.releases_in_clear(reference)
+    assert runner.plain_blocker(reference) == ""  # the referee's plain loop, no client at all
+    assert runner.baseline_point(ExperimentConfig.from_flat({"privacy.mechanism": "none"})) is None
