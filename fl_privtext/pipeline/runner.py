@@ -281,7 +281,7 @@ def baseline_point(cfg: ExperimentConfig) -> ExperimentConfig | None:
     default data, 0.610, and the report warned "training failed"). A referee's reference computed outside the
     private point's federation (`run_experiment`), never a policy entry of clients that serve a private point
     (`_client_policy`)."""
-    if not cfg.run.baseline or cfg.privacy.mechanism == "none" and cfg.server.aggregate != "secagg":
+    if not cfg.run.baseline or releases_in_clear(cfg):
         return None
     clear = dataclasses.replace(cfg.privacy, mechanism="none", mu=0.0, label_epsilon=0.0, projection="none",
                                 proj_dim=0)
