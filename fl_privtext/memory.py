@@ -126,6 +126,14 @@ def check_memory_budget(budget_gb: float, records: int, dim: int, actors: int) -
 CHUNK_ROWS = 1 << 14
 
 
+def _chunk_rows(chunk: int | None) -> int:
+    """Rows per chunk: ``chunk``, or `CHUNK_ROWS` where it is None; at least one."""
+    step = CHUNK_ROWS if chunk is None else chunk
+    if step < 1:
+        raise ValueError(f"chunk must be >= 1 row; got {step}.")
+    return step
+
+
 def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) -> np.ndarray:
     """``array[index]`` (``index``: a boolean mask or integer positions) as an in-memory array, read ``chunk``
     rows at a time from a memory-mapped ``array`` whose pages this process drops after each chunk: the resident
@@ -136,9 +144,7 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
         index = np.flatnonzero(index)
     if not isinstance(array, np.memmap) and not isinstance(getattr(array, "base", None), np.memmap):
         return np.asarray(array[index])
-    step = CHUNK_ROWS if chunk is None else chunk
-    if step < 1:
-        raise ValueError(f"chunk must be >= 1 row; got {step}.")
+    step = _chunk_rows(chunk)
     out = np.empty((len(index), *array.shape[1:]), array.dtype)
     for a in range(0, len(index), step):
         out[a : a + step] = array[index[a : a + step]]
@@ -180,9 +186,7 @@ class Spill:
     def gather(self, source: np.ndarray, index: np.ndarray, name: str, chunk: int | None = None) -> None:
         """Append ``source[index]`` as ``name``, ``chunk`` rows at a time, dropping this process's pages of a
         mapped ``source`` after each (`take_rows`)."""
-        step = CHUNK_ROWS if chunk is None else chunk
-        if step < 1:
-            raise ValueError(f"chunk must be >= 1 row; got {step}.")
+        step = _chunk_rows(chunk)
         for a in range(0, len(index), step):
             self.append({name: take_rows(source, index[a : a + step], step)})
         if not len(index):
