@@ -196,7 +196,7 @@ def label_leak(res: dict[str, Any]) -> dict[str, float]:
 
 def non_monotone(line: list[tuple[float, Fig]]) -> list[str]:
     """Where a line falls significantly as epsilon grows: a higher epsilon whose interval lies wholly below a lower
-    epsilon's (the intervals do not overlap); '' pairs within the intervals are not reported."""
+    epsilon's (the intervals do not overlap); a fall within the intervals is not reported."""
     out = []
     for i, (e1, (_, lo1, _)) in enumerate(line):
         for e2, (_, _, hi2) in line[i + 1:]:
