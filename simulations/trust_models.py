@@ -26,10 +26,20 @@ Writes docs/results/trust_models.md. Data and features as the frontier (`simulat
 Every user keeps ONE record (``data.options.records_per_user = 1``: blog has 6,510 users in its 10,000 posts), so
 a user's release is one report under every trust model and T is the per-user epsilon of the training release. The
 test users' on-device answers (one randomized-response bit each, ``client.count-epsilon`` = 1, the same protocol
-for every row) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), 95% t-intervals.
+for every row) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), one noise draw each.
 The server's learner is chosen by ``server.learner = auto`` (cross-validated on uploads; from aggregates, the
-secure path's rule in `fl_privtext.server.aggregate`). The eavesdropper: the best attribute attack per upload and
-per named user, against its baseline (secure aggregation leaves it nothing per user).
+secure path's rule in `fl_privtext.server.aggregate`). The eavesdropper: its best attribute attacker, against its
+prior (secure aggregation leaves it nothing per user).
+
+Figures (issue #37): ON DEVICE, EXACT is the referee's exact accuracy of the model the server shipped, applied by the
+test clients to their clean features (a simulation-only figure: how good is the model each trust model allows);
+the server's own estimate from the clients' randomized-response answers (what a deployed server knows) is in its own
+table. Every interval is 95%: each split's percentile bootstrap over its test (or target) users, each with all its
+records (`fl_privtext.bootstrap`, in the point's results.json), combined over the 3 splits by
+`fl_privtext.bootstrap.seeds_interval` (each side the mean of the splits' sides in quadrature with Student's t over
+the splits; the splits' test users differ, so this is conservative). Before 2026-11-28 the page showed the
+randomized-response-counted accuracy with t-intervals over the splits (the old discussion:
+trust_models/discussion_2026-11-27.md).
 """
 
 from __future__ import annotations
@@ -252,11 +262,13 @@ def summarize(data_root: str) -> str:
                   md_table(["trust model", "target ε", "on device, exact", "learner (per split)", "per upload",
                             "ε against the server (via)", "rounds / bytes",
                             "seconds (traffic + training + answers + attack)"], rows), ""]
-        maj = [r["utility"]["on_device"]["exact"].get("majority_baseline") for (d, *_), r in fresh.items() if d == ds]
-        maj = [float(m) for m in maj if isinstance(m, (int, float))]
+        # the true majority share of the test users, from the no-privacy points (there the labels are clean; a
+        # private point's exact.majority_baseline is the share of the class the server BELIEVES is the majority)
+        maj = [float(r["utility"]["majority_baseline"]) for (d, m, *_), r in fresh.items()
+               if d == ds and m == "no privacy"]
         if maj:
-            lines.append(f"Majority (the true majority class's share of the test users, mean over the points' splits) "
-                         f"{100 * float(np.mean(maj)):.1f}.\n")
+            lines.append("Majority (the true majority class's share of the test users, per split): "
+                         + " / ".join(f"{100 * m:.1f}" for m in maj) + f", mean {100 * float(np.mean(maj)):.1f}.\n")
         lines.append("Monotone in epsilon (1, 4, then no privacy) within the intervals: " + (
             "every regenerated line.\n" if not flags else "not everywhere; a higher epsilon's interval lies wholly "
             "below a lower one's at:\n\n" + "\n".join(flags) + "\n"))
