@@ -230,19 +230,20 @@ def cluster_bootstrap(correct: np.ndarray, users: np.ndarray, g: np.random.Gener
     return counts_bootstrap(per_seed, g, n_boot=n_boot, level=level)
 
 
-def seeds_interval(accuracy: Sequence[float], low: Sequence[float], high: Sequence[float], level: float = 0.95
-                   ) -> tuple[float, float]:
+def seeds_interval(accuracy: Sequence[float], low: Sequence[float], high: Sequence[float], level: float = 0.95,
+                   *, bounds: tuple[float, float] = (0.0, 1.0)) -> tuple[float, float]:
     """The ``level`` interval of the mean over seeds from each seed's accuracy and its own interval over users
     (``low``, ``high``: e.g. an attack's per-user binomial interval, one answer per user), by the rule of
     `counts_bootstrap` without the per-user counts: each side is sqrt(users' side^2 + seed half-width^2) from the
     mean, the users' side the mean over seeds of that seed's side, the seeds' half-width t_{S-1} sd / sqrt(S);
-    clipped to [0, 1]. One seed: its own interval."""
+    clipped to ``bounds`` (the figure's range: [0, 1] for an accuracy, [-1, 1] for an advantage over a prior).
+    One seed: its own interval."""
     acc, lo, hi = (np.asarray(v, np.float64).reshape(-1) for v in (accuracy, low, high))
     if not (len(acc) == len(lo) == len(hi) >= 1):
         raise ValueError(f"seeds_interval needs one accuracy, low and high per seed (>= 1); got {len(acc)}, "
                          f"{len(lo)}, {len(hi)}.")
     return _with_seeds(acc, float(np.mean(np.maximum(acc - lo, 0.0))), float(np.mean(np.maximum(hi - acc, 0.0))),
-                       level)
+                       level, *bounds)
 
 
 def _with_seeds(seed_acc: np.ndarray, down: float, up: float, level: float, low: float = 0.0, high: float = 1.0

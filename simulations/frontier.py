@@ -208,7 +208,7 @@ def non_monotone(line: list[tuple[float, Fig]]) -> list[str]:
 # ---- the page ------------------------------------------------------------------------------------------------------
 
 
-def _cell(f: Fig, scale: float = 100.0) -> str:
+def fig_cell(f: Fig, scale: float = 100.0) -> str:
     m, lo, hi = f
     if math.isnan(m):
         return "-"
@@ -253,13 +253,13 @@ def summarize(data_root: str) -> str:
         lines.append(f"## {ds}: {len(done)} of {len(results)} points computed\n")
         clear = done.get(("no privacy", math.inf))
         if clear:
-            lines.append(f"No privacy: on device, exact {_cell(on_device_exact(clear))}{chosen(clear)}; per upload "
-                         f"{_cell(per_upload(clear))}; majority {100 * clear['utility']['majority_baseline']:.1f}.\n")
+            lines.append(f"No privacy: on device, exact {fig_cell(on_device_exact(clear))}{chosen(clear)}; per upload "
+                         f"{fig_cell(per_upload(clear))}; majority {100 * clear['utility']['majority_baseline']:.1f}.\n")
         lines += [f"### {ds}: task accuracy ON DEVICE, exact (%), [95% interval over test users and seeds]\n",
                   ("The referee's exact accuracy of the model the server shipped, applied by the test clients to their "
                    "clean features (a simulation-only figure: how good is the model the mechanism allows); in "
                    "brackets after it, the learner `auto` shipped over the 3 seeds.\n"),
-                  _grid(done, lines_for(ds), lambda r: _cell(on_device_exact(r)) + chosen(r)), ""]
+                  _grid(done, lines_for(ds), lambda r: fig_cell(on_device_exact(r)) + chosen(r)), ""]
         flags = []
         for label in lines_for(ds):
             line = [(e, on_device_exact(done[(label, e)])) for e in TRUE_EPS if (label, e) in done]
@@ -274,7 +274,7 @@ def summarize(data_root: str) -> str:
                    "1, debiased): what a deployed server knows. Read the exact table for the model's quality.\n"),
                   _grid(done, lines_for(ds), _private_cell), ""]
         lines += [f"### {ds}: task accuracy PER UPLOAD (%), [95% interval over test users and seeds]\n",
-                  _grid(done, lines_for(ds), lambda r: _cell(per_upload(r))), ""]
+                  _grid(done, lines_for(ds), lambda r: fig_cell(per_upload(r))), ""]
         pub_rows = []
         for label, (_, _, nominal) in PUBLISHED.items():
             for eps in nominal:
@@ -283,7 +283,7 @@ def summarize(data_root: str) -> str:
                     pub_rows.append([label, eps_str(eps), "todo", "todo", "todo"])
                     continue
                 pub_rows.append([label, eps_str(eps), eps_str(r["privacy"]["epsilon_worst_case"]),
-                                 _cell(on_device_exact(r)) + chosen(r), _cell(per_upload(r))])
+                                 fig_cell(on_device_exact(r)) + chosen(r), fig_cell(per_upload(r))])
         lines += ["Published mechanisms at their true epsilon:\n",
                   md_table(["mechanism", "nominal ε", "TRUE ε", "on device, exact", "per upload"], pub_rows), ""]
         lines.append(f"### {ds}: what the privatized representation adds to the eavesdropper (points), "
@@ -303,14 +303,14 @@ def summarize(data_root: str) -> str:
                 r = done.get((label, eps))
                 if r is not None:
                     adv = advantage(r)
-                    arows.append([label, eps_str(eps)] + [_cell(adv[a]) if a in adv else "-" for a in attrs])
+                    arows.append([label, eps_str(eps)] + [fig_cell(adv[a]) if a in adv else "-" for a in attrs])
         for label, (_, _, nominal) in PUBLISHED.items():
             for eps in nominal:
                 r = done.get((label, eps))
                 if r is not None:
                     adv = advantage(r)
                     arows.append([f"{label}, nominal ε {eps_str(eps)}", eps_str(r["privacy"]["epsilon_worst_case"])]
-                                 + [_cell(adv[a]) if a in adv else "-" for a in attrs])
+                                 + [fig_cell(adv[a]) if a in adv else "-" for a in attrs])
         lines += [md_table(["mechanism", "true ε", *attrs], arows), ""]
         if done:
             lines.append(f"![{ds} frontier](frontier_{ds}.png)\n")

@@ -113,6 +113,25 @@ def setup_threads(n: int) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def has_exact(res: dict[str, Any] | None) -> bool:
+    """Whether a stored result carries the referee's exact on-device figure with its interval (issue #37:
+    ``utility.on_device.exact.accuracy`` / ``ci_low`` / ``ci_high``); points saved by earlier code do not."""
+    ex = (((res or {}).get("utility") or {}).get("on_device") or {}).get("exact") or {}
+    return all(isinstance(ex.get(k), (int, float)) for k in ("accuracy", "ci_low", "ci_high"))
+
+
+def drop_stale(points: Iterable[ExperimentConfig], store: Store) -> list[Path]:
+    """Remove the stored results of ``points`` that lack the exact on-device figure (`has_exact`), so that a sweep
+    recomputes them and reuses the others; returns the removed files."""
+    gone = []
+    for cfg in points:
+        res = store.get(cfg)
+        if res is not None and not has_exact(res):
+            store.path(cfg).unlink()
+            gone.append(store.path(cfg))
+    return gone
+
+
 def list_points(points: Iterable[ExperimentConfig], store: Store) -> None:
     for cfg in points:
         print(f"{'done' if store.has(cfg) else 'todo'} {point_key(cfg)} {describe(cfg)}")

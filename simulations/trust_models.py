@@ -26,10 +26,20 @@ Writes docs/results/trust_models.md. Data and features as the frontier (`simulat
 Every user keeps ONE record (``data.options.records_per_user = 1``: blog has 6,510 users in its 10,000 posts), so
 a user's release is one report under every trust model and T is the per-user epsilon of the training release. The
 test users' on-device answers (one randomized-response bit each, ``client.count-epsilon`` = 1, the same protocol
-for every row) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), 95% t-intervals.
+for every row) come on top. Repetitions: three role splits (``run.seed`` 0, 1, 2), one noise draw each.
 The server's learner is chosen by ``server.learner = auto`` (cross-validated on uploads; from aggregates, the
-secure path's rule in `fl_privtext.server.aggregate`). The eavesdropper: the best attribute attack per upload and
-per named user, against its baseline (secure aggregation leaves it nothing per user).
+secure path's rule in `fl_privtext.server.aggregate`). The eavesdropper: its best attribute attacker, against its
+prior (secure aggregation leaves it nothing per user).
+
+Figures (issue #37): ON DEVICE, EXACT is the referee's exact accuracy of the model the server shipped, applied by the
+test clients to their clean features (a simulation-only figure: how good is the model each trust model allows);
+the server's own estimate from the clients' randomized-response answers (what a deployed server knows) is in its own
+table. Every interval is 95%: each split's percentile bootstrap over its test (or target) users, each with all its
+records (`fl_privtext.bootstrap`, in the point's results.json), combined over the 3 splits by
+`fl_privtext.bootstrap.seeds_interval` (each side the mean of the splits' sides in quadrature with Student's t over
+the splits; the splits' test users differ, so this is conservative). Before 2026-11-28 the page showed the
+randomized-response-counted accuracy with t-intervals over the splits (the old discussion:
+trust_models/discussion_2026-11-27.md).
 """
 
 from __future__ import annotations
@@ -43,10 +53,31 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from frontier import DATASETS, ci95
-from sweep import RESULTS, Store, common_args, derive, eps_str, list_points, md_table, run_sweep
+from frontier import (
+    DATASETS,
+    Fig,
+    advantage,
+    fig_cell,
+    non_monotone,
+    on_device_exact,
+    on_device_private,
+    per_upload,
+)
+from sweep import (
+    RESULTS,
+    Store,
+    common_args,
+    derive,
+    drop_stale,
+    eps_str,
+    has_exact,
+    list_points,
+    md_table,
+    run_sweep,
+)
 
 from fl_privtext import pipeline
+from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.amplification import shuffle_epsilon
 
@@ -126,27 +157,39 @@ def points(data_root: str) -> dict[tuple[str, str, float, int], ExperimentConfig
     return out
 
 
-# ---- the page ------------------------------------------------------------------------------------------------------
+# ---- the page (issue #37: the exact on-device figure, intervals over test users and role splits) ------------------
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "todo"
-    m, h = ci95(values)
-    return f"{100 * m:.1f}" + ("" if math.isnan(h) else f" ± {100 * h:.1f}")
+def over_splits(figs: list[Fig], bounds: tuple[float, float] = (0.0, 1.0)) -> Fig:
+    """The mean over role splits of one figure, with its 95% interval: each split's own interval over ITS test users
+    (a clustered bootstrap in the point's results.json) in quadrature with Student's t over the splits
+    (`fl_privtext.bootstrap.seeds_interval`). The splits draw different test users, so the users' side is the mean
+    of the splits' sides, not divided by sqrt(splits): conservative. Splits without the figure are left out; NaN
+    when none has it; one split: its own interval."""
+    have = [f for f in figs if not math.isnan(f[0])]
+    if not have:
+        return math.nan, math.nan, math.nan
+    m, lo, hi = (np.asarray(v, float) for v in zip(*have, strict=True))
+    if np.isnan(lo).any() or np.isnan(hi).any():
+        return float(m.mean()), math.nan, math.nan
+    low, high = seeds_interval(m, lo, hi, bounds=bounds)
+    return float(m.mean()), low, high
 
 
-def _attack(res: dict[str, Any]) -> str:
-    """The eavesdropper's best attribute attack: accuracy minus its baseline, per upload / per named user."""
-    if not res.get("attacks"):
-        return "nothing per user (" + str(res.get("attacks_note", "no uploads"))[:60] + "...)"
-    cells = []
-    for name, a in sorted(res["attacks"].items()):
-        base_acc = a.get("majority_given_label_baseline", a["majority_baseline"])
-        pu = a.get("per_user", {}).get("accuracy")
-        cells.append(f"{name} {100 * (a['accuracy'] - base_acc):+.1f}"
-                     + (f" / {100 * (pu - base_acc):+.1f}" if isinstance(pu, (int, float)) else ""))
-    return "; ".join(cells)
+def private_over_splits(res: list[dict[str, Any]]) -> tuple[float, float]:
+    """What the server can estimate: the mean over splits of its debiased randomized-response estimates, and the
+    noise std of that mean (independent answers per split: sqrt(sum of variances) / splits)."""
+    got = [on_device_private(r) for r in res]
+    got = [(m, sd) for m, sd in got if not math.isnan(m)]
+    if not got:
+        return math.nan, math.nan
+    return float(np.mean([m for m, _ in got])), float(math.sqrt(sum(sd * sd for _, sd in got)) / len(got))
+
+
+def _learners(res: list[dict[str, Any]]) -> str:
+    """The learner each split shipped (the clients' choice where they choose), e.g. 'lda / lda / centroid'."""
+    return " / ".join(str(r["utility"].get("on_device", {}).get("learner") or r["utility"].get("learner", "-"))
+                      for r in res)
 
 
 def _mb(b: Any) -> str:
@@ -162,40 +205,86 @@ def _central(res: dict[str, Any]) -> str:
     return (f"{float(total):.3g}" if isinstance(total, (int, float)) else str(total)) + " (local, incl. on-device)"
 
 
+def _splits_note(res: list[dict[str, Any]]) -> str:
+    return "" if len(res) == len(SPLITS) else f" ({len(res)} of {len(SPLITS)} splits)"
+
+
 def summarize(data_root: str) -> str:
     store = Store(STORE)
     pts = points(data_root)
-    lines = ["# Trust models at equal epsilon against the server (issue #24)\n", (__doc__ or "").split("\n\n", 2)[2], ""]
+    # points saved by earlier code (RR-counted accuracy, no exact figure) are not shown: they say "not regenerated"
+    fresh = {k: r for k, c in pts.items() if (r := store.get(c)) is not None and has_exact(r)}
+    lines = ["# Trust models at equal epsilon against the server (issues #24, #37)\n",
+             (f"**{len(fresh)} of {len(pts)} points computed with the current code** (exact on-device figure); the "
+             "others say \"not regenerated\".\n"), (__doc__ or "").split("\n\n", 2)[2], ""]
     for ds in DATASETS:
-        lines.append(f"## {ds}: on-device task accuracy (%), mean ± 95% CI over 3 role splits\n")
-        rows = []
+        rows, priv_rows, att_rows, flags = [], [], [], []
+        attrs = sorted({a for (d, *_), r in fresh.items() if d == ds for a in r.get("attacks", {})})
+        exact_lines: dict[str, list[tuple[float, Fig]]] = {}
         for model in MODELS:
             for t in ([math.inf] if model == "no privacy" else TARGETS):
-                res = [store.get(pts[(ds, model, t, s)]) for s in SPLITS]
-                done = [r for r in res if r is not None]
-                od = [r["utility"]["on_device"]["accuracy"] for r in done if r["utility"].get("on_device")]
-                pu = [r["utility"]["accuracy"] for r in done if "accuracy" in r["utility"]]
-                if not done:
-                    rows.append([model, eps_str(t), "todo", "todo", "todo", "-", "-", "-", "-"])
+                res = [fresh[(ds, model, t, s)] for s in SPLITS if (ds, model, t, s) in fresh]
+                if not res:
+                    rows.append([model, eps_str(t), "not regenerated", "-", "-", "-", "-", "-"])
+                    priv_rows.append([model, eps_str(t), "not regenerated", "-"])
                     continue
-                first = done[0]
-                cost = np.mean([sum(float(r["timing"].get(k, 0.0)) for k in STAGES) for r in done])
-                fed = first.get("federation", {})
-                learners = sorted({str(r["utility"].get("on_device", {}).get("learner")
-                                       or r["utility"].get("learner", "-")) for r in done})
-                rows.append([model, eps_str(t), _cell(od), _cell(pu) if not model.startswith("secure") else "-",
-                             _central(first), " / ".join(learners), _attack(first),
-                             f"{fed.get('rounds', '-')} / {_mb(fed.get('bytes_observed'))}",
-                             f"{cost:.0f}"])
-        lines += [md_table(["trust model", "target ε", "on device", "per upload", "ε against the server (via)",
-                            "learner", "attack advantage, points (per upload / per user)", "rounds / bytes",
+                note = _splits_note(res)
+                ex = over_splits([on_device_exact(r) for r in res])
+                exact_lines.setdefault(model, []).append((t, ex))
+                secure = any(r["config"].get("server.aggregate") == "secagg" for r in res)
+                pu = "-" if secure else fig_cell(over_splits([per_upload(r) for r in res]))
+                fed = res[0].get("federation", {})
+                cost = np.mean([sum(float(r["timing"].get(k, 0.0)) for k in STAGES) for r in res])
+                rows.append([model, eps_str(t), fig_cell(ex) + note, _learners(res), pu, _central(res[0]),
+                             f"{fed.get('rounds', '-')} / {_mb(fed.get('bytes_observed'))}", f"{cost:.0f}"])
+                pm, psd = private_over_splits(res)
+                priv_rows.append([model, eps_str(t), "-" if math.isnan(pm) else f"{100 * pm:.1f} ± {100 * psd:.1f}",
+                                  " / ".join("-" if math.isnan(m) else f"{100 * m:.1f} ± {100 * sd:.1f}"
+                                             for m, sd in map(on_device_private, res))])
+                if secure:
+                    att_rows.append([model, eps_str(t)] + ["nothing per user (secure sum)"] * len(attrs))
+                else:
+                    adv = [advantage(r) for r in res]
+                    att_rows.append([model, eps_str(t)] + [
+                        fig_cell(over_splits([a[x] for a in adv if x in a], bounds=(-1.0, 1.0))) for x in attrs])
+        clear = exact_lines.get("no privacy", [])
+        for model, line in exact_lines.items():
+            if model != "no privacy":
+                bad = non_monotone(line + clear)
+                if bad:
+                    flags.append(f"- {model}: " + "; ".join(bad))
+        lines += [(f"## {ds}: task accuracy ON DEVICE, exact (%), [95% interval over test users and the 3 role "
+                  "splits]\n"),
+                  ("The referee's exact accuracy of the model the server shipped, applied by the test clients to their "
+                   "clean features (a simulation-only figure: how good is the model each trust model allows); the "
+                   "learner shipped on each split; per upload: the server's accuracy on the test users' noisy uploads "
+                   "(local DP only: a secure sum has no per-user uploads).\n"),
+                  md_table(["trust model", "target ε", "on device, exact", "learner (per split)", "per upload",
+                            "ε against the server (via)", "rounds / bytes",
                             "seconds (traffic + training + answers + attack)"], rows), ""]
-        # the true majority share of the test users (from the no-privacy points: there the labels are clean)
-        maj = [r["utility"]["majority_baseline"] for r in
-               (store.get(c) for k, c in pts.items() if k[0] == ds and k[1] == "no privacy") if r is not None]
+        # the true majority share of the test users, from the no-privacy points (there the labels are clean; a
+        # private point's exact.majority_baseline is the share of the class the server BELIEVES is the majority)
+        maj = [float(r["utility"]["majority_baseline"]) for (d, m, *_), r in fresh.items()
+               if d == ds and m == "no privacy"]
         if maj:
-            lines.append(f"Majority baseline (the true majority class's share of the test users) "
-                         f"{100 * float(np.mean(maj)):.1f}.\n")
+            lines.append("Majority (the true majority class's share of the test users, per split): "
+                         + " / ".join(f"{100 * m:.1f}" for m in maj) + f", mean {100 * float(np.mean(maj)):.1f}.\n")
+        lines.append("Monotone in epsilon (1, 4, then no privacy) within the intervals: " + (
+            "every regenerated line.\n" if not flags else "not everywhere; a higher epsilon's interval lies wholly "
+            "below a lower one's at:\n\n" + "\n".join(flags) + "\n"))
+        lines += [f"### {ds}: what the server can estimate on device (%), ± the noise std of its estimate\n",
+                  ("The server's own figure from the test clients' randomized-response answers (client.count-epsilon "
+                   "1, debiased): what a deployed server knows; the mean over the splits (± the std of that mean) and "
+                   "each split's. Where the clients choose, it comes from the reporting half of the test users. Read "
+                   "the exact table for the model's quality.\n"),
+                  md_table(["trust model", "target ε", "server's estimate, mean of splits", "per split"], priv_rows),
+                  ""]
+        lines += [(f"### {ds}: what the privatized uploads add to the eavesdropper (points), [95% interval over target "
+                  "users and splits]\n"),
+                  ("The eavesdropper's accuracy minus its prior (the majority given the task label, which is uploaded "
+                   "in the clear); 0.0 [0.0, 0.0]: no learned attacker beat the prior on held-out auxiliary users, so "
+                   "it answers the prior (no leak detected at this power). A secure sum leaves it nothing per user.\n"),
+                  md_table(["trust model", "target ε", *attrs], att_rows), ""]
     disc = FOLDER / "discussion.md"
     if disc.is_file():
         lines.append(disc.read_text())
@@ -209,17 +298,20 @@ def main() -> None:
     ap.add_argument("--dataset", choices=sorted(DATASETS), help="run only this data set's points")
     ap.add_argument("--target", type=float, action="append", help="run only these targets (and no privacy)")
     ap.add_argument("--model", action="append", choices=MODELS, help="run only these trust models")
+    ap.add_argument("--split", type=int, action="append", choices=SPLITS, help="run only these role splits")
     args = ap.parse_args()
     pts = points(args.data_root)
-    todo = [c for (ds, m, t, _s), c in pts.items()
+    todo = [c for (ds, m, t, s), c in pts.items()
             if (args.dataset is None or ds == args.dataset) and (args.target is None or t in args.target
                                                                  or math.isinf(t))
-            and (args.model is None or m in args.model)]
+            and (args.model is None or m in args.model) and (args.split is None or s in args.split)]
     store = Store(STORE)
     if args.list:
         list_points(todo, store)
         return
     if not args.summary_only:
+        gone = drop_stale(todo, store)  # saved by earlier code without the exact figure: recomputed
+        print(f"[trust models] {len(gone)} stored points lack the exact on-device figure: recomputed")
         run_sweep(todo, store)
     print(summarize(args.data_root))
 

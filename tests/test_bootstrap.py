@@ -138,6 +138,15 @@ def test_seeds_interval_is_the_users_interval_for_equal_seeds_and_the_t_interval
         seeds_interval([0.5], [0.4, 0.4], [0.6])
 
 
+def test_seeds_interval_of_an_advantage_is_clipped_to_its_own_range_not_to_zero():
+    # an advantage over a prior lies in [-1, 1]: a significantly negative one keeps its lower end below zero, where
+    # the accuracy's [0, 1] clip would report an interval that excludes its own estimate
+    adv = [-0.033, -0.037, -0.034]
+    lo, hi = seeds_interval(adv, [a - 0.01 for a in adv], [a + 0.01 for a in adv], bounds=(-1.0, 1.0))
+    assert lo < -0.04 and -0.03 < hi < 0.0
+    assert seeds_interval(adv, [a - 0.01 for a in adv], [a + 0.01 for a in adv])[0] == 0.0  # the known-bad clip
+
+
 # ---- per-upload attack figures (issue #37): several uploads per target user ---------------------------------------
 def _planted_attack(g: np.random.Generator, users: int = 100, m: int = 9) -> tuple[np.ndarray, ...]:
     """Targets of a binary attribute, ``m`` IDENTICAL uploads per user: the attacker is right on all of a user's
