@@ -143,6 +143,9 @@ def limited(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+_WORKER = threading.local()  # .inside: this thread is a `parallel_map` worker
+
+
 def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: int | None = None,
                  name: str = "fl-privtext-work") -> list[R]:
     """``[fn(x) for x in items]``, on up to ``cores`` worker threads (`usable_cores`) when the caller computes with
@@ -157,11 +160,14 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: 
     hold the GIL; bench_scale at 50,000 users, attack stage 134.0 s serial, 130.9 s in two threads, same results).
     Results come back in order; the first exception is raised."""
     cores = usable_cores() if cores is None else cores
-    workers = min(len(items), cores) if threads == 1 else 1
+    # a call from inside a worker runs serially: the outer map already fills the cores (a point's seeds side by
+    # side, each seed's attacks inside)
+    workers = min(len(items), cores) if threads == 1 and not getattr(_WORKER, "inside", False) else 1
     if workers <= 1:
         return [fn(x) for x in items]
 
     def start() -> None:
+        _WORKER.inside = True
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)
