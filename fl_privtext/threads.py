@@ -143,6 +143,9 @@ def limited(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+_WORKER = threading.local()  # .inside: this thread is a `parallel_map` worker
+
+
 def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: int | None = None,
                  name: str = "fl-privtext-work") -> list[R]:
     """``[fn(x) for x in items]``, on up to ``cores`` worker threads (`usable_cores`) when the caller computes with
@@ -152,16 +155,21 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: 
     for the next point); numpy, scipy and torch release the GIL in their heavy loops. The numbers are those of the
     serial loop: same streams, and every operation with one thread, as each worker sets torch's count (OpenMP's is
     per thread) and the BLAS pools are process-wide at the caller's 1 (a count above 1 stays serial: one worker
-    restoring its `limited` block would change another's pools mid-way). Not used for a seed's attacks: run side by
-    side they took as long as one after the other (the MLP family's small torch steps and lbfgs's Python callbacks
-    hold the GIL; bench_scale at 50,000 users, attack stage 134.0 s serial, 130.9 s in two threads, same results).
-    Results come back in order; the first exception is raised."""
+    restoring its `limited` block would change another's pools mid-way). A seed's attacks use it too
+    (`fl_privtext.attacks.evaluate._run_attacks`): at 50,000 users two attributes side by side gained nothing
+    (134.0 s serial, 130.9 s; the MLP family's small torch steps and lbfgs's Python callbacks hold the GIL), but
+    the keyword inversion's large numpy products and partitions beside the attributes are expected to overlap
+    (benchmarks/README.md, tenth session: not yet measured quietly). A call from inside a worker runs serially. Results come back in order;
+    the first exception is raised."""
     cores = usable_cores() if cores is None else cores
-    workers = min(len(items), cores) if threads == 1 else 1
+    # a call from inside a worker runs serially: the outer map already fills the cores (a point's seeds side by
+    # side, each seed's attacks inside)
+    workers = min(len(items), cores) if threads == 1 and not getattr(_WORKER, "inside", False) else 1
     if workers <= 1:
         return [fn(x) for x in items]
 
     def start() -> None:
+        _WORKER.inside = True
         torch = sys.modules.get("torch")
         if torch is not None:
             torch.set_num_threads(1)
