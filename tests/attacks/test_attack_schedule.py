@@ -9,7 +9,6 @@ import json
 from typing import Any
 
 import numpy as np
-import pytest
 
 from fl_privtext import rng
 from fl_privtext.attacks import evaluate
@@ -35,7 +34,7 @@ def _dump(result: tuple[dict[str, Any], dict[str, Any]]) -> str:
 
 def test_attacks_side_by_side_equal_the_serial_loop(world):
     view, truth = _view_truth(world)
-    assert [t for t in evaluate.attack_tasks(view) if t[0] == "extra"][0] == ("extra", "inversion")
+    assert next(t for t in evaluate.attack_tasks(view) if t[0] == "extra") == ("extra", "inversion")
     with limited(1):
         side_by_side = evaluate._run_attacks(view, truth, cores=2)
         serial = _reference(view, truth)
