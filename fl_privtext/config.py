@@ -28,6 +28,12 @@ SELECT_ON = ("uploads", "clients")  # server.select-on: the evidence that choose
 # competes). The MLP is out by default: in ~1,500 saved learner entries of past runs auto chose it 6 times, while
 # its three fold fits were ~95% of auto's time (25-35x fitting the winner alone, benchmarks/README.md)
 AUTO_CANDIDATES = "centroid,lda,linear"
+# Keys that say WHERE and how a run executes, never what it computes: left out of a sweep point's key
+# (`fl_privtext.sweep.point_key`) and of the clients' reproducible noise streams (`fl_privtext.client.upload.point_key`),
+# so the same point run from another checkout, cache, device or cluster draws the same noise.
+MACHINE_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
+                "federation.ray-address", "run.tensorboard", "run.mlflow", "extractor.chunk-rows", "train.device",
+                "federation.max-in-flight", "run.memory-gb")
 
 
 def learner_choices() -> tuple[str, ...]:

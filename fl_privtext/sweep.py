@@ -50,7 +50,7 @@ from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.client import published
 from fl_privtext.client.policy import user_keys
 from fl_privtext.client.upload import SEED_FINGERPRINT_KEY
-from fl_privtext.config import ExperimentConfig, flatten, keyed_flat
+from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, flatten, keyed_flat
 from fl_privtext.display import fmt_epsilon
 from fl_privtext.metrics import clip_interval
 from fl_privtext.pipeline.preflight import check_point
@@ -61,9 +61,7 @@ from fl_privtext.threads import driver_threads
 from fl_privtext.traffic import traffic_key
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
-IGNORED_KEYS = ("data.root", "extractor.cache-dir", "extractor.device", "run.output", "run.progress",
-                "federation.ray-address", "run.tensorboard", "run.mlflow", "extractor.chunk-rows", "train.device",
-                "federation.max-in-flight", "run.memory-gb")
+IGNORED_KEYS = MACHINE_KEYS
 
 # Keys added to the config after points were saved: left out of the key while they hold the value every saved point
 # was computed with, so existing points keep their keys (and a run with another value gets a new key).

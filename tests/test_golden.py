@@ -20,10 +20,12 @@ Each was seen to differ between two runs of the same code (the notes beside them
 reproducible (float sampler, one thread) are in ``COMMON`` / ``POINTS`` with why.
 Floats are compared to 1e-9 relative: summaries computed in another order may differ in the last bits.
 
-The feature cache is always ``GOLDEN_CACHE`` (one fixed path): the clients' reproducible streams are keyed by
-``client.upload.point_key``, a digest of the whole configuration including ``extractor.cache-dir``, so a
-per-session temporary cache gave other noise in every session (2026-11-27: the attackers' results differed at ~76
-keys of (a), the utility of (b) 0.61 vs 0.35). Phase A (c) runs every client every round: FedAvg summed the updates
+The feature cache is always ``GOLDEN_CACHE`` (one fixed path). The clients' reproducible streams
+(``client.upload.point_key``) once included ``extractor.cache-dir``, so a per-session temporary cache gave other
+noise in every session (2026-11-27: the attackers' results differed at ~76 keys of (a), the utility of (b) 0.61 vs
+0.35); since 2026-11-28 they leave out where a run executes (`fl_privtext.config.MACHINE_KEYS`) and (a) and (b) hold
+from any cache directory. Phase A (c) does not yet: from a fresh temporary cache its losses differ from the fixed
+cache's in the 9th digit and the attacks downstream flip (not diagnosed), hence the fixed path. Phase A (c) runs every client every round: FedAvg summed the updates
 in the order the replies arrived (two runs gave round 2's val_loss 0.70618908 vs 0.70618912 and ~50 keys downstream
 differed); they are now summed in one canonical order (`fl_privtext.federation.grid.CanonicalOrderGrid`), and two runs
 in separate processes gave the same results.json. The secure-aggregation point (b) runs by default: its clients' noise was keyed by the
@@ -49,7 +51,7 @@ GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 UPDATE = os.environ.get("FL_PRIVTEXT_UPDATE_GOLDEN") == "1"
 ALL = UPDATE or os.environ.get("FL_PRIVTEXT_GOLDEN") == "1"
 OPT_IN: tuple[str, ...] = ()  # points not reproducible run to run (none now; module docstring)
-# a fixed path, not the session's temporary cache: it is part of point_key, hence of the clients' noise streams
+# a fixed path, not the session's temporary cache: Phase A's results still depend on it (module docstring)
 GOLDEN_CACHE = Path("/tmp/fl_privtext_golden_cache")
 
 # wall times, dates, versions, where the run wrote, and the simulation's start-up costs (seconds)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext import rng
-from fl_privtext.config import ExperimentConfig, FederationConfig
+from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, FederationConfig
 from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
@@ -39,8 +39,10 @@ from fl_privtext.public import PublicSpec, public_projection  # loads the public
 
 UPLOAD_KEYS = ("features", "labels", "rows")  # the only arrays a client ever sends
 CLIENT_SEED_ENV = "FL_PRIVTEXT_CLIENT_SEED"  # how a simulation hands run.client-seed to its clients
-# Keys that do not change what a client computes: excluded from the point key.
-NOT_POINT = ("run.output", "run.progress", "run.memory-gb", "run.baseline", "run.client-seed", "server.learner", "attack.learner",
+# Keys that do not change what a client computes: excluded from the point key. Where the run executes
+# (`MACHINE_KEYS`: the data root, the feature cache, devices, the cluster) once entered the key, so the same point
+# with the same run.client-seed drew other noise from another cache directory (issue #38's 1M runs).
+NOT_POINT = (*MACHINE_KEYS, "run.baseline", "run.client-seed", "server.learner", "attack.learner",
               "client.max-epsilon", "client.on-device", "client.count-epsilon",
               "client.min-count", "client.secagg-epsilon", "client.secagg-delta",
               "client.secagg-min-clients",  # the [client] policy never changes an upload's stream

@@ -168,7 +168,12 @@ def test_the_reproducible_stream_key_hashes_what_a_client_computes_and_nothing_e
     sets = {"data.name": "blog", "privacy.mechanism": "laplace-l1", "privacy.epsilon": 2.0, "data.root": "../shared/data"}
     base = point_key(ExperimentConfig.load(None, sets))
     for same in ({"attack.inversion-vocab": 100}, {"attack.learner": "lda"}, {"attack.epochs": 3},
-                 {"run.output": "elsewhere"}, {"server.learner": "mlp"}, {"client.count-epsilon": 4.0}):
+                 {"run.output": "elsewhere"}, {"server.learner": "mlp"}, {"client.count-epsilon": 4.0},
+                 # where the run executes: the same point from another cache, data root, device or cluster draws
+                 # the same noise (the cache directory once changed every draw: issue #38's 1M runs)
+                 {"extractor.cache-dir": "/elsewhere/cache"}, {"data.root": "/elsewhere/data"},
+                 {"extractor.device": "cuda"}, {"federation.ray-address": "10.0.0.1:6379"},
+                 {"federation.max-in-flight": 3}):
         assert point_key(ExperimentConfig.load(None, {**sets, **same})) == base, same
     for other in ({"privacy.epsilon": 1.0}, {"extractor.precision": "bf16", "extractor.name": "minilm"},
                   {"extractor.batch-size": 64}, {"privacy.sampler": "float"}, {"data.options.max_rows": 100}):
