@@ -19,7 +19,7 @@ from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.datafiles import resolve_cache_dir
 from fl_privtext.extract.clean import clean_features
-from fl_privtext.memory import Spill, drop_dataset_pages, is_mapped, take_rows
+from fl_privtext.memory import Spill, drop_dataset_pages, drop_mapped_pages, is_mapped, take_rows
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.public import PublicSpec
 from fl_privtext.server.pseudonyms import server_users
@@ -119,5 +119,6 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     drop_dataset_pages(prep.ds)  # the public texts `observe` read
     out = run_attacks(view, truth)
     drop_dataset_pages(prep.ds)  # the targets' texts the referee read
+    drop_mapped_pages(features)  # the target map's pages (each attack reads it through `take_rows`)
     return out
 

@@ -28,7 +28,6 @@ from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.bootstrap import Ratios, interval_keys, sums_bootstrap, user_sums
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
-from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.names import ATTACKS
 from fl_privtext.threads import limited
 
@@ -523,14 +522,10 @@ def inversion_attack(view: AttackView, truth: Truth) -> dict[str, Any]:
 
 
 def _run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[str, Any]]:
-    attacks: dict[str, Any] = {}
-    for name in view.known:
-        attacks[name] = score_attribute(view, truth, name)
-        drop_mapped_pages(view.uploads)  # a mapped target copy (issue #38): its pages go after each attack
+    attacks = {name: score_attribute(view, truth, name) for name in view.known}
     extra: dict[str, Any] = {}
     if view.config.extra:
         for name in ATTACKS:  # each whole-traffic attack adds its results.json attacks_extra entries
             extra.update(ATTACKS[name](view, truth))
-            drop_mapped_pages(view.uploads)
         extra["violation"] = bool(any(v.get("violation", False) for v in extra.values() if isinstance(v, dict)))
     return attacks, extra
