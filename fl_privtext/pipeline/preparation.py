@@ -107,6 +107,7 @@ def prepare(cfg: ExperimentConfig, *, features: str = "extract", progress: bool 
     roles, shards = _split(data_key(cfg), cfg.data.split, cfg.data.test_frac, cfg.data.aux_frac, cfg.run.seed,
                            cfg.federation.num_clients, cfg.federation.partition, cfg.federation.alpha)
     t2 = time.perf_counter()
+    drop_dataset_pages(ds)  # the fingerprint's read of every text, before the feature cache is read beside it
     extractor = make_extractor_from(cfg)
     cache_dir = cfg.extractor.cache_dir or None
     feats: np.ndarray | None = None
