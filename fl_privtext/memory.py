@@ -121,11 +121,16 @@ GB = 1024**3
 # replies nor their merged copy are resident, benchmarks/README.md, "Uploads on disk between stages"): the
 # measured peak's slope from 50k to 200k users fell from ~1,000 to ~720 bytes a record (1.91 -> 1.78 GB at 50k,
 # 2.42 -> 2.15 GB at 200k), and at 1M (commit 5996570) 5.34 -> 4.38 GB: 3.4 copies (estimates 2.03, 2.40 and
-# 4.42 GB: at or above all three, as a budget check should be). Later commits (the driver's feature-cache pages dropped
-# after extraction, the referee's per-user epsilons as arrays) lower the 1M peak further; not yet measured there.
+# 4.42 GB: at or above all three, as a budget check should be). The tenth session (benchmarks/README.md, "What
+# stayed resident") took out the dataset's Arrow pages, the attack's target copy (mapped), the clean rows' cache
+# pages and the eavesdropper's views of each reply's bytes: 4.41 -> 2.91 GB at 1M (the peak now in server
+# training: its training copy and the learners' fits), 1.61 GB at 200k; but the slope between them is still
+# ~2.1 GB per million users (~610 B a record), so 2.8 copies: the estimate follows the slope (1M 4.0 GB, 10M
+# users 22.8 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
+# state 10M by ~9 GB. What is left per record: columns, the server's training copy, the attack's score arrays.
 BASE_GB = 1.3
 ACTOR_GB = 0.3
-COPIES = 3.4
+COPIES = 2.8
 COLUMN_BYTES = 60
 
 

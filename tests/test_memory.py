@@ -44,12 +44,12 @@ def test_memory_budget_refuses_a_run_its_estimate_exceeds_in_one_line() -> None:
     with one line naming the estimate and the fix, a budget above it passes and is returned, 0 reads the machine."""
     from fl_privtext.memory import check_memory_budget, estimate_peak_gb, machine_memory_gb
 
-    small, big = estimate_peak_gb(10_000, 50, 2), estimate_peak_gb(10_000_000, 50, 2)
-    assert small < 2.5 and big > 8  # the base alone, vs ten million records of GloVe's width
+    small, big = estimate_peak_gb(10_000, 50, 2), estimate_peak_gb(40_000_000, 50, 2)
+    assert small < 2.5 and big > 8  # the base alone, vs ten million synthetic users' records of GloVe's width
     assert estimate_peak_gb(10_000, 384, 2) > small  # wider representations cost more
     assert check_memory_budget(4.0, 10_000, 50, 2) == 4.0
     with pytest.raises(ValueError) as exc:
-        check_memory_budget(4.0, 10_000_000, 50, 2)
+        check_memory_budget(4.0, 40_000_000, 50, 2)
     msg = str(exc.value)
     assert "\n" not in msg and f"{big:.1f} GB" in msg and "run.memory-gb = 4" in msg
     assert check_memory_budget(0, 1_000, 50, 1) == pytest.approx(machine_memory_gb(), rel=0.5)
