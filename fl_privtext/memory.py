@@ -126,7 +126,7 @@ GB = 1024**3
 # pages and the eavesdropper's views of each reply's bytes: 4.41 -> 2.91 GB at 1M (the peak now in server
 # training: its training copy and the learners' fits), 1.61 GB at 200k; but the slope between them is still
 # ~2.1 GB per million users (~610 B a record), so 2.8 copies: the estimate follows the slope (1M 4.0 GB, 10M
-# users 22.8 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
+# users 23.0 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
 # state 10M by ~9 GB. What is left per record: columns, the server's training copy, the attack's score arrays.
 BASE_GB = 1.3
 ACTOR_GB = 0.3
