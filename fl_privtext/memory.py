@@ -61,6 +61,49 @@ def drop_mapped_pages(array: Any) -> bool:
     return True
 
 
+MADV_DONTNEED = 4  # linux/mman.h (also what mmap.MADV_DONTNEED is on Linux)
+
+
+def drop_file_pages(path: str | os.PathLike[str]) -> int:
+    """Drop this process's resident pages of every read-only mapping of the file ``path`` (however it was mapped:
+    pyarrow's memory map of a dataset's Arrow file has no Python `mmap` to call `drop_mapped_pages` on), found in
+    /proc/self/maps: ``madvise(MADV_DONTNEED)``. As there, the pages stay in the OS page cache and a later read
+    faults them back with the same bytes; a writable mapping is left alone. The synthetic dataset's Arrow file is
+    read whole by its fingerprint and by extraction, and its pages then stayed in the driver's and each actor's
+    RSS through the run (0.69 GB at 1M users, issue #38). Returns the bytes advised (0 off Linux or unmapped)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    target = os.path.realpath(path)
+    ranges: list[tuple[int, int]] = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].rstrip("\n") == target and "w" not in parts[1]:
+                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                    ranges.append((lo, hi))
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return 0
+    madvise = libc.madvise
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    done = 0
+    for lo, hi in ranges:
+        if madvise(lo, hi - lo, MADV_DONTNEED) == 0:
+            done += hi - lo
+    return done
+
+
+def drop_dataset_pages(ds: Any) -> int:
+    """Drop this process's resident pages of the Arrow files a dataset (`fl_privtext.data.TextDataset`) is mapped
+    from (`drop_file_pages`): its fingerprint and the extraction read every text, and the attack reads the texts of
+    its public and target uploads scattered over the file; those pages otherwise stay in the RSS of the driver and
+    of each actor until the process ends (the synthetic file: 0.69 GB at 1M users, issue #38). Rows read later
+    fault back in from the page cache. Returns the bytes advised (0 for an in-memory table)."""
+    files = getattr(getattr(ds, "table", None), "cache_files", None) or ()
+    return sum(drop_file_pages(f["filename"]) for f in files if f.get("filename"))
+
+
 GB = 1024**3
 # The calibrated model of a run's peak resident memory, summed over the process tree (driver, Ray, actors), from
 # benchmarks/bench_scale.py (GloVe, 50 dimensions, 2 local actors; benchmarks/README.md, issue #38): a base that does
@@ -78,11 +121,16 @@ GB = 1024**3
 # replies nor their merged copy are resident, benchmarks/README.md, "Uploads on disk between stages"): the
 # measured peak's slope from 50k to 200k users fell from ~1,000 to ~720 bytes a record (1.91 -> 1.78 GB at 50k,
 # 2.42 -> 2.15 GB at 200k), and at 1M (commit 5996570) 5.34 -> 4.38 GB: 3.4 copies (estimates 2.03, 2.40 and
-# 4.42 GB: at or above all three, as a budget check should be). Later commits (the driver's feature-cache pages dropped
-# after extraction, the referee's per-user epsilons as arrays) lower the 1M peak further; not yet measured there.
+# 4.42 GB: at or above all three, as a budget check should be). The tenth session (benchmarks/README.md, "What
+# stayed resident") took out the dataset's Arrow pages, the attack's target copy (mapped), the clean rows' cache
+# pages and the eavesdropper's views of each reply's bytes: 4.41 -> 2.91 GB at 1M (the peak now in server
+# training: its training copy and the learners' fits), 1.61 GB at 200k; but the slope between them is still
+# ~2.1 GB per million users (~610 B a record), so 2.8 copies: the estimate follows the slope (1M 4.0 GB, 10M
+# users 23.0 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
+# state 10M by ~9 GB. What is left per record: columns, the server's training copy, the attack's score arrays.
 BASE_GB = 1.3
 ACTOR_GB = 0.3
-COPIES = 3.4
+COPIES = 2.8
 COLUMN_BYTES = 60
 
 
@@ -134,6 +182,11 @@ def _chunk_rows(chunk: int | None) -> int:
     return step
 
 
+def is_mapped(array: Any) -> bool:
+    """Whether ``array`` is a `numpy.memmap` or a view of one (what `take_rows` reads in chunks)."""
+    return isinstance(array, np.memmap) or isinstance(getattr(array, "base", None), np.memmap)
+
+
 def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) -> np.ndarray:
     """``array[index]`` (``index``: a boolean mask or integer positions) as an in-memory array, read ``chunk``
     rows at a time from a memory-mapped ``array`` whose pages this process drops after each chunk: the resident
@@ -142,7 +195,7 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
     index = np.asarray(index)
     if index.dtype == bool:
         index = np.flatnonzero(index)
-    if not isinstance(array, np.memmap) and not isinstance(getattr(array, "base", None), np.memmap):
+    if not is_mapped(array):
         return np.asarray(array[index])
     step = _chunk_rows(chunk)
     out = np.empty((len(index), *array.shape[1:]), array.dtype)

@@ -53,6 +53,7 @@ from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
+from fl_privtext.memory import take_rows
 from fl_privtext.names import ATTACK_FAMILIES, LEARNERS
 from fl_privtext.server.learners import Linear, make_learner, quiet_solver
 from fl_privtext.server.noise import NoiseLaw
@@ -177,7 +178,7 @@ class _Problem:
     def inputs(self, rows: np.ndarray) -> np.ndarray:
         """(len(rows), D + L) float32: the uploads ``rows`` and, when labels are observed, their one-hot label (the
         label travels with the upload: a feature like any other). Built for the rows asked for, never for all."""
-        x = np.asarray(self.view.uploads[rows], np.float32)
+        x = np.asarray(take_rows(self.view.uploads, rows), np.float32)  # chunks of a mapped file
         if self.view.num_labels > 0:
             x = np.concatenate([x, np.eye(self.view.num_labels, dtype=np.float32)[self.view.labels[rows]]], axis=1)
         return x
@@ -276,7 +277,7 @@ class _Problem:
             raise _Unavailable("the training fold's public texts cover fewer than two classes")
         centroids = np.stack([codes[sel][z_pub == c].mean(axis=0) if (z_pub == c).any()
                               else codes[sel].mean(axis=0) for c in range(self.k)])
-        s = np.concatenate([likelihood.log_likelihood(self.view.mechanism, self.view.uploads[rows[c]], centroids)
+        s = np.concatenate([likelihood.log_likelihood(self.view.mechanism, take_rows(self.view.uploads, rows[c]), centroids)
                             for c in row_chunks(len(rows))])
         z = self.z[train]
         s = s + self.log_prior(z)[None, :]

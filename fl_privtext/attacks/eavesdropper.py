@@ -8,7 +8,7 @@ mechanism-aware attacks compare against are `fl_privtext.extract.clean.clean_fea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,8 +17,9 @@ from fl_privtext import rng
 from fl_privtext.attacks.evaluate import observe, run_attacks
 from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.datafiles import resolve_cache_dir
 from fl_privtext.extract.clean import clean_features
-from fl_privtext.memory import take_rows
+from fl_privtext.memory import Spill, drop_dataset_pages, drop_mapped_pages, is_mapped, take_rows
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.public import PublicSpec
 from fl_privtext.server.pseudonyms import server_users
@@ -26,19 +27,26 @@ from fl_privtext.server.pseudonyms import server_users
 if TYPE_CHECKING:  # the type only: the orchestrator prepares the point
     from fl_privtext.client.prepared import Prepared
 
-__all__ = ["PerUpload", "attack", "attacked_uploads"]
+__all__ = ["PerUpload", "attack", "attacked_rows", "attacked_uploads"]
 
 
 class PerUpload(Sequence[str]):
-    """A dataset column read per upload (lazily: only the texts an attack or its referee asks for)."""
+    """A dataset column read per upload (lazily: only the texts an attack or its referee asks for). ``drop``
+    (optional) is called after every `DROP_EVERY` reads: the attack reads its public and target texts scattered
+    over the dataset's mapped file, and without it their pages stayed in the driver's RSS (issue #38)."""
 
-    def __init__(self, column: Sequence[str], rows: np.ndarray):
-        self._column, self._rows = column, rows
+    DROP_EVERY = 1 << 13
+
+    def __init__(self, column: Sequence[str], rows: np.ndarray, drop: Callable[[], Any] | None = None):
+        self._column, self._rows, self._drop, self._reads = column, rows, drop, 0
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        self._reads += 1
+        if self._drop is not None and self._reads % self.DROP_EVERY == 0:
+            self._drop()
         return self._column[int(self._rows[i])]
 
 
@@ -53,6 +61,19 @@ def attacked_uploads(prep: Prepared, rows: np.ndarray, seed: int, max_aux_users:
         return None
     chosen = np.sort(rng.generator(seed, "attack", "aux-users").choice(aux_users, max_aux_users, replace=False))
     return np.flatnonzero(~aux | np.isin(users, chosen))
+
+
+def attacked_rows(features: np.ndarray, keep: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
+    """``features[keep]``: from a mapped upload file (`fl_privtext.memory.Spill`) into another mapped file in
+    ``spill/`` of the run's cache, copied `take_rows`' chunk at a time, so that the attack's copy of its target
+    uploads (every non-aux upload: ~0.59 GB at 1M users, issue #38) is read from disk in chunks by the attacks
+    (each reads ``view.uploads`` through `take_rows`) instead of being resident; an in-memory ``features`` (the
+    plain loop, small runs) is indexed in memory. The same bytes either way."""
+    if not is_mapped(features):
+        return take_rows(features, keep)
+    spill = Spill(resolve_cache_dir(cfg.extractor.cache_dir or None) / "spill")
+    spill.gather(features, np.asarray(keep), "uploads")
+    return spill.mapped()["uploads"]
 
 
 def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,
@@ -70,7 +91,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     rows = np.asarray(rows)
     keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
     if keep is not None:
-        features, rows = take_rows(features, keep), rows[keep]  # in chunks from a mapped upload file
+        features, rows = attacked_rows(features, keep, cfg), rows[keep]
         labels = None if labels is None else labels[keep]
         seen = None if seen is None else np.asarray(seen)[keep]
     mech = mechanism if mechanism is not None else mechanism_for(PublicSpec.of(cfg), features.shape[1])
@@ -87,7 +108,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
         users=named if seen is None else server_users(prep, seen),
         senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int64),
-        named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows),
+        named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows, lambda: drop_dataset_pages(prep.ds)),
         attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
@@ -95,5 +116,9 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         attack=cfg.attack,
         word_vectors=None if clean is None or prep.extractor is None else
         (lambda words: prep.extractor.extract(list(words), progress=False)))
-    return run_attacks(view, truth)
+    drop_dataset_pages(prep.ds)  # the public texts `observe` read
+    out = run_attacks(view, truth)
+    drop_dataset_pages(prep.ds)  # the targets' texts the referee read
+    drop_mapped_pages(features)  # the target map's pages (each attack reads it through `take_rows`)
+    return out
 

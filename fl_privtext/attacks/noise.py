@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_privtext.memory import take_rows
 from fl_privtext.server.learners import label_rr_matrix
 from fl_privtext.server.noise import NoiseLaw, noise_law
 
@@ -108,7 +109,7 @@ def attacker_law(view: Any, rows: np.ndarray, width: int, generator: np.random.G
     mechanism, E||E[u | x]||^2 measured on the view's public texts for the cap mechanisms (round map), extended to
     the label columns (`LabelledLaw`)."""
     mech = view.mechanism
-    up = np.asarray(view.uploads[rows])
+    up = take_rows(view.uploads, rows)
     dim = int(getattr(mech, "dim", None) or up.shape[1])
     norm2, source = public_norm2(view)
     base = noise_law(mech, dim, up.mean(axis=0, dtype=np.float64), generator, input_norm2=norm2,

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fl_privtext.extract.cache import EmbeddingCache
+from fl_privtext.memory import take_rows
 
 
 class PreparedRows(Protocol):
@@ -36,8 +37,9 @@ def clean_features(prep: PreparedRows, cache_dir: str) -> Callable[[np.ndarray],
         except Exception:  # noqa: BLE001 - no cache: extract the public rows below
             feats = None
     if feats is not None:
-        src = feats
-        return lambda rows: np.asarray(src[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+        src = feats  # read in chunks whose pages of the mapped cache are dropped after each (`take_rows`): the
+        # attack's public rows and candidates otherwise left ~1 in 5 of the cache's pages in the driver (issue #38)
+        return lambda rows: np.asarray(take_rows(src, np.sort(rows))[np.argsort(np.argsort(rows))], np.float32)
     if prep.extractor is None:
         return None
     texts, pairs = prep.ds.text_column, prep.ds.text_pair_column

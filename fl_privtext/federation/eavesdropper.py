@@ -118,7 +118,7 @@ class EavesdroppingGrid(DelegatingGrid):
 
     def _keep(self, obs: Observation, name: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What the record holds of one received ArrayRecord: views of the reply's bytes, or (spilling an upload)
-        copies of its 1-D arrays, its 2-D ones appended to the spill (mapped back in `_map`)."""
+        copies of its 1-D arrays, its 2-D ones appended to the spill (empty until mapped back in `_map`)."""
         if self._folder is None or name != "upload":
             return arrays
         vectors = {k: a for k, a in arrays.items() if a.ndim >= 2 and len(a)}
@@ -130,7 +130,10 @@ class EavesdroppingGrid(DelegatingGrid):
                 self._spill = Spill(self._folder)
             self._spilled.append((obs, self._spill.rows.get(next(iter(vectors)), 0), rows.pop()))
             self._spill.append(vectors)
-        return {k: (a if k in vectors else np.array(a)) for k, a in arrays.items()}
+        # the spilled arrays are put back as maps of the spill (`_map`, before any read): a view of the reply's bytes
+        # kept here until then held every reply of the round resident (~0.7 GB at 1M users, issue #38)
+        return {k: (np.empty((0, *a.shape[1:]), a.dtype) if k in vectors else np.array(a))
+                for k, a in arrays.items()}
 
     def _map(self) -> None:
         """Put the spilled rows back into their observations, as read-only maps of the spill file."""

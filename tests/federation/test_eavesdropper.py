@@ -61,3 +61,28 @@ def test_uploads_matching_shares_the_servers_merge_only_when_every_value_agrees(
         got = grid(bad).uploads_matching(received, chunk=2)
         assert got is not received and not same_uploads(got, received)
         assert same_uploads(got, merge_uploads(bad))  # what the record says, as uploads() merges it
+
+
+
+def test_a_spilled_record_holds_no_view_of_the_replys_bytes_and_maps_them_back(tmp_path):
+    """Issue #38, a budget of zero bytes: spilling, the record of a reply (`_keep`, what `_record` stores per
+    ArrayRecord) keeps nothing of its representations (the old record kept a view, so every reply's bytes stayed
+    resident until the round was read: ~0.7 GB at 1M users) and reads them back, equal, from the spill; its 1-D
+    arrays are copies. Known-bad: without a spill folder the record is views of the reply's bytes."""
+    from fl_privtext.federation.eavesdropper import EavesdroppingGrid, Observation
+
+    g = np.random.default_rng(2)
+    feats, rows = g.normal(size=(40, 5)).astype(np.float32), np.arange(40, dtype=np.int64)
+    for folder in (tmp_path, None):
+        record = {"features": Array(feats), "labels": Array(rows % 2), "rows": Array(rows)}
+        wire = {k: numpy_view(a) for k, a in record.items()}  # views of the reply's bytes, as `_record` makes them
+        eaves = EavesdroppingGrid(None)  # type: ignore[arg-type]  # nothing is sent: the record is given
+        eaves.spill_to(None if folder is None else str(folder))
+        obs = Observation(0, "query.upload")
+        obs.arrays["upload"] = eaves._keep(obs, "upload", wire)
+        eaves.observations.append(obs)
+        shares = any(np.shares_memory(a, w) for a in obs.arrays["upload"].values() for w in wire.values())
+        assert shares == (folder is None)
+        got = eaves.uploads()
+        np.testing.assert_array_equal(got["features"], feats)
+        np.testing.assert_array_equal(got["rows"], rows)
