@@ -207,6 +207,7 @@ def main() -> None:
             pipeline.prepare(cfg, features="extract")
         timeline.wrap(server_app, "collect", "upload rounds")  # each round: queries out, replies merged
         timeline.wrap(federated, "train_point", "server training")  # where the Flower path calls them
+        timeline.wrap(point, "train_point", "server training")  # the plain loop's call (point.evaluate_point)
         timeline.wrap(point, "attack", "attacks")
         t_run = time.perf_counter()
         results = runner.run_experiment(cfg, output=output, echo=False)
