@@ -89,6 +89,12 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path.home() / ".cache" / "fl_privtext"
 
 
+def spill_dir(cache_dir: str | None) -> Path:
+    """Where a run's uploads live between stages (`fl_privtext.memory.Spill`): ``spill/`` in its cache
+    (``extractor.cache-dir``, "" for the default); the server's round copies and the eavesdropper's target map."""
+    return resolve_cache_dir(cache_dir or None) / "spill"
+
+
 def records_per_user(value: Any) -> int:
     """``data.options.records_per_user``: an integer >= 1 (the up-front checks and `fl_privtext.pipeline.preparation.first_records`)."""
     try:

@@ -61,9 +61,6 @@ def drop_mapped_pages(array: Any) -> bool:
     return True
 
 
-MADV_DONTNEED = 4  # linux/mman.h (also what mmap.MADV_DONTNEED is on Linux)
-
-
 def drop_file_pages(path: str | os.PathLike[str]) -> int:
     """Drop this process's resident pages of every read-only mapping of the file ``path`` (however it was mapped:
     pyarrow's memory map of a dataset's Arrow file has no Python `mmap` to call `drop_mapped_pages` on), found in
@@ -71,7 +68,7 @@ def drop_file_pages(path: str | os.PathLike[str]) -> int:
     faults them back with the same bytes; a writable mapping is left alone. The synthetic dataset's Arrow file is
     read whole by its fingerprint and by extraction, and its pages then stayed in the driver's and each actor's
     RSS through the run (0.69 GB at 1M users, issue #38). Returns the bytes advised (0 off Linux or unmapped)."""
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
         return 0
     target = os.path.realpath(path)
     ranges: list[tuple[int, int]] = []
@@ -89,7 +86,7 @@ def drop_file_pages(path: str | os.PathLike[str]) -> int:
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     done = 0
     for lo, hi in ranges:
-        if madvise(lo, hi - lo, MADV_DONTNEED) == 0:
+        if madvise(lo, hi - lo, mmap.MADV_DONTNEED) == 0:
             done += hi - lo
     return done
 

@@ -158,9 +158,9 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: 
     restoring its `limited` block would change another's pools mid-way). A seed's attacks use it too
     (`fl_privtext.attacks.evaluate._run_attacks`): at 50,000 users two attributes side by side gained nothing
     (134.0 s serial, 130.9 s; the MLP family's small torch steps and lbfgs's Python callbacks hold the GIL), but
-    the keyword inversion's large numpy products and partitions beside the attributes are expected to overlap
-    (benchmarks/README.md, tenth session: not yet measured quietly). A call from inside a worker runs serially. Results come back in order;
-    the first exception is raised."""
+    the keyword inversion's large numpy products and partitions overlap the attributes (1M users, quiet: the attack
+    stage 307.8 s serial, 205.7 s side by side, same results; benchmarks/README.md, tenth session). A call from
+    inside a worker runs serially. Results come back in order; the first exception is raised."""
     cores = usable_cores() if cores is None else cores
     # a call from inside a worker runs serially: the outer map already fills the cores (a point's seeds side by
     # side, each seed's attacks inside)

@@ -21,7 +21,7 @@ from flwr.serverapp import Grid, ServerApp
 from fl_privtext.client import UPLOAD_KEYS, merge_uploads
 from fl_privtext.client.aggregate import StatsLayout
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.datafiles import resolve_cache_dir
+from fl_privtext.datafiles import spill_dir
 from fl_privtext.federation.eavesdropper import EavesdroppingGrid, numpy_view
 from fl_privtext.federation.faults import one_line
 from fl_privtext.federation.inflight import send_windowed, window_size
@@ -114,7 +114,7 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
 
 def spill_folder(cfg: ExperimentConfig) -> str:
     """Where a point's uploads live between stages: ``spill/`` in the run's cache (``extractor.cache-dir``)."""
-    return str(resolve_cache_dir(cfg.extractor.cache_dir or None) / "spill")
+    return str(spill_dir(cfg.extractor.cache_dir))
 
 
 def spill_upload(reply: Message, spill: Spill) -> Message:
