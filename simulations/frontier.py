@@ -55,6 +55,7 @@ from sweep import (
     run_command,
 )
 
+from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.public import PublicSpec
@@ -213,6 +214,22 @@ def fig_cell(f: Fig, scale: float = 100.0) -> str:
     if math.isnan(m):
         return "-"
     return f"{scale * m:.1f}" + ("" if math.isnan(lo) else f" [{scale * lo:.1f}, {scale * hi:.1f}]")
+
+
+def over_splits(figs: list[Fig], bounds: tuple[float, float] = (0.0, 1.0)) -> Fig:
+    """The mean over role splits of one figure, with its 95% interval: each split's own interval over ITS test users
+    (a clustered bootstrap in the point's results.json) in quadrature with Student's t over the splits
+    (`fl_privtext.bootstrap.seeds_interval`). The splits draw different test users, so the users' side is the mean
+    of the splits' sides, not divided by sqrt(splits): conservative. Splits without the figure are left out; NaN
+    when none has it; one split: its own interval."""
+    have = [f for f in figs if not math.isnan(f[0])]
+    if not have:
+        return math.nan, math.nan, math.nan
+    m, lo, hi = (np.asarray(v, float) for v in zip(*have, strict=True))
+    if np.isnan(lo).any() or np.isnan(hi).any():
+        return float(m.mean()), math.nan, math.nan
+    low, high = seeds_interval(m, lo, hi, bounds=bounds)
+    return float(m.mean()), low, high
 
 
 def chosen(res: dict[str, Any]) -> str:

@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ome
 import sweep
+from frontier import fig_cell, on_device_exact, over_splits
 
-from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.config import ExperimentConfig
 
 PAGE = ome.OUT / "selecting_server.md"
@@ -48,17 +48,16 @@ def _mean(values: list[float]) -> str:
     return f"{100 * sum(values) / len(values):.1f}" if values else "todo"
 
 
-def _exact(exact: list[dict], runs: int) -> str:
+def _exact(res: list[dict], runs: int) -> str:
     """The referee's exact on-device accuracy (issue #37; simulation only): the mean over the runs that carry it,
-    with its 95% interval over test users and runs (`fl_privtext.bootstrap.seeds_interval`: each run's own interval
-    over its test users, in quadrature with the runs' Student t half-width; a run is a user split, so the runs'
+    with its 95% interval over test users and runs (`frontier.over_splits`: a run is a user split, so the runs'
     spread carries the sampling of the test users too); '-' for runs saved before the exact figure."""
-    if not exact:
+    figs = [on_device_exact(r) for r in res]
+    have = sum(not math.isnan(m) for m, _, _ in figs)
+    if not have:
         return "-"
-    lo, hi = seeds_interval([e["accuracy"] for e in exact], [e["ci_low"] for e in exact],
-                            [e["ci_high"] for e in exact])
-    s = f"{_mean([e['accuracy'] for e in exact])} [{100 * lo:.1f}, {100 * hi:.1f}]"
-    return s if len(exact) == runs else f"{s} ({len(exact)}/{runs} runs)"
+    s = fig_cell(over_splits(figs))
+    return s if have == runs else f"{s} ({have}/{runs} runs)"
 
 
 # What the table says (issue #37's re-check, 2026-11-28: every row rerun with the exact on-device figure, the
@@ -94,12 +93,10 @@ def summary(root: str) -> str:
                            for c in cfgs) if r is not None]
         per_upload = [r["utility"]["accuracy"] for r in res]
         on_device = [r["utility"]["on_device"]["accuracy"] for r in res if r["utility"]["on_device"].get("available")]
-        exact = [r["utility"]["on_device"]["exact"] for r in res
-                 if (r["utility"]["on_device"].get("exact") or {}).get("available")]
         majority = [r["utility"]["majority_baseline"] for r in res]
         learners = sorted({str(r["utility"].get("learner")) for r in res})
         rows.append([ome.TITLE[ds], mech, "∞" if math.isinf(eps) else f"{eps:g}", f"{len(res)}/{len(cfgs)}",
-                     _mean([r["utility"]["accuracy"] for r in mlp]), _mean(per_upload), _exact(exact, len(res)),
+                     _mean([r["utility"]["accuracy"] for r in mlp]), _mean(per_upload), _exact(res, len(res)),
                      _mean(on_device),
                      _mean(majority), " / ".join(learners) or "-"])
     table = sweep.md_table(["data", "mechanism", "nominal ε", "runs", "page (paper's MLP), per upload",

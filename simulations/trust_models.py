@@ -61,6 +61,7 @@ from frontier import (
     non_monotone,
     on_device_exact,
     on_device_private,
+    over_splits,
     per_upload,
 )
 from sweep import (
@@ -77,7 +78,6 @@ from sweep import (
 )
 
 from fl_privtext import pipeline
-from fl_privtext.bootstrap import seeds_interval
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.privacy.amplification import shuffle_epsilon
 
@@ -158,22 +158,6 @@ def points(data_root: str) -> dict[tuple[str, str, float, int], ExperimentConfig
 
 
 # ---- the page (issue #37: the exact on-device figure, intervals over test users and role splits) ------------------
-
-
-def over_splits(figs: list[Fig], bounds: tuple[float, float] = (0.0, 1.0)) -> Fig:
-    """The mean over role splits of one figure, with its 95% interval: each split's own interval over ITS test users
-    (a clustered bootstrap in the point's results.json) in quadrature with Student's t over the splits
-    (`fl_privtext.bootstrap.seeds_interval`). The splits draw different test users, so the users' side is the mean
-    of the splits' sides, not divided by sqrt(splits): conservative. Splits without the figure are left out; NaN
-    when none has it; one split: its own interval."""
-    have = [f for f in figs if not math.isnan(f[0])]
-    if not have:
-        return math.nan, math.nan, math.nan
-    m, lo, hi = (np.asarray(v, float) for v in zip(*have, strict=True))
-    if np.isnan(lo).any() or np.isnan(hi).any():
-        return float(m.mean()), math.nan, math.nan
-    low, high = seeds_interval(m, lo, hi, bounds=bounds)
-    return float(m.mean()), low, high
 
 
 def private_over_splits(res: list[dict[str, Any]]) -> tuple[float, float]:
