@@ -2,7 +2,7 @@
 central epsilon.
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 FL_PRIVTEXT_CACHE=/tmp/secstats_cache python simulations/secagg_blog.py \
-        [--data-root /work/shared/data] [--epsilons 1,2,4,8] [--learner auto] [--proj-dim 64]
+        [--data-root /work/shared/data] [--epsilons 1,2,4,8] [--learner auto] [--proj-dim 64] [--second-weight 0.5]
 
 The plain in-process loop (`fl_privtext.pipeline.secure.run_plain_secagg`): every client releases its noisy class
 statistics under its own policy (client.secagg-epsilon, client.secagg-min-clients = 10 = every client) and the sum
@@ -21,6 +21,7 @@ import json
 
 from fl_privtext import pipeline
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.pipeline import secure
 from fl_privtext.pipeline.secure import results, run_plain_secagg
 
 
@@ -33,12 +34,20 @@ def main() -> None:
                     "(ag_news for blog, imdb for ag_news)")
     ap.add_argument("--dataset", default="blog", choices=("blog", "ag_news"), help="ag_news: all 14,571 articles")
     ap.add_argument("--one-record", action="store_true", help="data.options.records_per_user = 1 (the trust page)")
+    ap.add_argument("--seeds", type=int, default=3, help="repetitions (run.seeds; the role split stays fixed)")
+    ap.add_argument("--second-weight", type=float, default=secure.SELECTION_SECOND_WEIGHT,
+                    help="the selection layout's public second-moment weight beta (a study of the protocol's "
+                    "constant `fl_privtext.pipeline.secure.SELECTION_SECOND_WEIGHT`; the clients' sensitivity "
+                    "sqrt(4 + 4 beta^2) follows it)")
     args = ap.parse_args()
+    if not 0 < args.second_weight <= 1:
+        ap.error(f"--second-weight must be in (0, 1], got {args.second_weight}")
+    secure.SELECTION_SECOND_WEIGHT = args.second_weight  # read by layout_for at each call
     data = ({"data.name": "blog", "data.options.max_rows": 10000} if args.dataset == "blog" else
             {"data.name": "ag_news"}) | ({"data.options.records_per_user": 1} if args.one_record else {})
     base = {**data, "data.root": args.data_root,
             "extractor.name": "minilm", "federation.num-clients": 10, "client.secagg-min-clients": 10,
-            "run.seeds": 3, "run.client-seed": 7, "run.progress": False, "server.aggregate": "secagg",
+            "run.seeds": args.seeds, "run.client-seed": 7, "run.progress": False, "server.aggregate": "secagg",
             "server.learner": args.learner}
     if args.proj_dim:
         base |= {"privacy.projection": "pca", "privacy.proj-dim": args.proj_dim,
@@ -58,7 +67,8 @@ def main() -> None:
                                                                                    r["utility"]["per_seed"]],
                           "candidates": {n: {m: round(v, 4) for m, v in c.items()}
                                          for n, c in r["utility"].get("candidates", {}).items()},
-                          "proj_dim": args.proj_dim, "majority": round(r["utility"]["majority_baseline"], 4)}),
+                          "proj_dim": args.proj_dim, "second_weight": args.second_weight,
+                          "majority": round(r["utility"]["majority_baseline"], 4)}),
               flush=True)
 
 

@@ -22,8 +22,8 @@ Learners (errors-in-variables: the sum's noise variance is known exactly from th
   shrinkage bounds the amplification of the class means' added noise in the public data's weak directions.
 - ``auto``: the server asks for two folds of users (a public rule on the user id) and the second moment, and picks
   among constant, centroid and lda by two-fold cross-validation on the aggregates
-  (`fl_privtext.server.aggregate_selection`; the constant is reported when nothing beats it). With one fold (a sum
-  requested without folds) `learner_for` keeps the analytic rule: lda when the second moment is in the sum, which
+  (`fl_privtext.server.aggregate_selection`: the shrunk head estimated best unless it is significantly worse than
+  the constant). With one fold (a sum requested without folds) `learner_for` keeps the analytic rule: lda when the second moment is in the sum, which
   `wants_second` asks for when the covariance noise's expected spectral norm 2 sigma sqrt(d) / n is below 1/d (an
   upper bound on the mean within-class eigenvalue of unit vectors), else centroid.
 """

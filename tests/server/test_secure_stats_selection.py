@@ -1,7 +1,9 @@
 """Model selection from a secure sum (server.aggregate = secagg, server.learner = auto): the two-fold encoding
 keeps the sum's sensitivity (`fl_privtext.client.aggregate`), and the selection from aggregates
-(`fl_privtext.server.aggregate_selection`) picks the constant when the data carry no signal, a learner when they
-do, and never the learner whose rule is below the majority (the AG news defect of issue #24)."""
+(`fl_privtext.server.aggregate_selection`) ships the shrunk moment head estimated best unless it is significantly
+worse than the constant: a head that answers as the constant does when the data carry no signal, a resolved head
+when they do (also where the gate "beats the constant significantly" kept the constant), and never the learner whose
+rule is below the majority (the AG news defect of issue #24)."""
 
 from __future__ import annotations
 
@@ -109,7 +111,7 @@ def _true_accuracy(total: np.ndarray, lay: StatsLayout, name: str, x: np.ndarray
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_selection_from_aggregates_picks_the_constant_without_signal_and_a_learner_with_it(seed):
+def test_selection_from_aggregates_is_harmless_without_signal_and_picks_a_learner_with_it(seed):
     g = np.random.default_rng(seed)
     picks = {}
     for signal, aniso in ((0.0, False), (0.3, False), (0.3, True), (1.0, True)):
@@ -122,18 +124,40 @@ def test_selection_from_aggregates_picks_the_constant_without_signal_and_a_learn
         acc = {n: _true_accuracy(total, lay, n, xt, yt) for n in cands}
         # the chosen rule is never below the majority by more than sampling error
         assert acc[name] >= acc["constant"] - 0.02
-        if name != "constant":
-            assert cands[name]["beats_constant"] and cands[name]["advantage"] > 0
+        # the moment head estimated best on device ships unless it is significantly worse than the constant
+        head = max(("centroid", "lda"), key=lambda n: cands[n]["accuracy"])
+        assert name == ("constant" if cands[head]["worse_than_constant"] else head)
+        if signal == 0.0 and name != "constant":  # no signal: the shrunk head falls back to the prior
+            w, b = candidate_rule(name, Aggregate.of(total, lay))
+            assert np.mean((stats_input(xt) @ w.T + b).argmax(1) == 0) > 0.95, name
         # the held-out estimates (of the rules fitted on one fold) track the shipped rules' true accuracies, and
         # say on which side of the constant each one is
         for n in cands:
             assert cands[n]["accuracy"] == pytest.approx(acc[n], abs=0.1)
             if abs(acc[n] - acc["constant"]) > 0.05:
                 assert (cands[n]["advantage"] > 0) == (acc[n] > acc["constant"])
-    assert picks[(0.0, False)] == "constant"
     assert picks[(0.3, False)] in ("centroid", "lda")
     assert picks[(0.3, True)] != "centroid"  # its rule is below the majority there (the AG news defect)
     assert picks[(1.0, True)] == "lda"
+
+
+def test_a_resolved_head_ships_where_the_significance_gate_kept_the_constant():
+    """Issue #37 item 3: the selection ships the head estimated best on device, the constant only where no head is
+    estimated better. The earlier rule (a head only where it beats the constant by z standard errors, one-sided 95%,
+    Bonferroni: ``beats_constant``) had no power at the sizes that matter: on this weak-signal population it kept the
+    constant in most seeds although the shipped head is 5-6 points above it on fresh users (blog 10k at central
+    epsilon 1, MiniLM: the constant in 7 of 10 repetitions, 34.9% exact, against 54.6% now; secagg_selection.md)."""
+    gate_kept_constant = 0
+    for seed in range(6):
+        g = np.random.default_rng(seed)
+        x, y = _population(g, 6000, 0.15, False)
+        total, lay = _sum(g, x, y, 1.0, seed)
+        name, cands = select_from_folds(total, lay, seed=seed)
+        xt, yt = _population(g, 20000, 0.15, False)
+        assert name != "constant"
+        assert _true_accuracy(total, lay, name, xt, yt) > _true_accuracy(total, lay, "constant", xt, yt) + 0.04
+        gate_kept_constant += not any(cands[n]["beats_constant"] for n in ("centroid", "lda"))
+    assert gate_kept_constant >= 3  # the known-bad rule: the constant, 5-6 points below, in most seeds
 
 
 def test_selection_known_bad_variants():
@@ -183,12 +207,12 @@ def _two_class(g: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-def test_secagg_selection_resolves_heads_below_the_class_noise_and_keeps_the_constant_without_signal():
+def test_secagg_selection_resolves_heads_below_the_class_noise_and_answers_as_the_constant_without_signal():
     """The default data's defect (every candidate scored alike, the constant chosen at central epsilon 5): the
     deviations' noise was overstated (1 / (1 - w_k)^2), every class mean shrunk to the grand mean, every head the
     constant. At central epsilon 0.1 over 8,000 users the centroid's head now differs from the constant, is chosen
     and is near-perfect on fresh users (the old factor: all candidates 0.605, the shipped head 0.60); at epsilon
-    0.005 the constant is kept."""
+    0.005 nothing is resolved and whatever ships answers as the constant does."""
     g = np.random.default_rng(1)
     x, y = _two_class(g, 8000)
     xt, yt = _two_class(g, 20000)
@@ -204,8 +228,8 @@ def test_secagg_selection_resolves_heads_below_the_class_noise_and_keeps_the_con
             assert _true_accuracy(total, lay, "centroid", xt, yt) > 0.9
             m = denoised_means(Aggregate.of(total, lay))
             assert np.linalg.norm(m[1] - m[0]) > 0.0
-        else:
-            assert name == "constant"
+        else:  # unresolved: whatever ships (a head not significantly worse than the constant) answers as it does
+            assert _true_accuracy(total, lay, name, xt, yt) >= _true_accuracy(total, lay, "constant", xt, yt) - 0.01
 
 
 def test_selection_needs_two_folds_and_the_second_moment():
