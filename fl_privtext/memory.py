@@ -202,6 +202,38 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
     return out
 
 
+def column_mean(x: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """``x.mean(axis=0, dtype=np.float64)`` with the same bits, read ``chunk`` rows at a time from a memory-mapped
+    ``x`` whose pages this process drops after each chunk (`take_rows`). numpy sums a C-ordered array over its
+    first axis row after row, one float64 accumulator per column: carrying the running sum in as the first row
+    of the next chunk's sum repeats that order exactly (a sum of per-chunk sums would not: its last bits differ,
+    and the server's noise law is computed from this mean). An in-memory or non-contiguous ``x`` is averaged at
+    once."""
+    if not is_mapped(x) or not x.flags.c_contiguous or x.ndim != 2 or not len(x):
+        return np.asarray(x.mean(axis=0, dtype=np.float64))
+    step = _chunk_rows(chunk)
+    total = np.zeros((1, x.shape[1]))
+    for a in range(0, len(x), step):
+        total = np.sum(np.concatenate([total, np.asarray(x[a : a + step], np.float64)]), axis=0, keepdims=True)
+        drop_mapped_pages(x)
+    return total[0] / len(x)
+
+
+def rows_on_disk(source: np.ndarray, index: np.ndarray, folder: str | os.PathLike[str] | None = None,
+                 chunk: int | None = None) -> np.ndarray:
+    """``source[index]`` (a boolean mask or integer positions) as a read-only map of a file in ``folder`` (a
+    `Spill`, copied ``chunk`` rows at a time with this process's pages of a mapped ``source`` dropped after each):
+    the copy lives in the OS page cache, and what a reader faults in of it is dropped by `take_rows`,
+    `column_mean` or `drop_mapped_pages`, instead of every row being resident (the server's training copy of
+    its uploads, the attack's copy of its targets: ~0.6 GB each at 1M users, issue #38). The same bytes."""
+    index = np.asarray(index)
+    if index.dtype == bool:
+        index = np.flatnonzero(index)
+    spill = Spill(folder)
+    spill.gather(source, index, "rows", chunk)
+    return spill.mapped()["rows"]
+
+
 class Spill:
     """Named arrays appended row block by row block to files in a folder of their own (written through the page
     cache, not held by this process), read back as read-only memory maps (`mapped`). A round's uploads arrive
