@@ -264,7 +264,7 @@ def test_server_training_on_mapped_uploads_keeps_no_copy_of_them_resident(tmp_pa
     """A budget (issue #38), not a timing: the server trains (server.learner = auto: the selection, the chosen
     moment learner on every training upload, the test uploads classified) on uploads on disk (the Flower path's
     merged spill, a memory map) while this process's peak RSS rises by less than 0.6 of its training uploads'
-    bytes (measured 0.42, the referee's bounded bootstrap included): they are copied to another file and summed
+    bytes (measured 0.30, the referee's bounded bootstrap included): they are copied to another file and summed
     in chunks whose pages are dropped (`fl_privtext.memory.rows_on_disk`, `ClassStats.raw`). The old layout
     copied them into memory (0.59 GB at 1M users): its peak rose by 1.37 of their bytes. The figures are those of the same uploads in memory, and of a
     different chunk size (the classes of the test uploads; the mean the noise law reads, `column_mean`)."""

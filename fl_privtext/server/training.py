@@ -180,8 +180,8 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     summed in the same order (`fl_privtext.memory.column_mean`), so the results are identical."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
-    roles = prep.roles[rows]
-    tr, te = roles != "test", roles == "test"
+    te = (prep.roles == "test")[rows]  # not prep.roles[rows]: a copy of the roles' strings (20 B an upload)
+    tr = ~te
     if not tr.any() or not te.any():
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
