@@ -125,6 +125,10 @@ GB = 1024**3
 # ~2.1 GB per million users (~610 B a record), so 2.8 copies: the estimate follows the slope (1M 4.0 GB, 10M
 # users 23.0 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
 # state 10M by ~9 GB. What is left per record: columns, the server's training copy, the attack's score arrays.
+# The eleventh session took out the training copy (`rows_on_disk`): on cached features the peak is 2.79 GB at 1M
+# and 2.01 at 200k (~1.0 GB per million users; the steepest stage, the attacks, 1.2), which alone would say
+# ~1.5 copies; but a cold 1M run peaked at 3.67 GB in the on-device round (the actors' transient, not yet
+# found), above that estimate (3.1 GB), so COPIES stays 2.8 (estimates 1M 4.0, 200k 2.3: above all these peaks).
 BASE_GB = 1.3
 ACTOR_GB = 0.3
 COPIES = 2.8
