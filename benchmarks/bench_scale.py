@@ -5,7 +5,9 @@
     python benchmarks/bench_scale.py --users 1000000 --plain          # also the plain loop: Flower/plain ratio
 
 ``--json F`` writes ``{"users": N, "wall_s": x, "peak_rss_gb": y, "stages": {name: {"seconds", "cpu_s",
-"peak_rss_gb", "peak_pss_gb", "us_per_user"}}, ...}`` (issue #38's contract; ``us_per_user``: microseconds per user).
+"peak_rss_gb", "peak_pss_gb", "us_per_user"}}, ...}`` (issue #38's contract; ``us_per_user``: microseconds per user);
+``peak_at`` places the overall peak: seconds from the start, the stage running then (or the two it fell between)
+and every process's RSS / PSS at that sample. ``--timeline F`` writes every sample (CSV) to plot it.
 
 The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
 default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
@@ -15,7 +17,9 @@ every user a second time (the referee's plain loop, outside the federation).
 
 Stages (in the order they run): generate (the synthetic users, written to the cache and mapped), extract (user
 roles and client shards, then GloVe features into the cache), startup (Ray, actors, the clients' warm-up), upload
-rounds, server training, attacks, and the rest (report, Flower/Ray shutdown). The first two run in a fresh cache
+rounds, the eavesdropper's record (checked against what the server received), server training, the on-device
+round (the model to the test clients, their answers, the referee's exact figure), attacks, and the rest (report,
+Flower/Ray shutdown). The first two run in a fresh cache
 directory (``--cache-dir``, default a new temporary one) so that they are measured, not read back.
 
 ``--plain`` then runs the same point as the plain in-process loop (`fl_privtext.pipeline.run_plain`: same clients,
@@ -85,6 +89,31 @@ def _kib(pid: int, path: str, key: str) -> int:
     return 0
 
 
+def _name(pid: int) -> str:
+    """A process's command line, shortened (Ray names its workers ``ray::ClientAppActor...``)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    text = " ".join(a.decode(errors="replace") for a in args if a)
+    return text[:80]
+
+
+def _where(t: float, spans: dict[str, list[tuple[float, float]]]) -> str:
+    """The stage running at time ``t`` (the innermost, shortest span), or "between A and B"."""
+    inside = [(b - a, name) for name, ss in spans.items() for a, b in ss if a <= t <= b]
+    if inside:
+        return min(inside)[1]
+    before = max(((b, name) for name, ss in spans.items() for _, b in ss if b < t), default=None)
+    after = min(((a, name) for name, ss in spans.items() for a, _ in ss if a > t), default=None)
+    if before is None:
+        return f"before {after[1]}" if after else "?"
+    if after is None:
+        return f"after {before[1]} (+{t - before[0]:.1f} s)"
+    return f"between {before[1]} (+{t - before[0]:.1f} s) and {after[1]} ({after[0] - t:.1f} s later)"
+
+
 class MemorySampler:
     """Sums RSS and PSS over this process tree every ``interval`` s, and the CPU time the tree has used so far
     (each process's last seen utime + stime, kept after it exits); ``samples`` holds (time, rss_kib, pss_kib,
@@ -92,6 +121,8 @@ class MemorySampler:
 
     def __init__(self, interval: float = 0.2) -> None:
         self.interval, self.samples = interval, []  # type: ignore[var-annotated]
+        self.per_process: list[dict[int, tuple[int, int]]] = []  # per sample: pid -> (rss_kib, pss_kib)
+        self.names: dict[int, str] = {}  # pid -> what it is (its command line, shortened)
         self._ticks: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="memory-sampler")
@@ -101,11 +132,14 @@ class MemorySampler:
         while not self._stop.is_set():
             procs = _processes()
             pids = _tree(me, procs)
-            rss = sum(_kib(p, "status", "VmRSS:") for p in pids)
-            pss = sum(_kib(p, "smaps_rollup", "Pss:") for p in pids)
+            each = {p: (_kib(p, "status", "VmRSS:"), _kib(p, "smaps_rollup", "Pss:")) for p in pids}
             for p in pids:
                 self._ticks[p] = max(self._ticks.get(p, 0), procs.get(p, (0, 0))[1])
-            self.samples.append((time.perf_counter(), rss, pss, sum(self._ticks.values()) / TICKS))
+                if p not in self.names:
+                    self.names[p] = "driver" if p == me else _name(p)
+            self.per_process.append(each)
+            self.samples.append((time.perf_counter(), sum(r for r, _ in each.values()),
+                                 sum(q for _, q in each.values()), sum(self._ticks.values()) / TICKS))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> Self:
@@ -122,6 +156,15 @@ class MemorySampler:
         if not inside:  # a stage shorter than the interval: the first sample after it started
             inside = [next(((r, p) for t, r, p, _ in self.samples if t >= start), (0, 0))]
         return max(r for r, _ in inside) / 1024**2, max(p for _, p in inside) / 1024**2
+
+    def peak_sample(self) -> int:
+        """The index of the sample with the largest RSS sum over the tree."""
+        return max(range(len(self.samples)), key=lambda i: self.samples[i][1])
+
+    def owners(self, i: int) -> list[dict[str, Any]]:
+        """Sample ``i`` per process, largest RSS first: {"pid", "name", "rss_gb", "pss_gb"}."""
+        return [{"pid": p, "name": self.names.get(p, "?"), "rss_gb": r / 1024**2, "pss_gb": q / 1024**2}
+                for p, (r, q) in sorted(self.per_process[i].items(), key=lambda kv: -kv[1][0])]
 
     def cpu(self, start: float, stop: float) -> float:
         """CPU seconds the process tree used in [start, stop] (to the sampling interval)."""
@@ -186,6 +229,8 @@ def main() -> None:
     ap.add_argument("--output", default="", help="run directory for results.json / summary.md (default: temp)")
     ap.add_argument("--plain", action="store_true", help="also time the plain loop on the same point (ratio)")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--timeline", help="also write every memory sample to this CSV file (seconds from the start, "
+                                       "RSS and PSS GB of the tree and of the driver, the stage running)")
     args = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="bench_scale-")
@@ -209,6 +254,12 @@ def main() -> None:
         timeline.wrap(federated, "train_point", "server training")  # where the Flower path calls them
         timeline.wrap(point, "train_point", "server training")  # the plain loop's call (point.evaluate_point)
         timeline.wrap(point, "attack", "attacks")
+        # finer marks, only to place the peak (`_where`): the whole collection, the eavesdropper's record of it,
+        # the on-device round and the point's evaluation (training, attacks and summaries)
+        timeline.wrap(federated, "collect_point", "collection")
+        timeline.wrap(server_app.PointTransport, "eavesdrop", "eavesdropper's record")
+        timeline.wrap(federated, "on_device", "on-device round")
+        timeline.wrap(federated, "evaluate_point", "evaluation")
         t_run = time.perf_counter()
         results = runner.run_experiment(cfg, output=output, echo=False)
         t_end = time.perf_counter()
@@ -219,8 +270,11 @@ def main() -> None:
             t_plain = time.perf_counter() - t_end
     first_round = min(a for a, _ in spans["upload rounds"])
     spans["startup"] = [(t_run, first_round)]
-    busy = sorted(s for name, ss in spans.items() if name not in ("generate", "extract") for s in ss)
-    order = ["generate", "extract", "startup", "upload rounds", "server training", "attacks"]
+    # the eavesdropper's record (after the rounds) and the on-device round (after training) ran between the stages
+    # the issue names; at 200k users the run's peak fell in the latter (the actors' answers), so both are rows
+    order = ["generate", "extract", "startup", "upload rounds", "eavesdropper's record", "server training",
+             "on-device round", "attacks"]
+    busy = sorted(s for name, ss in spans.items() if name in order[2:] for s in ss)  # the run's rows (not the marks)
     rows: list[dict[str, Any]] = []
     for name in order:
         ss = spans.get(name, [])
@@ -247,9 +301,20 @@ def main() -> None:
         plain_rows.append({"stage": "until training", "seconds": t_train - t_end, "cpu_s": mem.cpu(t_end, t_train)})
     wall = t_end - t_start
     peak_rss, peak_pss = mem.peak()
+    at = mem.peak_sample()
+    t_peak = mem.samples[at][0]
+    peak_at = {"t_s": t_peak - t_start, "where": _where(t_peak, timeline.spans), "processes": mem.owners(at)}
+    if args.timeline:
+        me = os.getpid()
+        with open(args.timeline, "w") as f:
+            f.write("t_s,rss_gb,pss_gb,driver_rss_gb,driver_pss_gb,where\n")
+            for (t, r, q, _), each in zip(mem.samples, mem.per_process, strict=True):
+                dr, dq = each.get(me, (0, 0))
+                f.write(f"{t - t_start:.2f},{r / 1024**2:.3f},{q / 1024**2:.3f},{dr / 1024**2:.3f},"
+                        f"{dq / 1024**2:.3f},\"{_where(t, timeline.spans)}\"\n")
     out = {
         "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
-        "peak_pss_gb": peak_pss, "cpu_s": mem.cpu(t_start, t_end),
+        "peak_pss_gb": peak_pss, "peak_at": peak_at, "cpu_s": mem.cpu(t_start, t_end),
         # the public contract (issue #38): stage name -> {seconds, cpu_s, peak_rss_gb, peak_pss_gb, us_per_user}
         "stages": {r["stage"]: {k: v for k, v in r.items() if k != "stage"}
                    | {"us_per_user": 1e6 * r["seconds"] / max(1, ds.num_users)} for r in rows},
@@ -274,6 +339,8 @@ def main() -> None:
         print(f"{r['stage']:26s} {r['seconds']:9.1f} {r['cpu_s']:9.1f} {r['peak_rss_gb']:12.2f} "
               f"{r['peak_pss_gb']:12.2f}")
     print(f"{'TOTAL wall':26s} {wall:9.1f} {out['cpu_s']:9.1f} {peak_rss:12.2f} {peak_pss:12.2f}")
+    print(f"peak {peak_rss:.2f} GB RSS at {peak_at['t_s']:.1f} s, {peak_at['where']}: " + ", ".join(
+        f"{o['name'][:40]} {o['rss_gb']:.2f}" for o in peak_at["processes"][:4]))
     print(f"task accuracy {out['accuracy']} (majority {out['majority_baseline']}); attacks "
           + ", ".join(f"{k} {v['accuracy']:.3f} (majority {v['majority_baseline']:.3f})"
                       for k, v in out["attacks"].items()))

@@ -125,6 +125,10 @@ GB = 1024**3
 # ~2.1 GB per million users (~610 B a record), so 2.8 copies: the estimate follows the slope (1M 4.0 GB, 10M
 # users 23.0 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
 # state 10M by ~9 GB. What is left per record: columns, the server's training copy, the attack's score arrays.
+# The eleventh session took out the training copy (`rows_on_disk`): on cached features the peak is 2.79 GB at 1M
+# and 2.01 at 200k (~1.0 GB per million users; the steepest stage, the attacks, 1.2), which alone would say
+# ~1.5 copies; but a cold 1M run peaked at 3.67 GB in the on-device round (the actors' transient, not yet
+# found), above that estimate (3.1 GB), so COPIES stays 2.8 (estimates 1M 4.0, 200k 2.3: above all these peaks).
 BASE_GB = 1.3
 ACTOR_GB = 0.3
 COPIES = 2.8
@@ -200,6 +204,38 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
         out[a : a + step] = array[index[a : a + step]]
         drop_mapped_pages(array)
     return out
+
+
+def column_mean(x: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """``x.mean(axis=0, dtype=np.float64)`` with the same bits, read ``chunk`` rows at a time from a memory-mapped
+    ``x`` whose pages this process drops after each chunk (`take_rows`). numpy sums a C-ordered array over its
+    first axis row after row, one float64 accumulator per column: carrying the running sum in as the first row
+    of the next chunk's sum repeats that order exactly (a sum of per-chunk sums would not: its last bits differ,
+    and the server's noise law is computed from this mean). An in-memory or non-contiguous ``x`` is averaged at
+    once."""
+    if not is_mapped(x) or not x.flags.c_contiguous or x.ndim != 2 or not len(x):
+        return np.asarray(x.mean(axis=0, dtype=np.float64))
+    step = _chunk_rows(chunk)
+    total = np.zeros((1, x.shape[1]))
+    for a in range(0, len(x), step):
+        total = np.sum(np.concatenate([total, np.asarray(x[a : a + step], np.float64)]), axis=0, keepdims=True)
+        drop_mapped_pages(x)
+    return total[0] / len(x)
+
+
+def rows_on_disk(source: np.ndarray, index: np.ndarray, folder: str | os.PathLike[str] | None = None,
+                 chunk: int | None = None) -> np.ndarray:
+    """``source[index]`` (a boolean mask or integer positions) as a read-only map of a file in ``folder`` (a
+    `Spill`, copied ``chunk`` rows at a time with this process's pages of a mapped ``source`` dropped after each):
+    the copy lives in the OS page cache, and what a reader faults in of it is dropped by `take_rows`,
+    `column_mean` or `drop_mapped_pages`, instead of every row being resident (the server's training copy of
+    its uploads, the attack's copy of its targets: ~0.6 GB each at 1M users, issue #38). The same bytes."""
+    index = np.asarray(index)
+    if index.dtype == bool:
+        index = np.flatnonzero(index)
+    spill = Spill(folder)
+    spill.gather(source, index, "rows", chunk)
+    return spill.mapped()["rows"]
 
 
 class Spill:

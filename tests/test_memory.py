@@ -234,3 +234,74 @@ def test_the_attacks_uploads_and_clean_rows_leave_no_pages_of_their_maps(tmp_pat
                                                                            whole[keep])
     clean = clean_features(SimpleNamespace(ds=None, features=mapped, extractor=None), "")
     assert clean is not None and np.array_equal(clean(rows), whole[rows]) and _file_rss_kib(path) < 1_024
+
+
+def _status_kib(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith(key)).split()[1])
+
+
+def _uploads_point(n: int, d: int, seed: int):
+    """A server's view of ``n`` uploads of width ``d`` (two classes, users of 250 uploads, 60% train, 20% aux, 20%
+    test) and the prepared point `train_server` reads: roles, labels, users, no attribute. Few users: the
+    referee's bootstrap over them (a bounded block, `fl_privtext.bootstrap`) stays small beside the uploads."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    g = np.random.default_rng(seed)
+    labels = (g.random(n) < 0.4).astype(np.int64)
+    x = (g.standard_normal((n, d)) + 0.05 * labels[:, None]).astype(np.float32)
+    users = np.arange(n) // 250
+    roles = np.array(["train", "train", "train", "aux", "test"])[users % 5]
+    ds = SimpleNamespace(name="uploads", label_names=["no", "yes"], labels=labels, attributes=[],
+                         user_index=users.reshape(-1, 1))
+    return x, labels, SimpleNamespace(ds=ds, roles=roles, features=None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
+def test_server_training_on_mapped_uploads_keeps_no_copy_of_them_resident(tmp_path, monkeypatch) -> None:
+    """A budget (issue #38), not a timing: the server trains (server.learner = auto: the selection, the chosen
+    moment learner on every training upload, the test uploads classified) on uploads on disk (the Flower path's
+    merged spill, a memory map) while this process's peak RSS rises by less than 0.6 of its training uploads'
+    bytes (measured 0.30, the referee's bounded bootstrap included): they are copied to another file and summed
+    in chunks whose pages are dropped (`fl_privtext.memory.rows_on_disk`, `ClassStats.raw`). The old layout
+    copied them into memory (0.59 GB at 1M users): its peak rose by 1.37 of their bytes. The figures are those of the same uploads in memory, and of a
+    different chunk size (the classes of the test uploads; the mean the noise law reads, `column_mean`)."""
+    import json
+
+    import numpy as np
+
+    from fl_privtext import memory
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.public import PublicSpec
+    from fl_privtext.server import training
+    from fl_privtext.server.training import train_server
+
+    n, d = 1_000_000, 50
+    x, labels, prep = _uploads_point(n, d, 7)
+    cfg = ExperimentConfig.from_flat({"run.progress": False})
+    rows = np.arange(n)
+    want = train_server(prep, x, labels, rows, 0, cfg.server, PublicSpec.of(cfg)).utility  # in memory
+    train_bytes = int((prep.roles != "test").sum()) * d * 4  # 160 MB
+    path = tmp_path / "uploads.npy"
+    np.save(path, x)
+    del x
+    mapped = np.load(path, mmap_mode="r")
+
+    def same(got: dict) -> bool:
+        return np.array_equal(got["_per_user"], want["_per_user"]) and json.dumps(
+            {k: v for k, v in got.items() if k != "_per_user"}, sort_keys=True, default=repr) == json.dumps(
+            {k: v for k, v in want.items() if k != "_per_user"}, sort_keys=True, default=repr)
+
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the RSS now
+    before = _status_kib("VmRSS:")
+    got = train_server(prep, mapped, labels, rows, 0, cfg.server, PublicSpec.of(cfg), spill=tmp_path / "spill")
+    rise = (_status_kib("VmHWM:") - before) * 1024
+    assert rise < 0.6 * train_bytes, f"peak RSS rose by {rise / 2**20:.0f} MiB (training uploads {train_bytes >> 20} MiB)"
+    assert same(got.utility) and got.utility["learner"] in ("lda", "centroid")
+    assert list((tmp_path / "spill").iterdir()) == []  # the training copy's file is gone with its map
+    monkeypatch.setattr(memory, "CHUNK_ROWS", 1000)  # another chunk size, the same figures
+    monkeypatch.setattr(training, "CHUNK_ROWS", 1000)
+    assert same(training.train_server(prep, mapped, labels, rows, 0, cfg.server, PublicSpec.of(cfg)).utility)

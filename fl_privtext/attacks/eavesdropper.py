@@ -19,7 +19,7 @@ from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.datafiles import spill_dir
 from fl_privtext.extract.clean import clean_features
-from fl_privtext.memory import Spill, drop_dataset_pages, drop_mapped_pages, is_mapped, take_rows
+from fl_privtext.memory import drop_dataset_pages, drop_mapped_pages, is_mapped, rows_on_disk, take_rows
 from fl_privtext.privacy import PrivacyReport
 from fl_privtext.public import PublicSpec
 from fl_privtext.server.pseudonyms import server_users
@@ -71,9 +71,7 @@ def attacked_rows(features: np.ndarray, keep: np.ndarray, cfg: ExperimentConfig)
     plain loop, small runs) is indexed in memory. The same bytes either way."""
     if not is_mapped(features):
         return take_rows(features, keep)
-    spill = Spill(spill_dir(cfg.extractor.cache_dir))
-    spill.gather(features, np.asarray(keep), "uploads")
-    return spill.mapped()["uploads"]
+    return rows_on_disk(features, keep, spill_dir(cfg.extractor.cache_dir))
 
 
 def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cfg: ExperimentConfig, *,

@@ -36,6 +36,7 @@ from fl_privtext.client import (
 from fl_privtext.client.ondevice import on_device_answer, stage_keys
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
+from fl_privtext.datafiles import spill_dir
 from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.progress import progress_bar
@@ -121,7 +122,7 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
             seen = c.received["rows"]
             trained = train_server(prep, c.received["features"], c.received["labels"], referee_rows(c, seen), c.seed,
                                    cfg.server, PublicSpec.of(cfg), input_dim=c.input_dim,
-                                   groups=server_users(prep, seen))
+                                   groups=server_users(prep, seen), spill=spill_dir(cfg.extractor.cache_dir))
             trained.utility["train_s"] = time.perf_counter() - t0
             out.append(trained)
     return out

@@ -22,7 +22,9 @@ MiniLM, PrivUnitG, 8k uploads, 10 classes with 39 to 2,127 uploads each, majorit
 grows both rules tend to the Bayes rule. ``tests/server/test_server_learners.py`` keeps the failing case.
 
 The moment learners (centroid, lda) read only sufficient statistics (`ClassStats`: per-class counts and sums, the
-total second moment), accumulated in chunks: O(K D + D^2) memory whatever the number of uploads. Labels that were
+total second moment), accumulated in chunks: O(K D + D^2) memory whatever the number of uploads; from uploads on
+disk (a memory map, `fl_privtext.memory.rows_on_disk`) each chunk's pages are dropped once it is summed, so the
+fit keeps no copy of the uploads resident. Labels that were
 randomised on the clients (k-ary RR, ``privacy.label-epsilon``) are debiased in the statistics: with
 R[j, k] = Pr[uploaded k | true j], E[counts_uploaded] = R^T counts and E[sums_uploaded] = R^T sums, so both are
 multiplied by R^-T (unbiased; the total second moment does not depend on labels).
@@ -41,6 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fl_privtext import rng
+from fl_privtext.memory import drop_mapped_pages, is_mapped, take_rows
 from fl_privtext.names import LEARNERS
 from fl_privtext.server.noise import NoiseLaw
 
@@ -123,6 +126,7 @@ class ClassStats:
         union of folds are the sum of theirs and a cross-validation fold's training statistics are the totals
         minus the fold's (`fl_privtext.server.selection`: one pass for every fold). `prepared` makes them usable."""
         n, d = x.shape
+        mapped = is_mapped(x)  # a file's rows (`fl_privtext.memory.rows_on_disk`): its pages go after each chunk
         counts = np.bincount(y, minlength=num_classes).astype(np.float64)
         sums = np.zeros((num_classes, d))
         second = np.zeros((d, d))
@@ -134,6 +138,9 @@ class ClassStats:
             second += c.T @ c
             sq = np.einsum("ij,ij->i", c, c)
             fourth += float(sq @ sq)
+            del c  # before the next chunk's copy: one chunk resident, not two
+            if mapped:
+                drop_mapped_pages(x)
         return cls(counts, sums, second, np.zeros(d), fourth)
 
     def __add__(self, other: ClassStats) -> ClassStats:
@@ -502,7 +509,7 @@ class Linear:
         if len(x) > MAX_LINEAR_ROWS:
             keep = np.sort(rng.generator(self.seed, "server", "linear-rows").choice(len(x), MAX_LINEAR_ROWS,
                                                                                    replace=False))
-            x, y, groups = x[keep], y[keep], None if groups is None else groups[keep]
+            x, y, groups = take_rows(x, keep), y[keep], None if groups is None else groups[keep]
         return (np.asarray(x, np.float64), y) + (() if groups is None else (groups,))
 
     def choose_c(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int = 3) -> float:

@@ -10,6 +10,7 @@ and, with label RR on, the label-RR matrix. Randomness: the streams ``(seed, "se
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
-from fl_privtext.memory import take_rows
+from fl_privtext.memory import CHUNK_ROWS, column_mean, is_mapped, rows_on_disk, take_rows
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
 from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
@@ -88,7 +89,7 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
     if name == "auto" and "mlp" in candidates and mlp is None:
         raise ValueError("auto with the MLP among its candidates needs its config and generator (mlp={...}).")
-    noise = noise_law(mechanism, input_dim, x.mean(axis=0, dtype=np.float64), rng.generator(seed, *stream, "noise"),
+    noise = noise_law(mechanism, input_dim, column_mean(x), rng.generator(seed, *stream, "noise"),
                       input_norm2=input_norm2, norm_source=norm_source)
     if centered and noise.moments is not None:  # the exact structure is that of the uploads, not of P u
         noise = NoiseLaw(noise.variance, f"{noise.method} (per-coordinate only: uploads centred by server.center)")
@@ -118,10 +119,11 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
+        x_cv = take_rows(x, cv)  # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them)
         if "linear" in names:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
             chooser = Linear(num_classes=num_classes, seed=seed)
-            linear_c, linear_start = chooser.choose_c(x[cv], y[cv], groups[cv], FOLDS), chooser.path_start
-        chosen, scores = select({n: maker(n) for n in names}, x[cv], y[cv], groups[cv], label_rr=rr, law=noise,
+            linear_c, linear_start = chooser.choose_c(x_cv, y[cv], groups[cv], FOLDS), chooser.path_start
+        chosen, scores = select({n: maker(n) for n in names}, x_cv, y[cv], groups[cv], label_rr=rr, law=noise,
                                 num_classes=num_classes)
         if "linear" in names:
             scores["linear"]["C"] = linear_c
@@ -132,6 +134,16 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
         chooser = Linear(num_classes=num_classes, seed=seed)
         linear_c, linear_start = chooser.choose_c(x, y, groups, FOLDS), chooser.path_start
     return maker(chosen)().fit(x, y), chosen, scores
+
+
+def predict_rows(model: Learner, features: np.ndarray, index: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """The class ``model`` gives each upload ``features[index]`` (argmax of its logits), ``chunk`` uploads at a
+    time (default `fl_privtext.memory.CHUNK_ROWS`; `take_rows`: a mapped ``features`` keeps no page resident).
+    Each upload's logits are its own row of the product, so the classes do not depend on the chunk."""
+    step = chunk or CHUNK_ROWS
+    parts = [model.logits(take_rows(features, index[a : a + step])).argmax(axis=1)
+             for a in range(0, len(index), step)]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def public_input_norm2(public: PublicSpec, mechanism: Any) -> tuple[float | None, str]:
@@ -148,7 +160,8 @@ def public_input_norm2(public: PublicSpec, mechanism: Any) -> tuple[float | None
 
 def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
                  seed: int, server: ServerConfig, public: PublicSpec, *, input_dim: int | None = None,
-                 mechanism: Any = None, groups: np.ndarray | None = None) -> Trained:
+                 mechanism: Any = None, groups: np.ndarray | None = None,
+                 spill: str | os.PathLike[str] | None = None) -> Trained:
     """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`).
     ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law.
     ``groups``: the user pseudonym the server can attach to each upload (its cross-validation folds), default
@@ -157,11 +170,18 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`). Reads the
     server section and the public one (`PublicSpec`): the configured mechanism
     (`fl_privtext.client.upload.mechanism_for`), privacy.label-epsilon, the public data (`public_input_norm2`)
-    and run.progress (the MLP's progress bar)."""
+    and run.progress (the MLP's progress bar).
+
+    Memory (issue #38): uploads on disk (``features`` a memory map: the Flower path's `Spill`) stay there. The
+    training uploads are copied into another file in ``spill`` (`fl_privtext.memory.rows_on_disk`; None: the
+    temporary folder), which the moment learners sum in chunks (`fl_privtext.server.learners.ClassStats.raw`),
+    dropping each chunk's pages; the test uploads are classified `fl_privtext.memory.CHUNK_ROWS` at a time. An
+    in-memory ``features`` (the plain loop) is indexed in memory. The same bytes reach the learners either way,
+    summed in the same order (`fl_privtext.memory.column_mean`), so the results are identical."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
-    roles = prep.roles[rows]
-    tr, te = roles != "test", roles == "test"
+    te = (prep.roles == "test")[rows]  # not prep.roles[rows]: a copy of the roles' strings (20 B an upload)
+    tr = ~te
     if not tr.any() or not te.any():
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
@@ -178,12 +198,14 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     fitted: dict[str, Learner] = {}
     train_groups = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
     label_epsilon = public.privacy.label_epsilon
+    x_train = rows_on_disk(features, tr, spill) if is_mapped(features) else take_rows(features, tr)
     model, chosen, candidates = fit_learner(
-        server.learner, take_rows(features, tr), labels[tr], train_groups, num_classes=k,
+        server.learner, x_train, labels[tr], train_groups, num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
-    pred = model.logits(take_rows(features, te)).argmax(axis=1)
+    del x_train  # a map: its file (already unlinked) goes with it
+    pred = predict_rows(model, features, np.flatnonzero(te))
     truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
         "available": True,
