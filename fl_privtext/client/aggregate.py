@@ -83,6 +83,7 @@ from fl_privtext.client.policy import (
 )
 from fl_privtext.client.upload import ClientData, client_generator, point_key
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.memory import take_rows
 from fl_privtext.privacy.calibration import analytic_gaussian_sigma, gaussian_delta
 from fl_privtext.privacy.projection import PublicProjection, random_projection
 from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
@@ -291,7 +292,7 @@ def client_statistics(data: ClientData, client: int, layout: StatsLayout,
     if data.test is not None:
         rows = rows[~np.asarray(data.test, bool)[rows]]
     rows = np.sort(rows)
-    x = np.asarray(data.features[rows], np.float64)
+    x = np.asarray(take_rows(data.features, rows), np.float64)  # a map's pages dropped as read (issue #38)
     if len(x) and not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations; this client refuses to contribute.")
     users = data.user_of(rows)

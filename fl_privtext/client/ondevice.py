@@ -36,6 +36,7 @@ from fl_privtext.client.aggregate import stats_input, stats_projection
 from fl_privtext.client.policy import Refused
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.memory import take_rows
 from fl_privtext.ondevice import check_model, is_finite, keep_probability, mlp_logits, model_digest
 from fl_privtext.public import PublicSpec
 
@@ -123,7 +124,7 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list
     feats = data.features if features is None else features
     rows = np.sort(rows)
     if feats is not None:
-        x = np.asarray(feats[rows], np.float64)
+        x = np.asarray(take_rows(feats, rows), np.float64)  # a map's pages dropped as read (issue #38)
     elif getattr(data, "texts", None) is not None and getattr(data, "extractor", None) is not None:
         pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]  # no cache: extract here
         x = np.asarray(data.extractor.extract([data.texts[i] for i in rows], pairs, progress=False), np.float64)

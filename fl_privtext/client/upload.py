@@ -32,7 +32,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, FederationConfig
-from fl_privtext.memory import drop_mapped_pages
+from fl_privtext.memory import drop_mapped_pages, take_rows
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
 from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
@@ -361,7 +361,7 @@ def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dic
         raise ValueError(f"client {client}: asked to evaluate record(s) {foreign[:10].tolist()} that it does not "
                          "hold; nothing was evaluated.")
     if data.features is not None:
-        x = np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
+        x = np.asarray(take_rows(data.features, np.sort(rows))[np.argsort(np.argsort(rows))], np.float32)
     elif data.texts is not None and data.extractor is not None:
         pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
         x = np.asarray(data.extractor.extract([data.texts[i] for i in rows], pairs, progress=False), np.float32)
