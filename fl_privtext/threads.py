@@ -20,9 +20,11 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import threadpoolctl
 from threadpoolctl import threadpool_limits
@@ -162,17 +164,124 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: 
     stage 307.8 s serial, 205.7 s side by side, same results; benchmarks/README.md, tenth session). A call from
     inside a worker runs serially. Results come back in order; the first exception is raised."""
     cores = usable_cores() if cores is None else cores
-    # a call from inside a worker runs serially: the outer map already fills the cores (a point's seeds side by
-    # side, each seed's attacks inside)
-    workers = min(len(items), cores) if threads == 1 and not getattr(_WORKER, "inside", False) else 1
+    workers = _workers(len(items), threads, cores)
     if workers <= 1:
         return [fn(x) for x in items]
 
-    def start() -> None:
-        _WORKER.inside = True
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            torch.set_num_threads(1)
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name, initializer=start) as pool:
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name, initializer=_start_worker) as pool:
         return list(pool.map(fn, items))
+
+
+def _start_worker() -> None:
+    """A worker of `parallel_map` / `parallel_tasks`: nested calls run serially, torch at one thread."""
+    _WORKER.inside = True
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+
+def _workers(items: int, threads: int, cores: int) -> int:
+    """Worker threads for ``items`` pieces: up to ``cores`` when the caller computes with one thread, else 1. A call
+    from inside a worker runs serially: the outer map already fills the cores (a point's seeds side by side, each
+    seed's attacks inside)."""
+    return min(items, cores) if threads == 1 and not getattr(_WORKER, "inside", False) else 1
+
+
+@dataclass(frozen=True)
+class Task(Generic[R]):
+    """One piece of a `parallel_tasks` schedule: ``run(*results of after)``, the results of the tasks it needs.
+    ``keep``: its result is returned; otherwise it is dropped as soon as every task that needs it is done (a
+    fitted model, a matrix of intermediate scores: not held to the end of the schedule)."""
+
+    key: Hashable
+    run: Callable[..., R]
+    after: tuple[Hashable, ...] = ()
+    keep: bool = True
+
+
+def parallel_tasks(tasks: Sequence[Task[Any]], threads: int, cores: int | None = None,
+                   name: str = "fl-privtext-work") -> dict[Hashable, Any]:
+    """The results of ``tasks`` (key -> result, the ``keep`` ones), on up to ``cores`` worker threads under the
+    same rule as `parallel_map` (one thread asked, not itself inside a worker; else serially, in list order).
+
+    ``tasks`` are in priority order, each after the tasks it needs (checked): a free worker takes the first task
+    whose needs are all done, so the list order is the schedule's (the longest first, with what they wait for
+    before them) and a serial run is the list itself. Why not `parallel_map` per stage: a seed's keyword inversion
+    is a graph (its public texts privatized once, then six decoder fits, then the targets scored per decoder and
+    chunk), and a barrier per stage leaves a core idle while the stage's longest piece runs. The numbers are those
+    of the serial run as long as each task reads only its needs' results and draws only from its own seeded
+    streams (`tests/attacks/test_attack_schedule.py`, with the known-bad of pieces sharing one stream). The first
+    exception (in list order, among the tasks that failed) is raised once the running tasks are done; no task
+    starts after a failure."""
+    keys = [t.key for t in tasks]
+    where = {k: i for i, k in enumerate(keys)}
+    if len(where) != len(keys):
+        raise ValueError("parallel_tasks: two tasks have the same key.")
+    for i, t in enumerate(tasks):
+        for need in t.after:
+            if where.get(need, len(tasks)) >= i:
+                raise ValueError(f"parallel_tasks: task {t.key!r} needs {need!r}, which is not listed before it.")
+    waiting = Counter(need for t in tasks for need in t.after)  # tasks not yet done that need each key
+    results: dict[Hashable, Any] = {}
+
+    def finish(t: Task[Any], result: Any) -> None:  # records a result, drops needs no longer needed
+        results[t.key] = result
+        for need in t.after:
+            waiting[need] -= 1
+            if waiting[need] == 0 and not tasks[where[need]].keep:
+                del results[need]
+        if not waiting[t.key] and not t.keep:
+            del results[t.key]
+
+    workers = _workers(len(tasks), threads, usable_cores() if cores is None else cores)
+    if workers <= 1:
+        for t in tasks:
+            finish(t, t.run(*(results[need] for need in t.after)))
+        return results
+    todo = list(range(len(tasks)))  # not started, in priority order
+    done: set[Hashable] = set()
+    failed: dict[int, BaseException] = {}
+    cond = threading.Condition()
+
+    def ready() -> int | None:  # the first task not started whose needs are done (called holding cond)
+        for n, i in enumerate(todo):
+            if all(need in done for need in tasks[i].after):
+                return todo.pop(n)
+        return None
+
+    def work() -> None:
+        _start_worker()
+        while True:
+            with cond:
+                i = None
+                while not failed and todo:
+                    i = ready()
+                    if i is not None:
+                        break
+                    cond.wait()
+                if i is None:  # a task failed, or every task has started
+                    return
+                t = tasks[i]
+                args = [results[need] for need in t.after]
+            try:
+                result = t.run(*args)
+            except BaseException as exc:  # noqa: BLE001 - re-raised by the caller's thread below
+                with cond:
+                    failed[i] = exc
+                    cond.notify_all()
+                return
+            del args
+            with cond:
+                finish(t, result)
+                done.add(t.key)
+                cond.notify_all()
+
+    pool = [threading.Thread(target=work, name=f"{name}_{n}", daemon=True) for n in range(workers)]
+    for p in pool:
+        p.start()
+    for p in pool:
+        p.join()
+    if failed:
+        raise failed[min(failed)]
+    return results

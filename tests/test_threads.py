@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.threads import (
+    Task,
     client_threads,
     driver_threads,
     limited,
     local_actors,
     parallel_map,
+    parallel_tasks,
     worker_env,
 )
 
@@ -135,3 +139,37 @@ def test_parallel_map_keeps_order_runs_side_by_side_and_sets_each_workers_torch_
 
     with pytest.raises(ValueError, match="seed 3 failed"):
         parallel_map(fail, range(5), threads=1, cores=2)
+
+
+def test_parallel_tasks_respects_needs_and_priority_drops_used_results_and_raises_the_first_failure():
+    """A schedule of pieces with needs (the keyword inversion's, `fl_privtext.attacks.evaluate`): each task gets its
+    needs' results, two run at the same time on two cores, the serial run is the list order, results not kept are
+    dropped, a list whose needs come later is refused, and the first failing task (in list order) is raised."""
+    import threading
+
+    barrier = threading.Barrier(2, timeout=10)
+    ran: list[str] = []
+
+    def side(x: int) -> int:
+        barrier.wait()  # passes only if "b" and "c" run at the same time
+        return x + 1
+
+    tasks = [Task("a", lambda: ran.append("a") or 1, keep=False), Task("b", side, ("a",)), Task("c", side, ("a",)),
+             Task("d", lambda b, c: ran.append("d") or b * 10 + c, ("b", "c"))]
+    assert parallel_tasks(tasks, threads=1, cores=2) == {"b": 2, "c": 2, "d": 22}  # "a" dropped once used
+    ran.clear()
+    serial = [Task("a", lambda: ran.append("a") or 1), Task("b", lambda a: ran.append("b") or a, ("a",)),
+              Task("c", lambda: ran.append("c") or 3)]
+    assert parallel_tasks(serial, threads=2, cores=4) == {"a": 1, "b": 1, "c": 3}  # above one thread: serial
+    assert ran == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="needs 'z'"):
+        parallel_tasks([Task("a", lambda z: z, ("z",)), Task("z", lambda: 0)], threads=1, cores=2)
+
+    def fail(msg: str) -> Callable[[], int]:
+        def run() -> int:
+            raise ValueError(msg)
+        return run
+
+    with pytest.raises(ValueError, match="first"):
+        parallel_tasks([Task("x", fail("first")), Task("y", fail("second")), Task("z", lambda: 0)],
+                       threads=1, cores=2)

@@ -12,7 +12,7 @@ observed uploads (Accountant). A violation is an attack whose 95% lower confiden
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -29,7 +29,7 @@ from fl_privtext.bootstrap import Ratios, interval_keys, sums_bootstrap, user_su
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.names import ATTACKS
-from fl_privtext.threads import limited, parallel_map
+from fl_privtext.threads import Task, limited, parallel_tasks
 
 
 class PerUser:
@@ -444,48 +444,172 @@ def _inversion_intervals(per_upload: np.ndarray, owners: np.ndarray, seed: int) 
     return out
 
 
-def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
-    guess = inversion.invert(view)
-    ent = np.isin(np.array(guess.vocab, dtype=object), np.array(guess.entities, dtype=object))
-    # scored row_chunks of targets at a time: the targets' word presence is never held for all of them at once
-    names = [guess.decoder] + [d for d in guess.decoders if d != guess.decoder]
-    counts = np.zeros((len(names) + 1, 3), np.int64)  # (answer, other decoders, baseline) x (tp, predicted, true)
-    entity_hits = np.zeros(len(names) + 1, np.int64)
+SCORE_PIECES = 8  # tasks per decoder that score the targets (each a share of the row chunks): what balances the end
+
+
+@dataclass(frozen=True)
+class _Unavailable:
+    """A piece of the keyword inversion that raised ValueError (no public texts, ...): what the attack reports."""
+
+    reason: str
+
+
+def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as an inversion piece: a need that was unavailable passes on (the first in the needs' order), and a
+    ValueError makes this piece unavailable."""
+    def run(*needs: Any) -> Any:
+        for need in needs:
+            if isinstance(need, _Unavailable):
+                return need
+        try:
+            return fn(*needs)
+        except ValueError as exc:
+            return _Unavailable(str(exc))
+    return run
+
+
+@dataclass(frozen=True)
+class _TargetWords:
+    """The referee's side of the inversion's targets, per row chunk (`inversion.chunk_rows`): each chunk's word
+    presence, bit-packed (a dense (T, K) presence at 65,000 targets and K = 2000 is 130 MB; packed, 16 MB), the
+    word-frequency baseline's per-upload counts and the entity words present."""
+
+    chunks: list[slice]
+    packed: list[np.ndarray]  # per chunk: np.packbits of its (rows, K) presence along the words
+    entity: np.ndarray  # (K,) bool: entity words of the vocabulary
+    baseline: np.ndarray  # (T, 4) int64: the baseline's tp, predicted, true, entity hits per target upload
+    entity_true: np.ndarray  # (T,) int64: entity words present per target upload
+
+    def presence(self, i: int) -> np.ndarray:
+        return np.unpackbits(self.packed[i], axis=1, count=len(self.entity)).astype(bool)
+
+
+def _word_counts(y: np.ndarray, said: np.ndarray, entity: np.ndarray) -> np.ndarray:
+    """(n, 4) int64 per upload: tp, predicted, true, entity words hit (`INVERSION_COLUMNS`' first four)."""
+    return np.stack([(y & said).sum(axis=1), said.sum(axis=1), y.sum(axis=1),
+                     (y[:, entity] & said[:, entity]).sum(axis=1)], axis=1)
+
+
+def _target_words(truth: Truth, pub: inversion.Public) -> _TargetWords:
+    """The targets' word presence, read from their texts row chunk by row chunk, and the baseline's counts."""
+    entity = np.isin(np.array(pub.vocab, dtype=object), np.array(pub.entities, dtype=object))
+    _, row = inversion.baseline(pub)
+    said = row.astype(bool)
+    chunks = list(row_chunks(len(pub.targets), inversion.chunk_rows(len(pub.vocab))))
+    packed, base = [], np.zeros((len(pub.targets), 4), np.int64)
+    entity_true = np.zeros(len(pub.targets), np.int64)
+    for c in chunks:
+        y = inversion.presence([truth.texts[i] for i in pub.targets[c]], pub.vocab).astype(bool)
+        packed.append(np.packbits(y, axis=1))
+        base[c] = _word_counts(y, np.broadcast_to(said, y.shape), entity)
+        entity_true[c] = y[:, entity].sum(axis=1)
+    return _TargetWords(chunks=chunks, packed=packed, entity=entity, baseline=base, entity_true=entity_true)
+
+
+def _pieces(n: int, parts: int) -> list[range]:
+    """``range(n)`` cut into ``parts`` consecutive ranges (some empty when n < parts)."""
+    return [range(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
+
+
+def _score_piece(view: AttackView, name: str, part: int) -> Callable[..., list[np.ndarray]]:
+    """Scores decoder ``name`` on its ``part``-th share of the target chunks: per chunk, `_word_counts`."""
+    def run(pub: inversion.Public, held: tuple[float, float], model: inversion.Decoder,
+            words: _TargetWords) -> list[np.ndarray]:
+        rows = np.arange(len(pub.targets))
+        return [_word_counts(words.presence(i),
+                             inversion.predict(view, pub, model, held[0], rows[words.chunks[i]]).astype(bool),
+                             words.entity)
+                for i in _pieces(len(words.chunks), SCORE_PIECES)[part]]
+    return run
+
+
+def _score_inversion(view: AttackView, truth: Truth, pub: inversion.Public, *needs: Any) -> dict[str, Any]:
+    """The inversion's results.json entry from its pieces: per decoder (`inversion.DECODERS` order) the
+    held-out (threshold, F1), then the targets' `_TargetWords`, then the scoring pieces (decoder-major). The
+    same figures as scoring every chunk with every decoder in turn: the per-upload counts are integers."""
+    held = dict(zip(inversion.DECODERS, needs[: len(inversion.DECODERS)], strict=True))
+    words: _TargetWords = needs[len(inversion.DECODERS)]
+    scored = needs[len(inversion.DECODERS) + 1:]
+    heldout_f1 = {d: held[d][1] for d in inversion.DECODERS}
+    chosen = inversion.answer(heldout_f1)
+    names = [chosen] + [d for d in inversion.DECODERS if d != chosen]
+    empty = np.zeros((0, 4), np.int64)
+    cols = {d: np.concatenate([empty] + [c for piece in scored[SCORE_PIECES * k: SCORE_PIECES * (k + 1)]
+                                         for c in piece])
+            for k, d in enumerate(inversion.DECODERS)}
+    counts = np.stack([cols[d][:, :3].sum(axis=0) for d in names] + [words.baseline[:, :3].sum(axis=0)])
+    entity_hits = np.array([int(cols[d][:, 3].sum()) for d in names] + [int(words.baseline[:, 3].sum())])
     # issue #37: per target upload, the answer's and the baseline's counts (INVERSION_COLUMNS), summed per user below
-    per_upload = np.zeros((len(guess.target_index), len(INVERSION_COLUMNS)))
-    for c in row_chunks(len(guess.target_index), inversion.chunk_rows(len(guess.vocab))):
-        y = inversion.presence([truth.texts[i] for i in guess.target_index[c]], guess.vocab).astype(bool)
-        t = y[:, ent]
-        preds = [guess.predict(c, d) for d in names] + [guess.baseline_pred[c]]
-        for j, pred in enumerate(preds):
-            said = pred.astype(bool)  # per upload: tp, predicted, true, entity words hit; their sums the totals
-            cols = np.stack([(y & said).sum(axis=1), said.sum(axis=1), y.sum(axis=1), (t & said[:, ent]).sum(axis=1)],
-                            axis=1)
-            counts[j] += cols[:, :3].sum(axis=0)
-            entity_hits[j] += int(cols[:, 3].sum())
-            if j in (0, len(preds) - 1):  # the answer's columns (0-3), the baseline's (4-7)
-                off = 0 if j == 0 else 4
-                per_upload[c, off:off + 4] = cols
-        per_upload[c, 8] = t.sum(axis=1)
+    per_upload = np.concatenate([cols[chosen], words.baseline, words.entity_true[:, None]], axis=1).astype(np.float64)
+    ent = words.entity
     entity_true = int(per_upload[:, 8].sum())
     p, r, f1 = inversion.prf(*(int(v) for v in counts[0]))
     pb, rb, fb = inversion.prf(*(int(v) for v in counts[-1]))
     per_decoder = {d: dict(zip(("precision", "recall", "f1"), inversion.prf(*(int(v) for v in counts[j])),
-                               strict=True)) | {"heldout_f1": guess.heldout_f1[d]} for j, d in enumerate(names)}
+                               strict=True)) | {"heldout_f1": heldout_f1[d]} for j, d in enumerate(names)}
 
     def recall(j: int) -> float | None:
         return float(entity_hits[j] / entity_true) if ent.any() and entity_true else None
 
-    owners = (truth.named_user if truth.named_user is not None else view.user)[guess.target_index]
+    owners = (truth.named_user if truth.named_user is not None else view.user)[pub.targets]
     return {**_inversion_intervals(per_upload, owners, view.seed),
             "f1": f1, "precision": p, "recall": r, "f1_baseline": fb, "precision_baseline": pb,
             "recall_baseline": rb, "entity_recall": recall(0), "entity_recall_baseline": recall(len(names)),
-            "decoder": guess.decoder, "decoders": per_decoder, "word_vectors": guess.word_vectors,
-            "vocab_size": len(guess.vocab), "entity_words": list(guess.entities)[:20],
-            "num_entity_words": int(ent.sum()), "threshold": guess.threshold, "baseline_words": guess.baseline_words,
-            "num_targets": len(guess.target_index), "num_targets_total": guess.targets_total,
-            "num_target_users": len(np.unique(view.user[guess.target_index])),
+            "decoder": chosen, "decoders": per_decoder, "word_vectors": pub.source,
+            "vocab_size": len(pub.vocab), "entity_words": list(pub.entities)[:20],
+            "num_entity_words": int(ent.sum()), "threshold": held[chosen][0], "baseline_words": inversion.baseline(pub)[0],
+            "num_targets": len(pub.targets), "num_targets_total": pub.targets_total,
+            "num_target_users": len(np.unique(view.user[pub.targets])),
             "ceiling": "none: no closed-form LDP bound for a set-valued secret (see the re-identification ceiling)"}
+
+
+def inversion_tasks(view: AttackView, truth: Truth) -> list[Task[Any]]:
+    """The keyword inversion (`score_inversion`) as independent pieces for `parallel_tasks`, in priority order:
+    the public texts privatized once (`inversion.prepare`), each decoder's held-out fit and full fit (the learned
+    decoder's L-BFGS and the votes' neighbour search the longest), the targets' words (`_TargetWords`), each
+    decoder's scoring in `SCORE_PIECES` shares of the target chunks, and the results.json entry (key ``("extra",
+    "inversion")``: ``{"inversion": ...}``). Only `inversion.prepare` draws (from ``(seed, "attack",
+    "inversion")`` and ``"inversion-targets"``); the fits and the scoring draw nothing, so their order and overlap
+    change no number. A piece that raises ValueError makes the attack unavailable, with its reason."""
+    try:
+        inversion.check(view)
+    except ValueError as exc:
+        reason = str(exc)
+        return [Task(("extra", "inversion"), lambda: {"inversion": {"available": False, "reason": reason}})]
+    pub = ("inversion", "public")
+    fits = [("fit", "learned"), ("heldout", "learned"), ("heldout", "nearest+votes"), ("fit", "nearest+votes"),
+            ("heldout", "nearest"), ("fit", "nearest")]  # the longest first (a 200k profile)
+    tasks: list[Task[Any]] = [Task(pub, _guarded(lambda: inversion.prepare(view)), keep=False)]
+    for kind, name in fits:
+        piece = inversion.heldout if kind == "heldout" else inversion.fit
+        tasks.append(Task(("inversion", kind, name), _guarded(lambda p, f=piece, n=name: f(p, n)), (pub,), keep=False))
+    words = ("inversion", "words")
+    tasks.append(Task(words, _guarded(lambda p: _target_words(truth, p)), (pub,), keep=False))
+    scores = [("inversion", "score", name, part) for name in inversion.DECODERS for part in range(SCORE_PIECES)]
+    for key in sorted(scores, key=lambda k: (-inversion.DECODERS.index(k[2]), k[3])):  # the votes' first
+        name = key[2]
+        tasks.append(Task(key, _guarded(_score_piece(view, name, key[3])),
+                          (pub, ("inversion", "heldout", name), ("inversion", "fit", name), words), keep=False))
+    final = [pub] + [("inversion", "heldout", d) for d in inversion.DECODERS] + [words] + scores
+    tasks.append(Task(("extra", "inversion"), lambda *needs: _inversion_entry(view, truth, *needs), tuple(final)))
+    return tasks
+
+
+def _inversion_entry(view: AttackView, truth: Truth, *needs: Any) -> dict[str, Any]:
+    """``{"inversion": ...}``: the scores, or why the attack could not run (the first unavailable piece)."""
+    failed = next((n for n in needs if isinstance(n, _Unavailable)), None)
+    if failed is not None:
+        return {"inversion": {"available": False, "reason": failed.reason}}
+    return {"inversion": _score_inversion(view, truth, *needs)}
+
+
+def score_inversion(view: AttackView, truth: Truth) -> dict[str, Any]:
+    """The keyword inversion's results.json entry, its pieces (`inversion_tasks`) one after the other; raises
+    ValueError when it cannot run."""
+    entry = inversion_attack(view, truth)["inversion"]
+    if entry.get("available") is False:
+        raise ValueError(entry["reason"])
+    return entry
 
 
 def run_attacks(view: AttackView, truth: Truth) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -514,33 +638,38 @@ def linkage_attacks(view: AttackView, truth: Truth) -> dict[str, Any]:
 
 
 def inversion_attack(view: AttackView, truth: Truth) -> dict[str, Any]:
-    """``inversion`` (`ATTACKS`): keyword inversion (`score_inversion`), or why it could not run."""
-    try:
-        return {"inversion": score_inversion(view, truth)}
-    except ValueError as exc:
-        return {"inversion": {"available": False, "reason": str(exc)}}
+    """``inversion`` (`ATTACKS`): keyword inversion (`score_inversion`), or why it could not run; its pieces
+    (`inversion_tasks`) one after the other (`_run_attacks` schedules them beside the other attacks)."""
+    return parallel_tasks(inversion_tasks(view, truth), 1, cores=1)["extra", "inversion"]  # type: ignore[no-any-return]
 
 
-def attack_tasks(view: AttackView) -> list[tuple[str, str]]:
-    """The seed's independent attacks, as (kind, name): ``attribute`` (`score_attribute`) per known attribute and
-    ``extra`` per whole-traffic attack of `ATTACKS` (when ``attack.extra``), in the order `parallel_map` hands them
-    to its workers: the keyword inversion first (the longest at a million users), then the attributes, then the
-    rest. Each draws only from its own seeded streams (``(seed, "attack", ...)``), so the order changes no number."""
+SPLIT: dict[Callable[..., Any], Callable[[AttackView, Truth], list[Task[Any]]]] = {
+    inversion_attack: inversion_tasks}  # whole-traffic attacks scheduled as pieces; the key is the ATTACKS entry
+
+
+def attack_tasks(view: AttackView, truth: Truth) -> list[Task[Any]]:
+    """The seed's attacks as `parallel_tasks` tasks, in the order its workers take them: the keyword inversion's
+    pieces (`inversion_tasks`; the longest chain at a million users: its public texts, then its decoder fits)
+    before the attributes (``("attribute", name)``, `score_attribute`), then the other whole-traffic attacks of
+    `ATTACKS` (``("extra", name)``, when ``attack.extra``), then the inversion's scoring of the targets (many
+    short pieces: they fill both cores to the end). Each draws only from its own seeded streams
+    (``(seed, "attack", ...)``), so the order changes no number."""
     extras = [n for n in ATTACKS if view.config.extra]
-    first = [("extra", n) for n in extras if n == "inversion"]
-    return first + [("attribute", n) for n in view.known] + [("extra", n) for n in extras if n != "inversion"]
+    split = {n: SPLIT[ATTACKS[n]](view, truth) for n in extras if ATTACKS[n] in SPLIT}
+    first, last = [], []
+    for tasks in split.values():  # their pieces up to their fits first, their scoring pieces last
+        cut = next((i for i, t in enumerate(tasks) if t.key == ("inversion", "words")), len(tasks))
+        first += tasks[:cut]
+        last += tasks[cut:]
+    attributes = [Task(("attribute", n), lambda n=n: score_attribute(view, truth, n)) for n in view.known]
+    whole = [Task(("extra", n), lambda n=n: ATTACKS[n](view, truth)) for n in extras if n not in split]
+    return first + attributes + whole + last
 
 
 def _run_attacks(view: AttackView, truth: Truth, cores: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Every attack of the seed, side by side on up to ``cores`` threads (`parallel_map`: one core, or a caller
+    """Every attack of the seed, side by side on up to ``cores`` threads (`parallel_tasks`: one core, or a caller
     that is itself a worker, runs them one after the other), reassembled in the serial order."""
-    tasks = attack_tasks(view)
-
-    def run(task: tuple[str, str]) -> dict[str, Any]:
-        kind, name = task
-        return score_attribute(view, truth, name) if kind == "attribute" else ATTACKS[name](view, truth)
-
-    done = dict(zip(tasks, parallel_map(run, tasks, 1, cores, name="fl-privtext-attack"), strict=True))
+    done = parallel_tasks(attack_tasks(view, truth), 1, cores, name="fl-privtext-attack")
     attacks = {name: done["attribute", name] for name in view.known}
     extra: dict[str, Any] = {}
     if view.config.extra:

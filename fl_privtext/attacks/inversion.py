@@ -24,7 +24,6 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from scipy import sparse
@@ -137,11 +136,6 @@ class InversionGuess:
     def pred(self) -> np.ndarray:
         """(T, K) the answering decoder's predictions for every target (materialised: small runs and tests)."""
         return self.predict(slice(None))
-
-
-def _best_threshold(probs: np.ndarray, truth: np.ndarray) -> float:
-    grid = np.concatenate([np.linspace(0.01, 0.05, 5), np.linspace(0.075, 0.95, 36)])
-    return float(max(grid, key=lambda t: set_prf(truth, probs > t)[2]))
 
 
 def _best_topj(freq_order: np.ndarray, truth: np.ndarray) -> int:
@@ -320,12 +314,44 @@ def _word_vectors(view: AttackView, vocab: Sequence[str], clean: np.ndarray, y: 
     return np.where(counts > 0, sums / np.maximum(counts, 1.0), clean.mean(axis=0)), "public-text centroids"
 
 
-def invert(view: AttackView) -> InversionGuess:
-    """Predict the vocabulary words of every target upload's text with the learned decoder and the
-    nearest-neighbour decoder without and with the public texts' neighbour votes; the one with the best F1 on a
-    held-out fifth of the public texts answers."""
+DECODERS = ("learned", "nearest", "nearest+votes")  # in the order their held-out F1s are compared (ties: learned)
+Decoder = _Learned | _Nearest
+
+
+@dataclass(frozen=True)
+class Public:
+    """What every decoder fit and the scoring share, drawn once from ``(seed, "attack", "inversion")``: the
+    vocabulary and its presence in the public texts, the texts' clean and attacker-privatized representations, the
+    random order (its first fifth held out), the word vectors, the entity words and the sampled targets. Read-only
+    for the pieces below (`heldout`, `fit`, `predict`), which draw nothing: any order of them, side by side or
+    one after the other, gives the same numbers."""
+
+    vocab: tuple[str, ...]
+    entities: tuple[str, ...]
+    y: np.ndarray  # (P, K) 0/1 presence
+    clean: np.ndarray  # (P, D) float64
+    x: np.ndarray  # (P, D) float64, privatized by the attacker
+    users: np.ndarray  # (P,) pseudonyms of the public texts' authors
+    order: np.ndarray  # (P,) every public text in a random order
+    held: np.ndarray  # the held-out fifth of ``order``
+    fit: np.ndarray  # the rest
+    vectors: np.ndarray  # (K, D) word vectors for the full fits
+    vectors_fit: np.ndarray  # (K, D) for the held-out fits (the same unless they are public-text centroids)
+    source: str  # where the word vectors come from
+    targets: np.ndarray  # (T,) target uploads attacked (those of the sampled target users)
+    targets_total: int  # target uploads in the population
+
+
+def check(view: AttackView) -> None:
+    """Raise ValueError when the view offers no public texts to fit on."""
     if view.public_features is None or len(view.public_texts) < 10:
         raise ValueError("Keyword inversion needs at least 10 public texts with their representations.")
+
+
+def prepare(view: AttackView) -> Public:
+    """The attacker's public texts as every decoder fit reads them (`Public`)."""
+    check(view)
+    assert view.public_features is not None
     texts = view.public_texts
     vocab = vocabulary(texts, view.config.inversion_vocab)
     y = presence(texts, vocab)  # (P, K)
@@ -336,39 +362,104 @@ def invert(view: AttackView) -> InversionGuess:
     held, fit = order[: max(1, len(texts) // 5)], order[max(1, len(texts) // 5):]
     vectors, source = _word_vectors(view, vocab, clean, y)
     vectors_fit = vectors if source == "extractor" else _word_vectors(view, vocab, clean[fit], y[fit])[0]
-    users = np.asarray(view.public_user)
-    makers: dict[str, Callable[[np.ndarray, np.ndarray], Any]] = {
-        "learned": lambda r, v: _Learned(x[r], y[r]),
-        "nearest": lambda r, v: _Nearest(x[r], clean[r], y[r], v, users[r]),
-        "nearest+votes": lambda r, v: _Nearest(x[r], clean[r], y[r], v, users[r], votes=VOTES)}
-    thresholds: dict[str, float] = {}
-    heldout: dict[str, float] = {}
-    for name, make in makers.items():
-        probs = make(fit, vectors_fit).probs(x[held], users[held])
-        thresholds[name] = _best_threshold(probs, y[held])
-        heldout[name] = set_prf(y[held], probs > thresholds[name])[2]
-    chosen = max(heldout, key=lambda k: (heldout[k], k == "learned"))
     all_targets = np.flatnonzero(view.target_mask())
     targets = sample_target_users(all_targets, view.user, view.config.inversion_target_users, view.seed)
-    models = {name: make(order, vectors) for name, make in makers.items()}  # all public texts, random order
+    return Public(vocab=vocab, entities=entity_words(texts, vocab), y=y, clean=clean, x=x,
+                  users=np.asarray(view.public_user), order=order, held=held, fit=fit, vectors=vectors,
+                  vectors_fit=vectors_fit, source=source, targets=targets, targets_total=len(all_targets))
+
+
+def _make(pub: Public, name: str, rows: np.ndarray, vectors: np.ndarray) -> Decoder:
+    if name == "learned":
+        return _Learned(pub.x[rows], pub.y[rows])
+    return _Nearest(pub.x[rows], pub.clean[rows], pub.y[rows], vectors, pub.users[rows],
+                    votes=VOTES if name == "nearest+votes" else ())
+
+
+THRESHOLDS = np.concatenate([np.linspace(0.01, 0.05, 5), np.linspace(0.075, 0.95, 36)])  # the threshold grid
+
+
+def heldout(pub: Public, name: str) -> tuple[float, float]:
+    """(threshold, held-out set F1) of decoder ``name`` fitted on four fifths of the public texts: the threshold of
+    the grid with the best set F1 on the held-out fifth (the first of equals), and that F1. The held-out texts are
+    scored `chunk_rows` at a time and each threshold's (text, word) counts summed over the chunks: the counts of
+    the whole (held, K) probability matrix, which is never held (a _Nearest decoder scores those chunks anyway)."""
+    model = _make(pub, name, pub.fit, pub.vectors_fit)
+    counts = np.zeros((len(THRESHOLDS), 3), np.int64)
+    for c in row_chunks(len(pub.held), chunk_rows(len(pub.vocab))):
+        rows = pub.held[c]
+        counts += _grid_counts(model.probs(pub.x[rows], pub.users[rows]), pub.y[rows])
+    return _best(counts)
+
+
+def _grid_counts(probs: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    """(len(THRESHOLDS), 3): `set_counts` of ``probs > t`` for each threshold t of the grid."""
+    return np.array([set_counts(truth, probs > t) for t in THRESHOLDS], np.int64)
+
+
+def _best(counts: np.ndarray) -> tuple[float, float]:
+    """(threshold, set F1) of the grid's best threshold by `_grid_counts` (the first of equals)."""
+    f1 = [prf(*(int(v) for v in row))[2] for row in counts]
+    best = int(np.argmax(f1))
+    return float(THRESHOLDS[best]), f1[best]
+
+
+def _best_threshold(probs: np.ndarray, truth: np.ndarray) -> float:
+    """The grid's threshold with the best set F1 of ``probs > t`` against ``truth`` (the first of equals)."""
+    return _best(_grid_counts(probs, truth))[0]
+
+
+def fit(pub: Public, name: str) -> Decoder:
+    """Decoder ``name`` fitted on every public text (in the random order)."""
+    return _make(pub, name, pub.order, pub.vectors)
+
+
+def answer(heldout_f1: dict[str, float]) -> str:
+    """The decoder with the best held-out F1 (learned among equals, then the first in `DECODERS`)."""
+    return max(heldout_f1, key=lambda k: (heldout_f1[k], k == "learned"))
+
+
+def predict(view: AttackView, pub: Public, model: Decoder, threshold: float, rows: np.ndarray) -> np.ndarray:
+    """(len(rows), K) 0/1: ``model``'s words for target uploads ``pub.targets[rows]``, scored in chunks."""
+    parts = [(model.probs(np.asarray(take_rows(view.uploads, pub.targets[rows[c]]), np.float64),
+                          view.user[pub.targets[rows[c]]]) > threshold).astype(np.int8)
+             for c in row_chunks(len(rows), chunk_rows(len(pub.vocab)))]  # in chunks
+    return np.concatenate(parts) if parts else np.zeros((0, len(pub.vocab)), np.int8)
+
+
+def baseline(pub: Public) -> tuple[int, np.ndarray]:
+    """(j, (K,) 0/1): the word-frequency baseline's j most frequent words, predicted for every text."""
+    freq_order = np.argsort(-pub.y.mean(axis=0), kind="stable")
+    j = _best_topj(freq_order, pub.y)
+    row = np.zeros(len(pub.vocab), np.int8)
+    row[freq_order[:j]] = 1
+    return j, row
+
+
+def guess(view: AttackView, pub: Public, held: dict[str, tuple[float, float]],
+          models: dict[str, Decoder]) -> InversionGuess:
+    """The `InversionGuess` of the pieces: ``held`` (decoder -> `heldout`), ``models`` (decoder -> `fit`)."""
+    heldout_f1 = {name: held[name][1] for name in DECODERS}
+    chosen = answer(heldout_f1)
 
     def decoder(name: str) -> Callable[[np.ndarray], np.ndarray]:
-        def run(rows: np.ndarray) -> np.ndarray:
-            parts = [(models[name].probs(np.asarray(take_rows(view.uploads, targets[rows[c]]), np.float64),
-                                         view.user[targets[rows[c]]]) > thresholds[name]).astype(np.int8)
-                     for c in row_chunks(len(rows), chunk_rows(len(vocab)))]  # in chunks
-            return np.concatenate(parts) if parts else np.zeros((0, len(vocab)), np.int8)
-        return run
+        return lambda rows: predict(view, pub, models[name], held[name][0], rows)
 
-    freq_order = np.argsort(-y.mean(axis=0), kind="stable")
-    j = _best_topj(freq_order, y)
-    row = np.zeros(len(vocab), np.int8)
-    row[freq_order[:j]] = 1
-    base = np.broadcast_to(row, (len(targets), len(vocab)))  # the same j words for every text: one row in memory
-    return InversionGuess(vocab=vocab, entities=entity_words(texts, vocab), target_index=targets, decoder=chosen,
-                          heldout_f1=heldout, decoders={n: decoder(n) for n in makers}, baseline_pred=base,
-                          threshold=thresholds[chosen], baseline_words=j, word_vectors=source,
-                          targets_total=len(all_targets))
+    j, row = baseline(pub)
+    base = np.broadcast_to(row, (len(pub.targets), len(pub.vocab)))  # the same j words for every text: one row
+    return InversionGuess(vocab=pub.vocab, entities=pub.entities, target_index=pub.targets, decoder=chosen,
+                          heldout_f1=heldout_f1, decoders={n: decoder(n) for n in DECODERS}, baseline_pred=base,
+                          threshold=held[chosen][0], baseline_words=j, word_vectors=pub.source,
+                          targets_total=pub.targets_total)
+
+
+def invert(view: AttackView) -> InversionGuess:
+    """Predict the vocabulary words of every target upload's text with the learned decoder and the
+    nearest-neighbour decoder without and with the public texts' neighbour votes; the one with the best F1 on a
+    held-out fifth of the public texts answers. One piece after the other (`prepare`, `heldout` and `fit` per
+    decoder); `fl_privtext.attacks.evaluate` schedules the same pieces side by side."""
+    pub = prepare(view)
+    return guess(view, pub, {n: heldout(pub, n) for n in DECODERS}, {n: fit(pub, n) for n in DECODERS})
 
 
 def sample_target_users(targets: np.ndarray, user: np.ndarray, max_users: int, seed: int) -> np.ndarray:
