@@ -157,11 +157,12 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int, cores: 
     for the next point); numpy, scipy and torch release the GIL in their heavy loops. The numbers are those of the
     serial loop: same streams, and every operation with one thread, as each worker sets torch's count (OpenMP's is
     per thread) and the BLAS pools are process-wide at the caller's 1 (a count above 1 stays serial: one worker
-    restoring its `limited` block would change another's pools mid-way). A seed's attacks use it too
-    (`fl_privtext.attacks.evaluate._run_attacks`): at 50,000 users two attributes side by side gained nothing
-    (134.0 s serial, 130.9 s; the MLP family's small torch steps and lbfgs's Python callbacks hold the GIL), but
-    the keyword inversion's large numpy products and partitions overlap the attributes (1M users, quiet: the attack
-    stage 307.8 s serial, 205.7 s side by side, same results; benchmarks/README.md, tenth session). A call from
+    restoring its `limited` block would change another's pools mid-way). A seed's attacks use its sibling
+    `parallel_tasks` (`fl_privtext.attacks.evaluate._run_attacks`): at 50,000 users two attributes side by side
+    gained nothing (134.0 s serial, 130.9 s; the MLP family's small torch steps and lbfgs's Python callbacks hold
+    the GIL), but the keyword inversion's large numpy products and partitions overlap the attributes (1M users,
+    quiet: the attack stage 307.8 s serial, 205.7 s side by side, tenth session; 218.1 s with the inversion as one
+    task, 153-157 s in pieces on the eleventh session's machine; same results; benchmarks/README.md). A call from
     inside a worker runs serially. Results come back in order; the first exception is raised."""
     cores = usable_cores() if cores is None else cores
     workers = _workers(len(items), threads, cores)
