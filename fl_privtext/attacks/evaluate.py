@@ -479,6 +479,7 @@ class _TargetWords:
     entity: np.ndarray  # (K,) bool: entity words of the vocabulary
     baseline: np.ndarray  # (T, 4) int64: the baseline's tp, predicted, true, entity hits per target upload
     entity_true: np.ndarray  # (T,) int64: entity words present per target upload
+    baseline_words: int  # j: the baseline predicts the j most frequent public words (`inversion.baseline`)
 
     def presence(self, i: int) -> np.ndarray:
         return np.unpackbits(self.packed[i], axis=1, count=len(self.entity)).astype(bool)
@@ -493,7 +494,7 @@ def _word_counts(y: np.ndarray, said: np.ndarray, entity: np.ndarray) -> np.ndar
 def _target_words(truth: Truth, pub: inversion.Public) -> _TargetWords:
     """The targets' word presence, read from their texts row chunk by row chunk, and the baseline's counts."""
     entity = np.isin(np.array(pub.vocab, dtype=object), np.array(pub.entities, dtype=object))
-    _, row = inversion.baseline(pub)
+    j, row = inversion.baseline(pub)
     said = row.astype(bool)
     chunks = list(row_chunks(len(pub.targets), inversion.chunk_rows(len(pub.vocab))))
     packed, base = [], np.zeros((len(pub.targets), 4), np.int64)
@@ -503,7 +504,8 @@ def _target_words(truth: Truth, pub: inversion.Public) -> _TargetWords:
         packed.append(np.packbits(y, axis=1))
         base[c] = _word_counts(y, np.broadcast_to(said, y.shape), entity)
         entity_true[c] = y[:, entity].sum(axis=1)
-    return _TargetWords(chunks=chunks, packed=packed, entity=entity, baseline=base, entity_true=entity_true)
+    return _TargetWords(chunks=chunks, packed=packed, entity=entity, baseline=base, entity_true=entity_true,
+                        baseline_words=j)
 
 
 def _pieces(n: int, parts: int) -> list[range]:
@@ -557,7 +559,7 @@ def _score_inversion(view: AttackView, truth: Truth, pub: inversion.Public, *nee
             "recall_baseline": rb, "entity_recall": recall(0), "entity_recall_baseline": recall(len(names)),
             "decoder": chosen, "decoders": per_decoder, "word_vectors": pub.source,
             "vocab_size": len(pub.vocab), "entity_words": list(pub.entities)[:20],
-            "num_entity_words": int(ent.sum()), "threshold": held[chosen][0], "baseline_words": inversion.baseline(pub)[0],
+            "num_entity_words": int(ent.sum()), "threshold": held[chosen][0], "baseline_words": words.baseline_words,
             "num_targets": len(pub.targets), "num_targets_total": pub.targets_total,
             "num_target_users": len(np.unique(view.user[pub.targets])),
             "ceiling": "none: no closed-form LDP bound for a set-valued secret (see the re-identification ceiling)"}

@@ -32,7 +32,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, FederationConfig
-from fl_privtext.memory import drop_mapped_pages, take_rows
+from fl_privtext.memory import take_rows
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
 from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
@@ -335,8 +335,8 @@ def _client_features(data: ClientData, rows: np.ndarray, cfg: ExperimentConfig,
     """Representations of ``rows`` on the client (cached, or extracted here: always when word dropout is on) and
     the batch's generator, ``stream(data digest)``, keyed by the records and the data that is privatized."""
     if cfg.privacy.mu == 0 and data.features is not None:
-        x = np.asarray(data.features[np.sort(rows)][np.argsort(np.argsort(rows))], np.float32)
-        drop_mapped_pages(data.features)  # one batch's pages at a time in this process's RSS (issue #38)
+        # a map's pages dropped as read: one chunk's pages at a time in this process's RSS (issue #38)
+        x = np.asarray(take_rows(data.features, np.sort(rows))[np.argsort(np.argsort(rows))], np.float32)
         return x, stream(data_digest(rows, x))
     if data.texts is None or data.extractor is None:
         raise ValueError("This client has no texts to extract from (a snapshot holds cached features only); "
