@@ -27,7 +27,10 @@ disk (a memory map, `fl_privtext.memory.rows_on_disk`) each chunk's pages are dr
 fit keeps no copy of the uploads resident. Labels that were
 randomised on the clients (k-ary RR, ``privacy.label-epsilon``) are debiased in the statistics: with
 R[j, k] = Pr[uploaded k | true j], E[counts_uploaded] = R^T counts and E[sums_uploaded] = R^T sums, so both are
-multiplied by R^-T (unbiased; the total second moment does not depend on labels).
+multiplied by R^-T (unbiased; the total second moment does not depend on labels). Their error is then up to
+1 / (p - q)^2 times that of exact labels, so under label RR every head uses the James-Stein-shrunk means with that
+error counted (`ClassStats.means`, `ClassStats.deviation_error`), and a class whose debiased count is not resolved
+from 0 gets the grand mean: the plug-in rule below is for exact labels.
 """
 
 from __future__ import annotations
