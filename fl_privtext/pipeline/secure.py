@@ -283,8 +283,11 @@ def run_plain_secagg(cfg: ExperimentConfig, prep: Prepared | None = None, *, sta
                          "aggregation loop sums the cached extractor's features).")
     prep = prep or prepare(cfg, features="extract", progress=cfg.run.progress)
     assert prep.features is not None
+    if state_dir is None:  # the clients' ledgers for this call only: removed after it, not left in /tmp
+        with tempfile.TemporaryDirectory(prefix="fl_privtext_secagg_") as tmp:
+            return run_plain_secagg(cfg, prep, state_dir=tmp, transport=transport)
     policy = ClientPolicy.from_points([cfg])
-    state = state_dir or tempfile.mkdtemp(prefix="fl_privtext_secagg_")
+    state = state_dir
 
     def sum_round(seed: int, layout: StatsLayout, need: int) -> SumResult:
         vecs = [release_statistics(prep.client, c, cfg, seed, layout=layout, min_contributors=need,
