@@ -173,6 +173,7 @@ def check_memory_budget(budget_gb: float, records: int, dim: int, actors: int) -
 # so 16,384 scattered rows touch at most 64 MiB of pages). The results do not depend on it (rows are copied, not
 # computed): tests/test_memory.py checks two sizes.
 CHUNK_ROWS = 1 << 14
+SPAN_BYTES = 1 << 25  # at most this much of a mapped file between two page drops (`take_rows`)
 
 
 def _chunk_rows(chunk: int | None) -> int:
@@ -192,7 +193,13 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
     """``array[index]`` (``index``: a boolean mask or integer positions) as an in-memory array, read ``chunk``
     rows at a time from a memory-mapped ``array`` whose pages this process drops after each chunk: the resident
     cost is the result, not the result plus every page of the map it touched (which the kernel counts in the
-    process's RSS until the map goes). An in-memory ``array`` is indexed at once (the same bytes)."""
+    process's RSS until the map goes). An in-memory ``array`` is indexed at once (the same bytes).
+
+    A chunk also spans at most `SPAN_BYTES` of the file: the kernel maps the cached neighbours of every page a read
+    faults in (fault-around, 64 KB by default), so a few thousand rows scattered over the whole file (a client's
+    test rows: one every ~10 pages) made the whole file resident at once: 381 MB of the 1M-user feature cache in one
+    Ray actor (issue #38), and 64 MB of a 64 MB map for 6,554 rows in the test. Rows are read in file order (an
+    unsorted ``index`` is sorted and the result put back in its order: the same array)."""
     index = np.asarray(index)
     if index.dtype == bool:
         index = np.flatnonzero(index)
@@ -200,9 +207,21 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
         return np.asarray(array[index])
     step = _chunk_rows(chunk)
     out = np.empty((len(index), *array.shape[1:]), array.dtype)
-    for a in range(0, len(index), step):
-        out[a : a + step] = array[index[a : a + step]]
+    if not len(index):
+        return out
+    index = np.where(index < 0, index + len(array), index)
+    order = None if bool(np.all(index[1:] >= index[:-1])) else np.argsort(index, kind="stable")
+    pos = index if order is None else index[order]
+    span = max(1, SPAN_BYTES // max(int(np.prod(array.shape[1:], dtype=np.int64)) * array.itemsize, 1))
+    a = 0
+    while a < len(pos):
+        b = max(a + 1, min(a + step, int(np.searchsorted(pos, pos[a] + span, "left"))))
+        if order is None:
+            out[a:b] = array[pos[a:b]]
+        else:
+            out[order[a:b]] = array[pos[a:b]]
         drop_mapped_pages(array)
+        a = b
     return out
 
 

@@ -133,6 +133,43 @@ def test_take_rows_copies_a_maps_rows_in_chunks_without_keeping_its_pages(tmp_pa
     assert np.array_equal(take_rows(memory, mask), want)
 
 
+def test_take_rows_of_rows_scattered_over_a_map_never_holds_more_than_a_span_of_it(tmp_path, monkeypatch) -> None:
+    """A client's test rows lie one every few pages of the whole feature cache, and the kernel maps the cached
+    neighbours of each page a read faults in (fault-around): one chunk of 6,554 scattered rows made all 64 MB of
+    the map resident until its drop (the 1M run's 381 MB in one actor). `take_rows` bounds the span of the file a
+    chunk reads (`SPAN_BYTES`): the pages resident at each drop stay within a span (+ 2 MB of fault-around at its edge). Known
+    bad: with an unbounded span (the old chunking) the whole map is resident at the drop. Unsorted and repeated
+    positions give ``array[index]`` too."""
+    import numpy as np
+
+    from fl_privtext import memory
+
+    path = tmp_path / "features.npy"
+    np.save(path, np.random.default_rng(3).random((262_144, 64), dtype=np.float32))  # 64 MB
+    mapped = np.load(path, mmap_mode="r")
+
+    def mapped_rss_kib() -> int:
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+        start = next(i for i, line in enumerate(lines) if line.endswith(str(path)))
+        return int(next(line for line in lines[start:] if line.startswith("Rss:")).split()[1])
+
+    seen: list[int] = []
+    drop = memory.drop_mapped_pages
+    monkeypatch.setattr(memory, "drop_mapped_pages", lambda a: (seen.append(mapped_rss_kib()), drop(a))[1])
+    rows = np.arange(0, len(mapped), 40)
+    monkeypatch.setattr(memory, "SPAN_BYTES", 4 << 20)
+    assert np.array_equal(memory.take_rows(mapped, rows), np.asarray(mapped)[rows])
+    assert len(seen) >= 16 and max(seen) <= (4 << 10) + 2_048, max(seen)
+    seen.clear()
+    monkeypatch.setattr(memory, "SPAN_BYTES", 1 << 40)  # known bad: the span unbounded, one chunk
+    memory.take_rows(mapped, rows)
+    assert max(seen) > 60_000
+    shuffled = np.random.default_rng(4).permutation(np.r_[rows, rows[:100], -1])
+    monkeypatch.setattr(memory, "SPAN_BYTES", 4 << 20)
+    assert np.array_equal(memory.take_rows(mapped, shuffled, 1000), np.asarray(mapped)[shuffled])
+
+
 def test_spill_maps_back_what_was_appended_and_refuses_a_block_of_another_dtype(tmp_path) -> None:
     """`Spill`: a round's representations written reply by reply and read back as a read-only map (the file
     unlinked: it goes with the map); `gather` writes rows in another order in chunks. Known-bad: a block of another
