@@ -49,7 +49,7 @@ from scipy import stats
 
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
-from fl_privtext.attacks.chunks import row_chunks
+from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
@@ -102,8 +102,7 @@ def _log_sigmoid(s: np.ndarray) -> np.ndarray:
 
 
 def _group(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    uniq, inv = np.unique(users, return_inverse=True)
-    return uniq, inv.reshape(-1)
+    return group_rows(users)
 
 
 class UserScores:
@@ -523,7 +522,7 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
         return np.stack(cols, axis=1) if prob.multilabel else cols[0]
 
     # the targets `row_chunks` at a time (as `infer_attribute`): decisions and per-user sums, no (targets x k) array
-    users_t, inv_t = _group(view.user[targets])
+    users_t, inv_t = group_rows(view.user, targets)
     sums = {how: UserScores(inv_t, len(users_t), prob.k, prob.log_prior(prob.z), how, prob.multilabel)
             for how in (("mean_prob",) if prob.multilabel else COMBINATIONS)}
     upload_pred = np.empty((len(targets), prob.k) if prob.multilabel else len(targets),
@@ -633,41 +632,48 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     # each answering model's log posteriors become the uploads' decisions and its users' running `combine` sums
     # (the same bits as whole arrays: `UserScores`); nothing (targets x k) in float64 is ever held.
     targets = np.flatnonzero(view.target_mask())
-    users_t, inv_t = _group(view.user[targets])
+    users_t, inv_t = group_rows(view.user, targets)
     shape = (len(targets), prob.k) if prob.multilabel else (len(targets),)
     all_train = positions
 
-    def accumulate(how: str) -> UserScores:
-        return UserScores(inv_t, len(users_t), prob.k, lp_all, how, prob.multilabel)
+    def user_decisions(how: str, chunks: Iterator[tuple[slice, np.ndarray]]) -> np.ndarray:
+        """(U,) the users' answers from their uploads' log posteriors, read chunk by chunk (one (U, k) sum held)."""
+        sums = UserScores(inv_t, len(users_t), prob.k, lp_all, how, prob.multilabel)
+        for c, lp in chunks:
+            sums.add(c, lp)
+        return _decide(sums.result(), prob.multilabel)
 
     # the final attackers, refit on every aux upload (one fit each; the per-upload and per-user answers read the
     # same chunks when one family gives both)
-    learned_up = np.empty(0)
-    learned_sums: UserScores | None = None
+    learned_up, learned_user = np.empty(0), np.empty(0)
     for fam in sorted({f for f in (fam_up, fam_user[0] if fam_user else None) if f}):
-        decisions = np.empty(shape, np.int8 if prob.multilabel or prob.k <= 127 else np.int64) \
-            if fam == fam_up else None
-        sums = accumulate(fam_user[1]) if fam_user is not None and fam == fam_user[0] else None
-        for c, lp in prob.stream(fam, all_train, targets, "all"):
-            if decisions is not None:
-                decisions[c] = _decide_rows(lp, prob.multilabel)
-            if sums is not None:
-                sums.add(c, lp)
-        learned_up = learned_up if decisions is None else decisions
-        learned_sums = learned_sums if sums is None else sums
+        decisions = np.empty(shape, np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
+
+        def decided(chunks: Iterator[tuple[slice, np.ndarray]], fam: str = fam, out: np.ndarray = decisions
+                    ) -> Iterator[tuple[slice, np.ndarray]]:  # the per-upload decisions, taken on the way
+            for c, lp in chunks:
+                if fam == fam_up:
+                    out[c] = _decide_rows(lp, prob.multilabel)
+                yield c, lp
+
+        stream = decided(prob.stream(fam, all_train, targets, "all"))
+        if fam_user is not None and fam == fam_user[0]:
+            learned_user = user_decisions(fam_user[1], stream)
+        else:
+            for _ in stream:
+                pass
+        learned_up = decisions if fam == fam_up else learned_up
     # the knowledge-only predictors: a table by observed label (`prior_table`), read per chunk
     prior_tab, maj_tab = prob.prior_table(all_train, use_labels), prob.prior_table(all_train, False)
-    prior_sums, maj_sums = accumulate("sum_log"), accumulate("mean_prob")
-    for c in row_chunks(len(targets)):
-        prior_sums.add(c, prob.table_rows(prior_tab, targets[c]))
-        maj_sums.add(c, prob.table_rows(maj_tab, targets[c]))
-    prior_t_user, maj_t_user = prior_sums.result(), maj_sums.result()
+
+    def table_chunks(tab: tuple[np.ndarray, bool]) -> Iterator[tuple[slice, np.ndarray]]:
+        return ((c, prob.table_rows(tab, targets[c])) for c in row_chunks(len(targets)))
 
     def table_decisions(tab: tuple[np.ndarray, bool]) -> np.ndarray:  # each upload's entry of the table's decisions
         return prob.table_rows((_decide_rows(tab[0], prob.multilabel), tab[1]), targets)
 
-    given_up, given_user = table_decisions(prior_tab), _decide(prior_t_user, prob.multilabel)
-    maj_pred_up, maj_pred_user = table_decisions(maj_tab), _decide(maj_t_user, prob.multilabel)
+    given_up, given_user = table_decisions(prior_tab), user_decisions("sum_log", table_chunks(prior_tab))
+    maj_pred_up, maj_pred_user = table_decisions(maj_tab), user_decisions("mean_prob", table_chunks(maj_tab))
     prior_pred_up = given_up if label_helps_up else maj_pred_up
     prior_pred_user = given_user if label_helps_user else maj_pred_user
     if fam_up is not None:
@@ -675,8 +681,6 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     else:
         learned_up, v_up = prior_pred_up, paired_test(prior_up, prior_up, 1)
     if fam_user is not None:
-        assert learned_sums is not None
-        learned_user = _decide(learned_sums.result(), prob.multilabel)
         tried = sum(1 for f in avail for h in COMBINATIONS if f"oof_user_accuracy_{h}" in table[f])
         v_user = paired_test(hits[f"{fam_user[0]}+{fam_user[1]}"], prior_user, tried)
     else:

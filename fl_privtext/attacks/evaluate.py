@@ -21,7 +21,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import row_chunks
+from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
@@ -171,7 +171,7 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
         # per user: the prior given all of the user's labels (labels independent given z: an estimate)
         prior = np.bincount(z, minlength=k) / len(z)
         loglik = np.log(cond) - np.log(np.clip(prior, 1e-12, None))[None, :]  # log P[label|z]/P[label], up to const
-        uniq, inv = np.unique(view.user[idx], return_inverse=True)
+        uniq, inv = group_rows(view.user, idx)
         post = np.tile(np.log(np.clip(prior, 1e-12, None)), (len(uniq), 1))
         for c in row_chunks(len(idx)):  # in row order: each user's terms added as in one call, no (uploads, k) copy
             np.add.at(post, inv[c], loglik[labels[c]])
@@ -240,13 +240,14 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     together (several per user share its secret and its style, so an interval over uploads is too narrow). The
     users are the referee's: the accounts under federation.shuffle, not the per-report pseudonyms. ``_sums`` /
     ``_figures`` (internal): what the report pools over seeds."""
-    owners = (truth.named_user if truth.named_user is not None else view.user)[idx]
+    owners = truth.named_user if truth.named_user is not None else view.user  # (N,): row idx[i]'s is owners[idx[i]]
     # `user_sums` of `upload_figures`' columns, built `row_chunks` at a time (in row order: each user's sums add
     # in the order of one call) instead of one (targets x C) float64 array (issue #38)
-    users, inv = np.unique(owners.astype(np.int64), return_inverse=True)
+    users, inv = group_rows(np.asarray(owners, np.int64), idx)
     per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k))
     for c in row_chunks(len(idx)):
-        np.add.at(per_user, inv.reshape(-1)[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel))
+        np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel))
+    del inv  # (targets,): not held through the bootstrap
     sums = UserSums(users, per_user)
     figures = _upload_ratios(k, multilabel, bool(per_user[:, 4:].sum() > 0) if multilabel else True)
     out: dict[str, Any] = {"interval": ATTACK_INTERVAL, "_sums": sums, "_figures": figures}
