@@ -38,6 +38,7 @@ verdict agrees with the figure beside it. ``learned_*`` keep the model's own ans
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -517,7 +518,7 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
             if model is None:
                 lp[:, only] = math.log1p(-1e-9)
             else:
-                lp[:, model.classes_.astype(np.int64)] = prob.score(rows, lambda x, m=model: log_proba(x, m))
+                lp[:, model.classes_.astype(np.int64)] = prob.score(rows, functools.partial(log_proba, m=model))
             cols.append(lp[:, 1] if prob.multilabel else lp)
         return np.stack(cols, axis=1) if prob.multilabel else cols[0]
 
@@ -645,7 +646,8 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
 
     # the final attackers, refit on every aux upload (one fit each; the per-upload and per-user answers read the
     # same chunks when one family gives both)
-    learned_up, learned_user = np.empty(0), np.empty(0)
+    learned_up: np.ndarray = np.empty(0)
+    learned_user: np.ndarray = np.empty(0)
     for fam in sorted({f for f in (fam_up, fam_user[0] if fam_user else None) if f}):
         decisions = np.empty(shape, np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
 
