@@ -102,3 +102,35 @@ def test_the_attribute_attack_answers_the_same_at_two_chunk_sizes(monkeypatch, k
         monkeypatch.setattr(module, "row_chunks", functools.partial(chunks.row_chunks, size=ROW_CHUNK // 2))
     half, half_json = answers()
     assert all(np.array_equal(a, b) for a, b in zip(whole, half, strict=True)) and half_json == whole_json
+
+
+def test_a_one_call_family_is_fitted_once_and_handed_out_in_the_same_chunks(monkeypatch) -> None:
+    """A family registered with the one-call form ``fit(problem, train, rows, key)`` cannot score later: `stream`
+    calls it once on every target and hands its answer out chunk by chunk; a built-in (`FITS`) fits once and scores
+    each chunk, with the numbers of one call on every row."""
+    from fl_privtext.attacks import attribute
+    from fl_privtext.names import ATTACK_FAMILIES
+
+    view, _ = _chunk_world(5 * ROW_CHUNK // 2, 3, False)
+    prob = attribute._Problem(view, view.known["secret"])
+    calls: list[int] = []
+
+    def one_call(p, train, rows, key):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return np.log(np.full((len(rows), p.k), 1 / p.k)) + 1e-3 * np.arange(len(rows))[:, None] * np.arange(p.k)
+
+    ATTACK_FAMILIES.register("toy-one-call")(one_call)
+    try:
+        targets = np.flatnonzero(view.target_mask())
+        train = np.arange(len(prob.idx))
+        got = list(prob.stream("toy-one-call", train, targets, "all"))
+        assert calls == [len(targets)] and len(got) == len(list(row_chunks(len(targets)))) > 1
+        assert np.array_equal(np.concatenate([lp for _, lp in got]), one_call(prob, train, targets, "all"))
+        fits: list[int] = []
+        real = attribute.FITS[attribute.logistic_family]
+        monkeypatch.setitem(attribute.FITS, attribute.logistic_family,
+                            lambda p, tr, key: fits.append(1) or real(p, tr, key))
+        chunked = np.concatenate([lp for _, lp in prob.stream("logistic", train, targets, "all")])
+        assert fits == [1] and np.array_equal(chunked, attribute.logistic_family(prob, train, targets, "all"))
+    finally:
+        del ATTACK_FAMILIES["toy-one-call"]
