@@ -649,7 +649,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     learned_up: np.ndarray = np.empty(0)
     learned_user: np.ndarray = np.empty(0)
     for fam in sorted({f for f in (fam_up, fam_user[0] if fam_user else None) if f}):
-        decisions = np.empty(shape, np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
+        decisions = np.empty(shape if fam == fam_up else 0, np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
 
         def decided(chunks: Iterator[tuple[slice, np.ndarray]], fam: str = fam, out: np.ndarray = decisions
                     ) -> Iterator[tuple[slice, np.ndarray]]:  # the per-upload decisions, taken on the way
