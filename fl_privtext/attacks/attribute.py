@@ -34,6 +34,11 @@ attacker answers the prior, which it can always give ("no leak detected at this 
 advantage the aux users could have detected, 80% power): an attacker is never reported below its prior, and the
 verdict agrees with the figure beside it. ``learned_*`` keep the model's own answers either way.
 `plain_logistic` is the floor read beside the answer: plain logistic regression on the same aux users' uploads.
+
+Memory (issue #38): the fits read the aux uploads (at most ``attack.max-aux-users`` users); the targets (every
+other upload: millions at a million users) are scored `row_chunks` at a time (`_Problem.stream`), each chunk's
+log posteriors turned into int8 decisions and running per-user sums (`UserScores`) and then dropped, with the
+numbers of one pass over every row; the knowledge-only predictors are tables by observed label (`prior_table`).
 """
 
 from __future__ import annotations
