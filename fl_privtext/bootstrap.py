@@ -186,10 +186,16 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
     width = {s.sums.shape[1] for s in per_seed} | {f.num.shape[1] for f in figures.values()}
     if len(width) != 1:
         raise ValueError(f"sums_bootstrap needs one column count across seeds and figures; got {sorted(width)}.")
-    ids = np.unique(np.concatenate([s.users for s in per_seed]))
-    sums = np.zeros((len(per_seed), len(ids), width.pop()))  # (S, U, K)
-    for i, s in enumerate(per_seed):
-        sums[i, np.searchsorted(ids, s.users)] = s.sums
+    first = per_seed[0].users
+    if len(per_seed) == 1 and bool(np.all(first[1:] > first[:-1])):
+        # one seed whose users are sorted and distinct (as `user_sums` gives them): its sums as they are, not a
+        # copy (the attack's referee holds a (target users x columns) block per attribute, issue #38)
+        ids, sums = first, np.asarray(per_seed[0].sums, np.float64)[None]  # (1, U, K)
+    else:
+        ids = np.unique(np.concatenate([s.users for s in per_seed]))
+        sums = np.zeros((len(per_seed), len(ids), width.pop()))  # (S, U, K)
+        for i, s in enumerate(per_seed):
+            sums[i, np.searchsorted(ids, s.users)] = s.sums
     num_users = len(ids)
     seed_fig = {name: f.value(sums.sum(axis=1)) for name, f in figures.items()}  # (S,) each
     bad = [name for name, v in seed_fig.items() if np.isnan(v).any()]

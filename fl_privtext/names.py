@@ -174,7 +174,8 @@ LEARNERS: Registry[Any] = Registry("learner", {
 })
 
 # attack.families: the eavesdropper's attribute-inference families, each fit(problem, train, rows, key) -> the
-# per-upload log posteriors of ``rows`` (fl_privtext.attacks.attribute; the server's learners join them by name)
+# per-upload log posteriors of ``rows`` (fl_privtext.attacks.attribute; the server's learners join them by name;
+# the built-ins also fit once and score in chunks: attribute.FITS)
 ATTACK_FAMILIES: Registry[Any] = Registry("attacker family", {
     "mlp": "fl_privtext.attacks.attribute:mlp_family",
     "logistic": "fl_privtext.attacks.attribute:logistic_family",

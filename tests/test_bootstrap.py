@@ -239,3 +239,16 @@ def test_replicate_counts_are_the_offset_bincount_of_the_same_draws(num_users: i
     got = _replicate_counts(np.random.default_rng(3), b, num_users)
     assert got.dtype == np.float64 and np.array_equal(got, want)
     assert np.all(got.sum(axis=1) == num_users)
+
+
+def test_one_seeds_sums_are_read_in_place_with_the_figures_of_the_copying_path() -> None:
+    """One seed whose users are sorted (every `user_sums`) is bootstrapped on its own sums, not a (1, U, K) copy
+    (issue #38: the attack's referee holds one per attribute); the intervals are those of the general path, which
+    places the same sums by user (here reached by listing the users in reverse order)."""
+    g = np.random.default_rng(11)
+    correct, users = _clustered(g, users=3_000)
+    sums = user_counts(correct, users)
+    one = UserSums(sums.users, np.stack([sums.n, sums.correct], axis=1).astype(np.float64))
+    flipped = UserSums(one.users[::-1].copy(), one.sums[::-1].copy())
+    got = sums_bootstrap([one], {"accuracy": ACCURACY}, generator(3, "t"))
+    assert got == sums_bootstrap([flipped], {"accuracy": ACCURACY}, generator(3, "t"))

@@ -381,3 +381,44 @@ def test_a_clients_on_device_answer_leaves_no_pages_of_the_feature_map(tmp_path)
     assert _file_rss_kib(path) < 1_024
     want = on_device_answer(data(np.array(mapped)), 0, model, cfg, 1.0, 1, np.random.default_rng(1))
     assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_the_attribute_attack_holds_less_than_one_float_array_of_its_targets() -> None:
+    """A budget (issue #38), not a timing: attacking one attribute of ~1M target uploads (6 classes, labels in the
+    clear) allocates at its peak (tracemalloc: numpy's buffers) less than ONE (targets x classes) float64 array
+    (measured 0.72: 32 of 45 MiB): the answering model's log posteriors are read `row_chunks` at a time into int8
+    decisions and per-user sums, the prior and majority are tables by label. What stays per target: its index,
+    its user's position, three one-byte decisions. The old code held the refit's, the prior's and the majority's
+    (targets x k) log posteriors and their combinations' temporaries at once: 294 MiB here, 6.5 such arrays."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.attacks import attribute, evaluate
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.data import AttributeSpec
+    from fl_privtext.privacy import make_mechanism
+
+    n, k, per_user = 1_000_000, 6, 16
+    g = np.random.default_rng(8)
+    user = g.permutation(np.arange(n) // per_user)  # uploads in no order of their users
+    z = g.integers(0, k, n // per_user)[user]
+    x = g.normal(size=(n, 8)).astype(np.float32)
+    x[:, 0] += 0.3 * z
+    labels = np.where(g.random(n) < 0.3, z % 2, g.integers(0, 2, n)).astype(np.int64)
+    cfg = ExperimentConfig.from_flat({"attack.learner": "centroid", "attack.extra": False, "run.progress": False})
+    view, _ = evaluate.observe(
+        uploads=x, labels=labels, users=user, senders=user % 2, texts=[""] * n,
+        attributes={AttributeSpec("s", "categorical", tuple("abcdef")): z}, aux=user < 1_000, clean=None,
+        mechanism=make_mechanism("none"), epsilon=2.0, delta=0.0, num_labels=2, label_epsilon=0.0, seed=0,
+        attack=cfg.attack)
+    targets = int((user >= 1_000).sum())
+    tracemalloc.start()
+    try:
+        guess = attribute.infer_attribute(view, "s")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    one_array = targets * k * 8
+    assert peak < one_array, f"peak {peak / 2**20:.0f} MiB, one (targets x k) float64 array {one_array / 2**20:.0f} MiB"
+    assert len(guess.target_index) == targets and guess.upload_pred.dtype == np.int8

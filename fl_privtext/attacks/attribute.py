@@ -34,12 +34,18 @@ attacker answers the prior, which it can always give ("no leak detected at this 
 advantage the aux users could have detected, 80% power): an attacker is never reported below its prior, and the
 verdict agrees with the figure beside it. ``learned_*`` keep the model's own answers either way.
 `plain_logistic` is the floor read beside the answer: plain logistic regression on the same aux users' uploads.
+
+Memory (issue #38): the fits read the aux uploads (at most ``attack.max-aux-users`` users); the targets (every
+other upload: millions at a million users) are scored `row_chunks` at a time (`_Problem.stream`), each chunk's
+log posteriors turned into int8 decisions and running per-user sums (`UserScores`) and then dropped, with the
+numbers of one pass over every row; the knowledge-only predictors are tables by observed label (`prior_table`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,7 +55,7 @@ from scipy import stats
 
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
-from fl_privtext.attacks.chunks import row_chunks
+from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
@@ -63,6 +69,7 @@ FAMILIES = ("logistic", "likelihood", "centroid", "lda", "linear", "mlp")
 # simplest first (an exact out-of-fold tie goes to the simpler): the exact noise law, then growing capacity
 SIMPLICITY = ("likelihood", "centroid", "lda", "linear", "logistic", "mlp")
 T = TypeVar("T")
+Scorer = Callable[[np.ndarray], np.ndarray]  # upload indices (n,) -> (n, k) log posteriors of a fitted attacker
 
 
 def _simplicity(family: str) -> int:
@@ -101,22 +108,42 @@ def _log_sigmoid(s: np.ndarray) -> np.ndarray:
 
 
 def _group(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    uniq, inv = np.unique(users, return_inverse=True)
-    return uniq, inv.reshape(-1)
+    return group_rows(users)
+
+
+class UserScores:
+    """`combine`'s per-user scores accumulated over row chunks: ``add(rows, logpost)`` for the uploads at positions
+    ``rows`` (a slice of the grouped uploads), in order; ``result()`` the (U, k) scores. ``np.add.at`` adds in row
+    order, so chunks taken in order add each user's terms in the order one call over every row does: the same
+    bits, with (chunk, k) intermediates instead of (n, k) ones (issue #38: the targets are millions of uploads)."""
+
+    def __init__(self, inv: np.ndarray, num_users: int, k: int, log_prior: np.ndarray, how: str,
+                 multilabel: bool = False) -> None:
+        self.inv, self.log_prior = inv, log_prior
+        self.sum_log = how == "sum_log" and not multilabel  # multilabel: mean_prob only
+        self.out = np.zeros((num_users, k))  # (U, k)
+
+    def add(self, rows: slice, logpost: np.ndarray) -> None:
+        if self.sum_log:
+            np.add.at(self.out, self.inv[rows], logpost - self.log_prior[None, :])
+        else:
+            np.add.at(self.out, self.inv[rows], np.exp(logpost))
+
+    def result(self) -> np.ndarray:
+        if self.sum_log:
+            self.out += self.log_prior[None, :]
+        else:
+            self.out /= np.bincount(self.inv, minlength=len(self.out))[:, None]
+        return self.out
 
 
 def combine(logpost: np.ndarray, users: np.ndarray, log_prior: np.ndarray, how: str,
             multilabel: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per-user scores from per-upload log posteriors (n, k): returns (users (U,), scores (U, k))."""
     uniq, inv = _group(users)
-    out = np.zeros((len(uniq), logpost.shape[1]))
-    if how == "sum_log" and not multilabel:
-        np.add.at(out, inv, logpost - log_prior[None, :])
-        out += log_prior[None, :]
-    else:  # mean_prob
-        np.add.at(out, inv, np.exp(logpost))
-        out /= np.bincount(inv, minlength=len(uniq))[:, None]
-    return uniq, out
+    acc = UserScores(inv, len(uniq), logpost.shape[1], log_prior, how, multilabel)
+    acc.add(slice(None), logpost)
+    return uniq, acc.result()
 
 
 def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
@@ -124,6 +151,17 @@ def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
         probs = scores if scores.max(initial=0) <= 1 and scores.min(initial=0) >= 0 else np.exp(scores)
         return (probs > 0.5).astype(np.int8)
     return scores.argmax(axis=1)
+
+
+def _decide_rows(logpost: np.ndarray, multilabel: bool) -> np.ndarray:
+    """`_decide` of per-upload log posteriors, row by row (so chunk by chunk): the class of largest log posterior
+    (int8 while there are at most 127 classes: the targets' decisions are millions of entries), or, multilabel,
+    presence where exp(log posterior) > 0.5. `_decide` on a whole array takes it for probabilities when every
+    entry lies in [0, 1]; for log posteriors that is all of them exactly 0 (certain presence, answered absent
+    there): the only input on which the two differ."""
+    if multilabel:
+        return (np.exp(logpost) > 0.5).astype(np.int8)
+    return logpost.argmax(axis=1).astype(np.int8 if logpost.shape[1] <= 127 else np.int64)
 
 
 def user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -203,16 +241,27 @@ class _Problem:
         return np.log(table / table.sum(axis=1, keepdims=True))
 
     # -- knowledge-only predictors: the baselines ------------------------------------------------------------
-    def prior_logpost(self, train: np.ndarray, rows: np.ndarray, use_labels: bool) -> np.ndarray:
+    def prior_table(self, train: np.ndarray, use_labels: bool) -> tuple[np.ndarray, bool]:
+        """The knowledge-only predictor fitted on aux uploads ``train``: its log posteriors depend on an upload
+        through its observed label at most, so they are a (L, k) table indexed by the label (True) or one (1, k)
+        row for every upload (False), never a (rows x k) array (issue #38: the targets are millions)."""
         z = self.z[train]
         lp = self.log_prior(z)
         if self.multilabel:
-            return np.tile(lp, (len(rows), 1))
-        s = np.tile(lp, (len(rows), 1))
+            return lp[None, :], False
         table = self.label_loglik(z, self.view.labels[self.idx[train]]) if use_labels else None
-        if table is not None:
-            s = s + table[:, self.view.labels[rows]].T
-        return _log_softmax(s)
+        if table is None:
+            return _log_softmax(lp[None, :]), False
+        return _log_softmax(lp[None, :] + table.T), True  # row l: log pi(z) + log P[l | z], normalised
+
+    def table_rows(self, table: tuple[np.ndarray, bool], rows: np.ndarray) -> np.ndarray:
+        """(len(rows), k): the uploads ``rows``' entries of a `prior_table`."""
+        values, by_label = table
+        return values[self.view.labels[rows]] if by_label else np.repeat(values, len(rows), axis=0)
+
+    def prior_logpost(self, train: np.ndarray, rows: np.ndarray, use_labels: bool) -> np.ndarray:
+        """(len(rows), k) log posteriors of the knowledge-only predictor (`prior_table`) for the uploads ``rows``."""
+        return self.table_rows(self.prior_table(train, use_labels), rows)
 
     # -- learned families ---------------------------------------------------------------------------------------
     def linear_c(self, seed: int) -> float:
@@ -226,14 +275,35 @@ class _Problem:
     def fit_predict(self, family: str, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
         """Fit ``family`` on aux uploads ``train`` (positions into idx); log posteriors for uploads ``rows``. A name
         of `ATTACK_FAMILIES` is that family's fit; any other name of `LEARNERS` is the server's learner."""
+        scorer = self.scorer(family, train, key)
+        if scorer is not None:
+            return scorer(rows)
+        out: np.ndarray = ATTACK_FAMILIES[family](self, train, rows, key)
+        return out
+
+    def scorer(self, family: str, train: np.ndarray, key: object) -> Scorer | None:
+        """``family`` fitted once on aux uploads ``train``, as a function of the uploads to score (`Scorer`): the
+        built-in families (`FITS`) and the server's learners. None for a registered family that fits and scores in
+        one call (``fit(problem, train, rows, key)``, `ATTACK_FAMILIES`)."""
         if family in ATTACK_FAMILIES:
-            out: np.ndarray = ATTACK_FAMILIES[family](self, train, rows, key)
-            return out
+            fit = FITS.get(ATTACK_FAMILIES[family])
+            return None if fit is None else fit(self, train, key)
         if family in LEARNERS:
-            return self._server_learner(family, train, rows)
+            return self._server_learner(family, train)
         raise ValueError(f"Unknown attacker family {family!r}; valid: {', '.join(FAMILIES)}.")
 
-    def _server_learner(self, family: str, train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def stream(self, family: str, train: np.ndarray, rows: np.ndarray, key: object
+               ) -> Iterator[tuple[slice, np.ndarray]]:
+        """``family`` fitted once on ``train``, then the log posteriors of the uploads ``rows`` a `row_chunks` chunk
+        at a time: (positions in ``rows``, (chunk, k) log posteriors), the same numbers as `fit_predict` on every
+        row (`score`'s chunks are these), never a (rows x k) array. A one-call registered family answers every row
+        at once, then is handed out in the same chunks."""
+        scorer = self.scorer(family, train, key)
+        whole = self.fit_predict(family, train, rows, key) if scorer is None else None
+        for c in row_chunks(len(rows)):
+            yield c, (scorer(rows[c]) if scorer is not None else whole[c])  # type: ignore[index]
+
+    def _server_learner(self, family: str, train: np.ndarray) -> Scorer:
         """The server's learner ``family`` (`fl_privtext.server.make_learner`), with the attacker's noise law."""
         if self.multilabel:
             raise _Unavailable("the server's learners are for one categorical secret")
@@ -242,7 +312,7 @@ class _Problem:
         learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
                                linear_c=self.linear_c(seed) if family == "linear" else None)
         learner.fit(xs, z)
-        return _log_softmax(self.score(rows, lambda x: learner.logits(x)))
+        return lambda rows: _log_softmax(self.score(rows, lambda x: learner.logits(x)))
 
     def link(self, s: np.ndarray) -> np.ndarray:
         """Scores -> log posteriors: log-sigmoid per attribute (multilabel), else log-softmax over classes."""
@@ -264,7 +334,7 @@ class _Problem:
             self._codes = likelihood.encode_candidates(self.view.mechanism, self.view.public_features)
         return self._codes
 
-    def _likelihood(self, train: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    def _likelihood(self, train: np.ndarray) -> Scorer:
         codes = self.codes()
         pv = self.known_public_values()
         if codes is None or pv is None:
@@ -277,14 +347,19 @@ class _Problem:
             raise _Unavailable("the training fold's public texts cover fewer than two classes")
         centroids = np.stack([codes[sel][z_pub == c].mean(axis=0) if (z_pub == c).any()
                               else codes[sel].mean(axis=0) for c in range(self.k)])
-        s = np.concatenate([likelihood.log_likelihood(self.view.mechanism, take_rows(self.view.uploads, rows[c]), centroids)
-                            for c in row_chunks(len(rows))])
         z = self.z[train]
-        s = s + self.log_prior(z)[None, :]
+        log_prior = self.log_prior(z)
         table = self.label_loglik(z, self.view.labels[self.idx[train]])
-        if table is not None:
-            s = s + table[:, self.view.labels[rows]].T
-        return _log_softmax(s)
+
+        def scores(rows: np.ndarray) -> np.ndarray:
+            s = np.concatenate([likelihood.log_likelihood(self.view.mechanism, take_rows(self.view.uploads, rows[c]),
+                                                          centroids) for c in row_chunks(len(rows))])
+            s = s + log_prior[None, :]
+            if table is not None:
+                s = s + table[:, self.view.labels[rows]].T
+            return _log_softmax(s)
+
+        return scores
 
     def known_public_values(self) -> np.ndarray | None:
         v = self.known.public_values
@@ -297,12 +372,19 @@ class _Unavailable(Exception):
 
 # The families of ATTACK_FAMILIES (fl_privtext.names): fit(problem, train, rows, key) -> (len(rows), k) log posteriors
 # of the uploads ``rows``, fitted on the aux uploads ``train`` (positions into problem.idx); ``key`` names the fold.
-def logistic_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+# The built-ins also fit once and score later (`FITS`: fit(problem, train, key) -> `Scorer`), which lets the attack
+# score millions of targets chunk by chunk (`_Problem.stream`).
+def logistic_fit(prob: _Problem, train: np.ndarray, key: object) -> Scorer:
     """``logistic``: L2-regularised logistic regression on the standardised inputs (`fit_logistic`)."""
     xs, z = prob.inputs(prob.idx[train]), prob.z[train]
     mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
     w, b = fit_logistic((xs - mean) / std, z, prob.k, multilabel=prob.multilabel)
-    return prob.link(prob.score(rows, lambda x: ((x - mean) / std) @ w + b))
+    return lambda rows: prob.link(prob.score(rows, lambda x: ((x - mean) / std) @ w + b))
+
+
+def logistic_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+    """``logistic`` (`logistic_fit`) on the uploads ``rows``."""
+    return logistic_fit(prob, train, key)(rows)
 
 
 # Early stopping of the mlp family where its step budget binds (`mlp_early_stop`): the share of the training users
@@ -331,7 +413,7 @@ def mlp_early_stop(prob: _Problem, train: np.ndarray, key: object) -> tuple[np.n
                                    patience=MLP_PATIENCE)
 
 
-def mlp_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+def mlp_fit(prob: _Problem, train: np.ndarray, key: object) -> Scorer:
     """``mlp``: the DPNR/Coavoux probe (``attack.*`` hyper-parameters; `fl_privtext.learn.train_mlp`), early-stopped
     on held-out users where its step budget binds (`mlp_early_stop`)."""
     fit, early_stop = mlp_early_stop(prob, train, key)
@@ -339,13 +421,29 @@ def mlp_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object)
     model = train_mlp(xs, z, num_classes=None if prob.multilabel else prob.k, config=prob.view.config.mlp(),
                       generator=rng.torch_generator(prob.view.seed, "attack", prob.known.spec.name, key),
                       early_stop=early_stop)
-    return prob.link(prob.score(rows, lambda x: model.logits(x).astype(np.float64)))
+    return lambda rows: prob.link(prob.score(rows, lambda x: model.logits(x).astype(np.float64)))
+
+
+def mlp_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
+    """``mlp`` (`mlp_fit`) on the uploads ``rows``."""
+    return mlp_fit(prob, train, key)(rows)
+
+
+def likelihood_fit(prob: _Problem, train: np.ndarray, key: object) -> Scorer:
+    """``likelihood``: the mechanism's exact log-likelihood under each class's centroid code
+    (`_Problem._likelihood`)."""
+    return prob._likelihood(train)
 
 
 def likelihood_family(prob: _Problem, train: np.ndarray, rows: np.ndarray, key: object) -> np.ndarray:
-    """``likelihood``: the mechanism's exact log-likelihood under each class's centroid code
-    (`_Problem._likelihood`)."""
-    return prob._likelihood(train, rows)
+    """``likelihood`` (`likelihood_fit`) on the uploads ``rows``."""
+    return likelihood_fit(prob, train, key)(rows)
+
+
+# the built-in families' fit-then-score forms, by the function ATTACK_FAMILIES registers (a family registered under
+# another function, or re-registered, fits and scores in one call)
+FITS: dict[Callable[..., np.ndarray], Callable[[_Problem, np.ndarray, object], Scorer]] = {
+    logistic_family: logistic_fit, mlp_family: mlp_fit, likelihood_family: likelihood_fit}
 
 
 # ------------------------------------------------------------------------------------------------ the attack
@@ -404,30 +502,44 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
     mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
     targets = np.flatnonzero(view.target_mask())
     zs = prob.z[:, None] if not prob.multilabel else prob.z
-    cols: list[np.ndarray] = []
+    width = 2 if prob.multilabel else prob.k
+    # one model per column (each class of a multilabel attribute); None: one value among the aux users
+    models: list[tuple[Any, int]] = []
     for j in range(zs.shape[1]):
         y = zs[:, j]
-        width = 2 if prob.multilabel else prob.k
-        lp = np.full((len(targets), width), math.log(1e-9))  # classes absent among the aux users: never answered
         if len(np.unique(y)) < 2:  # one value among the aux users: the plain attacker answers it
-            lp[:, int(y[0]) if len(y) else 0] = math.log1p(-1e-9)
+            models.append((None, int(y[0]) if len(y) else 0))
         else:
             with quiet_solver():
-                model = LogisticRegression(max_iter=1000).fit((xs - mean) / std, y)
+                models.append((LogisticRegression(max_iter=1000).fit((xs - mean) / std, y), 0))
 
-            def log_proba(x: np.ndarray, m: LogisticRegression = model) -> np.ndarray:
-                return np.maximum(m.predict_log_proba((x.astype(np.float64) - mean) / std), -700.0)
+    def log_proba(x: np.ndarray, m: LogisticRegression) -> np.ndarray:
+        return np.maximum(m.predict_log_proba((x.astype(np.float64) - mean) / std), -700.0)
 
-            lp[:, model.classes_.astype(np.int64)] = prob.score(targets, log_proba)
-        cols.append(lp[:, 1] if prob.multilabel else lp)
-    logpost = np.stack(cols, axis=1) if prob.multilabel else cols[0]
-    t_users = view.user[targets]
-    user_pred: dict[str, np.ndarray] = {}
-    for how in (("mean_prob",) if prob.multilabel else COMBINATIONS):
-        _, sc = combine(logpost, t_users, prob.log_prior(prob.z), how, prob.multilabel)
-        user_pred[how] = _decide(sc, prob.multilabel)
-    return PlainLogistic(upload_pred=_decide(logpost, prob.multilabel), target_users=_group(t_users)[0],
-                         user_pred=user_pred)
+    def logpost(rows: np.ndarray) -> np.ndarray:  # (len(rows), k) log posteriors of the uploads ``rows``
+        cols: list[np.ndarray] = []
+        for model, only in models:
+            lp = np.full((len(rows), width), math.log(1e-9))  # classes absent among the aux users: never answered
+            if model is None:
+                lp[:, only] = math.log1p(-1e-9)
+            else:
+                lp[:, model.classes_.astype(np.int64)] = prob.score(rows, functools.partial(log_proba, m=model))
+            cols.append(lp[:, 1] if prob.multilabel else lp)
+        return np.stack(cols, axis=1) if prob.multilabel else cols[0]
+
+    # the targets `row_chunks` at a time (as `infer_attribute`): decisions and per-user sums, no (targets x k) array
+    users_t, inv_t = group_rows(view.user, targets)
+    sums = {how: UserScores(inv_t, len(users_t), prob.k, prob.log_prior(prob.z), how, prob.multilabel)
+            for how in (("mean_prob",) if prob.multilabel else COMBINATIONS)}
+    upload_pred = np.empty((len(targets), prob.k) if prob.multilabel else len(targets),
+                           np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
+    for c in row_chunks(len(targets)):
+        lp = logpost(targets[c])
+        upload_pred[c] = _decide_rows(lp, prob.multilabel)
+        for acc in sums.values():
+            acc.add(c, lp)
+    return PlainLogistic(upload_pred=upload_pred, target_users=users_t,
+                         user_pred={how: _decide(acc.result(), prob.multilabel) for how, acc in sums.items()})
 
 
 def families_of(cfg: Any) -> list[str]:
@@ -460,8 +572,9 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     aux_users = np.unique(prob.users)
     n_folds = max(2, min(cfg.folds, len(aux_users)))
     order = rng.generator(view.seed, "attack-folds", name).permutation(aux_users)
-    fold_of_user = {u: i % n_folds for i, u in enumerate(order)}
-    fold = np.array([fold_of_user[u] for u in prob.users])
+    fold_of_user = np.empty(len(aux_users), np.int64)  # by position in aux_users (sorted): no dict over users
+    fold_of_user[np.searchsorted(aux_users, order)] = np.arange(len(order)) % n_folds
+    fold = fold_of_user[np.searchsorted(aux_users, prob.users)]
     n = len(prob.idx)
     positions = np.arange(n)
 
@@ -478,8 +591,8 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     # The null: the knowledge-only predictors (majority; majority given the observed label(s)), scored IN SAMPLE
     # on the aux users. They have k (x L) parameters, so in-sample is slightly optimistic: a conservative null
     # (out-of-fold majorities flip between near-equal classes and would understate it).
-    def correct(truth: np.ndarray, scores: np.ndarray) -> np.ndarray:
-        return (truth == _decide(scores, prob.multilabel)).astype(np.float64).reshape(-1)
+    def correct(truth: np.ndarray, scores: np.ndarray) -> np.ndarray:  # (n,) bool: the same means as 0/1 floats
+        return (truth == _decide(scores, prob.multilabel)).reshape(-1)
 
     def knowledge_only(labels: bool) -> tuple[np.ndarray, np.ndarray]:
         lp = prob.prior_logpost(positions, prob.idx, labels)
@@ -496,22 +609,21 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
         prior_user = given_user_c if label_helps_user else prior_user
 
     table: dict[str, dict[str, Any]] = {}
-    oofs: dict[str, np.ndarray] = {}
     hits: dict[str, np.ndarray] = {}  # out-of-fold correctness per aux upload / aux user (paired with the null)
     for fam in families:
         try:
-            oofs[fam] = oof(lambda tr, rows, key, fam=fam: prob.fit_predict(fam, tr, rows, key))
+            out_of_fold = oof(lambda tr, rows, key, fam=fam: prob.fit_predict(fam, tr, rows, key))  # (n, k)
         except _Unavailable as exc:
             table[fam] = {"available": False, "reason": str(exc)}
             continue
-        hits[fam] = correct(prob.z, oofs[fam])
+        hits[fam] = correct(prob.z, out_of_fold)
         entry: dict[str, Any] = {"oof_upload_accuracy": float(hits[fam].mean())}
         for how in (("mean_prob",) if prob.multilabel else COMBINATIONS):
-            _, sc = combine(oofs[fam], prob.users, lp_all, how, prob.multilabel)
+            _, sc = combine(out_of_fold, prob.users, lp_all, how, prob.multilabel)
             hits[f"{fam}+{how}"] = correct(z_user, sc)
             entry[f"oof_user_accuracy_{how}"] = float(hits[f"{fam}+{how}"].mean())
         table[fam] = entry
-    avail = [f for f in families if f in oofs]
+    avail = [f for f in families if f in hits]
 
     def best_upload() -> str | None:
         return best_choice(sorted(avail, key=_simplicity), lambda f: hits[f])
@@ -522,31 +634,60 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
         return best_choice(opts, lambda fh: hits[f"{fh[0]}+{fh[1]}"])
 
     fam_up, fam_user = best_upload(), best_user()
+    # The targets, scored `row_chunks` at a time (issue #38: millions of uploads at a million users): per chunk,
+    # each answering model's log posteriors become the uploads' decisions and its users' running `combine` sums
+    # (the same bits as whole arrays: `UserScores`); nothing (targets x k) in float64 is ever held.
     targets = np.flatnonzero(view.target_mask())
-    t_users = view.user[targets]
+    users_t, inv_t = group_rows(view.user, targets)
+    shape = (len(targets), prob.k) if prob.multilabel else (len(targets),)
     all_train = positions
-    # the final attackers, refit on every aux upload
-    fitted: dict[str, np.ndarray] = {}
-    for fam in {f for f in (fam_up, fam_user[0] if fam_user else None) if f}:
-        fitted[fam] = prob.fit_predict(fam, all_train, targets, "all")
-    prior_t = prob.prior_logpost(all_train, targets, use_labels)
-    maj_t = prob.prior_logpost(all_train, targets, False)
-    combo_prior = "sum_log"
-    users_t, prior_t_user = combine(prior_t, t_users, lp_all, combo_prior, prob.multilabel)
-    _, maj_t_user = combine(maj_t, t_users, lp_all, "mean_prob", prob.multilabel)
 
-    given_up, given_user = _decide(prior_t, prob.multilabel), _decide(prior_t_user, prob.multilabel)
-    maj_pred_up, maj_pred_user = _decide(maj_t, prob.multilabel), _decide(maj_t_user, prob.multilabel)
+    def user_decisions(how: str, chunks: Iterator[tuple[slice, np.ndarray]]) -> np.ndarray:
+        """(U,) the users' answers from their uploads' log posteriors, read chunk by chunk (one (U, k) sum held)."""
+        sums = UserScores(inv_t, len(users_t), prob.k, lp_all, how, prob.multilabel)
+        for c, lp in chunks:
+            sums.add(c, lp)
+        return _decide(sums.result(), prob.multilabel)
+
+    # the final attackers, refit on every aux upload (one fit each; the per-upload and per-user answers read the
+    # same chunks when one family gives both)
+    learned_up: np.ndarray = np.empty(0)
+    learned_user: np.ndarray = np.empty(0)
+    for fam in sorted({f for f in (fam_up, fam_user[0] if fam_user else None) if f}):
+        decisions = np.empty(shape if fam == fam_up else 0, np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
+
+        def decided(chunks: Iterator[tuple[slice, np.ndarray]], fam: str = fam, out: np.ndarray = decisions
+                    ) -> Iterator[tuple[slice, np.ndarray]]:  # the per-upload decisions, taken on the way
+            for c, lp in chunks:
+                if fam == fam_up:
+                    out[c] = _decide_rows(lp, prob.multilabel)
+                yield c, lp
+
+        stream = decided(prob.stream(fam, all_train, targets, "all"))
+        if fam_user is not None and fam == fam_user[0]:
+            learned_user = user_decisions(fam_user[1], stream)
+        else:
+            for _ in stream:
+                pass
+        learned_up = decisions if fam == fam_up else learned_up
+    # the knowledge-only predictors: a table by observed label (`prior_table`), read per chunk
+    prior_tab, maj_tab = prob.prior_table(all_train, use_labels), prob.prior_table(all_train, False)
+
+    def table_chunks(tab: tuple[np.ndarray, bool]) -> Iterator[tuple[slice, np.ndarray]]:
+        return ((c, prob.table_rows(tab, targets[c])) for c in row_chunks(len(targets)))
+
+    def table_decisions(tab: tuple[np.ndarray, bool]) -> np.ndarray:  # each upload's entry of the table's decisions
+        return prob.table_rows((_decide_rows(tab[0], prob.multilabel), tab[1]), targets)
+
+    given_up, given_user = table_decisions(prior_tab), user_decisions("sum_log", table_chunks(prior_tab))
+    maj_pred_up, maj_pred_user = table_decisions(maj_tab), user_decisions("mean_prob", table_chunks(maj_tab))
     prior_pred_up = given_up if label_helps_up else maj_pred_up
     prior_pred_user = given_user if label_helps_user else maj_pred_user
     if fam_up is not None:
-        learned_up = _decide(fitted[fam_up], prob.multilabel)
         v_up = paired_test(hits[fam_up], prior_up, len(avail))
     else:
         learned_up, v_up = prior_pred_up, paired_test(prior_up, prior_up, 1)
     if fam_user is not None:
-        _, sc = combine(fitted[fam_user[0]], t_users, lp_all, fam_user[1], prob.multilabel)
-        learned_user = _decide(sc, prob.multilabel)
         tried = sum(1 for f in avail for h in COMBINATIONS if f"oof_user_accuracy_{h}" in table[f])
         v_user = paired_test(hits[f"{fam_user[0]}+{fam_user[1]}"], prior_user, tried)
     else:

@@ -115,6 +115,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         word_vectors=None if clean is None or prep.extractor is None else
         (lambda words: prep.extractor.extract(list(words), progress=False)))
     drop_dataset_pages(prep.ds)  # the public texts `observe` read
+    del keep, node_of_row  # (records,) each: not held through the attacks (issue #38)
     out = run_attacks(view, truth)
     drop_dataset_pages(prep.ds)  # the targets' texts the referee read
     drop_mapped_pages(features)  # the target map's pages (each attack reads it through `take_rows`)

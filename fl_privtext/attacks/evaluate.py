@@ -21,11 +21,11 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import row_chunks
+from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
-from fl_privtext.bootstrap import Ratios, interval_keys, sums_bootstrap, user_sums
+from fl_privtext.bootstrap import Ratios, UserSums, interval_keys, sums_bootstrap, user_sums
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.names import ATTACKS
@@ -165,13 +165,16 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
     if clear:
         labels = view.labels[idx]
         cond = _label_conditional(z, labels, k, view.num_labels)  # (L, k)
-        up = float(ceilings.attribute_ceiling_many(cond[labels], np.full(len(idx), eps_up), truth.delta).mean())
+        # each upload's ceiling is its label's (row-wise: the same numbers as one row per upload), averaged per upload
+        per_label = ceilings.attribute_ceiling_many(cond, np.full(len(cond), eps_up), truth.delta)  # (L,)
+        up = float(per_label[labels].mean())
         # per user: the prior given all of the user's labels (labels independent given z: an estimate)
         prior = np.bincount(z, minlength=k) / len(z)
         loglik = np.log(cond) - np.log(np.clip(prior, 1e-12, None))[None, :]  # log P[label|z]/P[label], up to const
-        uniq, inv = np.unique(view.user[idx], return_inverse=True)
+        uniq, inv = group_rows(view.user, idx)
         post = np.tile(np.log(np.clip(prior, 1e-12, None)), (len(uniq), 1))
-        np.add.at(post, inv, loglik[labels])
+        for c in row_chunks(len(idx)):  # in row order: each user's terms added as in one call, no (uploads, k) copy
+            np.add.at(post, inv[c], loglik[labels[c]])
         post = np.exp(post - post.max(axis=1, keepdims=True))
         order = np.searchsorted(uniq, users)
         us = float(ceilings.attribute_ceiling_many(post[order], eps_users, d_users).mean())
@@ -198,25 +201,37 @@ def upload_figures(z: np.ndarray, pred: np.ndarray, prior: np.ndarray, k: int, m
     ``advantage`` (accuracy minus the prior's, on the same uploads) and ``macro_f1`` (categorical; over the
     classes present) or ``f1`` (multilabel; micro over presence labels, where any label is present). Pooled over
     all targets they give exactly the figures `score_attribute` reports; summed per user they feed the bootstrap."""
+    cols = _upload_columns(z, pred, prior, k, multilabel)
+    return cols, _upload_ratios(k, multilabel, bool(cols[:, 4:].sum() > 0) if multilabel else True)
+
+
+def _upload_columns(z: np.ndarray, pred: np.ndarray, prior: np.ndarray, k: int, multilabel: bool) -> np.ndarray:
+    """`upload_figures`' (N, C) float64 columns, row by row (so any chunk of rows gives its rows' columns)."""
     if multilabel:  # columns: cells, correct cells, the prior's correct cells, tp, true, predicted
         zb, pb = z.astype(bool), pred.astype(bool)
         cols = np.stack([np.full(len(z), z.shape[1]), (z == pred).sum(axis=1), (z == prior).sum(axis=1),
                          (zb & pb).sum(axis=1), zb.sum(axis=1), pb.sum(axis=1)], axis=1)
-        e = np.eye(6)
-        figures = {"accuracy": Ratios(e[[1]], e[[0]]), "advantage": Ratios(e[[1]] - e[[2]], e[[0]], low=-1.0)}
-        if cols[:, 4:].sum() > 0:
-            figures["f1"] = Ratios(2 * e[[3]], e[[4]] + e[[5]])
-        return cols.astype(np.float64), figures
+        return cols.astype(np.float64)
     # columns: 1, correct, the prior's correct, then per class: tp, true, predicted
     right = z == pred
     truth_1h, pred_1h = np.eye(k)[z], np.eye(k)[pred]
     cols = np.concatenate([np.stack([np.ones(len(z)), right, z == prior], axis=1), truth_1h * right[:, None],
                            truth_1h, pred_1h], axis=1)
-    e = np.eye(cols.shape[1])
+    return cols.astype(np.float64)
+
+
+def _upload_ratios(k: int, multilabel: bool, presence: bool) -> dict[str, Ratios]:
+    """`upload_figures`' `Ratios`; ``presence`` (multilabel): some label is present or predicted (F1 defined)."""
+    if multilabel:
+        e = np.eye(6)
+        figures = {"accuracy": Ratios(e[[1]], e[[0]]), "advantage": Ratios(e[[1]] - e[[2]], e[[0]], low=-1.0)}
+        if presence:
+            figures["f1"] = Ratios(2 * e[[3]], e[[4]] + e[[5]])
+        return figures
+    e = np.eye(3 + 3 * k)
     tp, true, predicted = (3 + j * k + np.arange(k) for j in range(3))
-    figures = {"accuracy": Ratios(e[[1]], e[[0]]), "advantage": Ratios(e[[1]] - e[[2]], e[[0]], low=-1.0),
-               "macro_f1": Ratios(2 * e[tp], e[true] + e[predicted])}
-    return cols.astype(np.float64), figures
+    return {"accuracy": Ratios(e[[1]], e[[0]]), "advantage": Ratios(e[[1]] - e[[2]], e[[0]], low=-1.0),
+            "macro_f1": Ratios(2 * e[tp], e[true] + e[predicted])}
 
 
 def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray, z: np.ndarray, pred: np.ndarray,
@@ -225,9 +240,16 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     together (several per user share its secret and its style, so an interval over uploads is too narrow). The
     users are the referee's: the accounts under federation.shuffle, not the per-report pseudonyms. ``_sums`` /
     ``_figures`` (internal): what the report pools over seeds."""
-    cols, figures = upload_figures(z, pred, prior, k, multilabel)
-    owners = (truth.named_user if truth.named_user is not None else view.user)[idx]
-    sums = user_sums(cols, owners)
+    owners = truth.named_user if truth.named_user is not None else view.user  # (N,): row idx[i]'s is owners[idx[i]]
+    # `user_sums` of `upload_figures`' columns, built `row_chunks` at a time (in row order: each user's sums add
+    # in the order of one call) instead of one (targets x C) float64 array (issue #38)
+    users, inv = group_rows(np.asarray(owners, np.int64), idx)
+    per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k))
+    for c in row_chunks(len(idx)):
+        np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel))
+    del inv  # (targets,): not held through the bootstrap
+    sums = UserSums(users, per_user)
+    figures = _upload_ratios(k, multilabel, bool(per_user[:, 4:].sum() > 0) if multilabel else True)
     out: dict[str, Any] = {"interval": ATTACK_INTERVAL, "_sums": sums, "_figures": figures}
     for fig, (lo, hi) in sums_bootstrap([sums], figures, rng.generator(view.seed, "referee", "attack", name)).items():
         out[interval_keys(fig)[0]], out[interval_keys(fig)[1]] = lo, hi

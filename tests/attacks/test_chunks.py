@@ -31,3 +31,106 @@ def test_chunked_blas_scores_equal_all_at_once() -> None:
     np.testing.assert_array_equal(chunked, whole)
     batch = inspect.signature(MLPClassifier.logits).parameters["batch_size"].default
     assert ROW_CHUNK % batch == 0  # MLPClassifier.logits' batches line up with the chunks
+
+
+@pytest.mark.parametrize("rows", [None, "some"])
+def test_group_rows_equals_numpy_unique(rows: str | None) -> None:
+    from fl_privtext.attacks.chunks import group_rows
+
+    g = np.random.default_rng(1)
+    users = g.integers(0, 5_000, 3 * ROW_CHUNK + 17)
+    picked = None if rows is None else np.flatnonzero(g.random(len(users)) < 0.7)
+    uniq, inv = group_rows(users, picked)
+    want_uniq, want_inv = np.unique(users if picked is None else users[picked], return_inverse=True)
+    assert np.array_equal(uniq, want_uniq) and np.array_equal(inv, want_inv.reshape(-1))
+    assert inv.dtype == np.int32
+    empty_uniq, empty_inv = group_rows(np.zeros(0, np.int64))
+    assert len(empty_uniq) == 0 and len(empty_inv) == 0
+
+
+def _chunk_world(n: int, k: int, multilabel: bool):  # type: ignore[no-untyped-def]
+    """A view of ``n`` uploads (users of 1-6 uploads, in no order), labels in the clear, one attribute."""
+    from fl_privtext.attacks import evaluate
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.data import AttributeSpec
+    from fl_privtext.privacy import make_mechanism
+
+    g = np.random.default_rng(k)
+    user = g.permutation(np.arange(n) % (n // 3))
+    x = g.normal(size=(n, 6))
+    if multilabel:
+        z = (g.random((n // 3, k)) < 0.3).astype(np.int8)[user]
+        x[:, :k] += z
+        spec = AttributeSpec("ents", "multilabel", tuple(f"c{j}" for j in range(k)))
+    else:
+        z = g.integers(0, k, n // 3)[user]
+        x[:, 0] += 0.5 * z
+        spec = AttributeSpec("secret", "categorical", tuple(f"c{j}" for j in range(k)))
+    labels = np.where(g.random(n) < 0.3, (z if z.ndim == 1 else z[:, 0]) % 2, g.integers(0, 2, n))
+    cfg = ExperimentConfig.from_flat({"attack.families": "logistic", "attack.extra": False, "run.progress": False})
+    return evaluate.observe(
+        uploads=x.astype(np.float32), labels=labels.astype(np.int64), users=user, senders=user % 2,
+        texts=[""] * n, attributes={spec: z}, aux=np.isin(user, g.permutation(n // 3)[:400]), clean=None,
+        mechanism=make_mechanism("none"), epsilon=2.0, delta=0.0, num_labels=2, label_epsilon=0.0, seed=k,
+        attack=cfg.attack)
+
+
+@pytest.mark.parametrize(("k", "multilabel"), [(3, False), (2, True)])
+def test_the_attribute_attack_answers_the_same_at_two_chunk_sizes(monkeypatch, k: int, multilabel: bool) -> None:
+    """Issue #38: the attack scores its targets (and the referee sums their figures) a chunk at a time; the answers,
+    the per-user combinations and every results.json figure are the same at another chunk size (each chunk of
+    either size is large enough for the regular BLAS kernels, `test_chunked_blas_scores_equal_all_at_once`)."""
+    import functools
+    import json
+
+    from fl_privtext.attacks import attribute, chunks, evaluate
+
+    view, truth = _chunk_world(5 * ROW_CHUNK // 2, k, multilabel)
+    name = next(iter(view.known))
+
+    def answers() -> tuple[list[np.ndarray], str]:
+        guess, floor = attribute.infer_attribute(view, name), attribute.plain_logistic(view, name)
+        arrays = [guess.upload_pred, guess.user_pred, guess.learned_upload_pred, guess.learned_user_pred,
+                  *(a for pair in guess.baselines.values() for a in pair), floor.upload_pred,
+                  *floor.user_pred.values()]
+        scored = evaluate.score_attribute(view, truth, name)
+        return arrays, json.dumps({key: v for key, v in scored.items() if not key.startswith("_")}, sort_keys=True,
+                                  default=repr)
+
+    whole, whole_json = answers()
+    for module in (attribute, evaluate, chunks):
+        monkeypatch.setattr(module, "row_chunks", functools.partial(chunks.row_chunks, size=ROW_CHUNK // 2))
+    half, half_json = answers()
+    assert all(np.array_equal(a, b) for a, b in zip(whole, half, strict=True)) and half_json == whole_json
+
+
+def test_a_one_call_family_is_fitted_once_and_handed_out_in_the_same_chunks(monkeypatch) -> None:
+    """A family registered with the one-call form ``fit(problem, train, rows, key)`` cannot score later: `stream`
+    calls it once on every target and hands its answer out chunk by chunk; a built-in (`FITS`) fits once and scores
+    each chunk, with the numbers of one call on every row."""
+    from fl_privtext.attacks import attribute
+    from fl_privtext.names import ATTACK_FAMILIES
+
+    view, _ = _chunk_world(5 * ROW_CHUNK // 2, 3, False)
+    prob = attribute._Problem(view, view.known["secret"])
+    calls: list[int] = []
+
+    def one_call(p, train, rows, key):  # type: ignore[no-untyped-def]
+        calls.append(len(rows))
+        return np.log(np.full((len(rows), p.k), 1 / p.k)) + 1e-3 * np.arange(len(rows))[:, None] * np.arange(p.k)
+
+    ATTACK_FAMILIES.register("toy-one-call")(one_call)
+    try:
+        targets = np.flatnonzero(view.target_mask())
+        train = np.arange(len(prob.idx))
+        got = list(prob.stream("toy-one-call", train, targets, "all"))
+        assert calls == [len(targets)] and len(got) == len(list(row_chunks(len(targets)))) > 1
+        assert np.array_equal(np.concatenate([lp for _, lp in got]), one_call(prob, train, targets, "all"))
+        fits: list[int] = []
+        real = attribute.FITS[attribute.logistic_family]
+        monkeypatch.setitem(attribute.FITS, attribute.logistic_family,
+                            lambda p, tr, key: fits.append(1) or real(p, tr, key))
+        chunked = np.concatenate([lp for _, lp in prob.stream("logistic", train, targets, "all")])
+        assert fits == [1] and np.array_equal(chunked, attribute.logistic_family(prob, train, targets, "all"))
+    finally:
+        del ATTACK_FAMILIES["toy-one-call"]
