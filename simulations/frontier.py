@@ -24,8 +24,8 @@ the mechanism-aware likelihood attack and the server's learners, chosen out of f
 prior where no learned attacker beats it on held-out aux users); its advantage = accuracy minus the prior (the
 majority given the task label, which is uploaded in the clear).
 
-The server: ``server.learner = auto`` ships the James-Stein-shrunk moment head (centroid or lda, the lower
-out-of-fold per-upload log-loss) unless it is significantly worse than the constant; linear / mlp only where no
+The server: ``server.learner = auto`` ships the James-Stein-shrunk moment head (the lda, which nests the
+centroid) unless it is significantly worse per upload than the constant; linear / mlp only where no
 moment head qualifies (fl_privtext/server/selection.py, LEARNER_RULE). The cell names the learner shipped.
 
 CPU budget (2 shared cores; say so): the server's MLP candidate has 128 hidden units, batch 128, lr 0.05, 20

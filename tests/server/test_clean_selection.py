@@ -158,14 +158,25 @@ def test_between_moment_heads_the_per_upload_log_loss_cannot_rank_the_lda_that_n
     assert acc["lda"] > acc["centroid"] + 0.02, acc
 
 
-def test_an_lda_significantly_worse_than_the_centroid_per_upload_is_not_shipped():
-    """The guard on the preference: a noise law overstated 4x (variance 4 stated, 1 applied) leaves the LDA's noisy
-    head underconfident (its covariance, clean estimate floored + the stated noise, exceeds the uploads'), its
-    per-upload log-loss significantly worse than the centroid's (whose noisy head reads the uploads' own spread):
-    the centroid ships. Known-bad: with the law overstated 2x the LDA is not worse, and it ships."""
+def test_an_lda_significantly_worse_than_the_centroid_per_upload_still_ships_and_loses_nothing_on_device():
+    """The old guard on the preference (until 2026-11-29): a noise law overstated 4x (variance 4 stated, 1 applied)
+    leaves the LDA's noisy head underconfident, its per-upload log-loss significantly worse than the centroid's
+    (recorded, ``worse_than_moment_head``), and the centroid shipped. On clean points the two heads then answer
+    alike (both at the constant), so the guard saved nothing here, while on AG news at PrivUnitG epsilon 8 it shipped
+    the centroid 7-9 points below the LDA on every seed. The LDA ships; its clean accuracy is the centroid's within
+    0.01; with the law right it is > 10 points above the centroid's."""
+    clean, _, yt = _two_axes(1000, 20000, 0.0)
+
+    def clean_acc(name: str, x: np.ndarray, y: np.ndarray, law: NoiseLaw) -> float:
+        e = make_learner(name, num_classes=2, noise=law, seed=0).fit(x, y).export()
+        return float(np.mean((clean @ e["weight_0"].T.astype(np.float64) + e["bias_0"]).argmax(1) == yt))
+
     _, x, y = _two_axes(0, 6000, 1.0)
-    best, scores = _moment_select(x, y, NoiseLaw.diagonal(np.full(4, 4.0), "overstated 4x"))
-    assert scores["lda"]["worse_than_moment_head"] and not scores["centroid"]["worse_than_constant"], scores
-    assert best == "centroid", scores
-    best, scores = _moment_select(x, y, NoiseLaw.diagonal(np.full(4, 2.0), "overstated 2x"))
-    assert not scores["lda"]["worse_than_moment_head"] and best == "lda", scores
+    over = NoiseLaw.diagonal(np.full(4, 4.0), "overstated 4x")
+    best, scores = _moment_select(x, y, over)
+    assert scores["lda"]["worse_than_moment_head"] and not scores["lda"]["worse_than_constant"], scores
+    assert best == "lda", scores
+    assert abs(clean_acc("lda", x, y, over) - clean_acc("centroid", x, y, over)) <= 0.01
+    right = NoiseLaw.diagonal(np.full(4, 1.0), "closed form")
+    assert _moment_select(x, y, right)[0] == "lda"
+    assert clean_acc("lda", x, y, right) > clean_acc("centroid", x, y, right) + 0.10
