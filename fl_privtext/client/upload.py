@@ -335,8 +335,8 @@ def _client_features(data: ClientData, rows: np.ndarray, cfg: ExperimentConfig,
     """Representations of ``rows`` on the client (cached, or extracted here: always when word dropout is on) and
     the batch's generator, ``stream(data digest)``, keyed by the records and the data that is privatized."""
     if cfg.privacy.mu == 0 and data.features is not None:
-        # a map's pages dropped as read: one chunk's pages at a time in this process's RSS (issue #38)
-        x = np.asarray(take_rows(data.features, np.sort(rows))[np.argsort(np.argsort(rows))], np.float32)
+        # a map's pages dropped as read, in file order: one chunk's pages at a time in this process's RSS (issue #38)
+        x = np.asarray(take_rows(data.features, rows), np.float32)
         return x, stream(data_digest(rows, x))
     if data.texts is None or data.extractor is None:
         raise ValueError("This client has no texts to extract from (a snapshot holds cached features only); "
@@ -361,7 +361,7 @@ def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dic
         raise ValueError(f"client {client}: asked to evaluate record(s) {foreign[:10].tolist()} that it does not "
                          "hold; nothing was evaluated.")
     if data.features is not None:
-        x = np.asarray(take_rows(data.features, np.sort(rows))[np.argsort(np.argsort(rows))], np.float32)
+        x = np.asarray(take_rows(data.features, rows), np.float32)  # read in file order, back in ``rows``' order
     elif data.texts is not None and data.extractor is not None:
         pairs = None if data.text_pairs is None else [data.text_pairs[i] for i in rows]
         x = np.asarray(data.extractor.extract([data.texts[i] for i in rows], pairs, progress=False), np.float32)

@@ -214,11 +214,10 @@ class ClassStats:
         uploaded) and s^2 the uploads' spread about the class mean, which under RR includes the OTHER classes'
         mean differences (every upload enters every class's sum): `shrunk_means` takes the uploads' total spread
         about the grand mean for it (`total_trace`). With R = I this is the exact-label formula."""
+        counts = np.maximum(self.counts, 1.0)
         if self.label_noise is None:
-            counts = np.maximum(self.counts, 1.0)
             n = max(float(counts.sum()), 1.0)
             return (1.0 - counts / n) ** 2 / counts + (n - counts) / n ** 2
-        counts = np.maximum(self.counts, 1.0)
         n = max(float(self.counts.sum()), 1.0)
         return np.clip(self.label_noise / counts ** 2 - 1.0 / n, 0.0, None)
 
