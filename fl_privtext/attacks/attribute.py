@@ -107,10 +107,6 @@ def _log_sigmoid(s: np.ndarray) -> np.ndarray:
     return -np.logaddexp(0.0, -s)
 
 
-def _group(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return group_rows(users)
-
-
 class UserScores:
     """`combine`'s per-user scores accumulated over row chunks: ``add(rows, logpost)`` for the uploads at positions
     ``rows`` (a slice of the grouped uploads), in order; ``result()`` the (U, k) scores. ``np.add.at`` adds in row
@@ -140,7 +136,7 @@ class UserScores:
 def combine(logpost: np.ndarray, users: np.ndarray, log_prior: np.ndarray, how: str,
             multilabel: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per-user scores from per-upload log posteriors (n, k): returns (users (U,), scores (U, k))."""
-    uniq, inv = _group(users)
+    uniq, inv = group_rows(users)
     acc = UserScores(inv, len(uniq), logpost.shape[1], log_prior, how, multilabel)
     acc.add(slice(None), logpost)
     return uniq, acc.result()
@@ -166,7 +162,7 @@ def _decide_rows(logpost: np.ndarray, multilabel: bool) -> np.ndarray:
 
 def user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A user's attribute = its most frequent value over its uploads (user-level attributes are constant)."""
-    uniq, inv = _group(users)
+    uniq, inv = group_rows(users)
     if values.ndim == 2:
         sums = np.zeros((len(uniq), values.shape[1]))
         np.add.at(sums, inv, values)
