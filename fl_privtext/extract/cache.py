@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from fl_privtext.datafiles import resolve_cache_dir
+from fl_privtext.memory import drop_dataset_pages, drop_mapped_pages
 from fl_privtext.progress import progress_bar
 
 if TYPE_CHECKING:
@@ -338,8 +339,10 @@ def extract_cached(
 
 def _checksums(arr: np.ndarray, rows: int) -> dict[str, Any]:
     """A sha256 per block of ``rows`` rows of ``arr`` (the sidecar's chunk_rows / chunk_sha256)."""
-    sums = [hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4").tobytes()).hexdigest()
-            for a in range(0, len(arr), rows)]
+    sums = []
+    for a in range(0, len(arr), rows):
+        sums.append(hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4").tobytes()).hexdigest())
+        drop_mapped_pages(arr)  # a mapped array read whole would end resident (issue #38)
     return {"chunk_rows": rows, "chunk_sha256": sums}
 
 
@@ -377,6 +380,7 @@ def _damaged(cache: EmbeddingCache, key: str, arr: np.ndarray) -> list[tuple[int
         if (sums is not None and hashlib.sha256(np.ascontiguousarray(block, "<f4").tobytes()).hexdigest()
                 != sums[i]) or not np.isfinite(block).all():
             bad.append((a, min(len(arr), a + rows)))
+        drop_mapped_pages(arr)  # the check reads the whole map: its pages go block by block (3M users: +1.2 GB)
     if sums is None and not bad:
         with contextlib.suppress(OSError):
             cache._write_meta(key, arr.shape, {**meta, **_checksums(arr, rows)})
@@ -454,6 +458,7 @@ def _extract_resumable(cache: EmbeddingCache, key: str, ds: _DatasetLike, extrac
             _atomic_write_bytes(path, lambda f, a=part: np.save(f, a, allow_pickle=False))
             for k, v in (last or {}).items():
                 stats[k] = stats.get(k, 0) + int(v)
+            drop_dataset_pages(ds)  # the texts read for this chunk: otherwise the whole file ends resident (issue #38)
             bar.update(stop - start)
     metadata = {**metadata, "extract_seconds": round(time.perf_counter() - t0, 3)}
     if stats:

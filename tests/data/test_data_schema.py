@@ -220,3 +220,18 @@ def test_lazy_text_column_and_user_index_match_the_eager_accessors():
     uniq, inv = np.unique(ds.user_ids, return_inverse=True)
     np.testing.assert_array_equal(ds.user_index, inv)
     assert ds.num_users == len(uniq)
+
+
+def test_user_index_from_arrow_orders_ids_as_numpy_does_beyond_ascii():
+    """`user_index` sorts the distinct ids in Arrow (UTF-8 byte order); numpy sorts str by code point: the same order
+    for every string, which ids mixing cases, digits, accents, CJK and astral characters must show."""
+    from fl_privtext.data.schema import make_text_dataset
+    from fl_privtext.data.splits import user_index
+
+    ids = ["zoë", "Zoe", "ü", "u", "10", "9", "東京", "😀", "é", "e\u0301", "zoë", "9", "a b", "A"]
+    ds = make_text_dataset("ids", texts=[f"text {i}" for i in range(len(ids))], user_ids=ids)
+    uniq, inv = np.unique(np.asarray(ids, dtype=str), return_inverse=True)
+    np.testing.assert_array_equal(ds.user_index, inv)
+    names, index = user_index(ds)
+    assert names.tolist() == uniq.tolist() and ds.num_users == len(uniq)
+    np.testing.assert_array_equal(index, inv)
