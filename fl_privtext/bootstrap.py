@@ -32,11 +32,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ACCURACY", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "counts_bootstrap", "interval_keys",
-           "seeds_interval", "sums_bootstrap", "user_counts", "user_sums"]
+__all__ = ["ACCURACY", "EXACT_FLOAT32", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "compact_counts",
+           "counts_bootstrap", "interval_keys", "seeds_interval", "sums_bootstrap", "user_counts", "user_sums"]
 
 N_BOOT = 2000
 _CHUNK_CELLS = 1 << 22  # replicates x users per block: bounds the weight matrix at ~32 MB of float64
+_WIDEN_USERS = 1 << 18  # users of float32 sums widened to float64 at a time (`sums_bootstrap`)
+EXACT_FLOAT32 = 1 << 24  # integers up to this are exact in float32 (24-bit significand)
+
+
+def compact_counts(sums: np.ndarray, most: int) -> np.ndarray:
+    """Per-user sums of 0/1 (or small integer) columns as float32 when every sum is an integer below
+    `EXACT_FLOAT32` (``most``: an upper bound on any sum, e.g. a user's largest number of records): the same
+    numbers in half the memory (a referee holds (target users x columns) per attribute, ~1.3 GB at 8M users in
+    float64, issue #38); otherwise ``sums`` as it is."""
+    return sums.astype(np.float32) if most < EXACT_FLOAT32 else sums
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,15 +199,16 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
     first = per_seed[0].users
     if len(per_seed) == 1 and bool(np.all(first[1:] > first[:-1])):
         # one seed whose users are sorted and distinct (as `user_sums` gives them): its sums as they are, not a
-        # copy (the attack's referee holds a (target users x columns) block per attribute, issue #38)
-        ids, sums = first, np.asarray(per_seed[0].sums, np.float64)[None]  # (1, U, K)
+        # copy (the attack's referee holds a (target users x columns) block per attribute, issue #38); float32
+        # sums (integer counts, exact in it: `compact_counts`) are widened a block of users at a time below
+        ids, sums = first, per_seed[0].sums[None]  # (1, U, K)
     else:
         ids = np.unique(np.concatenate([s.users for s in per_seed]))
         sums = np.zeros((len(per_seed), len(ids), width.pop()))  # (S, U, K)
         for i, s in enumerate(per_seed):
             sums[i, np.searchsorted(ids, s.users)] = s.sums
     num_users = len(ids)
-    seed_fig = {name: f.value(sums.sum(axis=1)) for name, f in figures.items()}  # (S,) each
+    seed_fig = {name: f.value(sums.sum(axis=1, dtype=np.float64)) for name, f in figures.items()}  # (S,) each
     bad = [name for name, v in seed_fig.items() if np.isnan(v).any()]
     if bad:
         raise ValueError(f"sums_bootstrap: a seed whose figure is undefined (no records): {bad}.")
@@ -207,7 +218,13 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
         b = min(chunk, n_boot - start)
         w = _replicate_counts(g, b, num_users)  # (b, U)
         # (b, S, K) by BLAS, ~10x einsum's loop; counts and integer sums are exact in any order
-        pooled = np.ascontiguousarray(np.matmul(w, sums).transpose(1, 0, 2))
+        if sums.dtype == np.float64:
+            pooled = np.ascontiguousarray(np.matmul(w, sums).transpose(1, 0, 2))
+        else:  # integer counts held narrower: widened _WIDEN_USERS users at a time, the same exact sums
+            pooled = np.zeros((b, sums.shape[0], sums.shape[2]))
+            for u in range(0, num_users, _WIDEN_USERS):
+                pooled += np.matmul(w[:, u : u + _WIDEN_USERS], sums[:, u : u + _WIDEN_USERS].astype(np.float64)
+                                    ).transpose(1, 0, 2)
         for name, f in figures.items():
             v = f.value(pooled)  # (b, S)
             stats[name][start:start + b] = np.where(np.isnan(v), seed_fig[name], v).mean(axis=1)

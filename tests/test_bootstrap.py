@@ -252,3 +252,23 @@ def test_one_seeds_sums_are_read_in_place_with_the_figures_of_the_copying_path()
     flipped = UserSums(one.users[::-1].copy(), one.sums[::-1].copy())
     got = sums_bootstrap([one], {"accuracy": ACCURACY}, generator(3, "t"))
     assert got == sums_bootstrap([flipped], {"accuracy": ACCURACY}, generator(3, "t"))
+
+
+def test_sums_bootstrap_of_float32_counts_equals_the_float64_one_bit_for_bit():
+    """Counts held in float32 (`compact_counts`, the attack referee's per-user sums) widen a block of users at a
+    time: the same replicates and the same interval as the float64 sums, to the last bit (integer sums are exact in
+    any order), with more users than one widening block."""
+    from fl_privtext import bootstrap as b
+
+    g = np.random.default_rng(3)
+    users = np.arange(b._WIDEN_USERS + 1234)
+    right = g.integers(0, 4, len(users)).astype(np.float64)
+    sums = np.stack([np.full(len(users), 4.0), right, np.minimum(right, 2.0)], axis=1)
+    figures = {"accuracy": b.Ratios(np.eye(3)[[1]], np.eye(3)[[0]]),
+               "advantage": b.Ratios(np.eye(3)[[1]] - np.eye(3)[[2]], np.eye(3)[[0]], low=-1.0)}
+    wide = b.sums_bootstrap([b.UserSums(users, sums)], figures, np.random.default_rng(7), n_boot=40)
+    narrow_sums = b.compact_counts(sums, 4)
+    assert narrow_sums.dtype == np.float32 and np.array_equal(narrow_sums, sums)
+    narrow = b.sums_bootstrap([b.UserSums(users, narrow_sums)], figures, np.random.default_rng(7), n_boot=40)
+    assert narrow == wide
+    assert b.compact_counts(sums, b.EXACT_FLOAT32).dtype == np.float64  # not exact in float32: kept as it is

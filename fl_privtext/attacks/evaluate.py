@@ -25,7 +25,15 @@ from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
-from fl_privtext.bootstrap import Ratios, UserSums, interval_keys, sums_bootstrap, user_sums
+from fl_privtext.bootstrap import (
+    EXACT_FLOAT32,
+    Ratios,
+    UserSums,
+    compact_counts,
+    interval_keys,
+    sums_bootstrap,
+    user_sums,
+)
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.names import ATTACKS
@@ -244,9 +252,13 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     # `user_sums` of `upload_figures`' columns, built `row_chunks` at a time (in row order: each user's sums add
     # in the order of one call) instead of one (targets x C) float64 array (issue #38)
     users, inv = group_rows(np.asarray(owners, np.int64), idx)
-    per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k))
+    # a column's per-user sum is at most the user's records (times the classes, multilabel's cell counts): integers
+    # exact in float32 below EXACT_FLOAT32, so the sums are held in it (`compact_counts`), the same numbers
+    records = len(idx) if len(idx) < EXACT_FLOAT32 else int(np.bincount(inv).max())
+    dtype = compact_counts(np.zeros(0), records * (z.shape[1] if multilabel else 1)).dtype
+    per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k), dtype)
     for c in row_chunks(len(idx)):
-        np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel))
+        np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel).astype(dtype))
     del inv  # (targets,): not held through the bootstrap
     sums = UserSums(users, per_user)
     figures = _upload_ratios(k, multilabel, bool(per_user[:, 4:].sum() > 0) if multilabel else True)
