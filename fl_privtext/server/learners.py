@@ -21,6 +21,27 @@ MiniLM, PrivUnitG, 8k uploads, 10 classes with 39 to 2,127 uploads each, majorit
 48% / 58% (majority 59%). The uncorrected term penalises exactly the classes whose means are least resolved; as n
 grows both rules tend to the Bayes rule. ``tests/server/test_server_learners.py`` keeps the failing case.
 
+Why the clean heads keep the UNSHRUNK means (measured 2026-11-29, issue #37 item 3: the frontier's MiniLM cells under
+PrivUnitG at true epsilon, blog 1 / 2 / 4 / 8 / 16 and AG news 1 / 4 / 8, seeds 0-2, exact on device). Where the LDA
+loses to the linear head (blog, seed 0: 27.4% against 31.7% at epsilon 1, 37.1% against 41.4% at 2) the plug-in means
+are mostly noise: the deviation's error v_k tr S_w (`ClassStats.deviation_error`, calibrated: E||m_k - grand||^2 - v_k
+tr S_w matched the squared deviations of the referee's clean class means to within 4% of the error on average) is
+26-540x the squared deviation at epsilon 1, 7-140x at 2 and 2-38x at 4 (seed 0), so the plug-in penalty tr(Sigma^-1 S_w)
+v_k / 2 (48 to 3,553 nats at epsilon 2) decides the rule, which then predicts only the 2-3 largest of the 10 classes.
+The covariance is not the cause there (the referee's class means with this head's covariance: 60-63% at every epsilon),
+nor the JS factor's error term (above), nor the means' error left out of the covariance (Sigma + S_w / n: no gain).
+Putting the James-Stein means in the clean head (per class as `shrunk_means`, in the Sigma^-1 metric, or one
+count-weighted factor for all classes) gains up to 10 points on blog at epsilon 2-4 (epsilon 2: 44.5-47.1% in seeds 0-1,
+40.1-41.5% in seed 2; epsilon 4: 54.0-56.5%; epsilon 1: -4 to +6) but costs AG news 0.5-4.9 points in every cell (blog
+at epsilon 16: up to 1.6). Why: on AG news the clean covariance is wrong along the classes' own directions (the top
+clean eigenvalue, 0.094, lies inside the noise edge at epsilon 4 and `soft_spectrum` returns 0.006 along its direction),
+so the rare classes' separations are overstated and the prior's shift toward the majority too small: with the referee's
+class means and this covariance AG scores 55-58% at epsilon 1-4, below the constant's 58.7% (75% with the referee's
+covariance too), and the shrunk means over-predict the 4% class 3x. The plug-in penalty suppresses exactly those
+classes. Shrinking the clean means therefore waits for a covariance that is right along the discriminant directions; no
+server-side rule found tells the two regimes apart (the Gaussian-model estimate `selection.clean_accuracy`, out of fold,
+ranks them backwards on blog at epsilon 2).
+
 The moment learners (centroid, lda) read only sufficient statistics (`ClassStats`: per-class counts and sums, the
 total second moment), accumulated in chunks: O(K D + D^2) memory whatever the number of uploads; from uploads on
 disk (a memory map, `fl_privtext.memory.rows_on_disk`) each chunk's pages are dropped once it is summed, so the
