@@ -42,12 +42,12 @@ class AttackView:
     """Observed traffic and public knowledge of one seed (arrays read-only)."""
 
     uploads: np.ndarray  # (N, D) float32 payloads as observed on the wire
-    labels: np.ndarray  # (N,) int64 task labels as uploaded (randomized when labels_in_clear is False)
+    labels: np.ndarray  # (N,) integer task labels as uploaded (randomized when labels_in_clear is False)
     labels_in_clear: bool
     num_labels: int  # number of task classes (0: no task label uploaded)
     label_epsilon: float  # epsilon of the label randomizer (0 when labels are in the clear): public parameter
-    sender: np.ndarray  # (N,) int64 sending node of each upload
-    user: np.ndarray  # (N,) int64 user pseudonym of each upload
+    sender: np.ndarray  # (N,) integer sending node of each upload
+    user: np.ndarray  # (N,) integer user pseudonym of each upload (`observe` holds these in their narrowest type)
     mechanism: Any  # fl_privtext.privacy.Mechanism: name and parameters are public (Kerckhoffs)
     known: dict[str, KnownAttribute]  # attribute name -> what the aux users disclosed
     public_texts: tuple[str, ...]  # texts the attacker holds (aux users' posts)

@@ -15,6 +15,8 @@ import numpy as np
 
 from fl_privtext.client.upload import ClientData
 from fl_privtext.data import TextDataset
+from fl_privtext.data.splits import Roles
+from fl_privtext.memory import narrowest
 
 __all__ = ["Prepared"]
 
@@ -24,7 +26,8 @@ class Prepared:
     """Everything both sides derive deterministically from the config (no randomness from the privatization)."""
 
     ds: TextDataset
-    roles: np.ndarray  # (N,) "train" | "test" | "aux", split by user (data.split: random, or the source's splits)
+    roles: Roles | np.ndarray  # (N,) "train" | "test" | "aux", split by user (data.split: random, or the source's
+    # splits): `fl_privtext.data.splits.Roles` (one byte a record) from `prepare`
     shards: list[np.ndarray]  # row indices per virtual client
     extractor: Any
     features: np.ndarray | None  # (N, dim) cached extractor output (memmap), None when not cached
@@ -32,7 +35,8 @@ class Prepared:
 
     @cached_property
     def client(self) -> ClientData:
-        """The clients' side of the data (what `fl_privtext.client.client_upload` reads)."""
-        return ClientData(shards=self.shards, labels=self.ds.labels, num_classes=len(self.ds.label_names),
+        """The clients' side of the data (what `fl_privtext.client.client_upload` reads); its labels in their
+        narrowest integer type (held by the driver through the run; the readers widen what they take)."""
+        return ClientData(shards=self.shards, labels=narrowest(self.ds.labels), num_classes=len(self.ds.label_names),
                           features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
                           extractor=self.extractor, users=self.ds.user_index, test=self.roles == "test")

@@ -32,7 +32,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, FederationConfig
-from fl_privtext.memory import take_rows
+from fl_privtext.memory import narrowest, take_rows
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
 from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
@@ -197,23 +197,12 @@ class ClientData:
         # each actor holds these through the run: in the narrowest type that holds them (int64 rows, labels and
         # users took 24 bytes a record in every actor: ~0.9 GB per actor at 10M synthetic users, issue #38); the
         # readers widen the rows they take to int64
-        rows, labels = _narrow(rows), _narrow(labels)
-        users = None if users is None else _narrow(users)
+        rows, labels = narrowest(rows), narrowest(labels)
+        users = None if users is None else narrowest(users)
         shards = [rows[a:b] for a, b in itertools.pairwise(offsets)]
         for arr in (labels, *shards):
             arr.setflags(write=False)
         return cls(shards=shards, labels=labels, num_classes=num_classes, features=features, users=users, test=test)
-
-
-def _narrow(a: np.ndarray) -> np.ndarray:
-    """``a`` (integers) in the narrowest of int8 / int16 / int32 / int64 that holds its values."""
-    if not len(a):
-        return a
-    lo, hi = int(a.min()), int(a.max())
-    for t in (np.int8, np.int16, np.int32):
-        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return a.astype(t)
-    return a
 
 
 @dataclass(frozen=True)

@@ -241,12 +241,13 @@ class PointTransport:
     def phase_b(self) -> Grid:
         return self.grid if self.grid is not None else self.eaves
 
-    def shuffle(self, roles: np.ndarray) -> None:
+    def shuffle(self, roles: Sequence[str] | np.ndarray) -> None:
         """Set the shuffler for this point: on under ``federation.shuffle`` (cohorts by role, pseudonyms after the
         record ids), else off."""
         if self.shuffler is not None:
             on = self.cfg.federation.shuffle
-            self.shuffler.configure(on=on, cohorts=roles if on else None, first_pseudonym=len(roles) if on else 0)
+            self.shuffler.configure(on=on, cohorts=np.asarray(roles) if on else None,  # the names, as an array
+                                    first_pseudonym=len(roles) if on else 0)
 
     def train_encoder(self, prep: Any, *, keep_updates: bool | None = None, grid: Grid | None = None
                       ) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import numpy as np
 from fl_privtext.client.prepared import Prepared
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
+from fl_privtext.data.splits import Roles
 from fl_privtext.datafiles import records_per_user
 from fl_privtext.memory import drop_dataset_pages, drop_mapped_pages, return_freed_arrays
 from fl_privtext.threads import limited, usable_cores
@@ -69,17 +70,17 @@ def load(cfg: ExperimentConfig) -> TextDataset:
 
 @functools.lru_cache(maxsize=8)
 def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int, num_clients: int, scheme: str,
-           alpha: float) -> tuple[np.ndarray, list[np.ndarray]]:
+           alpha: float) -> tuple[Roles, list[np.ndarray]]:
     """User roles (``data.split``: random by user, or the source's own splits) and client shards, memoised:
     validation, the driver, the server and every point of a sweep that shares data and federation settings reuse
     one split (read-only arrays)."""
     ds = _load(key)
-    if split == "source":
-        roles = source_roles(ds)
-    else:
-        roles = assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed)
+    # one byte a record (`Roles`), not the "<U5" names (20): held by the driver through the run (issue #38)
+    roles = Roles.of(source_roles(ds) if split == "source" else
+                     assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed))
     shards = partition_users(ds, np.arange(len(ds)), num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
-    for arr in (roles, *shards):
+    roles.setflags(write=False)
+    for arr in shards:
         arr.setflags(write=False)
     # the users' ids as a '<U' array (28 bytes a record at 1M users) were read for the roles and shards only: the
     # run reads ``user_index`` from here on (the ids are rebuilt from the Arrow column if anything asks again)

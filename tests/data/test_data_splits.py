@@ -276,3 +276,25 @@ def test_snips_and_mrpc_source_splits(data_root, name, test_rows, known_rows):
 
     roles = source_roles(load_dataset(name, data_root=data_root))
     assert ((roles == "test").sum(), (roles == "aux").sum()) == (test_rows, known_rows)
+
+
+def test_roles_in_one_byte_answer_as_the_names_do():
+    """`Roles` (what `prepare` holds) answers every question the platform asks of the "<U5" names the same way,
+    and fails on a name that is not a role instead of answering for its codes."""
+    from fl_privtext.data.splits import Roles
+
+    names = assign_roles(np.asarray([f"u{i % 37}" for i in range(500)]), test_frac=0.2, aux_frac=0.3, seed=4)
+    roles = Roles.of(names)
+    assert roles.codes.dtype == np.int8 and roles.codes.nbytes == len(names)
+    rows = np.random.default_rng(0).permutation(500)[:123]
+    for role in ("train", "test", "aux", "nobody"):
+        np.testing.assert_array_equal(roles == role, names == role)
+        np.testing.assert_array_equal(roles != role, names != role)
+        np.testing.assert_array_equal(roles[rows] == role, names[rows] == role)
+        assert (role in roles) == (role in names.tolist())
+    assert [roles[i] for i in (0, 7, 499)] == [str(names[i]) for i in (0, 7, 499)]
+    assert list(roles) == names.tolist() and len(roles) == len(names) and roles.shape == names.shape
+    np.testing.assert_array_equal(np.asarray(roles), names)
+    assert "train" not in Roles.of(np.asarray(["test", "aux"]))
+    with pytest.raises(ValueError, match="one of"):
+        Roles.of(np.asarray(["train", "tset"]))
