@@ -248,6 +248,7 @@ def main() -> None:
         cfg = _config(args, cache_dir, output)
         with timeline.stage("generate"):
             ds = pipeline.load(cfg)
+            runner.validate(cfg)  # the run's checks, its memory budget included, before the extraction (as the CLI)
         with timeline.stage("extract"):
             pipeline.prepare(cfg, features="extract")
         timeline.wrap(server_app, "collect", "upload rounds")  # each round: queries out, replies merged

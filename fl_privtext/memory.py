@@ -129,10 +129,18 @@ GB = 1024**3
 # and 2.01 at 200k (~1.0 GB per million users; the steepest stage, the attacks, 1.2), which alone would say
 # ~1.5 copies; but a cold 1M run peaked at 3.67 GB in the on-device round (the actors' transient, not yet
 # found), above that estimate (3.1 GB), so COPIES stays 2.8 (estimates 1M 4.0, 200k 2.3: above all these peaks).
-BASE_GB = 1.3
+# The thirteenth session (benchmarks/README.md, "Ten million users") measured 3M users for the first time: with
+# the twelfth session's code the peak's slope from 1M to 3M was ~0.34 GB per million users after the fingerprint's,
+# extraction's and user index's transients went (generate 3.05 -> 1.15 GB, extract 4.21 -> 2.19 at 3M), with the
+# per-record columns in their narrowest types since: what grows is integer columns (user, roles, shards, the view's
+# labels / senders / users, the referee's per-user sums), no longer float copies of the representations, which stay
+# on disk between stages. The old model (2.8 copies: 23.0 GB at 10M) refused a 10M run that needs ~8. Recalibrated
+# on the measured peaks (1M cached 2.65 GB, 3M cold 3.65 GB: estimates 2.81 and 4.04 GB; 10M 8.3 GB), keeping half a
+# float copy per record as the hedge for wider representations (384-dimensional MiniLM: +0.77 kB a record).
+BASE_GB = 1.6
 ACTOR_GB = 0.3
-COPIES = 2.8
-COLUMN_BYTES = 60
+COPIES = 0.5
+COLUMN_BYTES = 80
 
 
 def machine_memory_gb() -> float:
