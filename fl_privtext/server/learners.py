@@ -38,9 +38,15 @@ clean eigenvalue, 0.094, lies inside the noise edge at epsilon 4 and `soft_spect
 so the rare classes' separations are overstated and the prior's shift toward the majority too small: with the referee's
 class means and this covariance AG scores 55-58% at epsilon 1-4, below the constant's 58.7% (75% with the referee's
 covariance too), and the shrunk means over-predict the 4% class 3x. The plug-in penalty suppresses exactly those
-classes. Shrinking the clean means therefore waits for a covariance that is right along the discriminant directions; no
-server-side rule found tells the two regimes apart (the Gaussian-model estimate `selection.clean_accuracy`, out of fold,
-ranks them backwards on blog at epsilon 2).
+classes. A covariance made right along the class-mean directions does not rescue shrunk means (measured the same day on
+the same 24 cells: the variance along those directions estimated from uploads cross-fitted by user, block
+replacements of `soft_spectrum`'s estimate, reduced-rank LDA, Sigma + mean(v_k) S_w; and as oracles, the referee's
+variances along them or its whole clean covariance): with the noisy means a more correct covariance makes the head
+worse (the referee's clean covariance with the server's means: blog 2-27%, AG 36-59%), so `soft_spectrum`'s floor is
+regularisation the noisy means need, and the obstacle is the means' noise as the inverse covariance weighs it. The
+best rule tried met the 2-point goal in 22 of 24 cells but lost 1.8 points at blog epsilon 16; none reached blog
+epsilon 1 seed 0. No server-side rule found tells the two regimes apart (the Gaussian-model estimate
+`selection.clean_accuracy`, out of fold, ranks them backwards on blog at epsilon 2).
 
 The moment learners (centroid, lda) read only sufficient statistics (`ClassStats`: per-class counts and sums, the
 total second moment), accumulated in chunks: O(K D + D^2) memory whatever the number of uploads; from uploads on
