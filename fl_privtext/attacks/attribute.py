@@ -59,7 +59,7 @@ from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
-from fl_privtext.memory import take_rows
+from fl_privtext.memory import narrowest, take_rows
 from fl_privtext.names import ATTACK_FAMILIES, LEARNERS
 from fl_privtext.server.learners import Linear, make_learner, quiet_solver
 from fl_privtext.server.noise import NoiseLaw
@@ -496,7 +496,7 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
     prob = _Problem(view, view.known[name])
     xs = prob.inputs(prob.idx).astype(np.float64)
     mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
-    targets = np.flatnonzero(view.target_mask())
+    targets = narrowest(np.flatnonzero(view.target_mask()))  # (targets,): int32 below 2**31 uploads
     zs = prob.z[:, None] if not prob.multilabel else prob.z
     width = 2 if prob.multilabel else prob.k
     # one model per column (each class of a multilabel attribute); None: one value among the aux users
@@ -633,7 +633,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     # The targets, scored `row_chunks` at a time (issue #38: millions of uploads at a million users): per chunk,
     # each answering model's log posteriors become the uploads' decisions and its users' running `combine` sums
     # (the same bits as whole arrays: `UserScores`); nothing (targets x k) in float64 is ever held.
-    targets = np.flatnonzero(view.target_mask())
+    targets = narrowest(np.flatnonzero(view.target_mask()))  # (targets,): int32 below 2**31 uploads
     users_t, inv_t = group_rows(view.user, targets)
     shape = (len(targets), prob.k) if prob.multilabel else (len(targets),)
     all_train = positions

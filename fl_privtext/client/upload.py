@@ -32,7 +32,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, FederationConfig
-from fl_privtext.memory import narrowest, take_rows
+from fl_privtext.memory import drop_mapped_pages, narrowest, take_rows
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
 from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
@@ -147,9 +147,9 @@ class ClientData:
         return h.hexdigest()[:32]
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write a snapshot (shards, labels, the path of the cached features) named by its content; return it.
-
-        Needs memory-mapped cached features: the snapshot points at the cache file instead of copying it."""
+        """Write a snapshot (shards, labels, users, test flags, the path of the cached features) named by its
+        content; return it: a folder of ``.npy`` files, each column in its narrowest integer type, that `load`
+        maps. Needs memory-mapped cached features: the snapshot points at the cache file instead of copying it."""
         if not isinstance(self.features, np.memmap) or self.features.filename is None:
             raise ValueError("A client-data snapshot needs memory-mapped cached features (extract into the cache "
                              "first).")
@@ -164,45 +164,59 @@ class ClientData:
         for part in (rows, offsets, labels, np.int64(self.num_classes), users, test):
             h.update(np.ascontiguousarray(part).tobytes())
         h.update(f"{feature_path}:{self.features.shape}:{self.features.dtype}".encode())
-        path = Path(directory) / "clients" / f"{h.hexdigest()[:32]}.npz"
-        if not path.exists():
+        path = Path(directory) / "clients" / h.hexdigest()[:32]
+        if not (path / _SNAPSHOT_META).is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz.tmp")
+            tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
             try:
-                with os.fdopen(fd, "wb") as fh:
-                    np.savez(fh, rows=rows, offsets=offsets, labels=labels, num_classes=np.int64(self.num_classes),
-                             features=np.array(feature_path), users=users, test=test)
+                for name, a in (("rows", narrowest(rows)), ("offsets", offsets), ("labels", narrowest(labels)),
+                                ("users", narrowest(users)), ("test", test)):
+                    np.save(tmp / f"{name}.npy", a, allow_pickle=False)
+                (tmp / _SNAPSHOT_META).write_text(json.dumps({"num_classes": int(self.num_classes),
+                                                              "features": feature_path}))
                 os.replace(tmp, path)  # atomic: concurrent drivers write identical content
+            except OSError:
+                if not (path / _SNAPSHOT_META).is_file():
+                    raise
             finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
+                if tmp.exists():
+                    for f in tmp.iterdir():
+                        f.unlink()
+                    tmp.rmdir()
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ClientData:
-        """Map a snapshot written by `save` (features stay on disk, memory-mapped)."""
+        """Map a snapshot written by `save`: its columns and the features stay on disk, memory-mapped, and a
+        client's reads of them are given back after each reply (`drop_pages`). Each Ray actor held the whole
+        snapshot in memory before (24 bytes a record as int64, 9 narrowed: 0.8 GB per actor at 10M synthetic
+        users, issue #38)."""
+        path = Path(path)
         try:
-            with np.load(path) as z:
-                rows, offsets, labels = z["rows"], z["offsets"], z["labels"]
-                num_classes, feature_path = int(z["num_classes"]), str(z["features"])
-                users = z["users"] if "users" in z.files else None
-                test = z["test"] if "test" in z.files else None
-        except (OSError, KeyError, ValueError) as exc:
+            meta = json.loads((path / _SNAPSHOT_META).read_text())
+            cols = {k: np.load(path / f"{k}.npy", mmap_mode="r", allow_pickle=False)
+                    for k in ("rows", "offsets", "labels", "users", "test")}
+            num_classes, feature_path = int(meta["num_classes"]), str(meta["features"])
+        except (OSError, KeyError, ValueError, TypeError) as exc:
             raise ValueError(f"{path}: not a client-data snapshot ({exc}).") from exc
         try:
             features = np.load(feature_path, mmap_mode="r")
         except OSError as exc:
             raise ValueError(f"{path}: the cached features it points at are unreadable ({exc}); rerun the "
                              "driver to re-extract them.") from exc
-        # each actor holds these through the run: in the narrowest type that holds them (int64 rows, labels and
-        # users took 24 bytes a record in every actor: ~0.9 GB per actor at 10M synthetic users, issue #38); the
-        # readers widen the rows they take to int64
-        rows, labels = narrowest(rows), narrowest(labels)
-        users = None if users is None else narrowest(users)
-        shards = [rows[a:b] for a, b in itertools.pairwise(offsets)]
-        for arr in (labels, *shards):
-            arr.setflags(write=False)
-        return cls(shards=shards, labels=labels, num_classes=num_classes, features=features, users=users, test=test)
+        offsets = np.asarray(cols["offsets"], np.int64)
+        shards = [cols["rows"][a:b] for a, b in itertools.pairwise(offsets)]
+        return cls(shards=shards, labels=cols["labels"], num_classes=num_classes, features=features,
+                   users=cols["users"], test=cols["test"])
+
+    def drop_pages(self) -> None:
+        """Give back this process's pages of every mapped array (features, and a snapshot's columns: `load`);
+        they stay in the page cache and read back the same. Called after each reply."""
+        for a in (self.features, self.labels, self.users, self.test, *self.shards[:1]):
+            drop_mapped_pages(a)
+
+
+_SNAPSHOT_META = "snapshot.json"
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,6 @@ from fl_privtext.federation.client_data import Prepare, data_mod, request_config
 from fl_privtext.federation.replies import ledger_record, refusal
 from fl_privtext.federation.secagg import secagg_mod
 from fl_privtext.federation.train_handlers import phase_b_data, register
-from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.threads import apply_torch_threads, share
 
 
@@ -98,7 +97,7 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
                                      state_dir=state_dir_from(nc), client_seed=client_seed, data_key=data_key)
     else:  # the old behaviour: whatever the server asks
         up = client_upload(data, client, rnd, seed, cfg, client_seed=client_seed)
-    drop_mapped_pages(data.features)  # the rows read stay in the page cache, not in this actor's RSS (issue #38)
+    data.drop_pages()  # the rows read stay in the page cache, not in this actor's RSS (issue #38)
     t2 = time.perf_counter()
     content = RecordDict(
         {
@@ -135,7 +134,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     answer, charged = release_on_device(data, client, cfg, seed, model, policy=policy_from(nc, dict(context.run_config)),
                                         state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
                                         data_key=data_key, stage=stage)
-    drop_mapped_pages(data.features)
+    data.drop_pages()
     return Message(RecordDict({"answer": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in answer.items()}),
                                "ledger": ledger_record(charged)}), reply_to=msg)
 

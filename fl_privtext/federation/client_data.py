@@ -64,8 +64,10 @@ def snapshot_data(flat_items: tuple, snapshot: str, shard_digest: str = "") -> C
     # (the server's hint) is used only when it holds the shard the client's policy names (``shard_digest``).
     if snapshot and shard_digest and os.path.exists(snapshot):  # absent on another machine of a Ray cluster
         data = ClientData.load(snapshot)
-        if data.shard_digest() != shard_digest:
-            raise Refused("shard mismatch", f"the client-data snapshot {snapshot} holds shard {data.shard_digest()}, "
+        digest = data.shard_digest()
+        data.drop_pages()  # the digest read every column of the map
+        if digest != shard_digest:
+            raise Refused("shard mismatch", f"the client-data snapshot {snapshot} holds shard {digest}, "
                           f"this client's policy names {shard_digest}")
         return data
     # the full dataset path (torch and HF datasets are imported there)
