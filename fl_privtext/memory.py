@@ -227,6 +227,7 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
         index = np.flatnonzero(index)
     if not is_mapped(array):
         return np.asarray(array[index])
+    index = index.astype(np.int64, copy=False)  # narrowed positions (`narrowest`) would overflow the span arithmetic
     step = _chunk_rows(chunk)
     out = np.empty((len(index), *array.shape[1:]), array.dtype)
     if not len(index):

@@ -425,3 +425,20 @@ def test_the_attribute_attack_holds_less_than_one_float_array_of_its_targets() -
     one_array = targets * k * 8
     assert peak < one_array, f"peak {peak / 2**20:.0f} MiB, one (targets x k) float64 array {one_array / 2**20:.0f} MiB"
     assert len(guess.target_index) == targets and guess.upload_pred.dtype == np.int8
+
+
+def test_take_rows_of_a_map_takes_narrowed_positions_as_they_are(tmp_path) -> None:
+    """Positions held in a narrow integer type (`memory.narrowest`: the attack's targets, a snapshot's rows) read
+    the same rows as int64 ones: the span arithmetic is widened first (int16 positions overflowed it)."""
+    import numpy as np
+
+    from fl_privtext.memory import narrowest, take_rows
+
+    a = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float32, shape=(30_000, 3))
+    a[:] = np.arange(90_000, dtype=np.float32).reshape(30_000, 3)
+    a.flush()
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    index = np.random.default_rng(1).choice(30_000, 5_000, replace=False)
+    narrow = narrowest(index)
+    assert narrow.dtype == np.int16
+    np.testing.assert_array_equal(take_rows(mapped, narrow), np.asarray(mapped)[index])
