@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ACCURACY", "EXACT_FLOAT32", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "compact_counts",
-           "counts_bootstrap", "interval_keys", "seeds_interval", "sums_bootstrap", "user_counts", "user_sums"]
+__all__ = ["ACCURACY", "EXACT_FLOAT32", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "counts_bootstrap",
+           "counts_dtype", "interval_keys", "seeds_interval", "sums_bootstrap", "user_counts", "user_sums"]
 
 N_BOOT = 2000
 _CHUNK_CELLS = 1 << 22  # replicates x users per block: bounds the weight matrix at ~32 MB of float64
@@ -41,12 +41,12 @@ _WIDEN_USERS = 1 << 18  # users of float32 sums widened to float64 at a time (`s
 EXACT_FLOAT32 = 1 << 24  # integers up to this are exact in float32 (24-bit significand)
 
 
-def compact_counts(sums: np.ndarray, most: int) -> np.ndarray:
-    """Per-user sums of 0/1 (or small integer) columns as float32 when every sum is an integer below
-    `EXACT_FLOAT32` (``most``: an upper bound on any sum, e.g. a user's largest number of records): the same
+def counts_dtype(most: int) -> type[np.floating]:
+    """The type to hold per-user sums of 0/1 (or small integer) columns in: float32 when every sum is an integer
+    below `EXACT_FLOAT32` (``most``: an upper bound on any sum, e.g. a user's largest number of records), the same
     numbers in half the memory (a referee holds (target users x columns) per attribute, ~1.3 GB at 8M users in
-    float64, issue #38); otherwise ``sums`` as it is."""
-    return sums.astype(np.float32) if most < EXACT_FLOAT32 else sums
+    float64, issue #38); otherwise float64."""
+    return np.float32 if most < EXACT_FLOAT32 else np.float64
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,7 +200,7 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
     if len(per_seed) == 1 and bool(np.all(first[1:] > first[:-1])):
         # one seed whose users are sorted and distinct (as `user_sums` gives them): its sums as they are, not a
         # copy (the attack's referee holds a (target users x columns) block per attribute, issue #38); float32
-        # sums (integer counts, exact in it: `compact_counts`) are widened a block of users at a time below
+        # sums (integer counts, exact in it: `counts_dtype`) are widened a block of users at a time below
         ids, sums = first, per_seed[0].sums[None]  # (1, U, K)
     else:
         ids = np.unique(np.concatenate([s.users for s in per_seed]))

@@ -255,7 +255,7 @@ def test_one_seeds_sums_are_read_in_place_with_the_figures_of_the_copying_path()
 
 
 def test_sums_bootstrap_of_float32_counts_equals_the_float64_one_bit_for_bit():
-    """Counts held in float32 (`compact_counts`, the attack referee's per-user sums) widen a block of users at a
+    """Counts held in float32 (`counts_dtype`, the attack referee's per-user sums) widen a block of users at a
     time: the same replicates and the same interval as the float64 sums, to the last bit (integer sums are exact in
     any order), with more users than one widening block."""
     from fl_privtext import bootstrap as b
@@ -267,8 +267,8 @@ def test_sums_bootstrap_of_float32_counts_equals_the_float64_one_bit_for_bit():
     figures = {"accuracy": b.Ratios(np.eye(3)[[1]], np.eye(3)[[0]]),
                "advantage": b.Ratios(np.eye(3)[[1]] - np.eye(3)[[2]], np.eye(3)[[0]], low=-1.0)}
     wide = b.sums_bootstrap([b.UserSums(users, sums)], figures, np.random.default_rng(7), n_boot=40)
-    narrow_sums = b.compact_counts(sums, 4)
+    narrow_sums = sums.astype(b.counts_dtype(4))
     assert narrow_sums.dtype == np.float32 and np.array_equal(narrow_sums, sums)
     narrow = b.sums_bootstrap([b.UserSums(users, narrow_sums)], figures, np.random.default_rng(7), n_boot=40)
     assert narrow == wide
-    assert b.compact_counts(sums, b.EXACT_FLOAT32).dtype == np.float64  # not exact in float32: kept as it is
+    assert b.counts_dtype(b.EXACT_FLOAT32) is np.float64  # not exact in float32: kept as it is

@@ -29,7 +29,7 @@ from fl_privtext.bootstrap import (
     EXACT_FLOAT32,
     Ratios,
     UserSums,
-    compact_counts,
+    counts_dtype,
     interval_keys,
     sums_bootstrap,
     user_sums,
@@ -257,9 +257,9 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     # in the order of one call) instead of one (targets x C) float64 array (issue #38)
     users, inv = group_rows(np.asarray(owners, np.int64), idx)
     # a column's per-user sum is at most the user's records (times the classes, multilabel's cell counts): integers
-    # exact in float32 below EXACT_FLOAT32, so the sums are held in it (`compact_counts`), the same numbers
+    # exact in float32 below EXACT_FLOAT32, so the sums are held in it (`counts_dtype`), the same numbers
     records = len(idx) if len(idx) < EXACT_FLOAT32 else int(np.bincount(inv).max())
-    dtype = compact_counts(np.zeros(0), records * (z.shape[1] if multilabel else 1)).dtype
+    dtype = counts_dtype(records * (z.shape[1] if multilabel else 1))
     per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k), dtype)
     for c in row_chunks(len(idx)):
         np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel).astype(dtype))

@@ -296,7 +296,7 @@ def client_statistics(data: ClientData, client: int, layout: StatsLayout,
     if len(x) and not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations; this client refuses to contribute.")
     users = data.user_of(rows)
-    return user_statistics(x, np.asarray(data.labels[rows], np.int64), users, layout, projection), np.unique(users)
+    return user_statistics(x, data.labels_of(rows), users, layout, projection), np.unique(users)
 
 
 def release_statistics(data: ClientData, client: int, request: ExperimentConfig, seed: int, *,

@@ -135,7 +135,7 @@ def on_device_answer(data: Any, client: int, model: dict[str, np.ndarray] | list
     expected = expected_input(x, PublicSpec.of(cfg), cfg.server.aggregate)
     for m in models:
         validate_model(m, expected.shape[1], data.num_classes)
-    truth = np.asarray(np.asarray(data.labels)[rows], np.int64)
+    truth = data.labels_of(rows)
     # select: each record answers for ONE model, drawn with the client's own randomness
     pick = g.integers(len(models), size=len(rows)) if stage == "select" else np.zeros(len(rows), np.int64)
     correct = np.zeros(len(rows), bool)

@@ -129,6 +129,10 @@ class ClientData:
         rows = np.asarray(rows, np.int64)
         return rows.copy() if self.users is None else np.asarray(np.asarray(self.users)[rows], np.int64)
 
+    def labels_of(self, rows: np.ndarray) -> np.ndarray:
+        """The int64 task labels of ``rows`` (held in their narrowest type: `load`, `Prepared.client`)."""
+        return np.asarray(np.asarray(self.labels)[rows], np.int64)
+
     def shard_digest(self) -> str:
         """sha256 (32 hex digits) of which records each client holds, their users, labels and roles: names the
         shard a client's policy agrees to (`fl_privtext.client.ClientPolicy.shard_digest`), so a client-data
@@ -326,7 +330,7 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
             in_dim = x.shape[1]
             mech = mechanism_for(PublicSpec.of(cfg), in_dim)
         out_x.append(mech.privatize(x, g))
-        y = np.asarray(data.labels[batch], np.int64)
+        y = data.labels_of(batch)
         if cfg.privacy.label_epsilon > 0 and data.num_classes > 1:
             y = label_rr(y, data.num_classes, cfg.privacy.label_epsilon, g)
         out_y.append(np.asarray(y, np.int64))
@@ -389,4 +393,4 @@ def client_on_device(data: ClientData, client: int, rows: np.ndarray, model: dic
     if len(x) and not np.isfinite(x).all():
         raise ValueError(f"client {client}: non-finite representations among the records to evaluate.")
     mech = mechanism_for(PublicSpec.of(cfg), x.shape[1]) if len(x) else None
-    return on_device_counts(x, np.asarray(data.labels[rows], np.int64), mech, model, data.num_classes)
+    return on_device_counts(x, data.labels_of(rows), mech, model, data.num_classes)

@@ -71,7 +71,7 @@ class Roles(Sequence[str]):
         return bool(self._is(role).any())
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._NAMES[self.codes].tolist())
+        return iter(np.asarray(self).tolist())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         names = self._NAMES[self.codes]
