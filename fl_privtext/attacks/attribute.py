@@ -306,7 +306,7 @@ class _Problem:
         xs, z = self.inputs(self.idx[train]), self.z[train]
         seed = int(rng.generator(self.view.seed, "attack", family).integers(2**31))
         learner = make_learner(family, num_classes=self.k, noise=self.law(xs.shape[1]), seed=seed,
-                               linear_c=self.linear_c(seed) if family == "linear" else None)
+                               linear_c=self.linear_c(seed) if family == "linear" else None, noisy_only=True)
         learner.fit(xs, z)
         return lambda rows: _log_softmax(self.score(rows, lambda x: learner.logits(x)))
 

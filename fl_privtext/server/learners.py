@@ -112,7 +112,11 @@ class Learner(Protocol):
 class LearnerInputs:
     """What the server knows when it builds a learner (`make_learner`): each registered factory takes what it needs.
     ``noise``: the mechanism's noise law (or its per-coordinate variance); ``mlp``: MLP keyword arguments (config,
-    generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation)."""
+    generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation);
+    ``noisy_only``: the caller scores noisy uploads only (`logits`) and never exports the clean head, so the moment
+    and linear learners skip building it (the eavesdropper's families: on the published OME's 3,840 bits the clean
+    heads' D x D eigendecompositions and solves were ~20% of a frontier point's CPU; the noisy heads are the same
+    numbers either way)."""
 
     num_classes: int
     noise: np.ndarray | NoiseLaw | None = None
@@ -120,6 +124,7 @@ class LearnerInputs:
     seed: int = 0
     mlp: dict[str, Any] | None = None
     linear_c: float | None = None
+    noisy_only: bool = False
 
 
 def label_rr_matrix(num_classes: int, epsilon: float) -> np.ndarray:
@@ -305,21 +310,35 @@ def shrunk_covariance(cov: np.ndarray, n: float, scale: float, extra_err: float 
     """Shrink ``cov`` towards (tr/D) I with the Ledoit-Wolf oracle weight a = err / (err + dist): err ~ the
     Frobenius error of a covariance estimated from n vectors of total variance ``scale`` ((scale^2 + tr S^2) / n),
     dist = ||S - (tr S / D) I||_F^2. The eigenvalues are first floored at a small positive value (a moment
-    estimate minus the noise law can be indefinite)."""
-    d = cov.shape[0]
+    estimate minus the noise law can be indefinite). The matrix of `shrunk_spectrum`."""
+    vals, vecs = shrunk_spectrum(cov, n, scale, extra_err)
+    return (vecs * vals) @ vecs.T
+
+
+def shrunk_spectrum(cov: np.ndarray, n: float, scale: float, extra_err: float = 0.0
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """`shrunk_covariance` as its eigenvalues and eigenvectors (the matrix is vecs diag(vals) vecs^T): a solve
+    against it is two products with vecs, no D x D reconstruction or factorisation (on the published OME's 3,840
+    bits those were a quarter of the Linear's clean head). The Frobenius norms are the eigenvalues' (V orthonormal):
+    the same numbers as the matrix's up to float rounding."""
     vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
     # the target's scale from the trace (unbiased; the mean of the clipped eigenvalues is inflated by the
     # negative ones a noisy moment estimate has), floored at a small share of the positive part
     mu = max(float(vals.mean()), 1e-3 * float(vals.clip(0).mean()), 1e-12)
     vals = np.maximum(vals, 1e-3 * mu)
-    s = (vecs * vals) @ vecs.T
-    err = (scale ** 2 + float((s * s).sum())) / max(n, 1.0) + extra_err  # + a known added noise's ||E||_F^2
-    dist = float(((s - mu * np.eye(d)) ** 2).sum())
+    err = (scale ** 2 + float((vals * vals).sum())) / max(n, 1.0) + extra_err  # + a known added noise's ||E||_F^2
+    dist = float(((vals - mu) ** 2).sum())
     a = min(1.0, err / max(err + dist, 1e-300))
-    return (1 - a) * s + a * mu * np.eye(d)
+    return (1 - a) * vals + a * mu, vecs
 
 
 def soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray:
+    """The matrix of `soft_eigen`."""
+    vals, vecs = soft_eigen(cov, err, floor)
+    return (vecs * vals) @ vecs.T
+
+
+def soft_eigen(cov: np.ndarray, err: float, floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Regularise a noisy covariance estimate by shrinking each eigenvalue's deviation from their mean mu:
     lambda -> mu + (lambda - mu) max(0, 1 - edge^2 / (lambda - mu)^2), edge = 2 sqrt(err / D) the spectral norm of
     a symmetric noise matrix of Frobenius error^2 ``err`` (semicircle edge 2 sigma sqrt(D), sigma^2 = err / D^2).
@@ -327,7 +346,8 @@ def soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray
     edge^2 / deviation; with err -> 0 it is the estimate itself. mu is floored at ``floor`` (the clean scale's
     resolution), and no eigenvalue is set below its own resolution edge / 2 (or mu, if smaller; at least 1e-3 mu):
     a small eigenvalue is a large precision, and one the noise could have produced would weigh a noise direction
-    most in the discriminant."""
+    most in the discriminant. Returns the new eigenvalues and the eigenvectors (the matrix is vecs diag(vals)
+    vecs^T, `soft_spectrum`): a solve against it is two products with vecs."""
     d = cov.shape[0]
     vals, vecs = np.linalg.eigh((cov + cov.T) / 2)
     mu = max(float(vals.mean()), floor, 1e-12)
@@ -335,7 +355,7 @@ def soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray
     dev = vals - mu
     keep = np.clip(1.0 - edge * edge / np.maximum(dev * dev, 1e-300), 0.0, 1.0)
     new = np.maximum(mu + dev * keep, max(min(mu, edge / 2), 1e-3 * mu))
-    return (vecs * new) @ vecs.T
+    return new, vecs
 
 
 class _Moments:
@@ -356,9 +376,10 @@ class _Moments:
 
     record: dict[str, Any]  # how the clean head was built: the noise law, its assumption, the clean scale
 
-    def __init__(self, *, num_classes: int, noise: np.ndarray | NoiseLaw, label_rr: np.ndarray | None = None):
+    def __init__(self, *, num_classes: int, noise: np.ndarray | NoiseLaw, label_rr: np.ndarray | None = None,
+                 noisy_only: bool = False):
         self.law = noise if isinstance(noise, NoiseLaw) else NoiseLaw.diagonal(noise)
-        self.k, self.noise, self.label_rr = num_classes, self.law.variance, label_rr
+        self.k, self.noise, self.label_rr, self.noisy_only = num_classes, self.law.variance, label_rr, noisy_only
         self.record = {}
 
     @classmethod
@@ -366,7 +387,8 @@ class _Moments:
         """The registry's factory: needs the mechanism's noise law."""
         if inputs.noise is None:
             raise ValueError(f"Learner {cls.name!r} needs the mechanism's noise variance (fl_privtext.server.noise).")
-        return cls(num_classes=inputs.num_classes, noise=inputs.noise, label_rr=inputs.label_rr)
+        return cls(num_classes=inputs.num_classes, noise=inputs.noise, label_rr=inputs.label_rr,
+                   noisy_only=inputs.noisy_only)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> _Moments:
         return self.fit_stats(ClassStats.raw(x, y, self.k))
@@ -424,6 +446,8 @@ class _Moments:
         return np.asarray(x, np.float64) @ self.w_noisy.T + self.b_noisy
 
     def export(self) -> dict[str, np.ndarray]:
+        if self.noisy_only:
+            raise ValueError(f"This {self.name} was built noisy_only (LearnerInputs): it has no clean head to export.")
         return linear_export(self.w_clean, self.b_clean)
 
 
@@ -476,15 +500,15 @@ class LDA(_Moments):
             err = max(tr_up ** 2 - float(np.trace(raw)) ** 2 + float((sw * sw).sum()) - float((raw * raw).sum()),
                       0.0) / n
         err += getattr(self, "cov_error", 0.0)
-        clean = soft_spectrum(raw, err, floor)  # the means' within-class covariance
+        vals, vecs = soft_eigen(raw, err, floor)  # the means' within-class covariance, vecs diag(vals) vecs^T
         # a noisy upload's covariance: the estimated signal part plus the known noise part (structured estimate)
-        for head, cov, m in (("noisy", clean + noise, st.shrunk_means()), ("clean", clean, st.means)):
-            prec_m = np.linalg.solve(cov, m.T).T  # (K, D) Sigma^-1 mu_k
-            bias = -0.5 * (prec_m * m).sum(1) + lp
-            if head == "noisy":
-                self.w_noisy, self.b_noisy = prec_m, bias
-            else:
-                self.w_clean, self.b_clean = prec_m, bias
+        m = st.shrunk_means()
+        self.w_noisy = np.linalg.solve((vecs * vals) @ vecs.T + noise, m.T).T  # (K, D) Sigma^-1 mu_k
+        self.b_noisy = -0.5 * (self.w_noisy * m).sum(1) + lp
+        if not self.noisy_only:  # the clean head: Sigma^-1 from the spectrum
+            m = st.means
+            self.w_clean = ((vecs @ ((vecs.T @ m.T) / vals[:, None])).T)
+            self.b_clean = -0.5 * (self.w_clean * m).sum(1) + lp
 
 
 class Constant:
@@ -565,10 +589,10 @@ class Linear:
     predicts_uploaded_labels = True  # fitted to the labels as uploaded (randomized ones included)
 
     def __init__(self, *, num_classes: int, seed: int = 0, noise: np.ndarray | None = None, C: float | None = None,
-                 **_: Any):
+                 noisy_only: bool = False, **_: Any):
         if C is not None and not C > 0:
             raise ValueError(f"Linear's C must be > 0; got {C!r}.")
-        self.k, self.seed, self.noise, self.C = num_classes, seed, noise, C
+        self.k, self.seed, self.noise, self.C, self.noisy_only = num_classes, seed, noise, C, noisy_only
         # (K, D) and (K,) logits of the raw upload where lbfgs starts (None: at 0): what `choose_c` left in
         # ``path_start``, set by `fl_privtext.server.training.fit_learner` on the fits at that C
         self.start: tuple[np.ndarray, np.ndarray] | None = None
@@ -579,7 +603,8 @@ class Linear:
         """The registry's factory: the noise law's per-coordinate variance corrects the exported weights."""
         noise = inputs.noise
         return cls(num_classes=inputs.num_classes, seed=inputs.seed,
-                   noise=noise.variance if isinstance(noise, NoiseLaw) else noise, C=inputs.linear_c)
+                   noise=noise.variance if isinstance(noise, NoiseLaw) else noise, C=inputs.linear_c,
+                   noisy_only=inputs.noisy_only)
 
     def _rows(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
         """At most ``MAX_LINEAR_ROWS`` uploads (a seeded subsample), as float64."""
@@ -641,21 +666,23 @@ class Linear:
         self.b = np.full(self.k, -1e3)
         self.w[present], self.b[present] = coef, icpt
         self.w_clean = self.w
-        if self.noise is not None and np.any(self.noise > 0):
+        if self.noise is not None and np.any(self.noise > 0) and not self.noisy_only:
             # errors-in-variables for the exported model: a linear discriminant fitted on noisy inputs is
             # W_noisy = S_w^-1 dmu; the clean rule is Sigma^-1 dmu = Sigma^-1 S_w W_noisy (exact for the Gaussian
             # model, regression calibration for the logistic fit), in the standardised space the fit used
             z = (x - self.mean) / self.std
             st = ClassStats.of(z, y, self.k, self.noise / self.std ** 2)
             sw = st.within()
-            clean = shrunk_covariance(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
-            self.w_clean = np.linalg.solve(clean, sw @ self.w.T).T
+            vals, vecs = shrunk_spectrum(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
+            self.w_clean = (vecs @ ((vecs.T @ (sw @ self.w.T)) / vals[:, None])).T
         return self
 
     def logits(self, x: np.ndarray) -> np.ndarray:
         return ((np.asarray(x, np.float64) - self.mean) / self.std) @ self.w.T + self.b
 
     def export(self) -> dict[str, np.ndarray]:
+        if self.noisy_only:
+            raise ValueError("This linear was built noisy_only (LearnerInputs): it has no clean head to export.")
         out = linear_export(self.w_clean, self.b)
         out["mean"], out["std"] = self.mean.astype(np.float32), self.std.astype(np.float32)
         return out
@@ -693,12 +720,13 @@ class MLP:
 
 def make_learner(name: str, *, num_classes: int, noise: np.ndarray | NoiseLaw | None = None,
                  label_rr: np.ndarray | None = None, seed: int = 0, mlp: dict[str, Any] | None = None,
-                 linear_c: float | None = None) -> Learner:
+                 linear_c: float | None = None, noisy_only: bool = False) -> Learner:
     """A fresh learner by name (``constant`` or one of `LEARNERS`, the registry); ``noise``: the mechanism's noise
     law (`fl_privtext.server.noise.NoiseLaw`, or its per-coordinate variance); ``mlp``: MLP keyword arguments
-    (config, generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation)."""
+    (config, generator, progress); ``linear_c``: Linear's L2 strength, fixed (None: its own cross-validation);
+    ``noisy_only``: no clean head (`LearnerInputs`)."""
     inputs = LearnerInputs(num_classes=num_classes, noise=noise, label_rr=label_rr, seed=seed, mlp=mlp,
-                           linear_c=linear_c)
+                           linear_c=linear_c, noisy_only=noisy_only)
     if name == "constant":
         return Constant.build(inputs)
     if name not in LEARNERS:

@@ -139,6 +139,36 @@ def test_every_learner_exports_a_model_the_clients_can_apply(gen, name):
         assert (pred == y).mean() > 0.8
 
 
+@pytest.mark.parametrize("name", ["centroid", "lda", "linear"])
+def test_a_noisy_only_learner_scores_as_the_full_one_and_refuses_to_export(gen, name):
+    """The eavesdropper's families are built ``noisy_only`` (no clean head): their noisy logits are bit for bit
+    the full learner's, and an export, which would be a clean head never built, is refused."""
+    x, y, _, _ = _data(3_000, gen, sep=2.0)
+    u = x + 0.7 * gen.standard_normal(x.shape)
+    full = make_learner(name, num_classes=K, noise=np.full(D, 0.49), seed=3).fit(u, y)
+    lean = make_learner(name, num_classes=K, noise=np.full(D, 0.49), seed=3, noisy_only=True).fit(u, y)
+    np.testing.assert_array_equal(lean.logits(u), full.logits(u))
+    with pytest.raises(ValueError, match="noisy_only"):
+        lean.export()
+
+
+def test_the_spectral_clean_heads_equal_the_matrix_solves(gen):
+    """LDA's and Linear's clean heads solve against their regularised covariance through its eigenvectors; the same
+    heads as a solve against the reconstructed matrix (`soft_spectrum`, `shrunk_covariance`), up to rounding."""
+    from fl_privtext.server.learners import ClassStats, shrunk_covariance, shrunk_spectrum, soft_eigen, soft_spectrum
+
+    x, y, _, _ = _data(4_000, gen)
+    u = x + 1.5 * gen.standard_normal(x.shape)
+    st = ClassStats.of(u, y, K, np.full(D, 2.25))
+    raw = st.within() - np.diag(st.noise)  # indefinite in places: both floors bind
+    rhs = gen.standard_normal((D, K))
+    for (vals, vecs), mat in ((soft_eigen(raw, 0.05, 0.1), soft_spectrum(raw, 0.05, 0.1)),
+                              (shrunk_spectrum(raw, st.n, float(np.trace(st.within()))),
+                               shrunk_covariance(raw, st.n, float(np.trace(st.within()))))):
+        np.testing.assert_allclose((vecs * vals) @ vecs.T, mat, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(vecs @ ((vecs.T @ rhs) / vals[:, None]), np.linalg.solve(mat, rhs), rtol=1e-9)
+
+
 # ------------------------------------------------------------------------------------------- exact noise moments
 def _empirical_moments(mech, x: np.ndarray, g: np.random.Generator) -> np.ndarray:
     """(D, D) empirical E[(u - E[u | x])(u - E[u | x])^T] over the rows of x (one upload each)."""
