@@ -68,6 +68,13 @@ LEGEND = ("legend: prior = what the attacker answers when no leak is detected (a
           "true epsilon | tight = per-user epsilon by the privacy-loss accountant at that delta")
 
 
+def most_frequent(names: list[str]) -> str:
+    """The most frequent name, a tie going to the one of the earliest seed. (``max(set(names), ...)`` broke ties by
+    the set's order, which follows the process's string hash seed: a frontier point whose three seeds shipped three
+    different heads was labelled centroid by one run and linear by the next, same results.)"""
+    return max(dict.fromkeys(names), key=names.count)
+
+
 def _mean_std(values: list[float]) -> tuple[float, float]:
     arr = np.asarray(values, dtype=float)
     return float(arr.mean()), float(arr.std())
@@ -223,7 +230,7 @@ def _on_device(seeds: list[dict[str, Any]], root_seed: int = 0) -> dict[str, Any
         out["accuracy_noise_std"] = float(np.mean([r["accuracy_noise_std"] for r in runs]))
     if all("learner" in r for r in runs):  # server.select-on = clients: the clients chose (most frequent over seeds)
         chosen = [str(r["learner"]) for r in runs]
-        out["learner"] = max(set(chosen), key=chosen.count)
+        out["learner"] = most_frequent(chosen)
         out["selection"] = {"by": "clients", "rule": runs[0]["selection"]["rule"],
                             "records": int(np.mean([r["selection"]["records"] for r in runs]))}
     out["per_seed"] = [{"seed": s["seed"], "accuracy": r["accuracy"], **({"ci95": r["ci95"]} if "ci95" in r else {}),
@@ -260,7 +267,7 @@ def aggregate(point: dict[str, Any], total_s: float) -> dict[str, Any]:
         # the server's learner (server.learner, or what auto chose: the most frequent over seeds) and, per
         # candidate, its out-of-fold accuracy and log-loss on the server's uploads (mean over seeds)
         chosen = [s["utility"].get("learner", "mlp") for s in seeds]
-        utility["learner"] = max(set(chosen), key=chosen.count)
+        utility["learner"] = most_frequent(chosen)
         names = {n for s in seeds for n in s["utility"].get("candidates", {})}
         utility["candidates"] = {n: {m: float(np.mean([s["utility"]["candidates"][n][m] for s in seeds
                                                        if m in s["utility"].get("candidates", {}).get(n, {})]))
