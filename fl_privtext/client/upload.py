@@ -22,6 +22,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,10 +184,8 @@ class ClientData:
                 if not (path / _SNAPSHOT_META).is_file():
                     raise
             finally:
-                if tmp.exists():
-                    for f in tmp.iterdir():
-                        f.unlink()
-                    tmp.rmdir()
+                if tmp.exists():  # gone after a successful replace
+                    shutil.rmtree(tmp)
         return path
 
     @classmethod

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +61,10 @@ from fl_privtext.traffic import Collected, CollectRound, Observed, OnRound, Roun
 
 __all__ = ["Collected", "collect_point", "evaluate_point", "on_device", "on_device_wanted", "plain_on_device", "run_plain",
            "run_point", "train_point"]
+
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop: Callable[[], Observed],
@@ -115,10 +119,10 @@ def collect_point(cfg: ExperimentConfig, collect_round: CollectRound, eavesdrop:
 
 def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collected]) -> list[Trained]:
     """The server's task model of every seed, trained on what it received (per-upload evaluation included); the
-    seeds side by side as `evaluate_point`'s (`fl_privtext.threads.parallel_map`: the same numbers as the serial
-    loop). Why: on the Flower path this runs while the federation waits for the on-device round (the actors are
-    idle), and serially it kept one of two cores busy: the published OME's 3,840-bit uploads trained for 482 s of
-    a 947 s frontier point on one core. ``train_s`` is each seed's own wall time (they overlap)."""
+    seeds side by side as `evaluate_point`'s (`_over_seeds`: the same numbers as the serial loop). Why: on the
+    Flower path this runs while the federation waits for the on-device round (the actors are idle), and serially
+    it kept one of two cores busy: the published OME's 3,840-bit uploads trained for 482 s of a 947 s frontier
+    point on one core. ``train_s`` is each seed's own wall time (they overlap)."""
 
     def train(c: Collected) -> Trained:
         t0 = time.perf_counter()
@@ -129,9 +133,16 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
         trained.utility["train_s"] = time.perf_counter() - t0
         return trained
 
+    return _over_seeds(cfg, train, list(collected), "fl-privtext-train")
+
+
+def _over_seeds(cfg: ExperimentConfig, fn: Callable[[T], R], items: Sequence[T], name: str) -> list[R]:
+    """``[fn(x) for x in items]`` (one item per seed) inside the driver's share of the cores (`limited`, in both
+    paths), the seeds side by side where that share is one thread (`parallel_map`: the same numbers as the
+    serial loop)."""
     threads = driver_threads(cfg.run, cfg.federation)
-    with limited(threads):  # the driver's share of the cores, in both paths
-        return parallel_map(train, list(collected), threads, name="fl-privtext-train")
+    with limited(threads):
+        return parallel_map(fn, items, threads, name=name)
 
 
 def on_device_wanted(prep: Prepared, cfg: ExperimentConfig) -> bool:
@@ -201,12 +212,9 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
     trained = list(trained) if trained is not None else train_point(prep, cfg, collected)
     if len(trained) != len(collected):
         raise ValueError(f"evaluate_point needs one trained model per seed; got {len(trained)} for {len(collected)}.")
-    threads = driver_threads(cfg.run, cfg.federation)
-    with limited(threads):  # the driver's share of the cores, in both paths; the seeds side by side (same numbers)
-        per_seed = parallel_map(
-            lambda i: _evaluate_seed(prep, cfg, collected[i], trained[i],
-                                     None if on_device_results is None else on_device_results[i]),
-            range(len(collected)), threads, name="fl-privtext-seed")
+    per_seed = _over_seeds(cfg, lambda i: _evaluate_seed(prep, cfg, collected[i], trained[i],
+                                                        None if on_device_results is None else on_device_results[i]),
+                          range(len(collected)), "fl-privtext-seed")
     report = mechanism_for(PublicSpec.of(cfg), collected[-1].input_dim).report()
     releases = cfg.federation.rounds if cfg.federation.schedule == "repeat" else 1
     released = [sent_rows(prep, cfg.federation, c) for c in collected]

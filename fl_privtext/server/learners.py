@@ -332,6 +332,12 @@ def shrunk_spectrum(cov: np.ndarray, n: float, scale: float, extra_err: float = 
     return (1 - a) * vals + a * mu, vecs
 
 
+def spectral_solve(vals: np.ndarray, vecs: np.ndarray, rhs: np.ndarray) -> np.ndarray:
+    """M^-1 ``rhs`` for M = vecs diag(vals) vecs^T (`shrunk_spectrum`, `soft_eigen`: vecs orthonormal, vals > 0):
+    two products with vecs, no D x D reconstruction or factorisation."""
+    return vecs @ ((vecs.T @ rhs) / vals[:, None])
+
+
 def soft_spectrum(cov: np.ndarray, err: float, floor: float = 0.0) -> np.ndarray:
     """The matrix of `soft_eigen`."""
     vals, vecs = soft_eigen(cov, err, floor)
@@ -507,7 +513,7 @@ class LDA(_Moments):
         self.b_noisy = -0.5 * (self.w_noisy * m).sum(1) + lp
         if not self.noisy_only:  # the clean head: Sigma^-1 from the spectrum
             m = st.means
-            self.w_clean = ((vecs @ ((vecs.T @ m.T) / vals[:, None])).T)
+            self.w_clean = spectral_solve(vals, vecs, m.T).T
             self.b_clean = -0.5 * (self.w_clean * m).sum(1) + lp
 
 
@@ -674,7 +680,7 @@ class Linear:
             st = ClassStats.of(z, y, self.k, self.noise / self.std ** 2)
             sw = st.within()
             vals, vecs = shrunk_spectrum(sw - np.diag(st.noise), st.n, float(np.trace(sw)))
-            self.w_clean = (vecs @ ((vecs.T @ (sw @ self.w.T)) / vals[:, None])).T
+            self.w_clean = spectral_solve(vals, vecs, sw @ self.w.T).T
         return self
 
     def logits(self, x: np.ndarray) -> np.ndarray:

@@ -155,7 +155,14 @@ def test_a_noisy_only_learner_scores_as_the_full_one_and_refuses_to_export(gen, 
 def test_the_spectral_clean_heads_equal_the_matrix_solves(gen):
     """LDA's and Linear's clean heads solve against their regularised covariance through its eigenvectors; the same
     heads as a solve against the reconstructed matrix (`soft_spectrum`, `shrunk_covariance`), up to rounding."""
-    from fl_privtext.server.learners import ClassStats, shrunk_covariance, shrunk_spectrum, soft_eigen, soft_spectrum
+    from fl_privtext.server.learners import (
+        ClassStats,
+        shrunk_covariance,
+        shrunk_spectrum,
+        soft_eigen,
+        soft_spectrum,
+        spectral_solve,
+    )
 
     x, y, _, _ = _data(4_000, gen)
     u = x + 1.5 * gen.standard_normal(x.shape)
@@ -166,7 +173,7 @@ def test_the_spectral_clean_heads_equal_the_matrix_solves(gen):
                               (shrunk_spectrum(raw, st.n, float(np.trace(st.within()))),
                                shrunk_covariance(raw, st.n, float(np.trace(st.within()))))):
         np.testing.assert_allclose((vecs * vals) @ vecs.T, mat, rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(vecs @ ((vecs.T @ rhs) / vals[:, None]), np.linalg.solve(mat, rhs), rtol=1e-9)
+        np.testing.assert_allclose(spectral_solve(vals, vecs, rhs), np.linalg.solve(mat, rhs), rtol=1e-9)
 
 
 # ------------------------------------------------------------------------------------------- exact noise moments
