@@ -1,6 +1,7 @@
 """Per-user accounting of one experiment point: everything a user released, charged to that user.
 
-Charged per released record and round (basic composition, `fl_privtext.privacy.Accountant`):
+Charged per released record and round (basic composition, `Totals`: `fl_privtext.privacy.Accountant`'s sums held as
+one small count per user and charge):
 - the representation: the mechanism's worst-case (and nominal) epsilon for every upload that was sent;
 - the label: k-ary randomized response's epsilon when ``privacy.label-epsilon > 0``; a label sent in the clear is
   an infinitely private-less release (epsilon = inf), so the total is "inf" whenever labels travel in the clear.
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.config import FederationConfig, PrivacyConfig, TrainConfig
+from fl_privtext.memory import narrowest
 from fl_privtext.privacy import Accountant, PrivacyReport, label_rr_report
 from fl_privtext.privacy.amplification import compose_rounds, gaussian_shuffle_delta, shuffle_guarantee
 from fl_privtext.privacy.report import json_number
@@ -126,6 +128,103 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
         return basic
 
 
+_COUNT_ROWS = 1 << 22  # released rows counted per block (bounds the user-id temporaries)
+_SUM_USERS = 1 << 20  # users whose totals are summed at once
+
+
+def dense_users(user_ids: np.ndarray) -> np.ndarray:
+    """Each record's user as an index into 0..U-1: ``user_ids`` itself when it already is one (a dataset's
+    ``user_index``), else the position of its id among the sorted distinct ids (strings, negative ids)."""
+    users = np.asarray(user_ids)
+    if users.dtype.kind in "iu" and (not len(users) or int(users.min()) >= 0):
+        return users
+    return np.unique(users, return_inverse=True)[1].reshape(-1)
+
+
+def release_counts(users: np.ndarray, rows: np.ndarray, num_users: int) -> np.ndarray:
+    """(num_users,) how many of ``rows`` (one entry per release) belong to each user, in the narrowest integer type
+    that holds them: counted a block of rows at a time, so no int64 copy of every released row's user is made."""
+    rows = np.asarray(rows)
+    counts = np.zeros(num_users, np.int64)
+    for a in range(0, len(rows), _COUNT_ROWS):
+        counts += np.bincount(users[rows[a:a + _COUNT_ROWS].astype(np.int64, copy=False)], minlength=num_users)
+    return narrowest(counts)
+
+
+class Totals:
+    """Per-user totals of a sequence of charges (basic composition) over dense user indices: what `Accountant`
+    sums, for a point's report at any population size. Each charge keeps one small integer count per user (the
+    releases it charges to that user); the floating totals are summed a block of users at a time, each user's
+    charges added in the order they were made, so every user's total is the same float additions as
+    `Accountant.charge` makes (``n * epsilon`` added per charge that touches the user; a charge that does not
+    touch it adds nothing) and the maxima and median are the same numbers. Memory: one count per user and charge
+    (1-4 bytes) instead of five float64 / int64 arrays per user and accountant (~2 GB at 10M users for the five
+    accountants of a point's summary)."""
+
+    def __init__(self, num_users: int) -> None:
+        self.num_users = int(num_users)
+        self._charges: list[tuple[np.ndarray, PrivacyReport]] = []
+
+    def charge(self, counts: np.ndarray, report: PrivacyReport) -> None:
+        """Charge ``counts[u]`` releases described by ``report`` to every user u (a count of 0 charges nothing)."""
+        if len(counts) != self.num_users:
+            raise ValueError(f"counts must hold one entry per user ({self.num_users}), got {len(counts)}.")
+        if counts.any():
+            self._charges.append((counts, report))
+
+    def _charged(self, a: int, b: int) -> np.ndarray:
+        hit = np.zeros(b - a, bool)
+        for counts, _ in self._charges:
+            hit |= counts[a:b] > 0
+        return hit
+
+    def _blocks(self, value: str) -> Any:
+        """Per block of users: (charged mask, totals of ``value``: "worst_case" / "nominal" epsilon or "delta")."""
+        for a in range(0, self.num_users, _SUM_USERS):
+            b = min(self.num_users, a + _SUM_USERS)
+            total = np.zeros(b - a)
+            for counts, rep in self._charges:
+                c = counts[a:b]
+                hit = c > 0
+                per = (rep.delta if value == "delta" else rep.epsilon_worst_case if value == "worst_case"
+                       else rep.epsilon_nominal)
+                total[hit] += c[hit].astype(np.int64) * per
+            yield self._charged(a, b), total
+
+    def max_epsilon(self, kind: str = "worst_case") -> float:
+        """Largest per-user total epsilon (0.0 when nobody was charged)."""
+        return max((float(t.max()) for _, t in self._blocks(kind) if len(t)), default=0.0)
+
+    def max_delta(self) -> float:
+        """Largest per-user delta total."""
+        return max((float(t.max()) for _, t in self._blocks("delta") if len(t)), default=0.0)
+
+    def median_epsilon(self) -> float:
+        """Median worst-case total over the users charged at least once (0.0 when none)."""
+        parts = [t[hit] for hit, t in self._blocks("worst_case")]
+        values = np.concatenate(parts) if parts else np.zeros(0)
+        return float(np.median(values)) if len(values) else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """`Accountant.to_json(per_user=False)`'s summary, the same keys and numbers."""
+        users = sum(int(hit.sum()) for hit in (self._charged(a, min(self.num_users, a + _SUM_USERS))
+                                               for a in range(0, self.num_users, _SUM_USERS)))
+        return {
+            "composition": "basic: epsilon and delta add over every release of the same user",
+            "users": users,
+            "releases": sum(int(c.sum(dtype=np.int64)) for c, _ in self._charges),
+            "max_epsilon": json_number(self.max_epsilon("worst_case")),
+            "max_epsilon_worst_case": json_number(self.max_epsilon("worst_case")),
+            "max_epsilon_nominal": json_number(self.max_epsilon("nominal")),
+            "max_delta": self.max_delta(),
+            "charges": [{"mechanism": r.mechanism, "users": int(np.count_nonzero(c)),
+                         "releases": int(c.sum(dtype=np.int64)),
+                         "epsilon_worst_case": json_number(r.epsilon_worst_case),
+                         "epsilon_nominal": json_number(r.epsilon_nominal), "delta": r.delta}
+                        for c, r in self._charges],
+        }
+
+
 def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: FederationConfig,
                     train: TrainConfig, user_ids: np.ndarray, num_classes: int,
                     released_rows: Sequence[np.ndarray], releases_per_record: int, *,
@@ -142,42 +241,43 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
     ``shuffled_users`` (federation.shuffle): the users shuffled together per round, for ``privacy.central``.
     Reads ``privacy`` (label-epsilon, delta), ``federation`` (shuffle, rounds, schedule) and ``train``
     (Phase A's secagg, dp-mode and dp-noise-multiplier)."""
-    users = np.asarray(user_ids)
-    reps, labels_acc, od_acc, total = Accountant(), Accountant(), Accountant(), Accountant()
-    uploaded = Accountant()  # what went through the shuffler (representations + labels)
+    users = dense_users(user_ids)
+    n_users = int(users.max()) + 1 if len(users) else 0
+    reps, labels_acc, od_acc, total = Totals(n_users), Totals(n_users), Totals(n_users), Totals(n_users)
+    uploaded = Totals(n_users)  # what went through the shuffler (representations + labels)
     label = _label_report(privacy, num_classes)
-    for rows in released_rows:
-        if len(rows) == 0:
-            continue
-        u = users[np.asarray(rows, dtype=np.int64)]
-        reps.charge(u, rep)
-        total.charge(u, rep)
-        uploaded.charge(u, rep)
+    released_counts = [release_counts(users, rows, n_users) for rows in released_rows if len(rows)]
+    for counts in released_counts:
+        reps.charge(counts, rep)
+        total.charge(counts, rep)
+        uploaded.charge(counts, rep)
         if num_classes > 0:
             lab = label or PrivacyReport(mechanism="label-in-the-clear", epsilon_nominal=math.inf,
                                          epsilon_worst_case=math.inf)
-            labels_acc.charge(u, lab)
-            total.charge(u, lab)
-            uploaded.charge(u, lab)
+            labels_acc.charge(counts, lab)
+            total.charge(counts, lab)
+            uploaded.charge(counts, lab)
     od_eps = 0.0
-    for od_users, eps in _on_device_charges(users, on_device_rows):
+    od_counts = np.zeros(n_users, np.int64)
+    for rows, eps in _on_device_charges(users, on_device_rows):
+        counts = release_counts(users, rows, n_users)
         od = PrivacyReport(mechanism="on-device randomized response", epsilon_nominal=eps, epsilon_worst_case=eps)
-        od_acc.charge(od_users, od)
-        total.charge(od_users, od)
+        od_acc.charge(counts, od)
+        total.charge(counts, od)
+        od_counts += counts
         od_eps = eps
     phase_a = phase_a_rows is not None and len(phase_a_rows) > 0
     if phase_a_central is not None and not (train.secagg and train.dp_mode == "client"):
         raise ValueError("phase_a_central applies only under train.secagg = true with train.dp-mode = client (every "
                          "other Phase A mode shows the server updates or metrics in the clear: charged inf).")
     pa = phase_a_report(phase_a_central) if phase_a else None
-    if phase_a and pa is not None:
-        total.charge(np.unique(users[np.asarray(phase_a_rows, np.int64)]), pa)
+    if phase_a and pa is not None:  # once per user, however many of its records took part
+        total.charge((release_counts(users, np.asarray(phase_a_rows), n_users) > 0).view(np.uint8), pa)
     pa_eps = (pa.epsilon_worst_case if pa is not None else 0.0)
     pa_delta = pa.delta if pa is not None else 0.0
     out = rep.to_json()
-    per_user = reps.to_json(per_user=False)  # a summary: a table of every user's epsilon would be megabytes
-    _, eps_u = reps.epsilons("worst_case")
-    per_user["median_epsilon_worst_case"] = float(np.median(eps_u)) if len(eps_u) else 0.0
+    per_user = reps.to_json()  # a summary: a table of every user's epsilon would be megabytes
+    per_user["median_epsilon_worst_case"] = reps.median_epsilon()
     per_user["max_epsilon_labels"] = json_number(labels_acc.max_epsilon()) if num_classes > 0 else 0.0
     per_user["max_epsilon_on_device"] = json_number(od_acc.max_epsilon())
     per_user["max_epsilon_phase_a"] = json_number(pa_eps)
@@ -196,11 +296,11 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
     per_user["max_epsilon_total"] = json_number(total.max_epsilon())
     per_user["max_delta_total"] = total.max_delta()
     # Phase A's finite central charge composes with the rest by basic composition: epsilons and deltas add up
-    tight = _tight_max(rep, label, users, released_rows, on_device_rows, od_eps, phase_a and not secagg_a,
-                       num_classes, privacy.delta)
-    # the most releases of each kind plus Phase A may belong to different users (e.g. on-device answers come from
-    # test users, Phase A from train users): the largest basic total, also an upper bound, caps it
-    per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps, total.max_epsilon()) if secagg_a else tight)
+    tight = _tight_max(rep, label, released_counts, od_counts, od_eps, phase_a and not secagg_a, num_classes,
+                       privacy.delta)
+    # the most releases of each kind (plus Phase A) may belong to different users (on-device answers come from test
+    # users, Phase A from train users): the largest basic total, also an upper bound of every user's, caps it
+    per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps if secagg_a else tight, total.max_epsilon()))
     per_user["delta_tight"] = privacy.delta + (pa_delta if secagg_a else 0.0)
     if secagg_a and not federation.shuffle:
         per_user["max_epsilon_total_guarantee"] = (
@@ -217,7 +317,7 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
         labels = {"mechanism": "k-ary randomized response", "epsilon_per_upload": label.epsilon_worst_case,
                   "num_classes": num_classes, "keep_probability": label.calibration["keep_probability"]}
     if federation.shuffle:  # issue #24: the central guarantee against the server a shuffler buys
-        n = shuffled_users if shuffled_users is not None else len(np.unique(users))
+        n = shuffled_users if shuffled_users is not None else int(np.count_nonzero(np.bincount(users)))
         out["central"] = shuffle_central(uploaded, n, federation, privacy,
                                          repetitions=max(1, len(released_rows)),
                                          local_delta=uploaded.max_delta())
@@ -251,24 +351,24 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
 
 def _on_device_charges(users: np.ndarray, on_device_rows: Sequence[tuple[np.ndarray, float]]
                        ) -> list[tuple[np.ndarray, float]]:
-    """The on-device answers' charges as (users, epsilon) pairs, in the order ``privacy_summary`` applies them, the
-    last one at the epsilon of the last non-empty answer. Why: there is one answer per test client, and each charge
-    merges into accountants that hold every user (O(users)), so charging them one by one cost O(clients x users)
-    (48 s of a 1M-user, 100-client run's report). When no user appears in two answers (a user's records sit on one
-    client; the select and report halves split by user), every user gets exactly one addition whatever the grouping,
-    so the answers of one epsilon are charged at once (same totals, bit for bit); else one by one, as they came."""
-    parts = [(users[np.asarray(rows, np.int64)], float(eps)) for rows, eps in on_device_rows if len(rows)]
+    """The on-device answers' charges as (records, epsilon) pairs, in the order ``privacy_summary`` applies them,
+    the last one at the epsilon of the last non-empty answer. There is one answer per test client; when no user
+    appears in two answers (a user's records sit on one client; the select and report halves split by user), every
+    user gets exactly one addition whatever the grouping, so the answers of one epsilon are charged at once (same
+    totals, bit for bit, and one count per user instead of one per user and answer); else one by one, as they
+    came (the per-user sums keep their order of additions)."""
+    parts = [(np.asarray(rows, np.int64), float(eps)) for rows, eps in on_device_rows if len(rows)]
     if len(parts) < 2:
         return parts
-    distinct = [np.unique(u) for u, _ in parts]
+    distinct = [np.unique(users[r]) for r, _ in parts]
     if len(np.unique(np.concatenate(distinct))) != sum(len(d) for d in distinct):
-        return parts  # a user answered twice: the per-user sums keep their order of additions
+        return parts  # a user answered twice
     last = parts[-1][1]
     by_eps: dict[float, list[np.ndarray]] = {}
-    for u, eps in parts:
-        by_eps.setdefault(eps, []).append(u)
+    for r, eps in parts:
+        by_eps.setdefault(eps, []).append(r)
     by_eps[last] = by_eps.pop(last)  # the last answer's epsilon stays last (privacy_summary's od_eps)
-    return [(np.concatenate(us), eps) for eps, us in by_eps.items()]
+    return [(np.concatenate(rs), eps) for eps, rs in by_eps.items()]
 
 
 def phase_a_report(central: Mapping[str, Any] | None) -> PrivacyReport:
@@ -287,30 +387,25 @@ def phase_a_report(central: Mapping[str, Any] | None) -> PrivacyReport:
                          epsilon_worst_case=eps, delta=delta if math.isfinite(eps) else 0.0)
 
 
-def _tight_max(rep: PrivacyReport, label: PrivacyReport | None, users: np.ndarray,
-               released_rows: Sequence[np.ndarray], on_device_rows: Sequence[tuple[np.ndarray, float]],
-               od_eps: float, phase_a: bool, num_classes: int, delta: float) -> float:
+def _tight_max(rep: PrivacyReport, label: PrivacyReport | None, released_counts: Sequence[np.ndarray],
+               od_counts: np.ndarray, od_eps: float, phase_a: bool, num_classes: int, delta: float) -> float:
     """`tight_epsilon` of the most releases of each kind any user made (all releases of one kind cost the same):
     an upper bound of every user's tight epsilon."""
     if phase_a:
         return math.inf
-    rel = [users[np.asarray(r, np.int64)] for r in released_rows if len(r)]
-    if not rel:
+    if not released_counts:
         return 0.0
-    ids, n_rep = np.unique(np.concatenate(rel), return_counts=True)
-    n_od = np.zeros(len(ids), np.int64)
-    for rows, _ in on_device_rows:
-        if len(rows):
-            od_ids, c = np.unique(users[np.asarray(rows, np.int64)], return_counts=True)
-            pos = np.searchsorted(ids, od_ids)
-            ok = (pos < len(ids)) & (ids[np.minimum(pos, len(ids) - 1)] == od_ids)
-            n_od[pos[ok]] += c[ok]
-    nr, no = int(n_rep.max()), int(n_od.max())  # the most releases of each kind: an upper bound of every user's
+    n_rep = np.zeros(len(od_counts), np.int64)
+    for counts in released_counts:
+        n_rep += counts
+    # the most releases of each kind, over every user (a test user may answer on device without uploading):
+    # an upper bound of every user's tight epsilon
+    nr, no = int(n_rep.max()), int(od_counts.max()) if len(od_counts) else 0
     return tight_epsilon(rep, label, {"rep": nr, "label": nr if num_classes > 0 else 0, "on_device": no}, od_eps,
                          delta)
 
 
-def shuffle_central(released: Accountant, num_users: int, federation: FederationConfig,
+def shuffle_central(released: Accountant | Totals, num_users: int, federation: FederationConfig,
                     privacy: PrivacyConfig, *, repetitions: int = 1,
                     local_delta: float = 0.0) -> dict[str, Any]:
     """``privacy.central`` under ``federation.shuffle`` (issue #24): the central (epsilon, delta) against the server.

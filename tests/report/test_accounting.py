@@ -105,7 +105,7 @@ def test_on_device_answers_are_charged_per_user_whether_grouped_or_one_by_one():
     released = [np.arange(12)]
     disjoint = [(np.array([0, 1]), 1.0), (np.array([2, 3]), 0.5), (np.array([6, 7]), 1.0), (np.array([], int), 3.)]
     grouped = _on_device_charges(users, disjoint)
-    assert [(sorted(u.tolist()), e) for u, e in grouped] == [([1, 1], 0.5), ([0, 0, 3, 3], 1.0)]  # last eps last
+    assert [(sorted(users[r].tolist()), e) for r, e in grouped] == [([1, 1], 0.5), ([0, 0, 3, 3], 1.0)]  # last eps last
     out = privacy_summary(rep, *_sections(cfg), users, 4, released, 1, on_device_rows=disjoint)["composition"]
     assert out["per_user"]["max_epsilon_on_device"] == pytest.approx(2.0)  # user 0 or 3: 2 records x 1.0
     assert out["per_user"]["max_epsilon_total"] == pytest.approx(2 * 2.5 + 2.0)
@@ -113,3 +113,50 @@ def test_on_device_answers_are_charged_per_user_whether_grouped_or_one_by_one():
     assert len(_on_device_charges(users, twice)) == 2
     out = privacy_summary(rep, *_sections(cfg), users, 4, released, 1, on_device_rows=twice)["composition"]
     assert out["per_user"]["max_epsilon_on_device"] == pytest.approx(2.0)
+
+
+def test_dense_totals_are_the_accountants_numbers_bit_for_bit(monkeypatch):
+    """`Totals` (one small count per user and charge, summed a block of users at a time) gives the per-record
+    `Accountant`'s maxima, median and charge log exactly, across block boundaries; summing a user's counts before
+    multiplying (a known-bad shortcut) moves the last bits, so the comparison can tell."""
+    from fl_privtext.privacy import Accountant, PrivacyReport
+    from fl_privtext.report import accounting
+
+    monkeypatch.setattr(accounting, "_SUM_USERS", 7)
+    monkeypatch.setattr(accounting, "_COUNT_ROWS", 5)
+    rng = np.random.default_rng(3)
+    users = np.sort(rng.integers(0, 60, 400))
+    reports = [PrivacyReport(mechanism=f"m{i}", epsilon_nominal=e / 3, epsilon_worst_case=e, delta=d)
+               for i, (e, d) in enumerate([(0.1, 1e-7), (0.37, 0.0), (math.inf, 0.0), (0.1, 3e-6)])]
+    acct, dense = Accountant(), accounting.Totals(60)
+    for rep in reports[:2] + reports[3:] + reports[:1]:  # the same report twice: sums in order
+        rows = rng.choice(400, 150)
+        acct.charge(users[rows], rep)
+        dense.charge(accounting.release_counts(users, rows, 60), rep)
+    ref = acct.to_json(per_user=False)
+    assert dense.to_json() == ref
+    assert dense.median_epsilon() == float(np.median(acct.epsilons()[1]))
+    inf_acct, inf_dense = Accountant(), accounting.Totals(60)
+    inf_acct.charge(users[:30], reports[2])
+    inf_dense.charge(accounting.release_counts(users, np.arange(30), 60), reports[2])
+    assert inf_dense.max_epsilon() == math.inf and inf_dense.to_json() == inf_acct.to_json(per_user=False)
+    # known-bad: one multiplication of a user's summed counts is not the accountant's sequence of additions
+    counts = [accounting.release_counts(users, rng.choice(400, 150), 60) for _ in range(6)]
+    seq = np.zeros(60)
+    for c in counts:
+        seq[c > 0] += c[c > 0].astype(np.int64) * 0.1
+    assert (sum(c.astype(np.int64) for c in counts) * 0.1 != seq).any()
+
+
+def test_tight_total_covers_a_user_who_answers_on_device_without_uploading():
+    """The tight maximum composes the most releases of each kind over EVERY user: user 1 uploads nothing but
+    answers for 10 records on device, so the point's max_epsilon_tight is at least that user's own tight epsilon
+    (counting only uploaders' answers reported the uploads alone: 2.5 here, well under it)."""
+    users = np.array([0] + [1] * 10)
+    cfg = _cfg(**{"privacy.label-epsilon": 2.0, "federation.rounds": 1})
+    rep = make_mechanism("laplace-l1", epsilon=0.5, sampler="float").report()
+    out = privacy_summary(rep, *_sections(cfg), users, 4, [np.array([0])], 1,
+                          on_device_rows=[(np.arange(1, 11), 1.0)])["composition"]["per_user"]
+    own = tight_epsilon(rep, None, {"on_device": 10}, 1.0, cfg.privacy.delta)
+    assert own > 2.5 and out["max_epsilon_tight"] >= own
+    assert out["max_epsilon_tight"] <= out["max_epsilon_total"] == pytest.approx(10.0)
