@@ -32,21 +32,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ACCURACY", "EXACT_FLOAT32", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "counts_bootstrap",
+__all__ = ["ACCURACY", "Ratios", "UserCounts", "UserSums", "cluster_bootstrap", "counts_bootstrap",
            "counts_dtype", "interval_keys", "seeds_interval", "sums_bootstrap", "user_counts", "user_sums"]
 
 N_BOOT = 2000
 _CHUNK_CELLS = 1 << 22  # replicates x users per block: bounds the weight matrix at ~32 MB of float64
-_WIDEN_USERS = 1 << 18  # users of float32 sums widened to float64 at a time (`sums_bootstrap`)
-EXACT_FLOAT32 = 1 << 24  # integers up to this are exact in float32 (24-bit significand)
+_DRAW_BLOCK = 1 << 16  # draws of one replicate gathered at a time (`_gathered_replicate`)
+_WIDEN_USERS = 1 << 18  # users of narrower (`counts_dtype`) sums widened to float64 at a time (`sums_bootstrap`)
 
 
-def counts_dtype(most: int) -> type[np.floating]:
-    """The type to hold per-user sums of 0/1 (or small integer) columns in: float32 when every sum is an integer
-    below `EXACT_FLOAT32` (``most``: an upper bound on any sum, e.g. a user's largest number of records), the same
-    numbers in half the memory (a referee holds (target users x columns) per attribute, ~1.3 GB at 8M users in
-    float64, issue #38); otherwise float64."""
-    return np.float32 if most < EXACT_FLOAT32 else np.float64
+def counts_dtype(most: int) -> type[np.number]:
+    """The type to hold per-user sums of 0/1 (or small integer) columns in (non-negative integers, ``most``: an
+    upper bound on any of them, e.g. a user's largest number of records): the narrowest unsigned integer type that
+    holds ``most`` (uint8 up to 255: 1 byte a sum where float64 took 8; a referee holds (target users x columns)
+    per attribute, ~1.3 GB at 8M users in float64, issue #38), float64 beyond uint32's range. The same numbers:
+    `sums_bootstrap` widens them to float64 a block of users at a time, where integer sums are exact."""
+    for t in (np.uint8, np.uint16, np.uint32):
+        if most <= np.iinfo(t).max:
+            return t
+    return np.float64
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,6 +186,35 @@ def _replicate_counts(g: np.random.Generator, b: int, num_users: int) -> np.ndar
     return w
 
 
+def _pooled(g: np.random.Generator, b: int, num_users: int, sums: np.ndarray) -> np.ndarray:
+    """(b, S, K) float64: ``b`` replicates' pooled sums from their counts (`_replicate_counts`) by BLAS, ~10x
+    einsum's loop; counts and integer sums are exact in any order. Sums held narrower (`counts_dtype`) are widened
+    `_WIDEN_USERS` users at a time: the same exact sums."""
+    w = _replicate_counts(g, b, num_users)  # (b, U)
+    if sums.dtype == np.float64:
+        return np.ascontiguousarray(np.matmul(w, sums).transpose(1, 0, 2))
+    pooled = np.zeros((b, sums.shape[0], sums.shape[2]))
+    for u in range(0, num_users, _WIDEN_USERS):
+        pooled += np.matmul(w[:, u : u + _WIDEN_USERS], sums[:, u : u + _WIDEN_USERS].astype(np.float64)
+                            ).transpose(1, 0, 2)
+    return pooled
+
+
+def _gathered_replicate(g: np.random.Generator, num_users: int, sums: np.ndarray) -> np.ndarray:
+    """(1, S, K) float64: one replicate's pooled sums, sum over its ``num_users`` draws of the drawn user's
+    ``sums`` (S, U, K) integers, `_DRAW_BLOCK` draws at a time: the same draws as `_replicate_counts` (numpy draws
+    a (b, U) block as b x U consecutive numbers of one stream, so blocks of one replicate's draws are its draws in
+    order) and the same sums (integers, exact in float64 in any order) without a (U,) weight or count per
+    replicate: the memory of a block, whatever the users (issue #38: 8M target users made one replicate's draws,
+    counts and weights ~160 MB per attribute)."""
+    dtype = np.int32 if num_users < 2**31 else np.int64
+    pooled = np.zeros((sums.shape[0], sums.shape[2]))
+    for start in range(0, num_users, _DRAW_BLOCK):
+        draws = g.integers(num_users, size=min(_DRAW_BLOCK, num_users - start), dtype=dtype)
+        pooled += np.take(sums, draws, axis=1).sum(axis=1, dtype=np.float64)
+    return pooled[None]
+
+
 def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: np.random.Generator, *,
                    n_boot: int = N_BOOT, level: float = 0.95) -> dict[str, tuple[float, float]]:
     """The ``level`` interval of each figure's mean over seeds (each seed's figure of its pooled sums; module
@@ -199,8 +232,8 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
     first = per_seed[0].users
     if len(per_seed) == 1 and bool(np.all(first[1:] > first[:-1])):
         # one seed whose users are sorted and distinct (as `user_sums` gives them): its sums as they are, not a
-        # copy (the attack's referee holds a (target users x columns) block per attribute, issue #38); float32
-        # sums (integer counts, exact in it: `counts_dtype`) are widened a block of users at a time below
+        # copy (the attack's referee holds a (target users x columns) block per attribute, issue #38); sums held
+        # narrower (integer counts: `counts_dtype`) are widened a block of users at a time below
         ids, sums = first, per_seed[0].sums[None]  # (1, U, K)
     else:
         ids = np.unique(np.concatenate([s.users for s in per_seed]))
@@ -214,17 +247,12 @@ def sums_bootstrap(per_seed: Sequence[UserSums], figures: dict[str, Ratios], g: 
         raise ValueError(f"sums_bootstrap: a seed whose figure is undefined (no records): {bad}.")
     stats = {name: np.empty(n_boot) for name in figures}
     chunk = max(1, _CHUNK_CELLS // num_users)
+    # beyond _CHUNK_CELLS users a block is one replicate, whose (U,) counts and weights grow with the users: integer
+    # sums (`counts_dtype`) are then pooled by gathering the drawn users' rows instead (`_gathered_replicate`)
+    gather = num_users > _CHUNK_CELLS and sums.dtype.kind in "iu"
     for start in range(0, n_boot, chunk):
         b = min(chunk, n_boot - start)
-        w = _replicate_counts(g, b, num_users)  # (b, U)
-        # (b, S, K) by BLAS, ~10x einsum's loop; counts and integer sums are exact in any order
-        if sums.dtype == np.float64:
-            pooled = np.ascontiguousarray(np.matmul(w, sums).transpose(1, 0, 2))
-        else:  # integer counts held narrower: widened _WIDEN_USERS users at a time, the same exact sums
-            pooled = np.zeros((b, sums.shape[0], sums.shape[2]))
-            for u in range(0, num_users, _WIDEN_USERS):
-                pooled += np.matmul(w[:, u : u + _WIDEN_USERS], sums[:, u : u + _WIDEN_USERS].astype(np.float64)
-                                    ).transpose(1, 0, 2)
+        pooled = _gathered_replicate(g, num_users, sums) if gather else _pooled(g, b, num_users, sums)  # (b, S, K)
         for name, f in figures.items():
             v = f.value(pooled)  # (b, S)
             stats[name][start:start + b] = np.where(np.isnan(v), seed_fig[name], v).mean(axis=1)

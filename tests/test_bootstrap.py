@@ -254,10 +254,11 @@ def test_one_seeds_sums_are_read_in_place_with_the_figures_of_the_copying_path()
     assert got == sums_bootstrap([flipped], {"accuracy": ACCURACY}, generator(3, "t"))
 
 
-def test_sums_bootstrap_of_float32_counts_equals_the_float64_one_bit_for_bit():
-    """Counts held in float32 (`counts_dtype`, the attack referee's per-user sums) widen a block of users at a
-    time: the same replicates and the same interval as the float64 sums, to the last bit (integer sums are exact in
-    any order), with more users than one widening block."""
+def test_sums_bootstrap_of_narrow_counts_equals_the_float64_one_bit_for_bit():
+    """Counts held in their narrowest unsigned type (`counts_dtype`, the attack referee's per-user sums) widen a
+    block of users at a time: the same replicates and the same interval as the float64 sums, to the last bit
+    (integer sums are exact in any order), with more users than one widening block; float32 (the former holding
+    type) too."""
     from fl_privtext import bootstrap as b
 
     g = np.random.default_rng(3)
@@ -268,7 +269,43 @@ def test_sums_bootstrap_of_float32_counts_equals_the_float64_one_bit_for_bit():
                "advantage": b.Ratios(np.eye(3)[[1]] - np.eye(3)[[2]], np.eye(3)[[0]], low=-1.0)}
     wide = b.sums_bootstrap([b.UserSums(users, sums)], figures, np.random.default_rng(7), n_boot=40)
     narrow_sums = sums.astype(b.counts_dtype(4))
-    assert narrow_sums.dtype == np.float32 and np.array_equal(narrow_sums, sums)
-    narrow = b.sums_bootstrap([b.UserSums(users, narrow_sums)], figures, np.random.default_rng(7), n_boot=40)
-    assert narrow == wide
-    assert b.counts_dtype(b.EXACT_FLOAT32) is np.float64  # not exact in float32: kept as it is
+    assert narrow_sums.dtype == np.uint8 and np.array_equal(narrow_sums, sums)
+    for held in (narrow_sums, sums.astype(np.float32)):
+        narrow = b.sums_bootstrap([b.UserSums(users, held)], figures, np.random.default_rng(7), n_boot=40)
+        assert narrow == wide
+
+
+def test_counts_dtype_is_the_narrowest_type_that_holds_the_largest_sum():
+    from fl_privtext import bootstrap as b
+
+    assert [b.counts_dtype(m) for m in (0, 255, 256, 65535, 65536, 2**32 - 1, 2**32)] == \
+        [np.uint8, np.uint8, np.uint16, np.uint16, np.uint32, np.uint32, np.float64]
+
+
+@pytest.mark.parametrize("block", [1 << 16, 999])
+def test_gathered_replicates_equal_the_counted_ones_bit_for_bit(monkeypatch, block: int) -> None:
+    """Beyond `_CHUNK_CELLS` users, integer sums are pooled by gathering each replicate's drawn users, a block of
+    draws at a time (`_gathered_replicate`: no (users,) counts or weights per replicate, issue #38): the same
+    draws and the same intervals, to the last bit, as the counted replicates, at two draw blocks (one spanning a
+    replicate, one cutting it into pieces); float sums keep the counted path."""
+    from fl_privtext import bootstrap as b
+
+    g = np.random.default_rng(11)
+    users = np.arange(5_003)
+    records = g.integers(1, 6, len(users))
+    right = np.minimum(g.binomial(records, 0.6), records)
+    sums = np.stack([records, right, np.minimum(right, 2)], axis=1).astype(b.counts_dtype(int(records.max())))
+    figures = {"accuracy": b.Ratios(np.eye(3)[[1]], np.eye(3)[[0]]),
+               "advantage": b.Ratios(np.eye(3)[[1]] - np.eye(3)[[2]], np.eye(3)[[0]], low=-1.0)}
+    counted = b.sums_bootstrap([b.UserSums(users, sums)], figures, np.random.default_rng(5), n_boot=60)
+    calls: list[int] = []
+    real = b._gathered_replicate
+    monkeypatch.setattr(b, "_gathered_replicate", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(b, "_CHUNK_CELLS", 1000)
+    monkeypatch.setattr(b, "_DRAW_BLOCK", block)
+    gathered = b.sums_bootstrap([b.UserSums(users, sums)], figures, np.random.default_rng(5), n_boot=60)
+    assert len(calls) == 60 and gathered == counted
+    calls.clear()
+    as_float = b.sums_bootstrap([b.UserSums(users, sums.astype(np.float64))], figures, np.random.default_rng(5),
+                                n_boot=60)
+    assert not calls and as_float == counted

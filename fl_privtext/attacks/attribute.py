@@ -59,7 +59,7 @@ from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
-from fl_privtext.memory import narrowest, take_rows
+from fl_privtext.memory import take_rows
 from fl_privtext.names import ATTACK_FAMILIES, LEARNERS
 from fl_privtext.server.learners import Linear, make_learner, quiet_solver
 from fl_privtext.server.noise import NoiseLaw
@@ -142,11 +142,19 @@ def combine(logpost: np.ndarray, users: np.ndarray, log_prior: np.ndarray, how: 
     return uniq, acc.result()
 
 
+def _class_dtype(k: int) -> type[np.signedinteger]:
+    """The type of class indices among ``k`` classes: int8 up to 127 of them (a per-target or per-user answer is
+    millions of entries, issue #38), else int64."""
+    return np.int8 if k <= 127 else np.int64
+
+
 def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
+    """Per-row answers from (n, k) scores: presence (multilabel, int8), else the class of largest score (its
+    index, `_class_dtype`: the same values as ``argmax``'s int64 in 1 byte while k <= 127)."""
     if multilabel:  # scores are probabilities (mean_prob) or log-probabilities of presence
         probs = scores if scores.max(initial=0) <= 1 and scores.min(initial=0) >= 0 else np.exp(scores)
         return (probs > 0.5).astype(np.int8)
-    return scores.argmax(axis=1)
+    return scores.argmax(axis=1).astype(_class_dtype(scores.shape[1]))
 
 
 def _decide_rows(logpost: np.ndarray, multilabel: bool) -> np.ndarray:
@@ -157,20 +165,26 @@ def _decide_rows(logpost: np.ndarray, multilabel: bool) -> np.ndarray:
     there): the only input on which the two differ."""
     if multilabel:
         return (np.exp(logpost) > 0.5).astype(np.int8)
-    return logpost.argmax(axis=1).astype(np.int8 if logpost.shape[1] <= 127 else np.int64)
+    return logpost.argmax(axis=1).astype(_class_dtype(logpost.shape[1]))
 
 
-def user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A user's attribute = its most frequent value over its uploads (user-level attributes are constant)."""
-    uniq, inv = group_rows(users)
+def user_truth(values: np.ndarray, users: np.ndarray, rows: np.ndarray | None = None,
+               grouped: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A user's attribute = its most frequent value over its uploads (user-level attributes are constant): the
+    sorted users (U,) and their values, for the uploads ``rows`` of ``users`` (None: all; ``values`` are the rows'
+    own). Categorical: counts per (user, class) in int32 (exact; the argmax of float64 counts, first of equals) and
+    the answer in `_class_dtype`, counted `row_chunks` at a time (issue #38: no (uploads,) int64 index).
+    ``grouped``: `group_rows` of (users, rows) when the caller holds it (`AttackView.targets`)."""
+    uniq, inv = group_rows(users, rows) if grouped is None else grouped
     if values.ndim == 2:
         sums = np.zeros((len(uniq), values.shape[1]))
         np.add.at(sums, inv, values)
         return uniq, (sums / np.bincount(inv)[:, None] > 0.5).astype(np.int8)
     k = int(values.max()) + 1
-    counts = np.zeros((len(uniq), k))
-    np.add.at(counts, (inv, values), 1)
-    return uniq, counts.argmax(axis=1)
+    counts = np.zeros((len(uniq), k), np.int32 if len(inv) < 2**31 else np.int64)
+    for c in row_chunks(len(inv)):
+        np.add.at(counts, (inv[c], values[c]), 1)
+    return uniq, counts.argmax(axis=1).astype(_class_dtype(k))
 
 
 # ------------------------------------------------------------------------------------------------ families
@@ -496,7 +510,7 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
     prob = _Problem(view, view.known[name])
     xs = prob.inputs(prob.idx).astype(np.float64)
     mean, std = xs.mean(axis=0), xs.std(axis=0) + 1e-6
-    targets = narrowest(np.flatnonzero(view.target_mask()))  # (targets,): int32 below 2**31 uploads
+    targets, users_t, inv_t = view.targets  # int32 below 2**31 uploads; shared with the attack (`AttackView.targets`)
     zs = prob.z[:, None] if not prob.multilabel else prob.z
     width = 2 if prob.multilabel else prob.k
     # one model per column (each class of a multilabel attribute); None: one value among the aux users
@@ -524,7 +538,6 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
         return np.stack(cols, axis=1) if prob.multilabel else cols[0]
 
     # the targets `row_chunks` at a time (as `infer_attribute`): decisions and per-user sums, no (targets x k) array
-    users_t, inv_t = group_rows(view.user, targets)
     sums = {how: UserScores(inv_t, len(users_t), prob.k, prob.log_prior(prob.z), how, prob.multilabel)
             for how in (("mean_prob",) if prob.multilabel else COMBINATIONS)}
     upload_pred = np.empty((len(targets), prob.k) if prob.multilabel else len(targets),
@@ -633,8 +646,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     # The targets, scored `row_chunks` at a time (issue #38: millions of uploads at a million users): per chunk,
     # each answering model's log posteriors become the uploads' decisions and its users' running `combine` sums
     # (the same bits as whole arrays: `UserScores`); nothing (targets x k) in float64 is ever held.
-    targets = narrowest(np.flatnonzero(view.target_mask()))  # (targets,): int32 below 2**31 uploads
-    users_t, inv_t = group_rows(view.user, targets)
+    targets, users_t, inv_t = view.targets  # int32 below 2**31 uploads, computed once for every attack
     shape = (len(targets), prob.k) if prob.multilabel else (len(targets),)
     all_train = positions
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext import rng
+from fl_privtext.attacks.chunks import positions, row_chunks
 from fl_privtext.attacks.evaluate import observe, run_attacks
 from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
@@ -57,17 +58,33 @@ class PerUpload(Sequence[str]):
         return self._column[int(self._rows[i])]
 
 
+def take_narrow(column: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``column[rows]`` for a (N,) integer column, in the narrowest integer type that holds the column's values
+    (`narrowest`), gathered `row_chunks` at a time: the same values without the (rows,) int64 copy that indexing a
+    widened column makes (8 bytes an attacked upload per column: the users, labels and two attributes were
+    ~0.9 GB at 10M synthetic users, issue #38). Other columns (multilabel (N, K) int8) are indexed as they are."""
+    column = np.asarray(column)
+    if column.ndim != 1 or column.dtype.kind not in "iu" or not len(column):
+        return column[rows]
+    out = np.empty(len(rows), narrowest(np.array([column.min(), column.max()])).dtype)
+    for c in row_chunks(len(rows)):
+        out[c] = column[rows[c]]
+    return out
+
+
 def attacked_uploads(prep: Prepared, rows: np.ndarray, seed: int, max_aux_users: int) -> np.ndarray | None:
     """Positions of the observed uploads the attack uses: every non-aux upload, and those of at most
     ``max_aux_users`` aux users (a seeded sample of users, ``(seed, "attack", "aux-users")``); None = all of them.
     Bounds the attacker's fits and public-text work, whatever the population size."""
     aux = prep.roles[rows] == "aux"
-    users = prep.ds.user_index[rows]
+    users = take_narrow(prep.ds.user_index.reshape(-1), rows)
     aux_users = np.unique(users[aux])
     if max_aux_users == 0 or len(aux_users) <= max_aux_users:
         return None
     chosen = np.sort(rng.generator(seed, "attack", "aux-users").choice(aux_users, max_aux_users, replace=False))
-    return np.flatnonzero(~aux | np.isin(users, chosen))
+    for c in row_chunks(len(users)):  # in place, a chunk at a time: no (uploads,) temporaries
+        aux[c] &= ~np.isin(users[c], chosen)
+    return positions(~aux)  # int32: no int64 copy of the kept positions (`positions`)
 
 
 def attacked_rows(features: np.ndarray, keep: np.ndarray, cfg: ExperimentConfig) -> np.ndarray:
@@ -102,19 +119,20 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     mech = mechanism if mechanism is not None else mechanism_for(PublicSpec.of(cfg), features.shape[1])
     rep = report if report is not None else mech.report()
     user_index = prep.ds.user_index  # the server's account pseudonyms
-    node_of_row = np.zeros(len(prep.ds), np.int64)  # the node that sends each row (a reply's src_node_id)
+    # the node that sends each row (a reply's src_node_id), in the narrowest type of the node ids (a record each)
+    node_of_row = np.zeros(len(prep.ds), narrowest(np.array([0, max(len(prep.shards) - 1, 0)])).dtype)
     for c, shard in enumerate(prep.shards):
         node_of_row[shard] = c
     # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
     # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
     clean = clean_features(prep, cfg.extractor.cache_dir) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
-    named = user_index.reshape(-1)[rows]
+    named = take_narrow(user_index.reshape(-1), rows)
     view, truth = observe(
-        uploads=features, labels=prep.ds.labels[rows] if labels is None else labels,
+        uploads=features, labels=take_narrow(prep.ds.labels, rows) if labels is None else labels,
         users=named if seen is None else server_users(prep, seen),
-        senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int64),
+        senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int8),
         named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows, lambda: drop_dataset_pages(prep.ds)),
-        attributes={spec: prep.ds.attribute(spec.name)[rows] for spec in prep.ds.attributes},
+        attributes={spec: take_narrow(prep.ds.attribute(spec.name), rows) for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
         num_labels=len(prep.ds.label_names), label_epsilon=cfg.privacy.label_epsilon, seed=seed,

@@ -21,12 +21,11 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import group_rows, row_chunks
+from fl_privtext.attacks.chunks import group_rows, positions, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.bootstrap import (
-    EXACT_FLOAT32,
     Ratios,
     UserSums,
     counts_dtype,
@@ -43,26 +42,52 @@ from fl_privtext.threads import Task, limited, parallel_tasks
 
 class PerUser:
     """A number per user (pseudonym -> float), as two sorted arrays: at a million users the two per-user dicts of
-    `Truth` held ~200 MB of Python objects through the attack stage (issue #38); these hold 16 bytes a user.
-    ``at(users)`` reads many at once; ``[u]`` one."""
+    `Truth` held ~200 MB of Python objects through the attack stage (issue #38). ``at(users)`` reads many at once;
+    ``[u]`` one. With ``scale`` the held ``values`` are integer counts (each user's observed uploads) and a user's
+    number is ``min(cap, count * scale)`` (``cap`` None: no clip), computed as it is read: the users in their own
+    (narrowed) type and the counts in their narrowest (`narrowest`: ~6 bytes a user for the referee's epsilons and
+    deltas together, which share both arrays, where two float64 copies of each held 32), the same float64 numbers
+    as ``counts * scale`` computed once."""
 
-    def __init__(self, users: np.ndarray, values: np.ndarray) -> None:
-        self.users, self.values = np.asarray(users, np.int64), np.asarray(values, np.float64)
-        if len(self.users) > 1 and not bool(np.all(np.diff(self.users) > 0)):
+    def __init__(self, users: np.ndarray, values: np.ndarray, *, scale: float | None = None,
+                 cap: float | None = None) -> None:
+        self.users = np.asarray(users)
+        self.scale, self.cap = scale, cap
+        self._held = np.asarray(values) if scale is not None else np.asarray(values, np.float64)
+        if len(self.users) > 1 and not bool(np.all(self.users[1:] > self.users[:-1])):
             raise ValueError("PerUser needs users sorted and unique (np.unique's output).")
+
+    def _numbers(self, held: np.ndarray) -> np.ndarray:
+        if self.scale is None:
+            return held
+        with np.errstate(invalid="ignore"):
+            out = held.astype(np.float64) * self.scale
+            return out if self.cap is None else np.minimum(self.cap, out)
+
+    @property
+    def values(self) -> np.ndarray:
+        """(U,) float64: every user's number, in the order of ``users``."""
+        return self._numbers(self._held)
+
+    def _same_rule(self, other: PerUser) -> bool:
+        return all(a is b or a == b or (a != a and b != b)  # noqa: PLR0124 (nan: the same rule)
+                   for a, b in ((self.scale, other.scale), (self.cap, other.cap)))
 
     def updated(self, other: PerUser) -> PerUser:
         """``dict.update``: the users of ``other`` take its values, the others keep theirs."""
         users = np.concatenate([other.users, self.users])
         first, where = np.unique(users, return_index=True)  # a user of both: its first entry (other's)
+        if self.scale is not None and self._same_rule(other):
+            return PerUser(first, np.concatenate([other._held, self._held])[where], scale=self.scale, cap=self.cap)
         return PerUser(first, np.concatenate([other.values, self.values])[where])
 
     def at(self, users: np.ndarray) -> np.ndarray:
+        users = np.asarray(users)
         pos = np.searchsorted(self.users, users)
         if len(users) and (np.any(pos >= len(self.users)) or
                            np.any(self.users[np.minimum(pos, len(self.users) - 1)] != users)):
             raise KeyError("a user without observed uploads")
-        return self.values[pos]
+        return self._numbers(self._held[pos])
 
     def __getitem__(self, user: int) -> float:
         return float(self.at(np.array([user], np.int64))[0])
@@ -116,7 +141,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
                                        public_values=np.asarray(vals)[public_idx])
              for spec, vals in attributes.items()}
     # linkage game: M target uploads, their clean representations shuffled into the attacker's order
-    targets = np.flatnonzero(~aux)
+    targets = positions(~aux)  # int32 (`positions`): the same draws below as from np.flatnonzero's int64
     m = min(attack.reid_pool, len(targets))
     queries = np.sort(g.choice(targets, size=m, replace=False)) if m >= 2 and clean is not None else \
         np.zeros(0, np.int64)
@@ -138,22 +163,32 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
     )
     per_upload = epsilon + (label_epsilon if num_labels > 1 else 0.0)
     def budgets(who: np.ndarray) -> tuple[PerUser, PerUser]:
+        # each user's observed uploads, held as counts: its epsilon counts * per_upload, its delta min(1, counts *
+        # delta), computed when read (the same numbers; `PerUser`)
         uniq, counts = np.unique(who, return_counts=True)
-        with np.errstate(invalid="ignore"):
-            return PerUser(uniq, counts * per_upload), PerUser(uniq, np.minimum(1.0, counts * delta))
+        counts = narrowest(counts)
+        return PerUser(uniq, counts, scale=per_upload), PerUser(uniq, counts, scale=float(delta), cap=1.0)
 
     u_eps, u_delta = budgets(users)
     if named_users is not None:  # accounts and shuffled pseudonyms are disjoint (fl_privtext.pipeline.server_users)
-        n_eps, n_delta = budgets(np.asarray(named_users, np.int64))
+        n_eps, n_delta = budgets(narrowest(np.asarray(named_users)))
         u_eps, u_delta = u_eps.updated(n_eps), u_delta.updated(n_delta)
     truth = Truth(specs=tuple(attributes), attributes={s.name: np.asarray(v) for s, v in attributes.items()},
                   texts=texts, candidate_of_query=cand_of_query, epsilon=float(epsilon), delta=float(delta),
                   label_epsilon=float(label_epsilon), user_epsilon=u_eps, user_delta=u_delta,
-                  named_user=None if named_users is None else np.asarray(named_users, np.int64))
+                  named_user=None if named_users is None else narrowest(np.asarray(named_users)))
     return view, truth
 
 
 # ------------------------------------------------------------------------------------------------ scoring
+def _grouped(view: AttackView, users: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`group_rows` of ``users`` over ``rows``: the view's shared grouping (`AttackView.targets`) when they are the
+    view's users and its targets, else computed."""
+    if users is view.user and rows is view.targets[0]:
+        return view.targets[1], view.targets[2]
+    return group_rows(users, rows)
+
+
 def _label_conditional(z: np.ndarray, labels: np.ndarray, k: int, num_labels: int) -> np.ndarray:
     """(L, k) P[z | label] on the targets (add-one smoothing)."""
     t = np.ones((num_labels, k))
@@ -171,7 +206,7 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
     if multilabel:  # mean over classes of the binary ceiling (per-class accuracy is what is reported)
         pri = z.mean(axis=0)
         up = float(np.mean([ceilings.attribute_ceiling(np.array([1 - p, p]), eps_up, truth.delta) for p in pri]))
-        us = float(np.mean([ceilings.attribute_ceiling_many(np.tile([1 - p, p], (len(users), 1)), eps_users,
+        us = float(np.mean([ceilings.attribute_ceiling_many(np.broadcast_to([1 - p, p], (len(users), 2)), eps_users,
                                                             d_users).mean() for p in pri]))
         return up, us, eps_users
     if clear:
@@ -183,17 +218,20 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
         # per user: the prior given all of the user's labels (labels independent given z: an estimate)
         prior = np.bincount(z, minlength=k) / len(z)
         loglik = np.log(cond) - np.log(np.clip(prior, 1e-12, None))[None, :]  # log P[label|z]/P[label], up to const
-        uniq, inv = group_rows(view.user, idx)
+        uniq, inv = _grouped(view, view.user, idx)
         post = np.tile(np.log(np.clip(prior, 1e-12, None)), (len(uniq), 1))
         for c in row_chunks(len(idx)):  # in row order: each user's terms added as in one call, no (uploads, k) copy
             np.add.at(post, inv[c], loglik[labels[c]])
-        post = np.exp(post - post.max(axis=1, keepdims=True))
-        order = np.searchsorted(uniq, users)
-        us = float(ceilings.attribute_ceiling_many(post[order], eps_users, d_users).mean())
+        del inv
+        post -= post.max(axis=1, keepdims=True)  # in place: the same numbers as post - max, no (users, k) copy
+        np.exp(post, out=post)
+        if not np.array_equal(uniq, users):  # the referee's users are these uploads' own (`user_truth`): no copy
+            post = post[np.searchsorted(uniq, users)]
+        us = float(ceilings.attribute_ceiling_many(post, eps_users, d_users).mean())
         return up, us, eps_users
     prior = np.bincount(z, minlength=k) / len(z)
     up = ceilings.attribute_ceiling(prior, eps_up, truth.delta)
-    us = float(ceilings.attribute_ceiling_many(np.tile(prior, (len(users), 1)), eps_users, d_users).mean())
+    us = float(ceilings.attribute_ceiling_many(np.broadcast_to(prior, (len(users), k)), eps_users, d_users).mean())
     return up, us, eps_users
 
 
@@ -255,11 +293,11 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     owners = truth.named_user if truth.named_user is not None else view.user  # (N,): row idx[i]'s is owners[idx[i]]
     # `user_sums` of `upload_figures`' columns, built `row_chunks` at a time (in row order: each user's sums add
     # in the order of one call) instead of one (targets x C) float64 array (issue #38)
-    users, inv = group_rows(np.asarray(owners, np.int64), idx)
-    # a column's per-user sum is at most the user's records (times the classes, multilabel's cell counts): integers
-    # exact in float32 below EXACT_FLOAT32, so the sums are held in it (`counts_dtype`), the same numbers
-    records = len(idx) if len(idx) < EXACT_FLOAT32 else int(np.bincount(inv).max())
-    dtype = counts_dtype(records * (z.shape[1] if multilabel else 1))
+    users, inv = _grouped(view, owners, idx)  # in the owners' own (narrowed) type: no (uploads,) int64 copy
+    # a column's per-user sum is a non-negative integer at most the user's records (times the classes, multilabel's
+    # cell counts): held in the narrowest unsigned type that holds the largest (`counts_dtype`: 1 byte a column
+    # while no user has more than 255 records), the same numbers, widened a block at a time by the bootstrap
+    dtype = counts_dtype(int(np.bincount(inv).max(initial=0)) * (z.shape[1] if multilabel else 1))
     per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k), dtype)
     for c in row_chunks(len(idx)):
         np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel).astype(dtype))
@@ -279,7 +317,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     idx = guess.target_index
     z_all = truth.attributes[name]
     z = z_all[idx]
-    t_users, z_user = user_truth(z, view.user[idx])
+    t_users, z_user = user_truth(z, view.user, idx, _grouped(view, view.user, idx))
     assert np.array_equal(t_users, guess.target_users)
     k = len(spec.classes)
     ceil_up, ceil_user, eps_users = _attribute_ceilings(view, truth, z, idx, k, t_users, multilabel)
@@ -387,10 +425,10 @@ def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: 
     k = len(view.known[name].spec.classes)
     if multilabel:
         pri = z.mean(axis=0)
-        ceil = float(np.mean([ceilings.attribute_ceiling_many(np.tile([1 - p, p], (len(users), 1)), eps_users,
+        ceil = float(np.mean([ceilings.attribute_ceiling_many(np.broadcast_to([1 - p, p], (len(users), 2)), eps_users,
                                                                d_users).mean() for p in pri]))
     else:
-        ceil = float(ceilings.attribute_ceiling_many(np.tile(np.bincount(z, minlength=k) / len(z), (len(users), 1)),
+        ceil = float(ceilings.attribute_ceiling_many(np.broadcast_to(np.bincount(z, minlength=k) / len(z), (len(users), k)),
                                                      eps_users, d_users).mean())
     v = ceilings.verdict(acc * cells, cells, ceil)
     return {"accuracy": acc, "majority_baseline": base, "prior": "majority", "prior_baseline": base,

@@ -30,7 +30,7 @@ from scipy import sparse
 
 from fl_privtext import rng
 from fl_privtext.attacks.attribute import fit_logistic
-from fl_privtext.attacks.chunks import row_chunks
+from fl_privtext.attacks.chunks import distinct, row_chunks
 from fl_privtext.attacks.view import AttackView
 from fl_privtext.memory import take_rows
 
@@ -362,7 +362,7 @@ def prepare(view: AttackView) -> Public:
     held, fit = order[: max(1, len(texts) // 5)], order[max(1, len(texts) // 5):]
     vectors, source = _word_vectors(view, vocab, clean, y)
     vectors_fit = vectors if source == "extractor" else _word_vectors(view, vocab, clean[fit], y[fit])[0]
-    all_targets = np.flatnonzero(view.target_mask())
+    all_targets = view.target_rows()
     targets = sample_target_users(all_targets, view.user, view.config.inversion_target_users, view.seed)
     return Public(vocab=vocab, entities=entity_words(texts, vocab), y=y, clean=clean, x=x,
                   users=np.asarray(view.public_user), order=order, held=held, fit=fit, vectors=vectors,
@@ -466,8 +466,11 @@ def sample_target_users(targets: np.ndarray, user: np.ndarray, max_users: int, s
     """The target uploads of at most ``max_users`` target users (a seeded sample of whole users, in upload order;
     every target when ``max_users`` is 0 or not smaller than their number). A mean over the sample estimates the
     population's; a user's uploads stay together, as the clustered interval over users needs."""
-    users = np.unique(user[targets])
+    users = distinct(user, targets)  # np.unique(user[targets]) without its copies (issue #38)
     if max_users == 0 or len(users) <= max_users:
         return targets
     chosen = rng.generator(seed, "attack", "inversion-targets").choice(users, size=max_users, replace=False)
-    return targets[np.isin(user[targets], chosen)]
+    keep = np.empty(len(targets), bool)
+    for c in row_chunks(len(targets)):  # a chunk of targets at a time: no (targets,) copy of their users
+        keep[c] = np.isin(user[targets[c]], chosen)
+    return targets[keep]

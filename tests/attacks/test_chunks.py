@@ -83,7 +83,8 @@ def test_the_attribute_attack_answers_the_same_at_two_chunk_sizes(monkeypatch, k
     import functools
     import json
 
-    from fl_privtext.attacks import attribute, chunks, evaluate
+    from fl_privtext.attacks import attribute, ceilings, chunks, evaluate
+    from fl_privtext.attacks import view as view_module
 
     view, truth = _chunk_world(5 * ROW_CHUNK // 2, k, multilabel)
     name = next(iter(view.known))
@@ -98,7 +99,7 @@ def test_the_attribute_attack_answers_the_same_at_two_chunk_sizes(monkeypatch, k
                                   default=repr)
 
     whole, whole_json = answers()
-    for module in (attribute, evaluate, chunks):
+    for module in (attribute, evaluate, chunks, ceilings, view_module):
         monkeypatch.setattr(module, "row_chunks", functools.partial(chunks.row_chunks, size=ROW_CHUNK // 2))
     half, half_json = answers()
     assert all(np.array_equal(a, b) for a, b in zip(whole, half, strict=True)) and half_json == whole_json
@@ -134,3 +135,55 @@ def test_a_one_call_family_is_fitted_once_and_handed_out_in_the_same_chunks(monk
         assert fits == [1] and np.array_equal(chunked, attribute.logistic_family(prob, train, targets, "all"))
     finally:
         del ATTACK_FAMILIES["toy-one-call"]
+
+
+def _old_user_truth(values: np.ndarray, users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`user_truth` as it was before issue #38's narrowing: float64 counts, int64 answers, every row at once."""
+    uniq, inv = np.unique(users, return_inverse=True)
+    counts = np.zeros((len(uniq), int(values.max()) + 1))
+    np.add.at(counts, (inv.reshape(-1), values), 1)
+    return uniq, counts.argmax(axis=1)
+
+
+@pytest.mark.parametrize("size", [ROW_CHUNK, 1000])
+def test_narrow_chunked_referee_pieces_equal_the_whole_array_forms(monkeypatch, size: int) -> None:
+    """Issue #38's chunked, narrowed forms against the whole-array ones, at two chunk sizes: the targets' indices
+    (int32, no int64 copy), the users' true attribute (int32 counts, int8 answers, with ties: the first class of
+    equal counts, as argmax), and the per-user ceilings (row chunks, a broadcast prior never copied)."""
+    import functools
+
+    from fl_privtext.attacks import attribute, ceilings, chunks
+    from fl_privtext.attacks import view as view_module
+
+    for module in (attribute, chunks, ceilings, view_module):
+        monkeypatch.setattr(module, "row_chunks", functools.partial(chunks.row_chunks, size=size))
+    view, _ = _chunk_world(5 * ROW_CHUNK // 2, 3, False)
+    rows = view.target_rows()
+    assert rows.dtype == np.int32 and np.array_equal(rows, np.flatnonzero(view.target_mask()))
+
+    g = np.random.default_rng(size)
+    users = g.integers(0, 20_000, 3 * ROW_CHUNK + 11).astype(np.int32)
+    values = g.integers(0, 4, len(users)).astype(np.int8)  # several uploads a user, values disagreeing: ties
+    picked = np.flatnonzero(g.random(len(users)) < 0.8).astype(np.int32)
+    uniq, answer = attribute.user_truth(values[picked], users, picked)
+    want_uniq, want = _old_user_truth(values[picked], users[picked])
+    assert np.array_equal(uniq, want_uniq) and np.array_equal(answer, want) and answer.dtype == np.int8
+
+    priors = g.dirichlet(np.ones(4), len(uniq))
+    eps, deltas = g.exponential(2.0, len(uniq)), g.random(len(uniq)) * 1e-3
+    eps[:5] = [np.inf, 800.0, 0.0, 700.0, 1e-9]
+
+    def old(p: np.ndarray, e: np.ndarray, d: np.ndarray) -> np.ndarray:  # the whole-array form it replaced
+        p = -np.sort(-np.asarray(p, np.float64), axis=1)
+        p = p / p.sum(axis=1, keepdims=True)
+        with np.errstate(over="ignore"):
+            e = np.where(np.isinf(e) | (e > 700), 0.0, np.exp(-np.minimum(e, 700)))
+        s = np.arange(1, p.shape[1] + 1)[None, :]
+        best = np.max(np.cumsum(p, axis=1) / (1 + (s - 1) * e[:, None]), axis=1)
+        return np.minimum(1.0, best + np.broadcast_to(d, best.shape))
+
+    got = ceilings.attribute_ceiling_many(priors, eps, deltas)
+    assert np.array_equal(got, old(priors, eps, deltas)) and got.mean() == old(priors, eps, deltas).mean()
+    one = priors[0]
+    shared = ceilings.attribute_ceiling_many(np.broadcast_to(one, priors.shape), eps, 0.0)
+    assert np.array_equal(shared, old(np.tile(one, (len(uniq), 1)), eps, np.float64(0.0)))
