@@ -16,7 +16,6 @@ import numpy as np
 from fl_privtext.client.upload import ClientData
 from fl_privtext.data import TextDataset
 from fl_privtext.data.splits import Roles
-from fl_privtext.memory import narrowest
 
 __all__ = ["Prepared"]
 
