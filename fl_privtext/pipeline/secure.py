@@ -157,7 +157,7 @@ def train_from_sum(prep: Prepared, cfg: ExperimentConfig, total: np.ndarray, lay
     else:
         model, name = fit_from_aggregate(name, agg, public)
     counts = agg.stats.counts
-    truth = np.asarray(prep.ds.label_codes[prep.roles == "test"], np.int64)
+    truth = prep.ds.labels[prep.roles == "test"]
     majority = int(np.argmax(counts))
     utility: dict[str, Any] = {
         "available": True, "learner": name, "candidates": candidates, "learner_rule": rule,

@@ -206,7 +206,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
     del x_train  # a map: its file (already unlinked) goes with it
     pred = predict_rows(model, features, np.flatnonzero(te))
-    truth = np.asarray(prep.ds.label_codes[rows[te]], np.int64)  # evaluated against the true labels of test users
+    truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
     out: dict[str, Any] = {
         "available": True,
         "learner": chosen,  # server.learner, or what auto chose
