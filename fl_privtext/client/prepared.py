@@ -16,7 +16,6 @@ import numpy as np
 from fl_privtext.client.upload import ClientData
 from fl_privtext.data import TextDataset
 from fl_privtext.data.splits import Roles
-from fl_privtext.memory import narrowest
 
 __all__ = ["Prepared"]
 
@@ -37,6 +36,6 @@ class Prepared:
     def client(self) -> ClientData:
         """The clients' side of the data (what `fl_privtext.client.client_upload` reads); its labels in their
         narrowest integer type (held by the driver through the run; the readers widen what they take)."""
-        return ClientData(shards=self.shards, labels=narrowest(self.ds.labels), num_classes=len(self.ds.label_names),
+        return ClientData(shards=self.shards, labels=self.ds.label_codes, num_classes=len(self.ds.label_names),
                           features=self.features, texts=self.ds.text_column, text_pairs=self.ds.text_pair_column,
                           extractor=self.extractor, users=self.ds.user_index, test=self.roles == "test")

@@ -13,6 +13,7 @@ import numpy as np
 
 from fl_privtext.data.schema import TextDataset
 from fl_privtext.data.splits import seed_generator
+from fl_privtext.memory import narrowest
 
 __all__ = ["SCHEMES", "partition_users", "user_majority_labels"]
 
@@ -93,11 +94,16 @@ def partition_users(
     """
     if scheme not in SCHEMES:
         raise ValueError(f"Unknown partition scheme {scheme!r}; valid schemes are {list(SCHEMES)}.")
-    rows_ = _validate_rows(rows, len(ds))
-    # users of these rows, renumbered 0.. in user-id order (from the dataset's cached index: integers, not strings)
-    present, user_of_row = np.unique(ds.user_index[rows_], return_inverse=True)
-    user_of_row = user_of_row.reshape(-1)
-    num_users = len(present)
+    rows_ = None if rows is None else _validate_rows(rows, len(ds))
+    every = rows_ is None or len(rows_) == len(ds)  # all rows (sorted, distinct, in range: exactly 0..N-1)
+    if every:  # every user is present: the renumbering is the dataset's own index (no copy, no sort of N rows)
+        user_of_row = ds.user_index.reshape(-1)
+        num_users = ds.num_users
+    else:  # users of these rows, renumbered 0.. in user-id order (the dataset's cached index: integers, not strings)
+        assert rows_ is not None
+        present, user_of_row = np.unique(ds.user_index[rows_], return_inverse=True)
+        user_of_row = user_of_row.reshape(-1)
+        num_users = len(present)
     if num_users == 0:
         raise ValueError("Cannot partition an empty set of rows into clients.")
     if scheme == "natural" and (
@@ -125,7 +131,7 @@ def partition_users(
     client_of_user = np.full(num_users, -1, dtype=np.int64)
     if scheme == "natural":
         uniq = np.empty(num_users, dtype=ds.user_ids.dtype)  # the present users' ids, sorted
-        uniq[user_of_row] = ds.user_ids[rows_]
+        uniq[user_of_row] = ds.user_ids if rows_ is None else ds.user_ids[rows_]
         part = NaturalIdPartitioner(partition_by="user_id")
         part.dataset = datasets.Dataset.from_dict({"user_id": uniq.tolist()})
         assert part.num_partitions == num_users
@@ -145,7 +151,8 @@ def partition_users(
                     f"scheme {scheme!r} skews the label distribution, but dataset {ds.name!r} has no task label; "
                     "use 'iid' or 'natural'."
                 )
-            majority = user_majority_labels(ds.labels[rows_], user_of_row, num_users)
+            labels = ds.label_codes if rows_ is None else ds.label_codes[rows_]
+            majority = user_majority_labels(labels, user_of_row, num_users)
             columns["label"] = majority[order].tolist()
         if scheme == "dirichlet":
             if (
@@ -191,9 +198,13 @@ def partition_users(
         client_of_user[left] = np.arange(len(left)) % num_clients
         client_of_user = _fill_empty(client_of_user, num_clients)
 
-    client_of_row = client_of_user[user_of_row]
-    by_client = np.argsort(
-        client_of_row, kind="stable"
-    )  # rows_ is ascending, so each client's rows stay ascending
+    # per row, its client in the narrowest type (2 bytes a record for up to 32,767 clients, not 8: issue #38); a
+    # stable sort orders equal keys by position whatever their width, so the order is the int64 one
+    client_of_row = narrowest(client_of_user)[user_of_row]
+    by_client = np.argsort(client_of_row, kind="stable")  # positions ascend within a client, as rows_ does
     bounds = np.cumsum(np.bincount(client_of_row, minlength=num_clients))[:-1]
+    del client_of_row
+    if every:  # the positions are the row ids: the shards are views of one array (no second copy of N ids)
+        return np.split(by_client.astype(np.int64, copy=False), bounds)
+    assert rows_ is not None
     return [rows_[part] for part in np.split(by_client, bounds)]

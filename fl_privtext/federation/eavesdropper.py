@@ -58,12 +58,12 @@ class EavesdroppingGrid(DelegatingGrid):
     """Delegates to ``inner`` and records every reply it returns (its arrays as read-only views of the reply's
     bytes: the record costs no copy).
 
-    ``spill_to(folder)``: from then on (until `reset`) the row vectors of every ``upload`` record (its 2-D arrays:
-    the representations) are written to the eavesdropper's own file there as they arrive, instead of being held
-    as views of the reply, and its 1-D arrays (labels, record ids: 16 bytes an upload) are copied: the reply's
-    bytes can go as soon as the server has taken its own copy (issue #38: the replies were resident until the
-    eavesdropper was done, ~0.8 GB per million users). The observation's arrays become read-only maps of that file
-    when the record is read (`uploads`, `uploads_matching`)."""
+    ``spill_to(folder)``: from then on (until `reset`) every array of every ``upload`` record (the representations,
+    and its labels and record ids: 16 bytes an upload, copies in memory before) is written to the eavesdropper's own
+    files there as it arrives, instead of being held as a view of the reply: the reply's bytes can go as soon as
+    the server has taken its own copy (issue #38: the replies were resident until the eavesdropper was done, ~0.8
+    GB per million users). The observation's arrays become read-only maps of that file when the record is read (`uploads`,
+    `uploads_matching`)."""
 
     def __init__(self, inner: Grid, *, record_sent: bool = False) -> None:
         super().__init__(inner)
@@ -118,10 +118,10 @@ class EavesdroppingGrid(DelegatingGrid):
 
     def _keep(self, obs: Observation, name: str, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """What the record holds of one received ArrayRecord: views of the reply's bytes, or (spilling an upload)
-        copies of its 1-D arrays, its 2-D ones appended to the spill (empty until mapped back in `_map`)."""
+        every array of it appended to the spill (empty until mapped back in `_map`)."""
         if self._folder is None or name != "upload":
             return arrays
-        vectors = {k: a for k, a in arrays.items() if a.ndim >= 2 and len(a)}
+        vectors = {k: a for k, a in arrays.items() if a.ndim >= 1 and len(a)}  # 1-D (labels, record ids) too
         rows = {len(a) for a in vectors.values()}
         if len(rows) > 1:
             raise ValueError(f"An upload record's arrays must have one length; got {sorted(rows)}.")
@@ -131,7 +131,8 @@ class EavesdroppingGrid(DelegatingGrid):
             self._spilled.append((obs, self._spill.rows.get(next(iter(vectors)), 0), rows.pop()))
             self._spill.append(vectors)
         # the spilled arrays are put back as maps of the spill (`_map`, before any read): a view of the reply's bytes
-        # kept here until then held every reply of the round resident (~0.7 GB at 1M users, issue #38)
+        # kept here until then held every reply of the round resident (~0.7 GB at 1M users, issue #38); copies of
+        # the 1-D arrays held 16 bytes an upload
         return {k: (np.empty((0, *a.shape[1:]), a.dtype) if k in vectors else np.array(a))
                 for k, a in arrays.items()}
 

@@ -96,7 +96,8 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     where: list[Any] = [r.content.config_records.get("placement") or {} for r in good]
     placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
                   "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
-    senders = {int(r.metadata.src_node_id): p["rows"] for r, p in zip(good, parts, strict=True) if len(p["rows"])}
+    senders = spilled_senders([(int(r.metadata.src_node_id), p["rows"]) for r, p in zip(good, parts, strict=True)],
+                              spill_folder(cfg))
     merged = merge_spilled(parts, arrived, spill_folder(cfg))
     del arrived
     revealed = None
@@ -133,23 +134,41 @@ def spill_upload(reply: Message, spill: Spill) -> Message:
     return reply
 
 
+def spilled_senders(sent: list[tuple[int, np.ndarray]], folder: str) -> dict[int, np.ndarray]:
+    """``Round.senders`` (node -> the record ids its reply carried) as slices of one read-only map of a file in
+    ``folder``: the same int64 ids, but not views of the replies' bytes, which they kept resident through the run
+    (8-16 bytes an upload in the driver, issue #38). Nodes that sent nothing are left out."""
+    sent = [(node, rows) for node, rows in sent if len(rows)]
+    if not sent:
+        return {}
+    spill = Spill(folder)
+    for _, rows in sent:
+        spill.append({"rows": np.asarray(rows, np.int64)})
+    mapped = spill.mapped()["rows"]
+    bounds = np.cumsum([0, *(len(rows) for _, rows in sent)])
+    return {node: mapped[a:b] for (node, _), a, b in zip(sent, bounds[:-1], bounds[1:], strict=True)}
+
+
 def merge_spilled(parts: list[dict[str, np.ndarray]], arrived: dict[str, np.ndarray], folder: str,
                   chunk: int | None = None) -> dict[str, np.ndarray]:
     """`fl_privtext.client.merge_uploads` of a round whose representations were spilled as they arrived
     (``arrived``: the non-empty parts' rows in their order; ``parts`` hold the rest): the same arrays, the
     representations as a read-only map of a file in ``folder``, written ``chunk`` rows at a time in canonical row
-    order (a stable sort by record id), so that the merge holds no copy of the round in memory."""
+    order (a stable sort by record id), so that the merge holds no copy of the round in memory; the labels and
+    record ids too (maps of their own files: the driver held them through the run, issue #38)."""
     parts = [p for p in parts if len(p["rows"])]
     if not parts:
         return merge_uploads([])
     order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
-    merged = {k: np.concatenate([p[k] for p in parts])[order] for k in parts[0] if k not in arrived}
     out = Spill(folder)
+    for k in parts[0]:  # the 1-D columns (labels, record ids: 16 bytes an upload) on disk too, until read
+        if k not in arrived:
+            out.gather(np.concatenate([p[k] for p in parts]), order, k, chunk)
     for k, rows in arrived.items():
         if len(rows) != len(order):
             raise ValueError(f"The spilled {k!r} holds {len(rows)} rows for {len(order)} uploads.")
         out.gather(rows, order, k, chunk)
-    merged.update(out.mapped())
+    merged = out.mapped()
     return {k: merged[k] for k in UPLOAD_KEYS if k in merged} | {k: v for k, v in merged.items()
                                                                    if k not in UPLOAD_KEYS}
 

@@ -131,6 +131,8 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
                                cfg.server, PublicSpec.of(cfg), input_dim=c.input_dim,
                                groups=server_users(prep, seen), spill=spill_dir(cfg.extractor.cache_dir))
         trained.utility["train_s"] = time.perf_counter() - t0
+        for k in ("labels", "rows"):  # on the Flower path maps of the round's spill: their pages go back (#38)
+            drop_mapped_pages(c.received[k])
         return trained
 
     return _over_seeds(cfg, train, list(collected), "fl-privtext-train")

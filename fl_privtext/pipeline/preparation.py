@@ -18,8 +18,8 @@ import numpy as np
 
 from fl_privtext.client.prepared import Prepared
 from fl_privtext.config import ExperimentConfig
-from fl_privtext.data import TextDataset, assign_roles, load_dataset, partition_users, source_roles
-from fl_privtext.data.splits import Roles
+from fl_privtext.data import TextDataset, load_dataset, partition_users, source_roles
+from fl_privtext.data.splits import Roles, assign_role_codes
 from fl_privtext.datafiles import records_per_user
 from fl_privtext.memory import drop_dataset_pages, drop_mapped_pages, return_freed_arrays
 from fl_privtext.threads import limited, usable_cores
@@ -76,9 +76,11 @@ def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int,
     one split (read-only arrays)."""
     ds = _load(key)
     # one byte a record (`Roles`), not the "<U5" names (20): held by the driver through the run (issue #38)
-    roles = Roles.of(source_roles(ds) if split == "source" else
-                     assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed))
-    shards = partition_users(ds, np.arange(len(ds)), num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
+    # (drawn as codes: the names were a 20-byte-a-record temporary of validation at 10M users)
+    roles = (Roles.of(source_roles(ds)) if split == "source" else
+             assign_role_codes(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed))
+    # every row (None): no N-row id array, and the shards are views of one (issue #38)
+    shards = partition_users(ds, None, num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
     roles.setflags(write=False)
     for arr in shards:
         arr.setflags(write=False)

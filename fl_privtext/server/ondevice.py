@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext.client.ondevice import answer_half
+from fl_privtext.memory import drop_mapped_pages
 from fl_privtext.ondevice import stale_replies, summarize, summarize_private
 from fl_privtext.server.ondevice_selection import choose
 from fl_privtext.server.training import Trained
@@ -31,7 +32,8 @@ def on_device_requests(prep: Prepared, c: Collected) -> dict[int, np.ndarray]:
     parts: dict[int, list[np.ndarray]] = {}
     for r in c.rounds:
         for node, rows in r.senders.items():
-            parts.setdefault(int(node), []).append(rows[test[rows]])
+            parts.setdefault(int(node), []).append(np.asarray(rows[test[rows]]))
+            drop_mapped_pages(rows)  # the senders are a map of the round's spill (issue #38): its pages go back
     merged = {node: np.unique(np.concatenate(p)) for node, p in parts.items()}
     return {node: rows for node, rows in merged.items() if len(rows)}
 

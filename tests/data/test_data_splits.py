@@ -298,3 +298,59 @@ def test_roles_in_one_byte_answer_as_the_names_do():
     assert "train" not in Roles.of(np.asarray(["test", "aux"]))
     with pytest.raises(ValueError, match="one of"):
         Roles.of(np.asarray(["train", "tset"]))
+
+
+# ------------------------------------------------------------------------------------------------ narrow paths
+def test_role_codes_are_the_names_draw_bit_for_bit(ds):
+    """`assign_role_codes` (one byte a record, what `prepare` holds) draws exactly the roles of the reference
+    gather of per-user "<U5" names (the code before issue #38's narrowing), and `assign_roles` still returns them."""
+    from fl_privtext.data.splits import ROLES, assign_role_codes
+    from fl_privtext.rng import generator
+
+    for seed, test_frac, aux_frac in ((0, 0.2, 0.2), (7, 0.1, 0.45), (123, 0.33, 0.33)):
+        codes = assign_role_codes(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed)
+        num_users = ds.num_users
+        n_test, n_aux = max(1, round(test_frac * num_users)), max(1, round(aux_frac * num_users))
+        order = generator(seed, "data", "assign_roles").permutation(num_users)
+        names = np.empty(num_users, dtype="<U5")
+        names[order[:n_test]], names[order[n_test : n_test + n_aux]] = "test", "aux"
+        names[order[n_test + n_aux :]] = "train"
+        reference = names[ds.user_index]
+        assert codes.codes.dtype == np.int8 and set(np.unique(codes.codes).tolist()) == {0, 1, 2}
+        np.testing.assert_array_equal(np.asarray(codes), reference)
+        np.testing.assert_array_equal(np.asarray(ROLES)[codes.codes], reference)
+        np.testing.assert_array_equal(assign_roles(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed), reference)
+
+
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shard", "linear", "natural"])
+def test_partition_of_every_row_is_the_int64_sort_bit_for_bit(ds, scheme):
+    """Every row (``rows=None``, the path `prepare` takes: no id array, no re-sort of the users, the clients
+    sorted in their narrowest type) gives, bit for bit and in int64, the shards of an explicit ``arange`` and of an
+    all-true mask, and those of the reference: each row's client in int64, stably argsorted and cut per client."""
+    n = len(ds)
+    parts = partition_users(ds, None, num_clients=37, scheme=scheme, alpha=0.5, seed=3)
+    check_partition(ds, np.arange(n), parts)
+    assert all(p.dtype == np.int64 for p in parts)
+    for rows in (np.arange(n), np.ones(n, bool), np.random.default_rng(1).permutation(n)):
+        again = partition_users(ds, rows, num_clients=37, scheme=scheme, alpha=0.5, seed=3)
+        assert len(again) == len(parts) and all(a.dtype == b.dtype and (a == b).all() for a, b in zip(parts, again))
+    client_of_user = np.full(ds.num_users, -1, np.int64)
+    for c, p in enumerate(parts):
+        client_of_user[ds.user_index[p]] = c
+    client_of_row = client_of_user[ds.user_index]  # the reference: int64 keys, np.arange(n) as the row ids
+    by_client = np.argsort(client_of_row, kind="stable")
+    bounds = np.cumsum(np.bincount(client_of_row, minlength=37))[:-1]
+    reference = [np.arange(n, dtype=np.int64)[part] for part in np.split(by_client, bounds)]
+    assert all((a == b).all() for a, b in zip(parts, reference, strict=True))
+    # a strict subset still takes the general path (users renumbered among the rows present)
+    sub = np.flatnonzero(np.arange(n) % 3 != 0)
+    check_partition(ds, sub, partition_users(ds, sub, num_clients=37, scheme=scheme, alpha=0.5, seed=3))
+
+
+def test_labels_are_held_narrow_and_read_as_int64(ds):
+    """The dataset holds its labels in one byte a record (`label_codes`); `labels` is the same int64 column."""
+    assert ds.label_codes.dtype == np.int8 and not ds.label_codes.flags.writeable
+    labels = ds.labels
+    assert labels.dtype == np.int64 and not labels.flags.writeable
+    np.testing.assert_array_equal(labels, ds._pa.column("label").to_numpy())
+    np.testing.assert_array_equal(labels, ds.label_codes)

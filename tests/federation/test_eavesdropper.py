@@ -86,3 +86,41 @@ def test_a_spilled_record_holds_no_view_of_the_replys_bytes_and_maps_them_back(t
         got = eaves.uploads()
         np.testing.assert_array_equal(got["features"], feats)
         np.testing.assert_array_equal(got["rows"], rows)
+
+
+def test_the_servers_merge_and_senders_on_disk_are_the_in_memory_arrays_bit_for_bit(tmp_path):
+    """Issue #38: `merge_spilled` writes every column of a round (its labels and record ids too, not only the
+    representations) to the run's spill and `spilled_senders` the ids each reply carried: the maps hold exactly
+    `merge_uploads`' arrays and the replies' ids (dtype, shape, values; duplicates and unsorted replies as the merge
+    orders them), read-only and backed by files, not memory. Known-bad: a merge that sorted unstably or a sender
+    slice off by one would differ."""
+    from fl_privtext.client import merge_uploads
+    from fl_privtext.federation.server_app import merge_spilled, spilled_senders
+    from fl_privtext.memory import Spill, is_mapped
+
+    g = np.random.default_rng(3)
+    parts = []
+    for size in (7, 0, 12, 5):
+        rows = g.integers(0, 20, size).astype(np.int64)  # repeats across and within replies, unsorted
+        parts.append({"features": g.normal(size=(size, 4)).astype(np.float32),
+                      "labels": g.integers(0, 3, size).astype(np.int64), "rows": rows})
+    arrived = [{k: v for k, v in p.items() if k != "features"} for p in parts if len(p["rows"])]
+    for chunk in (None, 3):
+        spill2 = Spill(tmp_path)
+        for p in parts:
+            if len(p["rows"]):
+                spill2.append({"features": p["features"]})
+        got = merge_spilled([dict(a) for a in arrived], spill2.mapped(), str(tmp_path), chunk)
+        want = merge_uploads(parts)
+        assert list(got) == list(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+            np.testing.assert_array_equal(got[k], want[k])
+            assert is_mapped(got[k]) and not got[k].flags.writeable
+    senders = spilled_senders([(node, p["rows"]) for node, p in zip((5, 6, 7, 8), parts)], str(tmp_path))
+    assert list(senders) == [5, 7, 8]  # the node that sent nothing is left out
+    for node, p in zip((5, 6, 7, 8), parts):
+        if len(p["rows"]):
+            assert senders[node].dtype == np.int64 and is_mapped(senders[node])
+            np.testing.assert_array_equal(senders[node], p["rows"])
+    assert spilled_senders([(1, np.zeros(0, np.int64))], str(tmp_path)) == {}
