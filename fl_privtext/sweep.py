@@ -57,7 +57,7 @@ from fl_privtext.pipeline.preflight import check_point
 from fl_privtext.progress import tqdm
 from fl_privtext.report import aggregate, plots, prior_baseline
 from fl_privtext.rundir import keep_going, make_dir, report_unwritten, write_atomic
-from fl_privtext.threads import driver_threads
+from fl_privtext.threads import driver_threads, fork_safe
 from fl_privtext.traffic import traffic_key
 
 # Flat keys that never change a point's numbers: where files live, console output, trackers.
@@ -353,7 +353,8 @@ def run_stored(points: Sequence[ExperimentConfig], store: Store, *, log: Callabl
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-reference")
     try:
-        running = [pool.submit(runner, g, on_result=on_result_of(g)) for g in side]
+        # the references run beside the federations' Ray starts: BLAS single-threaded (threads.limited, fork hazard)
+        running = [pool.submit(fork_safe(runner), g, on_result=on_result_of(g)) for g in side]
         for group in groups.values():
             if not any(group is g for g in side):
                 runner(group, on_result=on_result_of(group))

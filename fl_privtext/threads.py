@@ -16,6 +16,7 @@ driver on 2 cores run 6 compute threads, and OpenMP's spinning threads then slow
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -127,7 +128,15 @@ def limited(threads: int) -> Iterator[None]:
     smallest count among the blocks open at the moment and restored to the settings found before the first block
     only when the last one closes. (Each block restoring what it found, as before, let the first block to close
     hand the other, still running, every core's BLAS threads.) Blocks that overlap should ask for the same count:
-    a block of 4 threads that another thread's block of 1 overlaps runs its BLAS calls on 1 thread meanwhile."""
+    a block of 4 threads that another thread's block of 1 overlaps runs its BLAS calls on 1 thread meanwhile.
+
+    Fork hazard: a thread that calls a MULTI-threaded OpenBLAS routine while another thread forks (``ray.init``
+    starts its processes through ``subprocess`` with a ``preexec_fn``, i.e. ``fork``) never returns: OpenBLAS's
+    fork handler stops the pool's workers under the call in flight, which then spins in ``exec_blas`` forever (seen: a
+    trust-models sweep's driver thread in the ``svd`` of the public pca beside a federation's Ray start, 27 minutes
+    at 100% CPU; tests/test_threads.py reproduces it). A single-threaded call runs in its own thread and is not
+    affected. So work that overlaps a Ray start runs inside ``limited(1)`` (`fork_safe`): the driver's preparation
+    (`fl_privtext.pipeline.runner`) and a sweep's no-privacy references (`fl_privtext.sweep`)."""
     import torch
 
     before = torch.get_num_threads()
@@ -143,6 +152,19 @@ def limited(threads: int) -> Iterator[None]:
             _SHARED_COUNTS.remove(threads)
             _set_shared_blas()
         torch.set_num_threads(before)
+
+
+def fork_safe(fn: Callable[..., R]) -> Callable[..., R]:
+    """``fn`` run inside ``limited(1)``: for work on a thread that may overlap a fork in another one (a Ray start):
+    its BLAS calls single-threaded, which a fork cannot stop (`limited`'s fork hazard). Blocks opened inside keep
+    their torch / OpenMP counts; the process-wide BLAS pools stay at one thread while this block is open."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> R:
+        with limited(1):
+            return fn(*args, **kwargs)
+
+    return run
 
 
 _WORKER = threading.local()  # .inside: this thread is a `parallel_map` worker

@@ -173,3 +173,53 @@ def test_parallel_tasks_respects_needs_and_priority_drops_used_results_and_raise
     with pytest.raises(ValueError, match="first"):
         parallel_tasks([Task("x", fail("first")), Task("y", fail("second")), Task("z", lambda: 0)],
                        threads=1, cores=2)
+
+
+_FORK_SCRIPT = """
+import os, subprocess, sys, threading, time
+import numpy as np
+from fl_privtext.threads import fork_safe
+x = np.random.default_rng(0).standard_normal((2000, 300))
+done = []
+def work():
+    for _ in range(10):
+        np.linalg.svd(x, full_matrices=False)
+    done.append(1)
+t = threading.Thread(target=fork_safe(work) if sys.argv[1] == "safe" else work, daemon=True)
+t.start()
+end = time.time() + 10
+while t.is_alive() and time.time() < end:
+    subprocess.Popen(["true"], preexec_fn=lambda: None).wait()  # fork, as ray.init starts its processes
+t.join(60 if sys.argv[1] == "safe" else 5)  # one BLAS thread: slow under load, never stuck
+print("done" if done else "hung", flush=True)
+os._exit(0)  # a thread stuck in OpenBLAS can also stall the library's exit handlers
+"""
+
+
+def test_blas_work_beside_a_fork_finishes_when_fork_safe_and_hangs_without():
+    """`limited`'s fork hazard: a thread's multi-threaded OpenBLAS call while another thread forks never returns
+    (the fork handler stops the pool under it); under `fork_safe` (one BLAS thread) the same work finishes.
+    Known-bad: the same script without it hangs (seen as a 27-minute stall of a sweep's public pca beside a
+    federation's Ray start)."""
+    import subprocess
+    import sys
+
+    if _blas_threads() in (set(), {1}):
+        pytest.skip("no multi-threaded BLAS library that threadpoolctl controls here")
+    out = {mode: subprocess.run([sys.executable, "-c", _FORK_SCRIPT, mode], check=True, capture_output=True,
+                                text=True, timeout=120).stdout.strip() for mode in ("safe", "unsafe")}
+    assert out == {"safe": "done", "unsafe": "hung"}, out
+
+
+def test_the_drivers_preparation_and_a_sweeps_references_run_fork_safe(monkeypatch):
+    """What overlaps a Ray start runs with one BLAS thread: the driver's preparation (`runner._prepare_driver`)
+    and a sweep's no-privacy references (run on their own thread beside the federations)."""
+    from fl_privtext.pipeline import runner
+
+    if _blas_threads() in (set(), {1}):
+        pytest.skip("no multi-threaded BLAS library that threadpoolctl controls here")
+    seen: list[object] = []
+    monkeypatch.setattr(runner, "_snapshot", lambda cfg: seen.append(_blas_threads()) or "")
+    monkeypatch.setattr(runner, "warm_up", lambda: None)
+    assert runner._prepare_driver([object(), object()]) == ["", ""]  # type: ignore[list-item]
+    assert seen == [{1}, {1}] and _blas_threads() != {1}

@@ -38,7 +38,7 @@ from fl_privtext.public import PublicSpec, public_projection
 from fl_privtext.report import finalize
 from fl_privtext.report.tracking import Tracker
 from fl_privtext.rundir import claim
-from fl_privtext.threads import local_actors
+from fl_privtext.threads import fork_safe, local_actors
 from fl_privtext.traffic import Round
 
 
@@ -164,6 +164,7 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
     return results
 
 
+@fork_safe  # it overlaps ray.init's forks: BLAS single-threaded (`fl_privtext.threads.limited`, fork hazard)
 def _prepare_driver(points: Sequence[ExperimentConfig]) -> list[str]:
     """The driver's work while Ray starts: fill the feature cache, save each point's client-data snapshot, and
     warm up the server's trainer (torch's lazy imports). Returns the snapshot paths."""
