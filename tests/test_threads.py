@@ -211,9 +211,9 @@ def test_blas_work_beside_a_fork_finishes_when_fork_safe_and_hangs_without():
     assert out == {"safe": "done", "unsafe": "hung"}, out
 
 
-def test_the_drivers_preparation_and_a_sweeps_references_run_fork_safe(monkeypatch):
-    """What overlaps a Ray start runs with one BLAS thread: the driver's preparation (`runner._prepare_driver`)
-    and a sweep's no-privacy references (run on their own thread beside the federations)."""
+def test_the_drivers_preparation_runs_fork_safe(monkeypatch):
+    """The driver's preparation (`runner._prepare_driver`), which overlaps the simulation's Ray start, runs with one
+    BLAS thread; the pools come back after it."""
     from fl_privtext.pipeline import runner
 
     if _blas_threads() in (set(), {1}):
