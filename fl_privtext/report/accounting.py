@@ -172,16 +172,20 @@ class Totals:
         if counts.any():
             self._charges.append((counts, report))
 
-    def _charged(self, a: int, b: int) -> np.ndarray:
-        hit = np.zeros(b - a, bool)
-        for counts, _ in self._charges:
-            hit |= counts[a:b] > 0
-        return hit
+    def _ranges(self) -> Any:
+        return ((a, min(self.num_users, a + _SUM_USERS)) for a in range(0, self.num_users, _SUM_USERS))
+
+    def _charged(self) -> Any:
+        """Per block of users: which were charged at least once."""
+        for a, b in self._ranges():
+            hit = np.zeros(b - a, bool)
+            for counts, _ in self._charges:
+                hit |= counts[a:b] > 0
+            yield hit
 
     def _blocks(self, value: str) -> Any:
-        """Per block of users: (charged mask, totals of ``value``: "worst_case" / "nominal" epsilon or "delta")."""
-        for a in range(0, self.num_users, _SUM_USERS):
-            b = min(self.num_users, a + _SUM_USERS)
+        """Per block of users: their totals of ``value`` ("worst_case" / "nominal" epsilon, or "delta")."""
+        for a, b in self._ranges():
             total = np.zeros(b - a)
             for counts, rep in self._charges:
                 c = counts[a:b]
@@ -189,32 +193,31 @@ class Totals:
                 per = (rep.delta if value == "delta" else rep.epsilon_worst_case if value == "worst_case"
                        else rep.epsilon_nominal)
                 total[hit] += c[hit].astype(np.int64) * per
-            yield self._charged(a, b), total
+            yield total
 
     def max_epsilon(self, kind: str = "worst_case") -> float:
         """Largest per-user total epsilon (0.0 when nobody was charged)."""
-        return max((float(t.max()) for _, t in self._blocks(kind) if len(t)), default=0.0)
+        return max((float(t.max()) for t in self._blocks(kind) if len(t)), default=0.0)
 
     def max_delta(self) -> float:
         """Largest per-user delta total."""
-        return max((float(t.max()) for _, t in self._blocks("delta") if len(t)), default=0.0)
+        return max((float(t.max()) for t in self._blocks("delta") if len(t)), default=0.0)
 
     def median_epsilon(self) -> float:
         """Median worst-case total over the users charged at least once (0.0 when none)."""
-        parts = [t[hit] for hit, t in self._blocks("worst_case")]
+        parts = [t[hit] for hit, t in zip(self._charged(), self._blocks("worst_case"), strict=True)]
         values = np.concatenate(parts) if parts else np.zeros(0)
         return float(np.median(values)) if len(values) else 0.0
 
     def to_json(self) -> dict[str, Any]:
         """`Accountant.to_json(per_user=False)`'s summary, the same keys and numbers."""
-        users = sum(int(hit.sum()) for hit in (self._charged(a, min(self.num_users, a + _SUM_USERS))
-                                               for a in range(0, self.num_users, _SUM_USERS)))
+        worst = json_number(self.max_epsilon("worst_case"))
         return {
             "composition": "basic: epsilon and delta add over every release of the same user",
-            "users": users,
+            "users": sum(int(hit.sum()) for hit in self._charged()),
             "releases": sum(int(c.sum(dtype=np.int64)) for c, _ in self._charges),
-            "max_epsilon": json_number(self.max_epsilon("worst_case")),
-            "max_epsilon_worst_case": json_number(self.max_epsilon("worst_case")),
+            "max_epsilon": worst,
+            "max_epsilon_worst_case": worst,
             "max_epsilon_nominal": json_number(self.max_epsilon("nominal")),
             "max_delta": self.max_delta(),
             "charges": [{"mechanism": r.mechanism, "users": int(np.count_nonzero(c)),
@@ -279,7 +282,8 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
     per_user = reps.to_json()  # a summary: a table of every user's epsilon would be megabytes
     per_user["median_epsilon_worst_case"] = reps.median_epsilon()
     per_user["max_epsilon_labels"] = json_number(labels_acc.max_epsilon()) if num_classes > 0 else 0.0
-    per_user["max_epsilon_on_device"] = json_number(od_acc.max_epsilon())
+    od_max = od_acc.max_epsilon()
+    per_user["max_epsilon_on_device"] = json_number(od_max)
     per_user["max_epsilon_phase_a"] = json_number(pa_eps)
     secagg_a = pa is not None and math.isfinite(pa_eps)
     if pa is not None:
@@ -293,14 +297,15 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
             + (" (DP-FedAvg's noise is the server's own)" if train.dp_noise_multiplier > 0 else ""))
         if phase_a_central is not None and "client_ledger_max_epsilon" in phase_a_central:
             per_user["max_epsilon_phase_a_ledger"] = json_number(float(phase_a_central["client_ledger_max_epsilon"]))
-    per_user["max_epsilon_total"] = json_number(total.max_epsilon())
+    total_max = total.max_epsilon()  # one pass over every user's charges
+    per_user["max_epsilon_total"] = json_number(total_max)
     per_user["max_delta_total"] = total.max_delta()
     # Phase A's finite central charge composes with the rest by basic composition: epsilons and deltas add up
     tight = _tight_max(rep, label, released_counts, od_counts, od_eps, phase_a and not secagg_a, num_classes,
                        privacy.delta)
     # the most releases of each kind (plus Phase A) may belong to different users (on-device answers come from test
     # users, Phase A from train users): the largest basic total, also an upper bound of every user's, caps it
-    per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps if secagg_a else tight, total.max_epsilon()))
+    per_user["max_epsilon_tight"] = json_number(min(tight + pa_eps if secagg_a else tight, total_max))
     per_user["delta_tight"] = privacy.delta + (pa_delta if secagg_a else 0.0)
     if secagg_a and not federation.shuffle:
         per_user["max_epsilon_total_guarantee"] = (
@@ -322,7 +327,7 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
                                          repetitions=max(1, len(released_rows)),
                                          local_delta=uploaded.max_delta())
         per_user["max_epsilon_total_local"] = per_user["max_epsilon_total"]
-        od_max = od_acc.max_epsilon() if len(on_device_rows) else 0.0
+        od_max = od_max if len(on_device_rows) else 0.0
         central = out["central"]["epsilon"]
         per_user["max_epsilon_total"] = json_number(
             (math.inf if central == "inf" else float(central)) + od_max + pa_eps)
