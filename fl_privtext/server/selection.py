@@ -38,7 +38,8 @@ on MiniLM by 1.2 (blog epsilon 4) and 4.3 points (blog epsilon 1, one seed of tw
 Measured (`simulations/select_by_clean.py`, default data, blog GloVe 10k, and the frontier's MiniLM cells, blog 10k
 and AG news, PrivUnitG epsilon 1 / 4 / 16, 2 seeds, exact on-device accuracy of the shipped head): within 2 points
 of the best candidate in 21 of 24 cells (20 with the lower-log-loss moment head); the table is in its docstring.
-``utility.candidates`` holds every score.
+``utility.candidates`` names every candidate: its scores, or ``{"scored": false, "why": ...}`` where the choice did
+not need them (the lazy selection below; ``scored`` averaged over seeds is the share of seeds that scored it).
 
 What per-upload evidence cannot see: a noise law that UNDERSTATES the mechanism's noise. The moment learners' noisy
 head uses the uploads' own covariance whatever the law says (clean estimate + law = uploads'), so only the clean
@@ -62,9 +63,14 @@ the totals minus the fold's sums, and `clean_accuracy` reads the held-out sums, 
 (the same numbers as a refit on each fold's rows up to float rounding: tests/server/test_closed_form_cv.py).
 The candidates are ``server.auto-candidates`` (`fl_privtext.server.training.fit_learner`): the MLP is out by default
 (its three fold fits were ~95% of auto's time, 25-35x fitting the winner, and it won 6 of ~1,500 saved selections).
-What remains is bounded by the iterative candidate: with linear in, auto costs its C search and three fold fits
-whatever wins, so against a closed-form winner (centroid, ~0.3 s at 50,000 x 384) it is many times the winner's fit
-but about 1-1.6x fitting every candidate once (benchmarks/README.md, the selection section).
+Lazy (issue #38 item 3, 2026-11-29): where a moment head qualifies (not significantly worse than the constant), no
+score of linear or the MLP can change the choice, so `select` scores the constant and the moment heads first and
+cross-validates the others (and `fit_learner` runs linear's C search) only where none qualifies. The choice is
+bit-identical to scoring every candidate (the Bonferroni count is the candidates named: tests/server/
+test_lazy_selection.py, with a known-bad count over the scored that ships the constant where the LDA should ship);
+the reported ``clean_choice`` then ranges over the scored candidates only. Before, with linear in, auto cost its C
+search and three fold fits whatever won: 15-200x a closed-form winner's own fit (benchmarks/README.md, the lazy
+selection section, for the figures after).
 """
 
 from __future__ import annotations
