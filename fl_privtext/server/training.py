@@ -79,8 +79,8 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
                 score_all: bool = False) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
     """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
     grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
-    out-of-fold {"accuracy", "log_loss", ...} per candidate, ``{"scored": False, "why"}`` for one the lazy selection did
-not need; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
+    out-of-fold {"accuracy", "log_loss", ...} per candidate, ``{"scored": False, "why"}`` for one the lazy
+    selection did not need; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
     measured on public data named ``norm_source`` (`public_input_norm2`), for the cap mechanisms' noise law;
     ``centered``: the uploads were centred (``server.center``), so only the per-coordinate variance applies.
     ``fit_all`` (auto only): filled with every candidate fitted on all of ``x`` (the chosen one is the same object).
