@@ -141,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.data} {args.mechanism} eps {args.epsilon}: {out['uploads']} uploads x {out['dim']}, "
           f"mlp {'in' if mlp else 'out'}; auto chose {chosen}")
     for n, s in scores.items():
+        if not s.get("scored", True):  # lazy selection: not cross-validated, its choice did not need it
+            print(f"  {n:9s} not scored ({s['why']})")
+            continue
         print(f"  {n:9s} log_loss {s['log_loss']:.6f} accuracy {s['accuracy']:.4f} beats {s['beats_constant']}")
     print(f"auto {auto_s:.2f} s, {chosen} alone {winner_s:.2f} s, ratio {out['ratio']:.2f}; every candidate once "
           f"{each_s:.2f} s ({', '.join(f'{n} {v:.2f}' for n, v in each.items())}), ratio {out['ratio_each']:.2f} "

@@ -187,7 +187,7 @@ def point(data: str, mechanism: str, epsilon: float, seed: int, root: str, with_
 @contextmanager
 def recording() -> Iterator[dict[str, Any]]:
     """Record the per-upload out-of-fold (correctness, log-loss) arrays `select` computes for each candidate (in the
-    order of its makers), and the groups, so that other rules can be applied to the same numbers."""
+    order of its makers; ``score_all``: every one), and the groups, so that other rules can be applied to the same numbers."""
     runs: dict[str, Any] = {"names": [], "hits": [], "loss": [], "groups": None}
     orig_oof, orig_select = selection._oof, selection.select
 
@@ -200,7 +200,9 @@ def recording() -> Iterator[dict[str, Any]]:
     def select(makers: dict[str, Any], x: np.ndarray, y: np.ndarray, groups: np.ndarray, *args: Any, **kw: Any):
         runs["names"] = list(makers)
         runs["groups"] = groups
-        return orig_select(makers, x, y, groups, *args, **kw)
+        # every candidate scored (select is lazy by default: linear only where no moment head qualifies), in the
+        # makers' order, as the rules applied to these arrays need
+        return orig_select(makers, x, y, groups, *args, **{**kw, "score_all": True})
 
     selection._oof = oof
     training.select = select

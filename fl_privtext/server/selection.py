@@ -38,7 +38,8 @@ on MiniLM by 1.2 (blog epsilon 4) and 4.3 points (blog epsilon 1, one seed of tw
 Measured (`simulations/select_by_clean.py`, default data, blog GloVe 10k, and the frontier's MiniLM cells, blog 10k
 and AG news, PrivUnitG epsilon 1 / 4 / 16, 2 seeds, exact on-device accuracy of the shipped head): within 2 points
 of the best candidate in 21 of 24 cells (20 with the lower-log-loss moment head); the table is in its docstring.
-``utility.candidates`` holds every score.
+``utility.candidates`` names every candidate: its scores, or ``{"scored": false, "why": ...}`` where the choice did
+not need them (the lazy selection below; ``scored`` averaged over seeds is the share of seeds that scored it).
 
 What per-upload evidence cannot see: a noise law that UNDERSTATES the mechanism's noise. The moment learners' noisy
 head uses the uploads' own covariance whatever the law says (clean estimate + law = uploads'), so only the clean
@@ -62,15 +63,20 @@ the totals minus the fold's sums, and `clean_accuracy` reads the held-out sums, 
 (the same numbers as a refit on each fold's rows up to float rounding: tests/server/test_closed_form_cv.py).
 The candidates are ``server.auto-candidates`` (`fl_privtext.server.training.fit_learner`): the MLP is out by default
 (its three fold fits were ~95% of auto's time, 25-35x fitting the winner, and it won 6 of ~1,500 saved selections).
-What remains is bounded by the iterative candidate: with linear in, auto costs its C search and three fold fits
-whatever wins, so against a closed-form winner (centroid, ~0.3 s at 50,000 x 384) it is many times the winner's fit
-but about 1-1.6x fitting every candidate once (benchmarks/README.md, the selection section).
+Lazy (issue #38 item 3, 2026-11-29): where a moment head qualifies (not significantly worse than the constant), no
+score of linear or the MLP can change the choice, so `select` scores the constant and the moment heads first and
+cross-validates the others (and `fit_learner` runs linear's C search) only where none qualifies. The choice is
+bit-identical to scoring every candidate (the Bonferroni count is the candidates named: tests/server/
+test_lazy_selection.py, with a known-bad count over the scored that ships the constant where the LDA should ship);
+the reported ``clean_choice`` then ranges over the scored candidates only. Before, with linear in, auto cost its C
+search and three fold fits whatever won: 15-200x a closed-form winner's own fit (benchmarks/README.md, the lazy
+selection section, for the figures after).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -294,7 +300,8 @@ def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray, tried: int) -
 
 def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
            folds: int = FOLDS, order: Sequence[str] | None = None, label_rr: np.ndarray | None = None,
-           law: NoiseLaw | None = None, num_classes: int = 0) -> tuple[str, dict[str, Any]]:
+           law: NoiseLaw | None = None, num_classes: int = 0, score_all: bool = False,
+           prepare: Mapping[str, Callable[[], object]] | None = None) -> tuple[str, dict[str, Any]]:
     """The shrunk moment head (a learner with ``shrinks_to_prior``) of highest ``nesting`` (lda; whether its
     out-of-fold log-loss is significantly worse than the lowest one's is recorded, ``worse_than_moment_head``, not
     used), unless it is significantly worse than the constant (``worse_than_constant``: paired, per user, one-sided 95%, Bonferroni);
@@ -303,27 +310,83 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
     `fl_privtext.server.training.fit_learner` passes) each candidate also gets its out-of-fold estimated clean-head
     accuracy (`clean_accuracy`: ``clean_accuracy_estimate``, ``clean_unresolved``) and ``clean_beats_constant``
     (estimated ``CLEAN_MARGIN`` above the constant's, resolved); the scores' "constant" entry names
-    ``clean_choice``, the head that rule would pick. Reported, not used to decide (`LEARNER_RULE`). Returns (name, {name: {"accuracy", "log_loss",
-    "beats_constant", ...}}). ``makers`` must hold "constant". ``label_rr``: the uploaded labels' RR matrix."""
+    ``clean_choice``, the head that rule would pick among the scored candidates. Reported, not used to decide (`LEARNER_RULE`). Returns (name, {name: {"scored", "accuracy", "log_loss",
+    "beats_constant", ...}}). ``makers`` must hold "constant". ``label_rr``: the uploaded labels' RR matrix.
+
+    Lazy (issue #38: selection at most 2x its winner's fit): the constant and the moment heads are scored first
+    (their folds in closed form, `FoldStats`) and decide; the other heads (linear, mlp) are cross-validated only
+    where no moment head qualifies, since otherwise their scores cannot change the choice. The choice is the one
+    scoring every candidate gives: the Bonferroni count is the number of candidates NAMED (``len(makers) - 1``),
+    not of those scored, and where a moment head qualifies the other heads are never looked at
+    (tests/server/test_lazy_selection.py). An unscored candidate's entry says so, ``{"scored": False, "why": ...}``,
+    and ``clean_choice`` then ranges over the scored ones only. ``score_all``: score every candidate all the same
+    (what `simulations/select_by_clean.py` reads). ``prepare[name]``: called once before ``name`` is first scored
+    (`fit_learner`: linear's C search), so that an unscored candidate costs nothing."""
     if "constant" not in makers:
         raise ValueError("select needs the constant predictor among the candidates.")
     if law is not None and num_classes < 1:
         raise ValueError("select with a noise law needs num_classes >= 1.")
-    cleans: dict[str, list[tuple[float, float]]] = {name: [] for name in makers}
+    cleans: dict[str, list[tuple[float, float]]] = {}
     splits = _splits(x, y, groups, folds)
     stats = FoldStats(x, y, splits)  # one pass over the uploads for every candidate's folds (FoldStats)
-    runs = {name: _oof(make, x, y, groups, folds, label_rr, law, num_classes, cleans[name], splits, stats)
-            for name, make in makers.items()}
+    runs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def score(names: Sequence[str]) -> None:  # in the makers' order, each candidate once
+        for name, make in makers.items():
+            if name in names and name not in runs:
+                if prepare is not None and name in prepare:
+                    prepare[name]()
+                cleans[name] = []
+                runs[name] = _oof(make, x, y, groups, folds, label_rr, law, num_classes, cleans[name],
+                                  splits, stats)
+
+    tried = len(makers) - 1  # every candidate named, scored or not: the choice is the eager rule's
+    z = _critical_z(tried)
+    built = {n: makers[n]() for n in order or makers if n != "constant"}  # unfitted: their kind and nesting
+    shrunk = [n for n, b in built.items() if getattr(b, "shrinks_to_prior", False)]
+    score(list(makers) if score_all else ["constant", *shrunk])
     null = runs["constant"][1]
-    tried = len(makers) - 1
+    best = "constant"
+    recorded: dict[str, dict[str, Any]] = {n: {} for n in shrunk}
+    if shrunk:  # the most nesting moment head, unless it is significantly worse than the constant; both tests
+        # recorded for every moment head (every seed: the same keys)
+        low = min(shrunk, key=lambda n: float(runs[n][1].mean()))
+        for n in shrunk:
+            recorded[n]["worse_than_constant"] = bool(_paired_z(runs[n][1], null, groups) > z)
+            recorded[n]["worse_than_moment_head"] = bool(_paired_z(runs[n][1], runs[low][1], groups) > z)
+        m = max(shrunk, key=lambda n: (getattr(built[n], "nesting", 0), -float(runs[n][1].mean())))
+        if not recorded[m]["worse_than_constant"]:
+            best = m
+    if best == "constant":  # no moment head qualified: the earlier rule among the other heads, every one scored
+        score(list(makers))
+        for name in order or makers:
+            if name != "constant" and name not in shrunk and _beats(runs[name][1], null, groups, tried) and (
+                    best == "constant" or runs[name][1].mean() < runs[best][1].mean()):
+                best = name
+    return best, _scores(makers, runs, cleans, recorded, null, groups, tried, law is not None,
+                         f"not needed: {best} qualified (a moment head not significantly worse than the constant; "
+                         f"the other heads are scored only where none does: selection.select)")
+
+
+def _scores(makers: dict[str, Callable[[], Learner]], runs: dict[str, tuple[np.ndarray, np.ndarray]],
+            cleans: dict[str, list[tuple[float, float]]], recorded: dict[str, dict[str, Any]], null: np.ndarray,
+            groups: np.ndarray, tried: int, clean: bool, why: str) -> dict[str, Any]:
+    """`select`'s report: per candidate (in the makers' order) its out-of-fold scores, or ``{"scored": False,
+    "why": why}`` where it was not scored; with ``clean`` the clean-head estimates and the constant's
+    ``clean_choice`` (among the scored candidates); ``recorded``: the moment heads' tests (`select`)."""
     scores: dict[str, Any] = {}
-    for name, (hits, loss) in runs.items():
-        scores[name] = {"accuracy": float(hits.mean()), "log_loss": float(loss.mean()),
+    for name in makers:
+        if name not in runs:
+            scores[name] = {"scored": False, "why": why}
+            continue
+        hits, loss = runs[name]
+        scores[name] = {"scored": True, "accuracy": float(hits.mean()), "log_loss": float(loss.mean()),
                         "beats_constant": bool(name != "constant" and _beats(loss, null, groups, tried))}
-    if law is not None:
+    if clean:
         est = {name: float(np.mean([a for a, _ in c])) if c else math.nan for name, c in cleans.items()}
         clean_best = "constant"
-        for name, sc in scores.items():
+        for name in (n for n in makers if n in runs):
+            sc = scores[name]
             sc["clean_accuracy_estimate"] = est[name]
             sc["clean_unresolved"] = max((u for _, u in cleans[name]), default=math.inf)
             sc["clean_beats_constant"] = bool(name != "constant" and est[name] > est["constant"] + CLEAN_MARGIN
@@ -331,23 +394,6 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
             if sc["clean_beats_constant"] and (clean_best == "constant" or est[name] > est[clean_best]):
                 clean_best = name
         scores["constant"]["clean_choice"] = clean_best
-    z = _critical_z(tried)
-    built = {n: makers[n]() for n in order or makers if n != "constant"}
-    shrunk = [n for n, b in built.items() if getattr(b, "shrinks_to_prior", False)]
-    best = "constant"
-    if shrunk:  # the most nesting moment head, unless it is significantly worse than the constant; both tests
-        # recorded for every moment head (every seed: the same keys)
-        low = min(shrunk, key=lambda n: scores[n]["log_loss"])
-        for n in shrunk:
-            scores[n]["worse_than_constant"] = bool(_paired_z(runs[n][1], null, groups) > z)
-            scores[n]["worse_than_moment_head"] = bool(_paired_z(runs[n][1], runs[low][1], groups) > z)
-        m = max(shrunk, key=lambda n: (getattr(built[n], "nesting", 0), -scores[n]["log_loss"]))
-        if not scores[m]["worse_than_constant"]:
-            best = m
-    if best != "constant":
-        return best, scores
-    for name in order or makers:  # no moment head qualified: the earlier rule among the other heads
-        if name != "constant" and name not in shrunk and scores[name]["beats_constant"] and (
-                best == "constant" or scores[name]["log_loss"] < scores[best]["log_loss"]):
-            best = name
-    return best, scores
+    for name, tests in recorded.items():  # the moment heads' two tests, after the scores (their order until now)
+        scores[name].update(tests)
+    return scores

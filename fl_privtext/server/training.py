@@ -75,16 +75,20 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
                 mechanism: Any, input_dim: int, seed: int, label_epsilon: float = 0.0,
                 mlp: dict[str, Any] | None = None, stream: tuple[str, ...] = ("server",),
                 input_norm2: float | None = None, norm_source: str = "", centered: bool = False,
-                fit_all: dict[str, Learner] | None = None, candidates: Sequence[str] = AUTO_DEFAULT
-                ) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
+                fit_all: dict[str, Learner] | None = None, candidates: Sequence[str] = AUTO_DEFAULT,
+                score_all: bool = False) -> tuple[Learner, str, dict[str, dict[str, Any]]]:
     """Fit learner ``name`` (or, for ``auto``, the best of every learner and the constant by cross-validation
     grouped by ``groups``) on uploads ``x`` (N, D) with uploaded labels ``y``. Returns (fitted learner, its name,
-    out-of-fold {"accuracy", "log_loss"} per candidate; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
+    out-of-fold {"accuracy", "log_loss", ...} per candidate, ``{"scored": False, "why"}`` for one the lazy
+    selection did not need; empty for an explicit name). ``input_norm2``: E||E[u | x]||^2
     measured on public data named ``norm_source`` (`public_input_norm2`), for the cap mechanisms' noise law;
     ``centered``: the uploads were centred (``server.center``), so only the per-coordinate variance applies.
     ``fit_all`` (auto only): filled with every candidate fitted on all of ``x`` (the chosen one is the same object).
     ``candidates`` (auto only): the learners cross-validated beside the constant (``server.auto-candidates``; the MLP
-    only where named, and then ``mlp`` must be given)."""
+    only where named, and then ``mlp`` must be given). Auto scores linear and the MLP only where no moment head
+    qualifies (`select`, lazy: the same choice; linear's C search too is run only then); ``score_all`` scores every
+    candidate all the same, as ``fit_all`` does (every candidate is fitted and exported then: scored first, the
+    MLP's generator is drawn in the same order as before, so the exported candidates are unchanged)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
     if name == "auto" and "mlp" in candidates and mlp is None:
@@ -120,12 +124,16 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
         x_cv = take_rows(x, cv)  # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them)
-        if "linear" in names:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
+
+        def choose_c() -> None:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
+            nonlocal linear_c, linear_start
             chooser = Linear(num_classes=num_classes, seed=seed)
             linear_c, linear_start = chooser.choose_c(x_cv, y[cv], groups[cv], FOLDS), chooser.path_start
+
         chosen, scores = select({n: maker(n) for n in names}, x_cv, y[cv], groups[cv], label_rr=rr, law=noise,
-                                num_classes=num_classes)
-        if "linear" in names:
+                                num_classes=num_classes, score_all=score_all or fit_all is not None,
+                                prepare={"linear": choose_c})
+        if linear_c is not None:  # linear was scored (lazy selection: only where no moment head qualified)
             scores["linear"]["C"] = linear_c
         if fit_all is not None:
             fit_all.update({n: maker(n)().fit(x, y) for n in names})
