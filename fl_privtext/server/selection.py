@@ -99,7 +99,8 @@ LEARNER_RULE = ("auto: the shrunk moment head of highest nesting (lda; centroid 
                 "(linear, mlp), the lowest log-loss among those that beat the constant significantly (paired over "
                 "users, one-sided 95%, Bonferroni; fl_privtext.server.selection), the candidates those of server.auto-candidates (default centroid, "
                 "lda, linear: the MLP is out by default as it won 6 of ~1,500 saved selections while its fold fits "
-                "were ~95% of auto's time; add it to the list to score it); beside each candidate its estimated ON-DEVICE (clean-head) accuracy "
+                "were ~95% of auto's time; add it to the list to score it); the other heads are scored only where no moment head "
+                "qualifies (lazy: the same choice); beside each scored candidate its estimated ON-DEVICE (clean-head) accuracy "
                 "(clean_accuracy_estimate, clean_unresolved, clean_choice), reported but not the criterion: at "
                 "the measured sizes its error exceeds the differences it should rank (issue #37)")
 
