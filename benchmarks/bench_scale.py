@@ -7,7 +7,7 @@
 ``--json F`` writes ``{"users": N, "wall_s": x, "peak_rss_gb": y, "stages": {name: {"seconds", "cpu_s",
 "peak_rss_gb", "peak_pss_gb", "us_per_user"}}, ...}`` (issue #38's contract; ``us_per_user``: microseconds per user);
 ``peak_at`` places the overall peak: seconds from the start, the stage running then (or the two it fell between)
-and every process's RSS / PSS at that sample. ``--timeline F`` writes every sample (CSV) to plot it.
+and every process's RSS / PSS at that sample. ``--timeline F`` writes every sample (CSV) to plot it (the tree's, the driver's and the client actors' RSS).
 
 The job: `data.name = synthetic` with `data.options.users = N` (several reviews per user), GloVe features, the
 default mechanism (laplace-l1, epsilon 1), ``--clients`` Flower virtual clients (Ray backend), the default server
@@ -135,7 +135,7 @@ class MemorySampler:
             each = {p: (_kib(p, "status", "VmRSS:"), _kib(p, "smaps_rollup", "Pss:")) for p in pids}
             for p in pids:
                 self._ticks[p] = max(self._ticks.get(p, 0), procs.get(p, (0, 0))[1])
-                if p not in self.names:
+                if p not in self.names or self.names[p].startswith("ray::IDLE"):  # a prestarted worker becomes an actor
                     self.names[p] = "driver" if p == me else _name(p)
             self.per_process.append(each)
             self.samples.append((time.perf_counter(), sum(r for r, _ in each.values()),
@@ -308,11 +308,14 @@ def main() -> None:
     if args.timeline:
         me = os.getpid()
         with open(args.timeline, "w") as f:
-            f.write("t_s,rss_gb,pss_gb,driver_rss_gb,driver_pss_gb,where\n")
+            f.write("t_s,rss_gb,pss_gb,driver_rss_gb,driver_pss_gb,actors_rss_gb,actor_max_rss_gb,where\n")
             for (t, r, q, _), each in zip(mem.samples, mem.per_process, strict=True):
                 dr, dq = each.get(me, (0, 0))
+                # the Ray actors that serve the virtual clients (their sum and the largest one)
+                actors = [a for p, (a, _) in each.items() if "ClientAppActor" in mem.names.get(p, "")]
                 f.write(f"{t - t_start:.2f},{r / 1024**2:.3f},{q / 1024**2:.3f},{dr / 1024**2:.3f},"
-                        f"{dq / 1024**2:.3f},\"{_where(t, timeline.spans)}\"\n")
+                        f"{dq / 1024**2:.3f},{sum(actors) / 1024**2:.3f},{max(actors, default=0) / 1024**2:.3f},"
+                        f"\"{_where(t, timeline.spans)}\"\n")
     out = {
         "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
         "peak_pss_gb": peak_pss, "peak_at": peak_at, "cpu_s": mem.cpu(t_start, t_end),

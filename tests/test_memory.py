@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -442,3 +443,130 @@ def test_take_rows_of_a_map_takes_narrowed_positions_as_they_are(tmp_path) -> No
     narrow = narrowest(index)
     assert narrow.dtype == np.int16
     np.testing.assert_array_equal(take_rows(mapped, narrow), np.asarray(mapped)[index])
+
+
+def _snapshot(tmp_path, n: int, clients: int = 100):
+    """A client-data snapshot of ``n`` records (4 a user, users dealt to ``clients`` at random, as the iid split
+    does), mapped back (`ClientData.load`): what every Ray actor reads at its first message."""
+    import numpy as np
+
+    from fl_privtext.client.upload import ClientData
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    g = np.random.default_rng(11)
+    users = np.arange(n, dtype=np.int64) // 4
+    owner = g.integers(0, clients, n // 4 + 1)[users]
+    shards = [np.flatnonzero(owner == c) for c in range(clients)]
+    features = np.lib.format.open_memmap(tmp_path / "features.npy", mode="w+", dtype=np.float32, shape=(n, 1))
+    data = ClientData(shards=shards, labels=(users % 3).astype(np.int8), num_classes=3, features=features,
+                      users=users, test=users % 5 == 0)
+    return data, ClientData.load(data.save(tmp_path))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")
+def test_a_snapshots_shard_digest_holds_no_column_of_the_population(tmp_path) -> None:
+    """A budget (issue #38), not a timing: every Ray actor checks its snapshot's `ClientData.shard_digest` at its
+    first message. It hashed int64 copies of every column (record ids, labels, users: 24 bytes a record, plus the
+    test flags and the mapped pages read: ~40 bytes a record, 1.46 GB an actor at 10M synthetic users, the upload
+    rounds' peak). Now each column is widened and hashed a chunk at a time with the map's pages dropped after each:
+    the digest is the same (the in-memory data's, and the old code's, the known-bad below), its peak allocation
+    (tracemalloc) under four chunks, and no page of the snapshot's files is left resident."""
+    import hashlib
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.client.upload import HASH_ROWS
+
+    n = 3_000_000
+    data, mapped = _snapshot(tmp_path, n)
+
+    def old_digest(d) -> str:  # known-bad: the int64 copies of every column at once
+        h = hashlib.sha256()
+        rows = [np.asarray(s, np.int64) for s in d.shards]
+        h.update(np.asarray([len(r) for r in rows], np.int64).tobytes())
+        for r in rows:
+            h.update(np.ascontiguousarray(r).tobytes())
+        for part in (np.asarray(d.labels, np.int64), np.int64(d.num_classes), np.asarray(d.users, np.int64),
+                     np.asarray(d.test, bool)):
+            h.update(np.ascontiguousarray(part).tobytes())
+        return h.hexdigest()[:32]
+
+    tracemalloc.start()
+    try:
+        want = old_digest(mapped)
+        bad_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        got = mapped.shard_digest()
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert got == want == data.shard_digest()
+    assert bad_peak > 3 * n * 8  # the old code: three int64 columns of the population at once
+    assert peak < 4 * HASH_ROWS * 8, f"peak {peak / 2**20:.1f} MiB for {n:,} records"
+    snap = next((tmp_path / "clients").iterdir())
+    assert sum(_file_rss_kib(f) for f in snap.glob("*.npy")) < 1_024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")
+def test_a_clients_users_and_labels_leave_no_pages_of_the_snapshots_columns(tmp_path) -> None:
+    """A budget (issue #38), not a timing: a client's records are scattered over the whole snapshot (users dealt
+    at random), so indexing a mapped column with them made every page of it resident in the actor until the
+    reply was sent (the known-bad below: the users' column whole). `ClientData.user_of` / `labels_of` read it with
+    `fl_privtext.memory.take_rows` (pages dropped per chunk): the same int64 values, at most a span resident."""
+    import numpy as np
+
+    from fl_privtext.memory import drop_mapped_pages
+
+    n = 3_000_000
+    data, mapped = _snapshot(tmp_path, n)
+    snap = next((tmp_path / "clients").iterdir())
+    rows = np.asarray(mapped.shards[7], np.int64)
+    np.asarray(mapped.users)[rows]
+    assert _file_rss_kib(snap / "users.npy") > 8_000  # known-bad: most of the 12 MB column
+    drop_mapped_pages(mapped.users)
+    users, labels = mapped.user_of(rows), mapped.labels_of(rows)
+    assert _file_rss_kib(snap / "users.npy") + _file_rss_kib(snap / "labels.npy") < 1_024
+    assert users.dtype == labels.dtype == np.int64
+    assert np.array_equal(users, data.user_of(rows)) and np.array_equal(labels, data.labels_of(rows))
+
+
+def test_a_snapshot_is_saved_without_int64_copies_of_its_columns(tmp_path) -> None:
+    """A budget (issue #38), not a timing: the driver saves the clients' snapshot at startup; it built int64 copies
+    of every column (the concatenated record ids, labels, users) to hash and narrow them, 24 bytes a record. Now
+    each column is hashed and written a chunk at a time into its file's map: the files hold what the old code wrote
+    (`fl_privtext.memory.narrowest` of the int64 column; the offsets int64, the test flags bool), the snapshot's
+    name is the same content hash, and the peak allocation (tracemalloc) is under one int64 column."""
+    import hashlib
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.client.upload import ClientData
+    from fl_privtext.memory import narrowest
+
+    n = 3_000_000
+    data, _ = _snapshot(tmp_path / "first", n)
+    tracemalloc.start()
+    try:
+        path = data.save(tmp_path / "second")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < n * 8, f"peak {peak / 2**20:.1f} MiB for {n:,} records"
+    rows = np.concatenate([np.asarray(s, np.int64) for s in data.shards])  # the old code's columns and name
+    offsets = np.cumsum([0, *(len(s) for s in data.shards)]).astype(np.int64)
+    want = {"rows": narrowest(rows), "offsets": offsets, "labels": narrowest(np.asarray(data.labels, np.int64)),
+            "users": narrowest(np.asarray(data.users, np.int64)), "test": np.asarray(data.test, bool)}
+    h = hashlib.sha256()
+    for part in (rows, offsets, np.asarray(data.labels, np.int64), np.int64(data.num_classes),
+                 np.asarray(data.users, np.int64), np.asarray(data.test, bool)):
+        h.update(np.ascontiguousarray(part).tobytes())
+    assert data.features is not None
+    h.update(f"{Path(data.features.filename).resolve()}:{data.features.shape}:{data.features.dtype}".encode())
+    assert path.name == h.hexdigest()[:32]
+    for name, column in want.items():
+        got = np.load(path / f"{name}.npy")
+        assert got.dtype == column.dtype and np.array_equal(got, column), name
+    assert ClientData.load(path).shard_digest() == data.shard_digest()

@@ -75,7 +75,7 @@ def test_rows(data: Any, client: int) -> np.ndarray:
     rows = np.asarray(data.shards[client], np.int64)
     if data.test is None:
         raise Refused("too few users", "this client does not know which of its users are test users; no on-device answer")
-    return rows[np.asarray(data.test, bool)[rows]]
+    return rows[np.asarray(take_rows(data.test, rows), bool)]  # a mapped column read a chunk of pages at a time
 
 
 def stage_keys(stage: str) -> tuple[str, ...]:

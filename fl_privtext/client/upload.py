@@ -128,11 +128,14 @@ class ClientData:
     def user_of(self, rows: np.ndarray) -> np.ndarray:
         """The users of ``rows`` (record ids when no user column is known)."""
         rows = np.asarray(rows, np.int64)
-        return rows.copy() if self.users is None else np.asarray(np.asarray(self.users)[rows], np.int64)
+        return rows.copy() if self.users is None else take_rows(self.users, rows).astype(np.int64)
 
     def labels_of(self, rows: np.ndarray) -> np.ndarray:
-        """The int64 task labels of ``rows`` (held in their narrowest type: `load`, `Prepared.client`)."""
-        return np.asarray(np.asarray(self.labels)[rows], np.int64)
+        """The int64 task labels of ``rows`` (held in their narrowest type: `load`, `Prepared.client`). Both read a
+        mapped column (a snapshot's, `load`) with `take_rows`: a client's rows are scattered over the whole file
+        (users are dealt to clients at random), and indexing it at once made every page of the column resident in
+        the actor until the reply was sent (4-5 bytes a record of the population, issue #38)."""
+        return take_rows(self.labels, np.asarray(rows, np.int64)).astype(np.int64)
 
     def shard_digest(self) -> str:
         """sha256 (32 hex digits) of which records each client holds, their users, labels and roles: names the
@@ -140,15 +143,14 @@ class ClientData:
         snapshot the server points at is used only when it holds exactly that shard. Not the features (a snapshot
         points at the cache file of the extractor the policy pins)."""
         h = hashlib.sha256()
-        rows = [np.asarray(s, np.int64) for s in self.shards]
-        h.update(np.asarray([len(r) for r in rows], np.int64).tobytes())
-        for r in rows:
-            h.update(np.ascontiguousarray(r).tobytes())
+        h.update(np.asarray([len(r) for r in self.shards], np.int64).tobytes())
+        for r in self.shards:
+            _hash_column(h, r, np.int64)
         n = len(self.labels)
-        users = np.arange(n, dtype=np.int64) if self.users is None else np.asarray(self.users, np.int64)
-        test = np.zeros(n, bool) if self.test is None else np.asarray(self.test, bool)
-        for part in (np.asarray(self.labels, np.int64), np.int64(self.num_classes), users, test):
-            h.update(np.ascontiguousarray(part).tobytes())
+        _hash_column(h, self.labels, np.int64)
+        h.update(np.int64(self.num_classes).tobytes())
+        _hash_column(h, np.arange(n, dtype=np.int64) if self.users is None else self.users, np.int64)
+        _hash_column(h, np.zeros(n, bool) if self.test is None else self.test, np.bool_)
         return h.hexdigest()[:32]
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
@@ -158,25 +160,31 @@ class ClientData:
         if not isinstance(self.features, np.memmap) or self.features.filename is None:
             raise ValueError("A client-data snapshot needs memory-mapped cached features (extract into the cache "
                              "first).")
-        rows = np.concatenate([np.asarray(s, np.int64) for s in self.shards]) if self.shards else np.zeros(0, np.int64)
         offsets = np.cumsum([0, *(len(s) for s in self.shards)]).astype(np.int64)
-        labels = np.asarray(self.labels, np.int64)
+        n = len(self.labels)
         feature_path = str(Path(self.features.filename).resolve())
+        users = np.arange(n, dtype=np.int64) if self.users is None else self.users
+        test = np.zeros(n, bool) if self.test is None else self.test
+        # the digest of (rows, offsets, labels, num_classes, users, test) as int64 / bool, a chunk at a time: the
+        # driver built int64 copies of every column to hash and narrow them (24 bytes a record, issue #38)
         h = hashlib.sha256()
-        users = (np.arange(len(labels), dtype=np.int64) if self.users is None else
-                 np.asarray(self.users, np.int64))
-        test = np.zeros(len(labels), bool) if self.test is None else np.asarray(self.test, bool)
-        for part in (rows, offsets, labels, np.int64(self.num_classes), users, test):
-            h.update(np.ascontiguousarray(part).tobytes())
+        for r in self.shards:
+            _hash_column(h, r, np.int64)
+        h.update(offsets.tobytes())
+        _hash_column(h, self.labels, np.int64)
+        h.update(np.int64(self.num_classes).tobytes())
+        _hash_column(h, users, np.int64)
+        _hash_column(h, test, np.bool_)
         h.update(f"{feature_path}:{self.features.shape}:{self.features.dtype}".encode())
         path = Path(directory) / "clients" / h.hexdigest()[:32]
         if not (path / _SNAPSHOT_META).is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
             try:
-                for name, a in (("rows", narrowest(rows)), ("offsets", offsets), ("labels", narrowest(labels)),
-                                ("users", narrowest(users)), ("test", test)):
-                    np.save(tmp / f"{name}.npy", a, allow_pickle=False)
+                for name, parts, dtype in (("rows", list(self.shards), None), ("offsets", [offsets], np.int64),
+                                           ("labels", [self.labels], None), ("users", [users], None),
+                                           ("test", [test], np.bool_)):
+                    _save_column(tmp / f"{name}.npy", parts, dtype)
                 (tmp / _SNAPSHOT_META).write_text(json.dumps({"num_classes": int(self.num_classes),
                                                               "features": feature_path}))
                 os.replace(tmp, path)  # atomic: concurrent drivers write identical content
@@ -220,6 +228,43 @@ class ClientData:
 
 
 _SNAPSHOT_META = "snapshot.json"
+
+
+def _save_column(path: Path, parts: Sequence[np.ndarray], dtype: Any = None, chunk: int = 1 << 20) -> None:
+    """``np.save(path, np.concatenate(parts).astype(dtype))``, or with ``dtype`` None ``np.save(path,
+    narrowest(np.concatenate(parts).astype(np.int64)))`` (the type from the values' range: int64 for none),
+    written ``chunk`` entries at a time into the file's map: the same file, without the concatenated copy and its
+    int64 widening."""
+    total = sum(len(p) for p in parts)
+    if dtype is None:
+        bounds = [(int(np.min(p)), int(np.max(p))) for p in parts if len(p)]
+        dtype = (narrowest(np.array([min(lo for lo, _ in bounds), max(hi for _, hi in bounds)], np.int64)).dtype
+                 if bounds else np.int64)
+    if not total:
+        np.save(path, np.zeros(0, dtype), allow_pickle=False)
+        return
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(total,))
+    start = 0
+    for p in parts:
+        for a in range(0, len(p), chunk):
+            block = np.asarray(p[a : a + chunk])
+            out[start : start + len(block)] = block
+            start += len(block)
+            drop_mapped_pages(p)
+            drop_mapped_pages(out)  # a shared map of the file: its written pages stay in the page cache
+    out.flush()
+    del out
+HASH_ROWS = 1 << 20  # entries of a column widened and hashed at once (`_hash_column`): 8 MiB as int64
+
+
+def _hash_column(h: Any, column: np.ndarray, dtype: Any, chunk: int = HASH_ROWS) -> None:
+    """``h.update(np.asarray(column, dtype).tobytes())`` (the same digest: sha256 of a concatenation is that of
+    its parts fed in order), widened ``chunk`` entries at a time, and this process's pages of a mapped ``column``
+    dropped after each: a snapshot's digest read every column whole as int64 copies, 25 bytes a record on top of
+    the mapped pages, in each Ray actor at its first message (issue #38)."""
+    for a in range(0, len(column), chunk):
+        h.update(np.ascontiguousarray(np.asarray(column[a : a + chunk], dtype)).tobytes())
+        drop_mapped_pages(column)
 
 
 @dataclass(frozen=True)
@@ -310,9 +355,9 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
     representation is not finite is refused (ValueError naming the client and the record ids): nothing is sent.
     """
     rows = upload_rows(data, client, rnd, cfg.federation)
-    out_x: list[np.ndarray] = []
+    out_x: np.ndarray | None = None  # (len(rows), output width) float32, filled batch by batch
     in_dim = 0
-    out_y: list[np.ndarray] = []
+    out_y = np.empty(len(rows), np.int64)
     mech = None
     bs = cfg.federation.batch_size
     key = point_key(cfg) if client_seed is not None else ""
@@ -328,15 +373,17 @@ def client_upload(data: ClientData, client: int, rnd: int, seed: int, cfg: Exper
         if mech is None:
             in_dim = x.shape[1]
             mech = mechanism_for(PublicSpec.of(cfg), in_dim)
-        out_x.append(mech.privatize(x, g))
+        z = mech.privatize(x, g)
+        if out_x is None:  # the batches' outputs written in place: no list of them, no concatenated copy
+            out_x = np.empty((len(rows), *z.shape[1:]), np.float32)
+        out_x[start : start + len(batch)] = z  # float32, as the concatenation's astype
         y = data.labels_of(batch)
         if cfg.privacy.label_epsilon > 0 and data.num_classes > 1:
             y = label_rr(y, data.num_classes, cfg.privacy.label_epsilon, g)
-        out_y.append(np.asarray(y, np.int64))
-    if not out_x:  # an empty shard or stream slice
+        out_y[start : start + len(batch)] = y
+    if out_x is None:  # an empty shard or stream slice
         return Upload(np.zeros((0, 0), np.float32), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
-    return Upload(np.concatenate(out_x).astype(np.float32, copy=False), np.concatenate(out_y),
-                  rows.astype(np.int64), in_dim)
+    return Upload(out_x, out_y, rows.astype(np.int64), in_dim)
 
 
 def data_digest(rows: np.ndarray, data: np.ndarray | Sequence[str]) -> str:
