@@ -163,8 +163,8 @@ class EavesdroppingGrid(DelegatingGrid):
         """`uploads`, without its merged copy when it would equal ``received`` (what the server merged from the
         same replies): then ``received`` itself is returned, else the merged copy (whose difference the caller
         reports). Each observed part is compared, ``chunk`` rows at a time, with the rows of ``received`` that
-        `merge_uploads` would write it to, so only the merge's row order (16 bytes per upload) is allocated, not a
-        second copy of the uploads next to the replies' bytes and ``received`` (~0.7 GB per million users of
+        `merge_uploads` would write it to, so only a byte per upload is allocated (`_distinct_rows_found`; the
+        merge's row order, 24 bytes an upload at its peak, where a row repeats or is missing), not a second copy of the uploads next to the replies' bytes and ``received`` (~0.7 GB per million users of
         50-dimensional uploads, at the run's peak). Pages of mapped arrays (the spill, a mapped ``received``) are
         dropped after each chunk."""
         self._map()
@@ -173,14 +173,20 @@ class EavesdroppingGrid(DelegatingGrid):
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
         if sum(len(p["rows"]) for p in parts) != len(received["rows"]):
             return merge_uploads(parts)
-        dest = merge_positions(parts)  # merge_uploads' own positions, so duplicates land where it puts them
+        if any(p[k].dtype != received[k].dtype or p[k].shape[1:] != received[k].shape[1:]
+               for p in parts for k in UPLOAD_KEYS):
+            return merge_uploads(parts)
+        found = received["rows"]
+        # each record once and every one among the server's (sorted, distinct) rows: merge_uploads puts each entry at
+        # its row's place among them, looked up a chunk at a time; else its own positions (duplicates land where it
+        # puts them: 24 bytes an upload)
+        dest = None if _distinct_rows_found(parts, found, chunk) else merge_positions(parts)
         start = 0
         for p in parts:
-            where = dest[start : start + len(p["rows"])]
-            for k in UPLOAD_KEYS:
-                x, y = p[k], received[k]
-                if x.dtype != y.dtype or x.shape[1:] != y.shape[1:] or not all(
-                        _equal_dropping(x[i : i + chunk], y, where[i : i + chunk]) for i in range(0, len(x), chunk)):
+            for i in range(0, len(p["rows"]), chunk):
+                j = min(i + chunk, len(p["rows"]))
+                where = np.searchsorted(found, p["rows"][i:j]) if dest is None else dest[start + i : start + j]
+                if not all(_equal_dropping(p[k][i:j], received[k], where) for k in UPLOAD_KEYS):
                     return merge_uploads(parts)
             start += len(p["rows"])
         return received
@@ -199,6 +205,36 @@ class EavesdroppingGrid(DelegatingGrid):
         self.observations.clear()
         self._map()  # a spill not read yet: its file goes with the observations
         self._spilled = []
+
+
+def _distinct_rows_found(parts: list[dict[str, np.ndarray]], found: np.ndarray, chunk: int) -> bool:
+    """Whether ``found`` (the server's merged row ids, as many as the parts' entries) is strictly increasing and the
+    parts' row ids, taken together, are ``found`` in another order: every entry is at its `np.searchsorted`
+    position in ``found`` and no two land on the same one (a byte a position). Then `merge_positions` (a stable
+    sort of the concatenated ids: its argsort, inverse and arange, ~24 bytes an upload at the record's peak, issue
+    #38) is that lookup, entry by entry: the row order is unique, so stable sorting has no ties to keep. Read
+    ``chunk`` rows at a time; the parts' mapped pages dropped after each chunk, ``found``'s after each part."""
+    n = len(found)
+    for i in range(0, n, chunk):  # strictly increasing, the chunks' boundaries included
+        block = found[max(i - 1, 0) : i + chunk]
+        ok = bool(np.all(block[1:] > block[:-1]))
+        drop_mapped_pages(found)
+        if not ok:
+            return False
+    hit = np.zeros(n, bool)
+    for p in parts:
+        rows = p["rows"]
+        for i in range(0, len(rows), chunk):
+            r = rows[i : i + chunk]
+            w = np.searchsorted(found, r)
+            ok = bool(np.all(w < n)) and bool(np.array_equal(found[np.minimum(w, n - 1)], r))
+            drop_mapped_pages(rows)
+            if not ok:
+                drop_mapped_pages(found)
+                return False
+            hit[w] = True
+        drop_mapped_pages(found)  # after each part: a chunk's lookups touch pages all over ``found``
+    return int(np.count_nonzero(hit)) == n  # as many entries as positions, all hit: none twice
 
 
 def _equal_dropping(x: np.ndarray, y: np.ndarray, where: np.ndarray) -> bool:
