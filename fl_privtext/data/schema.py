@@ -354,6 +354,13 @@ class TextDataset:
             start += len(chunk)
         return _read_only(out)
 
+    def user_ids_at(self, rows: np.ndarray) -> np.ndarray:
+        """``user_ids[rows]`` (str, read-only) from the Arrow column's ``rows`` only: `user_ids` turns every row's id
+        into a Python string, then a '<U' array it keeps (~90 bytes a record at the peak, ~36 held: 1.3 GB at 10M
+        synthetic users after the report named a few users, issue #38)."""
+        idx = pa.array(np.asarray(rows, np.int64).reshape(-1), type=pa.int64())
+        return _read_only(np.asarray(self._pa.column("user_id").take(idx).to_pylist(), dtype=str))
+
     def _sorted_user_ids(self) -> pa.Array:
         uniq = pc.unique(self._pa.column("user_id"))
         return uniq.take(pc.array_sort_indices(uniq))
