@@ -145,8 +145,9 @@ def _old_uploads_matching(parts, received):
 
 def test_uploads_matching_answers_as_the_stable_merge_on_random_records():
     """The row lookup (`_distinct_rows_found`: distinct sorted rows, each entry at its searchsorted place) answers
-    as the check through `merge_positions` did, on 300 random records: rows distinct or repeated, a row missing or
-    foreign, parts in any order, a changed value, received unsorted or shorter; chunks of 1-5 rows."""
+    as the check through `merge_positions` did, on 300 random records: rows distinct or repeated, each reply in row
+    order or not (`_equal_in_row_order`), a row missing or foreign, parts in any order, a changed value, received
+    unsorted or shorter; chunks of 1-5 rows."""
     from fl_privtext.client import merge_uploads, same_uploads
     from fl_privtext.federation.eavesdropper import EavesdroppingGrid, Observation
 
@@ -158,6 +159,8 @@ def test_uploads_matching_answers_as_the_stable_merge_on_random_records():
         cuts = np.sort(g.integers(0, n + 1, int(g.integers(0, 4))))
         parts = [{"features": g.normal(size=(len(r), 2)).astype(np.float32), "labels": (r % 3).astype(np.int64),
                   "rows": r.astype(np.int64)} for r in np.split(rows, cuts) if len(r)]
+        if trial % 7 < 4:  # each reply in row order (a client's shard): the read in row order
+            parts = [{k: v[np.argsort(p["rows"], kind="stable")] for k, v in p.items()} for p in parts]
         received = merge_uploads(parts)
         received = {k: np.array(v) for k, v in received.items()}
         case = trial % 5
