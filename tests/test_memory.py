@@ -295,8 +295,8 @@ def _uploads_point(n: int, d: int, seed: int):
     x = (g.standard_normal((n, d)) + 0.05 * labels[:, None]).astype(np.float32)
     users = np.arange(n) // 250
     roles = np.array(["train", "train", "train", "aux", "test"])[users % 5]
-    ds = SimpleNamespace(name="uploads", label_names=["no", "yes"], labels=labels, attributes=[],
-                         user_index=users.reshape(-1, 1))
+    ds = SimpleNamespace(name="uploads", label_names=["no", "yes"], labels=labels, label_codes=labels.astype(np.int8),
+                         attributes=[], user_index=users.reshape(-1, 1))  # label_codes: held narrow, as TextDataset
     return x, labels, SimpleNamespace(ds=ds, roles=roles, features=None)
 
 

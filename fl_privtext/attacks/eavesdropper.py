@@ -128,11 +128,11 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     clean = clean_features(prep, cfg.extractor.cache_dir) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
     named = take_narrow(user_index.reshape(-1), rows)
     view, truth = observe(
-        uploads=features, labels=take_narrow(prep.ds.labels, rows) if labels is None else labels,
+        uploads=features, labels=take_narrow(prep.ds.label_codes, rows) if labels is None else labels,
         users=named if seen is None else server_users(prep, seen),
         senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int8),
         named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows, lambda: drop_dataset_pages(prep.ds)),
-        attributes={spec: take_narrow(prep.ds.attribute(spec.name), rows) for spec in prep.ds.attributes},
+        attributes={spec: take_narrow(prep.ds.attribute_codes(spec.name), rows) for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),
         num_labels=len(prep.ds.label_names), label_epsilon=cfg.privacy.label_epsilon, seed=seed,

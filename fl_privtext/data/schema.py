@@ -354,6 +354,13 @@ class TextDataset:
             start += len(chunk)
         return _read_only(out)
 
+    def user_ids_at(self, rows: np.ndarray) -> np.ndarray:
+        """``user_ids[rows]`` (str, read-only) from the Arrow column's ``rows`` only: `user_ids` turns every row's id
+        into a Python string, then a '<U' array it keeps (~90 bytes a record at the peak, ~36 held: 1.3 GB at 10M
+        synthetic users after the report named a few users, issue #38)."""
+        idx = pa.array(np.asarray(rows, np.int64).reshape(-1), type=pa.int64())
+        return _read_only(np.asarray(self._pa.column("user_id").take(idx).to_pylist(), dtype=str))
+
     def _sorted_user_ids(self) -> pa.Array:
         uniq = pc.unique(self._pa.column("user_id"))
         return uniq.take(pc.array_sort_indices(uniq))
@@ -390,6 +397,14 @@ class TextDataset:
         """Values of a private attribute: (N,) int64 class indices, or (N, K) int8 0/1 for multilabel (read-only).
         Held (once read) in the narrowest integer type and widened on each call: 16 bytes a record for two
         categorical attributes held through a run were ~0.6 GB at 10M synthetic users (issue #38)."""
+        held = self.attribute_codes(name)
+        return held if held.ndim == 2 or held.dtype == np.int64 else _read_only(held.astype(np.int64))
+
+    def attribute_codes(self, name: str) -> np.ndarray:
+        """`attribute`'s values as held (read-only, no copy): categorical class indices in their narrowest integer
+        type (`fl_privtext.memory.narrowest`), multilabel (N, K) int8. Readers that index rows out of it take
+        these: `attribute` widens every record (8 bytes a record each call: 0.29 GB at 10M synthetic users,
+        issue #38), the same values."""
         cache: dict[str, np.ndarray] = self.__dict__.setdefault("_attr_cache", {})
         if name not in cache:
             spec = self.attribute_spec(name)
@@ -417,8 +432,7 @@ class TextDataset:
                         )
                     values = flat.reshape(len(arr), spec.num_classes)
             cache[name] = _read_only(values)
-        held = cache[name]
-        return held if held.ndim == 2 or held.dtype == np.int64 else _read_only(held.astype(np.int64))
+        return cache[name]
 
     # ---------------------------------------------------------------- derived datasets
     def select(self, rows: Iterable[int] | np.ndarray, *, name: str | None = None) -> TextDataset:

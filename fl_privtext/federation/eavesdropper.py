@@ -17,7 +17,7 @@ from flwr.serverapp import Grid
 
 from fl_privtext.client import UPLOAD_KEYS, merge_positions, merge_uploads
 from fl_privtext.federation.grid import DelegatingGrid
-from fl_privtext.memory import CHUNK_ROWS, Spill, drop_mapped_pages
+from fl_privtext.memory import CHUNK_ROWS, Spill, drop_mapped_pages, is_mapped
 
 
 def numpy_view(array: Array) -> np.ndarray:
@@ -163,8 +163,8 @@ class EavesdroppingGrid(DelegatingGrid):
         """`uploads`, without its merged copy when it would equal ``received`` (what the server merged from the
         same replies): then ``received`` itself is returned, else the merged copy (whose difference the caller
         reports). Each observed part is compared, ``chunk`` rows at a time, with the rows of ``received`` that
-        `merge_uploads` would write it to, so only the merge's row order (16 bytes per upload) is allocated, not a
-        second copy of the uploads next to the replies' bytes and ``received`` (~0.7 GB per million users of
+        `merge_uploads` would write it to, so only a byte per upload is allocated (`_distinct_rows_found`; the
+        merge's row order, 24 bytes an upload at its peak, where a row repeats or is missing), not a second copy of the uploads next to the replies' bytes and ``received`` (~0.7 GB per million users of
         50-dimensional uploads, at the run's peak). Pages of mapped arrays (the spill, a mapped ``received``) are
         dropped after each chunk."""
         self._map()
@@ -173,14 +173,23 @@ class EavesdroppingGrid(DelegatingGrid):
             raise ValueError(f"The eavesdropper observed no {record!r} records.")
         if sum(len(p["rows"]) for p in parts) != len(received["rows"]):
             return merge_uploads(parts)
-        dest = merge_positions(parts)  # merge_uploads' own positions, so duplicates land where it puts them
+        if any(p[k].dtype != received[k].dtype or p[k].shape[1:] != received[k].shape[1:]
+               for p in parts for k in UPLOAD_KEYS):
+            return merge_uploads(parts)
+        found = received["rows"]
+        # each record once and every one among the server's (sorted, distinct) rows: merge_uploads puts each entry at
+        # its row's place among them, looked up a chunk at a time; else its own positions (duplicates land where it
+        # puts them: 24 bytes an upload)
+        if _increasing(found, chunk) and all(_increasing(p["rows"], chunk) for p in parts):
+            # sorted distinct rows, each reply in row order (a client's shard): ``received`` read once, in order
+            return received if _equal_in_row_order(parts, received, chunk) else merge_uploads(parts)
+        dest = None if _distinct_rows_found(parts, found, chunk) else merge_positions(parts)
         start = 0
         for p in parts:
-            where = dest[start : start + len(p["rows"])]
-            for k in UPLOAD_KEYS:
-                x, y = p[k], received[k]
-                if x.dtype != y.dtype or x.shape[1:] != y.shape[1:] or not all(
-                        _equal_dropping(x[i : i + chunk], y, where[i : i + chunk]) for i in range(0, len(x), chunk)):
+            for i in range(0, len(p["rows"]), chunk):
+                j = min(i + chunk, len(p["rows"]))
+                where = np.searchsorted(found, p["rows"][i:j]) if dest is None else dest[start + i : start + j]
+                if not all(_equal_dropping(p[k][i:j], received[k], where) for k in UPLOAD_KEYS):
                     return merge_uploads(parts)
             start += len(p["rows"])
         return received
@@ -199,6 +208,79 @@ class EavesdroppingGrid(DelegatingGrid):
         self.observations.clear()
         self._map()  # a spill not read yet: its file goes with the observations
         self._spilled = []
+
+
+def _increasing(a: np.ndarray, chunk: int) -> bool:
+    """Whether ``a`` is strictly increasing, read ``chunk`` entries at a time (mapped pages dropped after each)."""
+    for i in range(0, len(a), chunk):
+        block = a[max(i - 1, 0) : i + chunk]  # one entry before the chunk: the order across its boundary
+        ok = bool(np.all(block[1:] > block[:-1]))
+        drop_mapped_pages(a)
+        if not ok:
+            return False
+    return True
+
+
+def _equal_in_row_order(parts: list[dict[str, np.ndarray]], received: dict[str, np.ndarray], chunk: int) -> bool:
+    """Whether the parts (each in strictly increasing row order) are ``received`` (strictly increasing rows, as many
+    as the parts' entries) in another order: then `merge_uploads` of the parts gives ``received`` back, and only
+    then. ``received`` is read ``chunk`` positions at a time, in order, each against the slice of every part whose
+    rows fall in the chunk's range: every entry must lie in one chunk's range (counted), have its row there (looked
+    up) and be the only one there (a byte a position), and its values must equal ``received``'s. The pages read are
+    those of one chunk of each map (dropped after it). The check through `merge_positions` (24 bytes an upload:
+    argsort, inverse, arange) or a lookup of each part's entries touched rows all over ``received``, whose features
+    (200 bytes an upload at 50 dimensions) the kernel then mapped whole, a large page cache folio per touch (issue
+    #38; the record's peak at 3.66M uploads: 356 -> 250 MB)."""
+    found = received["rows"]
+    maps = {id(getattr(a, "_mmap", None) or a): a for a in [*(received[k] for k in UPLOAD_KEYS),
+                                                             *(p[k] for p in parts for k in UPLOAD_KEYS)]
+            if is_mapped(a)}  # one view of each mapping, its pages dropped after every chunk
+    hit = np.zeros(len(found), bool)
+    covered, same = 0, True
+    for a in range(0, len(found), chunk):
+        block = np.asarray(found[a : a + chunk])
+        for p in parts:
+            r = p["rows"]
+            i, j = int(np.searchsorted(r, block[0], "left")), int(np.searchsorted(r, block[-1], "right"))
+            if i == j:
+                continue
+            at = np.searchsorted(block, r[i:j])  # within the block: r[i:j] lies in its range
+            same = bool(np.array_equal(block[at], r[i:j])) and not hit[a + at].any() and all(
+                np.array_equal(p[k][i:j], received[k][a + at]) for k in UPLOAD_KEYS if k != "rows")
+            if not same:
+                break
+            hit[a + at] = True
+            covered += j - i
+        for m in maps.values():
+            drop_mapped_pages(m)
+        if not same:
+            return False
+    return covered == len(found) and bool(hit.all())
+
+
+def _distinct_rows_found(parts: list[dict[str, np.ndarray]], found: np.ndarray, chunk: int) -> bool:
+    """Whether ``found`` (the server's merged row ids, as many as the parts' entries) is strictly increasing and the
+    parts' row ids, taken together, are ``found`` in another order: every entry is at its `np.searchsorted`
+    position in ``found`` and no two land on the same one (a byte a position). Then `merge_positions` (a stable
+    sort of the concatenated ids: its argsort, inverse and arange, ~24 bytes an upload at the record's peak, issue
+    #38) is that lookup, entry by entry: the row order is unique, so stable sorting has no ties to keep. Read
+    ``chunk`` rows at a time, the mapped pages dropped after each chunk."""
+    n = len(found)
+    if not _increasing(found, chunk):
+        return False
+    hit = np.zeros(n, bool)
+    for p in parts:
+        rows = p["rows"]
+        for i in range(0, len(rows), chunk):
+            r = rows[i : i + chunk]
+            w = np.searchsorted(found, r)
+            ok = bool(np.all(w < n)) and bool(np.array_equal(found[np.minimum(w, n - 1)], r))
+            drop_mapped_pages(rows)
+            drop_mapped_pages(found)  # a chunk's lookups touch pages all over ``found`` (8 bytes an upload)
+            if not ok:
+                return False
+            hit[w] = True
+    return int(np.count_nonzero(hit)) == n  # as many entries as positions, all hit: none twice
 
 
 def _equal_dropping(x: np.ndarray, y: np.ndarray, where: np.ndarray) -> bool:

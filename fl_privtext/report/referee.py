@@ -69,7 +69,7 @@ def exact_on_device(prep: Prepared, cfg: ExperimentConfig, model: dict[str, np.n
     pred = np.concatenate([mlp_logits(model, expected_input(clean(rows[s:s + _EXACT_BATCH]), public,
                                                            cfg.server.aggregate)).argmax(axis=1)
                            for s in range(0, len(rows), _EXACT_BATCH)])
-    truth = np.asarray(prep.ds.labels, np.int64)[rows]
+    truth = prep.ds.label_codes[rows].astype(np.int64)  # the test records' only (not every record widened)
     cm = confusion(truth, pred, len(prep.ds.label_names))
     counts = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[rows])
     lo, hi = counts_bootstrap([counts], rng.generator(seed, "referee", "on-device")) if interval else (None, None)

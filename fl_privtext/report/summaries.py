@@ -13,6 +13,7 @@ import numpy as np
 
 from fl_privtext.client import upload_rows
 from fl_privtext.config import FederationConfig
+from fl_privtext.memory import CHUNK_ROWS
 from fl_privtext.privacy.report import json_number
 from fl_privtext.traffic import Collected
 
@@ -103,8 +104,22 @@ def sent_rows(prep: Prepared, federation: FederationConfig, c: Collected) -> np.
         rows = r.revealed if r.revealed is not None else r.uploads["rows"]
         parts.append(rows)
         if any(f["kind"] == "timeout" for f in r.failures):
-            parts.append(_missing(expected_rows(prep, federation, rnd), rows, len(prep.ds.user_index)))
+            parts.append(missing_rows(prep, federation, rnd, rows))
     return np.concatenate(parts) if parts else referee_rows(c, c.received["rows"])
+
+
+def missing_rows(prep: Prepared, federation: FederationConfig, rnd: int, received: np.ndarray) -> np.ndarray:
+    """``_missing(expected_rows(prep, federation, rnd), received, len(prep.ds))``: the same sorted distinct ids,
+    client by client against one mask of ``received`` (marked `CHUNK_ROWS` at a time) instead of every expected
+    row's id concatenated in int64 and a mask of them (~10 bytes a record at once, issue #38)."""
+    seen = np.zeros(len(prep.ds.user_index), bool)
+    for i in range(0, len(received), CHUNK_ROWS):
+        seen[np.asarray(received[i : i + CHUNK_ROWS], np.int64)] = True
+    parts = []
+    for c in range(len(prep.shards)):
+        expected = np.asarray(upload_rows(prep.client, c, rnd, federation), np.int64)
+        parts.append(expected[~seen[expected]])
+    return np.unique(np.concatenate(parts))
 
 
 def _missing(expected: np.ndarray, received: np.ndarray, num_records: int) -> np.ndarray:
@@ -124,14 +139,19 @@ def faults(prep: Prepared, federation: FederationConfig, collected: Sequence[Col
     missing_records = 0
     for c in collected:
         heard = np.zeros(prep.ds.num_users, bool)
-        heard[user[referee_rows(c, c.received["rows"])]] = True
+        ids = c.received["rows"]
+        if shuffled(c):
+            heard[user[referee_rows(c, ids)]] = True
+        else:  # the ids themselves (`referee_rows`), a chunk at a time: no (uploads,) int64 gather of their users
+            for i in range(0, len(ids), CHUNK_ROWS):
+                heard[user[np.asarray(ids[i : i + CHUNK_ROWS], np.int64)]] = True
         for rnd, r in enumerate(c.rounds):
             failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
-            missing = _missing(expected_rows(prep, federation, rnd),
-                               r.revealed if r.revealed is not None else r.uploads["rows"], len(user))
+            missing = missing_rows(prep, federation, rnd, r.revealed if r.revealed is not None else r.uploads["rows"])
             missing_records += int(missing.size)
             missing_users[user[missing][~heard[user[missing]]]] = True
-    first = np.unique(prep.ds.user_ids[np.isin(user, np.flatnonzero(missing_users)[:1000])])  # sorted as str
+    lost = np.flatnonzero(missing_users)[:1000]  # the ids of their records only (`user_ids_at`), sorted as str
+    first = np.unique(prep.ds.user_ids_at(np.flatnonzero(np.isin(user, lost)) if len(lost) else np.zeros(0, np.int64)))
     return {"failed_clients": failed, "records_not_received": missing_records,
             "users_not_heard_from": first.tolist(), "num_users_not_heard_from": int(missing_users.sum())}
 

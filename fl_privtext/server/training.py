@@ -214,7 +214,8 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
     del x_train  # a map: its file (already unlinked) goes with it
     pred = predict_rows(model, features, np.flatnonzero(te))
-    truth = prep.ds.labels[rows[te]]  # evaluated against the true labels of test users
+    # evaluated against the true labels of test users (int64, from the held codes: no widened copy of every record)
+    truth = prep.ds.label_codes[rows[te]].astype(np.int64)
     out: dict[str, Any] = {
         "available": True,
         "learner": chosen,  # server.learner, or what auto chose
@@ -240,7 +241,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         out["clean_head"] = record
     fairness: dict[str, Any] = {}
     for spec in prep.ds.attributes:
-        z = prep.ds.attribute(spec.name)[rows[te]]
+        z = prep.ds.attribute_codes(spec.name)[rows[te]]  # held narrow: the test uploads' values only
         if spec.kind == "multilabel":
             per = {}
             for j, cls in enumerate(spec.classes):

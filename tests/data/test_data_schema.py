@@ -235,3 +235,23 @@ def test_user_index_from_arrow_orders_ids_as_numpy_does_beyond_ascii():
     names, index = user_index(ds)
     assert names.tolist() == uniq.tolist() and ds.num_users == len(uniq)
     np.testing.assert_array_equal(index, inv)
+
+
+def test_attribute_codes_and_user_ids_at_read_what_is_held_or_only_the_rows_asked():
+    """Issue #38: `attribute_codes` is the held narrow array itself (the same object on every call, read-only),
+    `attribute` its int64 widening (a fresh copy a call: what readers of a few rows no longer pay); multilabel values
+    are held as they are. `user_ids_at(rows)` equals ``user_ids[rows]`` (in the rows' order, repeats kept) without
+    building `user_ids` for every record."""
+    ds = small()
+    codes = ds.attribute_codes("gender")
+    assert codes is ds.attribute_codes("gender") and not codes.flags.writeable
+    assert codes.dtype == np.int8 and ds.attribute("gender").dtype == np.int64
+    np.testing.assert_array_equal(codes, ds.attribute("gender"))
+    assert ds.attribute("gender") is not ds.attribute("gender")  # the widening is a copy each call
+    assert ds.attribute_codes("ent") is ds.attribute("ent") and ds.attribute("ent").dtype == np.int8
+    rows = np.array([3, 0, 0, 2])
+    ds.__dict__.pop("user_ids", None)
+    got = ds.user_ids_at(rows)
+    assert "user_ids" not in ds.__dict__ and not got.flags.writeable
+    assert got.tolist() == ds.user_ids[rows].tolist() == ["u3", "u1", "u1", "u2"]
+    assert ds.user_ids_at(np.zeros(0, np.int64)).tolist() == []

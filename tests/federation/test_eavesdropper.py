@@ -124,3 +124,96 @@ def test_the_servers_merge_and_senders_on_disk_are_the_in_memory_arrays_bit_for_
             assert senders[node].dtype == np.int64 and is_mapped(senders[node])
             np.testing.assert_array_equal(senders[node], p["rows"])
     assert spilled_senders([(1, np.zeros(0, np.int64))], str(tmp_path)) == {}
+
+
+def _old_uploads_matching(parts, received):
+    """The record's check before issue #38's lookup: every part against ``merge_positions``' places (a reference)."""
+    from fl_privtext.client import UPLOAD_KEYS, merge_positions, merge_uploads
+
+    if sum(len(p["rows"]) for p in parts) != len(received["rows"]):
+        return merge_uploads(parts)
+    dest, start = merge_positions(parts), 0
+    for p in parts:
+        where = dest[start : start + len(p["rows"])]
+        for k in UPLOAD_KEYS:
+            x, y = p[k], received[k]
+            if x.dtype != y.dtype or x.shape[1:] != y.shape[1:] or not np.array_equal(x, y[where]):
+                return merge_uploads(parts)
+        start += len(p["rows"])
+    return received
+
+
+def test_uploads_matching_answers_as_the_stable_merge_on_random_records():
+    """The row lookup (`_distinct_rows_found`: distinct sorted rows, each entry at its searchsorted place) answers
+    as the check through `merge_positions` did, on 300 random records: rows distinct or repeated, each reply in row
+    order or not (`_equal_in_row_order`), a row missing or foreign, parts in any order, a changed value, received
+    unsorted or shorter; chunks of 1-5 rows."""
+    from fl_privtext.client import merge_uploads, same_uploads
+    from fl_privtext.federation.eavesdropper import EavesdroppingGrid, Observation
+
+    g = np.random.default_rng(5)
+    shares = 0
+    for trial in range(300):
+        n = int(g.integers(1, 30))
+        rows = g.permutation(n * 2)[:n] if trial % 3 else g.integers(0, n, n)  # distinct, or with repeats
+        cuts = np.sort(g.integers(0, n + 1, int(g.integers(0, 4))))
+        parts = [{"features": g.normal(size=(len(r), 2)).astype(np.float32), "labels": (r % 3).astype(np.int64),
+                  "rows": r.astype(np.int64)} for r in np.split(rows, cuts) if len(r)]
+        if trial % 7 < 4:  # each reply in row order (a client's shard): the read in row order
+            parts = [{k: v[np.argsort(p["rows"], kind="stable")] for k, v in p.items()} for p in parts]
+        received = merge_uploads(parts)
+        received = {k: np.array(v) for k, v in received.items()}
+        case = trial % 5
+        if case == 1 and n > 1:  # a foreign row in place of one
+            received["rows"][g.integers(n)] += 1000
+        elif case == 2:  # a changed value
+            received["features"][g.integers(n), g.integers(2)] += 1.0
+        elif case == 3 and n > 1:  # received out of order
+            received = {k: v[::-1].copy() for k, v in received.items()}
+        elif case == 4:  # the replies in another order
+            parts = parts[::-1]
+        eaves = EavesdroppingGrid(None)  # type: ignore[arg-type]
+        eaves.observations = [Observation(i, "query.upload", arrays={"upload": p}) for i, p in enumerate(parts)]
+        got = eaves.uploads_matching(received, chunk=int(g.integers(1, 6)))
+        want = _old_uploads_matching(parts, received)
+        assert (got is received) == (want is received), trial
+        assert same_uploads(got, want), trial
+        shares += got is received
+    assert 50 < shares < 250  # both answers were exercised
+
+
+def test_uploads_matching_allocates_a_byte_per_upload_not_the_merges_row_order():
+    """Issue #38, the eavesdropper's record at its peak: checking one round of distinct rows (100 replies of
+    interleaved rows, 400k uploads) against the server's merge allocates about a byte an upload (tracemalloc:
+    numpy's buffers), not `merge_positions`' argsort, inverse and arange (24 bytes an upload). Known-bad: the same
+    record with one row repeated takes that path and allocates over 16 bytes an upload."""
+    import tracemalloc
+
+    from fl_privtext.client import merge_uploads
+    from fl_privtext.federation.eavesdropper import EavesdroppingGrid, Observation
+
+    n, clients = 400_000, 100
+    g = np.random.default_rng(3)
+    owner = g.integers(0, clients, n)
+    parts = [{"features": np.zeros((int((owner == c).sum()), 2), np.float32),
+              "labels": np.zeros(int((owner == c).sum()), np.int8),
+              "rows": np.flatnonzero(owner == c).astype(np.int64)} for c in range(clients)]
+
+    def peak(ps):
+        received = merge_uploads(ps)
+        eaves = EavesdroppingGrid(None)  # type: ignore[arg-type]
+        eaves.observations = [Observation(i, "query.upload", arrays={"upload": p}) for i, p in enumerate(ps)]
+        tracemalloc.start()
+        try:
+            got = eaves.uploads_matching(received, chunk=4096)
+            return tracemalloc.get_traced_memory()[1], got is received
+        finally:
+            tracemalloc.stop()
+
+    used, shared = peak(parts)
+    assert shared and used < 1.5 * n + 2_000_000, used
+    repeated = [dict(p) for p in parts]
+    repeated[1]["rows"] = parts[1]["rows"].copy()
+    repeated[1]["rows"][0] = parts[0]["rows"][0]  # a row sent twice: the stable merge's own positions
+    used_bad, shared_bad = peak(repeated)
+    assert shared_bad and used_bad > 16 * n, used_bad
