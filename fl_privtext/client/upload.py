@@ -254,6 +254,8 @@ def _save_column(path: Path, parts: Sequence[np.ndarray], dtype: Any = None, chu
             drop_mapped_pages(out)  # a shared map of the file: its written pages stay in the page cache
     out.flush()
     del out
+
+
 HASH_ROWS = 1 << 20  # entries of a column widened and hashed at once (`_hash_column`): 8 MiB as int64
 
 
