@@ -180,10 +180,11 @@ class EavesdroppingGrid(DelegatingGrid):
         # each record once and every one among the server's (sorted, distinct) rows: merge_uploads puts each entry at
         # its row's place among them, looked up a chunk at a time; else its own positions (duplicates land where it
         # puts them: 24 bytes an upload)
-        if _increasing(found, chunk) and all(_increasing(p["rows"], chunk) for p in parts):
+        ordered = _increasing(found, chunk)  # the server's rows sorted and distinct (one pass, read by both paths)
+        if ordered and all(_increasing(p["rows"], chunk) for p in parts):
             # sorted distinct rows, each reply in row order (a client's shard): ``received`` read once, in order
             return received if _equal_in_row_order(parts, received, chunk) else merge_uploads(parts)
-        dest = None if _distinct_rows_found(parts, found, chunk) else merge_positions(parts)
+        dest = None if ordered and _distinct_rows_found(parts, found, chunk) else merge_positions(parts)
         start = 0
         for p in parts:
             for i in range(0, len(p["rows"]), chunk):
@@ -259,15 +260,13 @@ def _equal_in_row_order(parts: list[dict[str, np.ndarray]], received: dict[str, 
 
 
 def _distinct_rows_found(parts: list[dict[str, np.ndarray]], found: np.ndarray, chunk: int) -> bool:
-    """Whether ``found`` (the server's merged row ids, as many as the parts' entries) is strictly increasing and the
-    parts' row ids, taken together, are ``found`` in another order: every entry is at its `np.searchsorted`
+    """For a strictly increasing ``found`` (the server's merged row ids, as many as the parts' entries; the caller
+    checks the order, `_increasing`): whether the parts' row ids, taken together, are ``found`` in another order: every entry is at its `np.searchsorted`
     position in ``found`` and no two land on the same one (a byte a position). Then `merge_positions` (a stable
     sort of the concatenated ids: its argsort, inverse and arange, ~24 bytes an upload at the record's peak, issue
     #38) is that lookup, entry by entry: the row order is unique, so stable sorting has no ties to keep. Read
     ``chunk`` rows at a time, the mapped pages dropped after each chunk."""
     n = len(found)
-    if not _increasing(found, chunk):
-        return False
     hit = np.zeros(n, bool)
     for p in parts:
         rows = p["rows"]

@@ -109,9 +109,10 @@ def sent_rows(prep: Prepared, federation: FederationConfig, c: Collected) -> np.
 
 
 def missing_rows(prep: Prepared, federation: FederationConfig, rnd: int, received: np.ndarray) -> np.ndarray:
-    """``_missing(expected_rows(prep, federation, rnd), received, len(prep.ds))``: the same sorted distinct ids,
-    client by client against one mask of ``received`` (marked `CHUNK_ROWS` at a time) instead of every expected
-    row's id concatenated in int64 and a mask of them (~10 bytes a record at once, issue #38)."""
+    """``np.setdiff1d(expected_rows(prep, federation, rnd), received)``: the sorted distinct record ids a round
+    expected and did not receive, through one mask of ``received`` (marked `CHUNK_ROWS` at a time; sorting and
+    hashing millions of ids per round cost more than the rest of the summary at 1M users), client by client
+    instead of every expected row's id concatenated in int64 (~10 bytes a record at once, issue #38)."""
     seen = np.zeros(len(prep.ds.user_index), bool)
     for i in range(0, len(received), CHUNK_ROWS):
         seen[np.asarray(received[i : i + CHUNK_ROWS], np.int64)] = True
@@ -120,15 +121,6 @@ def missing_rows(prep: Prepared, federation: FederationConfig, rnd: int, receive
         expected = np.asarray(upload_rows(prep.client, c, rnd, federation), np.int64)
         parts.append(expected[~seen[expected]])
     return np.unique(np.concatenate(parts))
-
-
-def _missing(expected: np.ndarray, received: np.ndarray, num_records: int) -> np.ndarray:
-    """``np.setdiff1d(expected, received)`` for record ids in [0, ``num_records``): a mask instead of sorting both
-    (sorting and hashing millions of ids per round cost more than the rest of the summary at 1M users)."""
-    seen = np.zeros(num_records, bool)
-    seen[np.asarray(received, np.int64)] = True
-    expected = np.asarray(expected, np.int64)
-    return np.unique(expected[~seen[expected]])  # usually empty: every client delivered
 
 
 def faults(prep: Prepared, federation: FederationConfig, collected: Sequence[Collected]) -> dict[str, Any]:

@@ -2,11 +2,19 @@
 
 import numpy as np
 
-from fl_privtext.report.summaries import _missing
+
+def _missing(expected: np.ndarray, received: np.ndarray, num_records: int) -> np.ndarray:
+    """The reference `missing_rows` is checked against (the package's expression before it went client by client):
+    ``np.setdiff1d(expected, received)`` for record ids in [0, ``num_records``) through a mask."""
+    seen = np.zeros(num_records, bool)
+    seen[np.asarray(received, np.int64)] = True
+    expected = np.asarray(expected, np.int64)
+    return np.unique(expected[~seen[expected]])
 
 
 def test_missing_records_are_setdiff_of_expected_and_received():
-    """Sorted distinct ids expected but not received, as np.setdiff1d (received repeats and extra ids ignored)."""
+    """The reference: sorted distinct ids expected but not received, as np.setdiff1d (received repeats and extra
+    ids ignored)."""
     expected = np.array([7, 3, 3, 9, 0, 5])
     received = np.array([5, 5, 0, 8])
     assert _missing(expected, received, 10).tolist() == [3, 7, 9] == np.setdiff1d(expected, received).tolist()
