@@ -194,3 +194,32 @@ def test_inversion_targets_are_whole_users_sampled_up_to_the_cap():
     assert np.array_equal(got, targets[np.isin(user[targets], chosen)])
     assert np.array_equal(got, inv.sample_target_users(targets, user, 50, seed=1))
     assert not np.array_equal(got, inv.sample_target_users(targets, user, 50, seed=2))
+
+
+def _nearest_by_numpy(s: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k nearest as the votes first chose them: numpy's argpartition, then argsort of the values."""
+    near = np.argpartition(s, k - 1, axis=1)[:, :k]
+    sims = np.take_along_axis(s, near, 1)
+    by = np.argsort(sims, axis=1)
+    return np.take_along_axis(near, by, 1), np.take_along_axis(sims, by, 1)
+
+
+def test_nearest_is_numpys_choice_with_ties_and_without():
+    """`_nearest` (torch.topk, numpy's own choice on rows with a tie) returns numpy's positions and values bit
+    for bit: distinct values, duplicated columns (tied values at and inside the k smallest), same-user
+    infinities, k equal to the row's length; the unguarded topk differs on the tied rows (why the guard is
+    there)."""
+    g = np.random.default_rng(11)
+    s = g.standard_normal((200, 900))
+    s[:, 450:600] = s[:, :150]  # 150 duplicated columns: ties in many rows' 40 smallest
+    s[:20, :890] = np.inf  # rows with 10 finite values: infinities inside the k smallest
+    s[20:40] = np.round(s[20:40], 1)  # coarse values: many ties at the boundary
+    for k in (1, 7, 40, 300, 900):
+        got, want = inv._nearest(s, k), _nearest_by_numpy(s, k)
+        assert np.array_equal(got[0], want[0]) and got[1].tobytes() == want[1].tobytes()
+    distinct = g.standard_normal((50, 700))
+    assert np.array_equal(inv._nearest(distinct, 30)[0], _nearest_by_numpy(distinct, 30)[0])
+    import torch
+
+    bare = torch.topk(torch.from_numpy(s), 40, dim=1, largest=False, sorted=True).indices.numpy()
+    assert not np.array_equal(bare, _nearest_by_numpy(s, 40)[0])
