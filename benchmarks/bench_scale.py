@@ -260,6 +260,7 @@ def main() -> None:
         timeline.wrap(federated, "collect_point", "collection")
         timeline.wrap(server_app.PointTransport, "eavesdrop", "eavesdropper's record")
         timeline.wrap(federated, "on_device", "on-device round")
+        timeline.wrap(point, "on_device", "on-device round")  # the plain loop's call (point.run_point)
         timeline.wrap(federated, "evaluate_point", "evaluation")
         t_run = time.perf_counter()
         results = runner.run_experiment(cfg, output=output, echo=False)
@@ -295,7 +296,7 @@ def main() -> None:
         t_train = min(a for a, _ in timeline.spans["server training"] if a >= t_end)
         plain_rows.append({"stage": "upload rounds", "seconds": plain["per_seed"][0]["timing"]["federation_s"],
                            "cpu_s": None})  # the clients' loop, timed by run_plain itself
-        for name in ("server training", "attacks"):
+        for name in ("server training", "on-device round", "attacks"):
             ss = [(a, b) for a, b in timeline.spans.get(name, []) if a >= t_end]
             plain_rows.append({"stage": name, "seconds": sum(b - a for a, b in ss),
                                "cpu_s": sum(mem.cpu(a, b) for a, b in ss)})
