@@ -551,10 +551,17 @@ class Constant:
         return cls(num_classes=inputs.num_classes, label_rr=inputs.label_rr)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Constant:
-        counts = np.bincount(y, minlength=self.k).astype(np.float64)
+        return self._fit_counts(np.bincount(y, minlength=self.k).astype(np.float64), x.shape[1])
+
+    def fit_stats(self, raw: ClassStats) -> Constant:
+        """Fit from raw sums (`ClassStats.raw`): their counts are `fit`'s (exact integers), so a cross-validation
+        fold fits from the folds' sums without copying its uploads (`fl_privtext.server.selection`)."""
+        return self._fit_counts(np.asarray(raw.counts, np.float64), raw.sums.shape[1])
+
+    def _fit_counts(self, counts: np.ndarray, d: int) -> Constant:
         if self.label_rr is not None:
             counts = np.linalg.inv(self.label_rr.T) @ counts
-        self.d = x.shape[1]
+        self.d = d
         c = np.clip(counts, 0.0, None) + 0.5
         self.b = np.log(c / c.sum())  # the log prior: argmax = the majority, and a calibrated log-loss
         return self
