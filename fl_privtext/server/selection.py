@@ -275,6 +275,7 @@ class FoldStats:
         self._by_k: dict[int, tuple[list[ClassStats], ClassStats]] = {}
         self._keep = int(np.prod(x.shape, dtype=np.int64)) * 8 <= FOLD_ROWS_BYTES
         self._rows: dict[int, np.ndarray] = {}
+        self._training: dict[tuple[int, int], ClassStats] = {}
 
     def held_rows(self, fold: int) -> np.ndarray:
         """(n_fold, D) the held-out uploads of ``fold`` as float64 (what the learners' logits and `ClassStats.raw`
@@ -301,8 +302,12 @@ class FoldStats:
         return self._of(k)[0][fold]
 
     def training(self, fold: int, k: int) -> ClassStats:
-        held, total = self._of(k)
-        return total - held[fold]
+        """The training sums of ``fold``: the same object each call (what its candidates derive from them,
+        `ClassStats._once`, is computed once for all of them)."""
+        if (fold, k) not in self._training:
+            held, total = self._of(k)
+            self._training[fold, k] = total - held[fold]
+        return self._training[fold, k]
 
     def totals(self) -> dict[int, ClassStats]:
         """The totals over every upload summed so far, by number of classes (none before a fit asked for them)."""
