@@ -71,6 +71,20 @@ test_lazy_selection.py, with a known-bad count over the scored that ships the co
 the reported ``clean_choice`` then ranges over the scored candidates only. Before, with linear in, auto cost its C
 search and three fold fits whatever won: 15-200x a closed-form winner's own fit (benchmarks/README.md, the lazy
 selection section, for the figures after).
+One pass (issue #38 item 3, 2026-11-29, seventeenth session): where the selection reads every upload (at most
+``CV_MAX_UPLOADS``, `fl_privtext.server.training`), auto's moment winner (and the constant) is fitted from the folds'
+total (``select(totals=...)``, `FoldStats.totals`) instead of a second pass over the same uploads, so auto sums each
+upload once (tests/server/test_selection_cost.py counts the rows summed). The total adds the same uploads fold by
+fold, so the shipped model is the explicit learner's up to float rounding, not bit for bit: float64 heads within
+1e-14 relative on the benchmark's points, their float32 exports (what the clients receive) equal there, and in the
+default run's results.json only the recorded clean variance moved (``clean_head.clean_variance``, 9e-15
+relative). Where the selection reads a sample of users the winner still makes its own pass: the explicit learner's
+model bit for bit. The rest is the same numbers at less cost: the folds by user without GroupKFold's per-user loop
+(`group_folds`, its index pairs), the candidates scored fold by fold (`_oof_all`: a fold's uploads converted to
+float64 once, kept for small samples; one `HeldOutModel` per fold with its classes batched; the constant fitted
+from the folds' counts), the paired tests' user index computed once, and what a fit derives from its sums computed
+once per statistics object (`fl_privtext.server.learners.ClassStats`: a fold's centroid and lda share it). Every
+candidate's scores and clean estimates are the ones scoring them one by one gave (the same tests).
 """
 
 from __future__ import annotations

@@ -88,7 +88,11 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     only where named, and then ``mlp`` must be given). Auto scores linear and the MLP only where no moment head
     qualifies (`select`, lazy: the same choice; linear's C search too is run only then); ``score_all`` scores every
     candidate all the same, as ``fit_all`` does (every candidate is fitted and exported then: scored first, the
-    MLP's generator is drawn in the same order as before, so the exported candidates are unchanged)."""
+    MLP's generator is drawn in the same order as before, so the exported candidates are unchanged). Where the
+    selection read every upload (at most ``CV_MAX_UPLOADS``), a moment winner (or the constant) is fitted from the
+    folds' total sums (`select`'s ``totals``): one pass over the uploads, not two, and the explicit learner's model
+    up to float rounding (`fl_privtext.server.selection`'s module docstring); on a sample, its own pass (bit for
+    bit)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
     if name == "auto" and "mlp" in candidates and mlp is None:
