@@ -159,6 +159,7 @@ def label_rr_matrix(num_classes: int, epsilon: float) -> np.ndarray:
     return r
 
 
+MEMO_BYTES = 2 << 20  # ClassStats keeps what it derives up to this size per array (D x D float64 up to D = 512)
 COUNT_RESOLUTION = 2.0  # under label RR a class mean is used only where its debiased count is this many sd from 0
 
 
@@ -184,11 +185,17 @@ class ClassStats:
 
     def _once(self, key: Any, make: Callable[[], Any], *owners: Any) -> Any:
         """``make()`` the first time ``key`` is asked, its value after that. ``owners``: the objects the value was
-        made from (a noise law, an RR matrix), compared by identity and kept alive with it."""
+        made from (a noise law, an RR matrix), compared by identity and kept alive with it. A value holding an
+        array of more than ``MEMO_BYTES`` is not kept (made again each time, as before): a fitted learner keeps its
+        statistics, and D x D matrices kept beside them would cost 118 MB each on 3,840-bit uploads."""
         hit = self._memo.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], owners, strict=True)):
-            hit = self._memo[key] = (owners, make())
-        return hit[1]
+        if hit is not None and all(a is b for a, b in zip(hit[0], owners, strict=True)):
+            return hit[1]
+        value = make()
+        parts = value if isinstance(value, tuple) else (value,)
+        if all(getattr(v, "nbytes", 0) <= MEMO_BYTES for v in parts):
+            self._memo[key] = (owners, value)
+        return value
 
     @classmethod
     def of(cls, x: np.ndarray, y: np.ndarray, num_classes: int, noise: np.ndarray,

@@ -89,6 +89,7 @@ candidate's scores and clean estimates are the ones scoring them one by one gave
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -174,7 +175,8 @@ class HeldOutModel:
                  seed: int = 0, draws: int = CLEAN_DRAWS):
         self.k, self.seed, self.draws = num_classes, int(seed), draws
         lda = LDA(num_classes=num_classes, noise=law, label_rr=label_rr)
-        lda.stats = st = raw.prepared(law.variance, label_rr)
+        # a fresh object: what is derived here is not kept on ``raw`` (the folds' sums live through the selection)
+        lda.stats = st = dataclasses.replace(raw).prepared(law.variance, label_rr)
         self.sigma, _ = lda.clean_within()
         self.s_up = st.within()
         self.counts = np.maximum(st.counts, 1.0)
@@ -316,11 +318,11 @@ class FoldStats:
         return self._of(k)[0][fold]
 
     def training(self, fold: int, k: int) -> ClassStats:
-        """The training sums of ``fold``: the same object each call (what its candidates derive from them,
-        `ClassStats._once`, is computed once for all of them)."""
+        """The training sums of ``fold``: the same object while the same fold is asked (its candidates, scored one
+        after the other, share what they derive from it, `ClassStats._once`); one fold's at a time is kept."""
         if (fold, k) not in self._training:
             held, total = self._of(k)
-            self._training[fold, k] = total - held[fold]
+            self._training = {(fold, k): total - held[fold]}
         return self._training[fold, k]
 
     def totals(self) -> dict[int, ClassStats]:
