@@ -100,7 +100,7 @@ import numpy as np
 
 from fl_privtext.ondevice import mlp_logits
 from fl_privtext.rng import generator
-from fl_privtext.server.learners import LDA, ClassStats, Learner
+from fl_privtext.server.learners import LDA, MEMO_BYTES, ClassStats, Learner
 from fl_privtext.server.noise import NoiseLaw
 
 __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross_validate", "select"]
@@ -108,7 +108,7 @@ __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross
 FOLDS = 3
 CLEAN_MARGIN = 0.01  # a head replaces the constant only when its estimated clean accuracy is this much higher
 CLEAN_UNRESOLVED = 0.5  # a head whose held-out means' noise exceeds this share of its clean score spread is unresolved
-FOLD_ROWS_BYTES = 64 << 20  # FoldStats keeps the held-out folds as float64 for the scoring when they fit in this
+FOLD_ROWS_BYTES = 160 << 20  # FoldStats keeps the held-out folds in float64 up to this (FoldStats.held_rows)
 SAME_LOSS = 1e-9  # nats per upload: log-losses closer than this on every upload are the same model's (rounding)
 CLEAN_DRAWS = 2000  # Monte-Carlo draws per class of the Gaussian model (fixed seed: common numbers across heads)
 LEARNER_RULE = ("auto: the shrunk moment head of highest nesting (lda; centroid where lda is not a candidate) unless "
@@ -289,24 +289,27 @@ class FoldStats:
     def __init__(self, x: np.ndarray, y: np.ndarray, splits: Splits):
         self.x, self.y, self.splits = x, y, splits
         self._by_k: dict[int, tuple[list[ClassStats], ClassStats]] = {}
-        self._keep = int(np.prod(x.shape, dtype=np.int64)) * 8 <= FOLD_ROWS_BYTES
+        self.keeps_rows = int(np.prod(x.shape, dtype=np.int64)) * 8 <= FOLD_ROWS_BYTES  # (held_rows)
         self._rows: dict[int, np.ndarray] = {}
         self._training: dict[tuple[int, int], ClassStats] = {}
 
     def held_rows(self, fold: int) -> np.ndarray:
         """(n_fold, D) the held-out uploads of ``fold`` as float64 (what the learners' logits and `ClassStats.raw`
-        compute with: the same numbers from either), converted once and kept where every fold's together fit in
-        ``FOLD_ROWS_BYTES`` (blog's 8k x 50: 3 MB), else converted again each call (50k x 384: 154 MB, not kept)."""
+        compute with: the same numbers from either), converted once and kept where all folds' together are at most
+        ``FOLD_ROWS_BYTES``, else converted again each call. The bound covers the selection's sample at MiniLM's
+        width (50,000 x 384: 154 MB, no more than the float64 chunk the winner's own pass held, `ClassStats.raw`;
+        auto's peak fell from 264 to 178 MiB there, benchmarks/README.md), not the published OME's 3,840 bits
+        (8,000 x 3,840: 246 MB, which the scoring would hold beside its D x D matrices)."""
         if fold in self._rows:
             return self._rows[fold]
         rows = np.asarray(self.x[self.splits[fold][1]], np.float64)
-        if self._keep:
+        if self.keeps_rows:
             self._rows[fold] = rows
         return rows
 
     def _of(self, k: int) -> tuple[list[ClassStats], ClassStats]:
         if k not in self._by_k:
-            held = [ClassStats.raw(self.held_rows(f) if self._keep else self.x[te], self.y[te], k)
+            held = [ClassStats.raw(self.held_rows(f) if self.keeps_rows else self.x[te], self.y[te], k)
                     for f, (_, te) in enumerate(self.splits)]
             total = held[0]
             for h in held[1:]:
@@ -341,7 +344,9 @@ def _oof_all(makers: Mapping[str, Callable[[], Learner]], x: np.ndarray, y: np.n
     sufficient statistics (``fit_stats``: the constant, centroid, lda) is fitted in closed form from them unless
     ``closed_form`` is False (a refit on each fold's rows: the same numbers up to float rounding,
     tests/server/test_closed_form_cv.py). Fold by fold, every candidate in turn: a fold's held-out uploads are
-    converted to float64 once (`HeldOutModel` built once) for all of them. Each candidate's fits happen in fold
+    converted to float64 once (`HeldOutModel` built once) for all of them, where small (`FoldStats.held_rows`,
+    ``MEMO_BYTES``: on wide uploads each candidate converts and builds its own, as before, so that no D x D matrix
+    or float64 fold waits beside the next candidate's fit). Each candidate's fits happen in fold
     order as when it was scored alone (the MLP's generator: the same draws)."""
     n = len(y)
     out = {name: (np.zeros(n), np.zeros(n)) for name in makers}
@@ -362,9 +367,13 @@ def _oof_all(makers: Mapping[str, Callable[[], Learner]], x: np.ndarray, y: np.n
                 if held is None:
                     held = HeldOutModel(stats.held_out(f, num_classes), num_classes, law, label_rr)
                 cleans[name].append(held.accuracy(model.export()))
+                if held.sigma.nbytes > MEMO_BYTES:  # wide uploads: its D x D matrices not kept beside the next fit
+                    held = None
             if x_te is None:
                 x_te = stats.held_rows(f)
             s = model.logits(x_te)
+            if not stats.keeps_rows:  # (n_fold, D) float64 beyond FOLD_ROWS_BYTES: not kept beside the next fit
+                x_te = None
             s = s - s.max(axis=1, keepdims=True)
             logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
             pred = s.argmax(axis=1)

@@ -18,7 +18,7 @@ from sklearn.model_selection import GroupKFold
 
 from fl_privtext.privacy import make_mechanism
 from fl_privtext.rng import generator
-from fl_privtext.server import learners, make_learner, selection, training
+from fl_privtext.server import learners, make_learner, select, selection, training
 from fl_privtext.server.learners import LDA, Centroid, ClassStats, Constant, label_rr_matrix
 from fl_privtext.server.noise import NoiseLaw
 from fl_privtext.server.selection import FoldStats, HeldOutModel, Users, clean_accuracy, group_folds
@@ -197,3 +197,18 @@ def test_where_the_selection_reads_a_sample_the_winner_is_fitted_on_every_upload
     explicit, _, _ = fit_learner("lda", x, y, groups, **kw)
     for name, want in _heads(explicit).items():
         assert np.array_equal(_heads(model)[name], want), name
+
+
+def test_on_wide_uploads_nothing_is_kept_between_candidates_and_the_scores_are_the_same(monkeypatch):
+    """The memory bounds (`FoldStats.held_rows` beyond ``FOLD_ROWS_BYTES``, D x D matrices beyond ``MEMO_BYTES``:
+    converted and built again per candidate, as before the batching) change no score, clean estimate or choice."""
+    x, y, groups, k = _data(11)
+    law = NoiseLaw.diagonal(np.full(x.shape[1], 1.2))
+    makers = {n: (lambda n=n: make_learner(n, num_classes=k, noise=law, seed=0)) for n in ("constant", "centroid", "lda")}
+    want = select(makers, x, y, groups, law=law, num_classes=k)
+    monkeypatch.setattr(selection, "FOLD_ROWS_BYTES", 0)
+    monkeypatch.setattr(selection, "MEMO_BYTES", 0)
+    monkeypatch.setattr(learners, "MEMO_BYTES", 0)
+    splits = selection._splits(Users(groups), 3)
+    assert not FoldStats(x, y, splits).keeps_rows
+    assert select(makers, x, y, groups, law=law, num_classes=k) == want
