@@ -10,7 +10,8 @@ same noise law, seed and MLP settings as `fl_privtext.server.training.train_serv
 - ``auto_s``: `fit_learner("auto", ...)` end to end (its cross-validation on a sample of users, then the winner's
   fit on every upload);
 - ``winner_s``: `fit_learner(<winner>, ...)` alone (the explicit name; Linear chooses its L2 strength as auto does);
-- ``ratio`` = auto_s / winner_s;
+- ``ratio`` = auto_s / winner_s; ``auto_cpu_s``, ``winner_cpu_s``, ``ratio_cpu``: the same in this process's CPU
+  seconds (`time.process_time`, one BLAS thread: what a busy machine's preemption does not inflate);
 - ``each_s``: every candidate fitted once alone on all uploads (the constant's log prior included), and
   ``ratio_each`` = auto_s / each_s: what selection costs beyond trying each candidate once.
 Candidates: ``server.auto-candidates``' default (centroid, lda, linear); ``--mlp`` adds the MLP.
@@ -91,20 +92,20 @@ def warm_imports() -> None:
     apply_torch_threads(int(THREADS))
 
 
-def fit(name: str, pt: dict[str, Any], seed: int, mlp: bool) -> tuple[float, str, dict[str, Any]]:
-    """Seconds of `fit_learner(name)` on the point's uploads, its chosen name and candidate scores; a fresh MLP
-    generator each call (the same draws for the winner alone as for auto's)."""
+def fit(name: str, pt: dict[str, Any], seed: int, mlp: bool) -> tuple[float, str, dict[str, Any], float]:
+    """Seconds of `fit_learner(name)` on the point's uploads, its chosen name and candidate scores, and its CPU
+    seconds; a fresh MLP generator each call (the same draws for the winner alone as for auto's)."""
     cfg = pt["cfg"]
     kw = {"config": server_mlp_config(cfg.server, pt["x"].shape[1]), "generator": rng.torch_generator(seed, "server"),
           "progress": None} if mlp else None
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if name == "constant":  # no fit_learner name: the log prior of the labels (auto's winner when none beats it)
         make_learner("constant", num_classes=pt["k"]).fit(pt["x"], pt["y"])
-        return time.perf_counter() - t0, name, {}
+        return time.perf_counter() - t0, name, {}, time.process_time() - c0
     _, chosen, scores = fit_learner(name, pt["x"], pt["y"], pt["groups"], num_classes=pt["k"],
                                     mechanism=pt["mechanism"], input_dim=pt["input_dim"], seed=seed, mlp=kw,
                                     candidates=AUTO_DEFAULT + (("mlp",) if mlp else ()))
-    return time.perf_counter() - t0, chosen, scores
+    return time.perf_counter() - t0, chosen, scores, time.process_time() - c0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     warm_imports()
     mlp = args.mlp and not args.no_mlp
     auto = [fit("auto", pt, args.seed, mlp) for _ in range(args.repeats)]
-    auto_s, chosen, scores = min(auto, key=lambda r: r[0])
-    winner_s = min(fit(chosen, pt, args.seed, mlp)[0] for _ in range(args.repeats))
+    auto_s, chosen, scores, _ = min(auto, key=lambda r: r[0])
+    auto_cpu_s = min(r[3] for r in auto)
+    alone = [fit(chosen, pt, args.seed, mlp) for _ in range(args.repeats)]
+    winner_s, winner_cpu_s = min(r[0] for r in alone), min(r[3] for r in alone)
     each = {n: min(fit(n, pt, args.seed, mlp)[0] for _ in range(args.repeats)) for n in scores}
     each_s = sum(each.values())
     out = {"data": args.data, "mechanism": args.mechanism, "epsilon": args.epsilon, "seed": args.seed,
            "uploads": len(pt["y"]), "dim": int(pt["x"].shape[1]), "mlp": mlp, "winner": chosen,
            "auto_s": auto_s, "winner_s": winner_s, "ratio": auto_s / max(winner_s, 1e-9),
+           "auto_cpu_s": auto_cpu_s, "winner_cpu_s": winner_cpu_s, "ratio_cpu": auto_cpu_s / max(winner_cpu_s, 1e-9),
            "each": each, "each_s": each_s, "ratio_each": auto_s / max(each_s, 1e-9),
            "candidates": {n: {k: v for k, v in s.items() if isinstance(v, (int, float, bool, str))}
                           for n, s in scores.items()},
@@ -145,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {n:9s} not scored ({s['why']})")
             continue
         print(f"  {n:9s} log_loss {s['log_loss']:.6f} accuracy {s['accuracy']:.4f} beats {s['beats_constant']}")
-    print(f"auto {auto_s:.2f} s, {chosen} alone {winner_s:.2f} s, ratio {out['ratio']:.2f}; every candidate once "
+    print(f"auto {auto_s:.4f} s, {chosen} alone {winner_s:.4f} s, ratio {out['ratio']:.2f} (CPU {auto_cpu_s:.4f} / "
+          f"{winner_cpu_s:.4f} s, ratio {out['ratio_cpu']:.2f}); every candidate once "
           f"{each_s:.2f} s ({', '.join(f'{n} {v:.2f}' for n, v in each.items())}), ratio {out['ratio_each']:.2f} "
           f"(load {' '.join(f'{v:.1f}' for v in out['load'])})")
     if args.json:

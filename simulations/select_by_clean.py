@@ -189,13 +189,14 @@ def recording() -> Iterator[dict[str, Any]]:
     """Record the per-upload out-of-fold (correctness, log-loss) arrays `select` computes for each candidate (in the
     order of its makers; ``score_all``: every one), and the groups, so that other rules can be applied to the same numbers."""
     runs: dict[str, Any] = {"names": [], "hits": [], "loss": [], "groups": None}
-    orig_oof, orig_select = selection._oof, selection.select
+    orig_oof, orig_select = selection._oof_all, selection.select
 
-    def oof(*args: Any, **kwargs: Any) -> tuple[np.ndarray, np.ndarray]:
-        hits, loss = orig_oof(*args, **kwargs)
-        runs["hits"].append(hits)
-        runs["loss"].append(loss)
-        return hits, loss
+    def oof(*args: Any, **kwargs: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        out = orig_oof(*args, **kwargs)  # the candidates of one batch, in the makers' order
+        for hits, loss in out.values():
+            runs["hits"].append(hits)
+            runs["loss"].append(loss)
+        return out
 
     def select(makers: dict[str, Any], x: np.ndarray, y: np.ndarray, groups: np.ndarray, *args: Any, **kw: Any):
         runs["names"] = list(makers)
@@ -204,12 +205,12 @@ def recording() -> Iterator[dict[str, Any]]:
         # makers' order, as the rules applied to these arrays need
         return orig_select(makers, x, y, groups, *args, **{**kw, "score_all": True})
 
-    selection._oof = oof
+    selection._oof_all = oof
     training.select = select
     try:
         yield runs
     finally:
-        selection._oof = orig_oof
+        selection._oof_all = orig_oof
         training.select = orig_select
 
 

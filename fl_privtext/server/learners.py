@@ -87,8 +87,8 @@ import contextlib
 import math
 import threading
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -159,6 +159,7 @@ def label_rr_matrix(num_classes: int, epsilon: float) -> np.ndarray:
     return r
 
 
+MEMO_BYTES = 2 << 20  # ClassStats keeps what it derives up to this size per array (D x D float64 up to D = 512)
 COUNT_RESOLUTION = 2.0  # under label RR a class mean is used only where its debiased count is this many sd from 0
 
 
@@ -177,6 +178,24 @@ class ClassStats:
     # the labels are exact. The debiased sum of class k is sum_i A[k, label_i] u_i: its error grows with w_k
     # (`deviation_error`), by up to 1 / (p - q)^2 over exact labels
     label_noise: np.ndarray | None = None
+    # what is derived from these sums, computed once per object and read-only (`_once`; dataclasses.replace starts
+    # afresh): a fit reads the within-class covariance and the means several times, and a selection's centroid and
+    # lda fitted on the same fold read the same ones
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    def _once(self, key: Any, make: Callable[[], Any], *owners: Any) -> Any:
+        """``make()`` the first time ``key`` is asked, its value after that. ``owners``: the objects the value was
+        made from (a noise law, an RR matrix), compared by identity and kept alive with it. A value holding an
+        array of more than ``MEMO_BYTES`` is not kept (made again each time, as before): a fitted learner keeps its
+        statistics, and D x D matrices kept beside them would cost 118 MB each on 3,840-bit uploads."""
+        hit = self._memo.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], owners, strict=True)):
+            return hit[1]
+        value = make()
+        parts = value if isinstance(value, tuple) else (value,)
+        if all(getattr(v, "nbytes", 0) <= MEMO_BYTES for v in parts):
+            self._memo[key] = (owners, value)
+        return value
 
     @classmethod
     def of(cls, x: np.ndarray, y: np.ndarray, num_classes: int, noise: np.ndarray,
@@ -216,7 +235,12 @@ class ClassStats:
 
     def prepared(self, noise: np.ndarray, label_rr: np.ndarray | None = None) -> ClassStats:
         """Raw sums (`raw`) with the mechanism's per-coordinate noise variance and, under label RR, the counts and
-        sums debiased (module docstring; linear, so debiasing a difference of raw sums is exact)."""
+        sums debiased (module docstring; linear, so debiasing a difference of raw sums is exact). The same object
+        for the same ``noise`` and ``label_rr`` objects (`_once`)."""
+        return self._once(("prepared", id(noise), id(label_rr)), lambda: self._prepared(noise, label_rr), noise,
+                          label_rr)
+
+    def _prepared(self, noise: np.ndarray, label_rr: np.ndarray | None) -> ClassStats:
         counts, sums, label_noise = self.counts, self.sums, None
         if label_rr is not None and not np.allclose(label_rr, np.eye(len(counts))):
             inv_t = np.linalg.inv(label_rr.T)
@@ -233,6 +257,9 @@ class ClassStats:
         """(K, D) the debiased class sums over the debiased counts; a class whose (label-RR debiased) count is below
         one upload has no resolved mean and gets the grand mean (dividing its debiased sum by a count clipped near 0
         overflowed the exported head)."""
+        return self._once("plug_in_means", self._plug_in_means)
+
+    def _plug_in_means(self) -> np.ndarray:
         grand = self.sums.sum(axis=0) / max(float(self.counts.sum()), 1e-9)
         resolved = (self.counts >= 1.0)[:, None]
         if self.label_noise is not None:  # the debiased count's own error: sd ~ sqrt(sum_i a_i^2 - n_k)
@@ -248,8 +275,8 @@ class ClassStats:
         population, and the trust page's blog local-DP points at 5.8% / 3.6%), their class scores decided by the
         means' noise; shrunk, a mean the labels cannot resolve falls back to the grand mean and its class to the
         prior."""
-        m = self.plug_in_means()
-        return m if self.label_noise is None else self._shrink(m, self.total_trace())
+        return self._once("means", lambda: self.plug_in_means() if self.label_noise is None else
+                          self._shrink(self.plug_in_means(), self.total_trace()))
 
     def deviation_error(self) -> np.ndarray:
         """(K,) the multiplier v_k of the uploads' spread in the covariance of the error of mean_k - grand.
@@ -290,7 +317,7 @@ class ClassStats:
         Under label RR the uploads' total spread replaces tr S_w, and `means` are already these."""
         if self.label_noise is not None:
             return self.means
-        return self._shrink(self.means, float(np.trace(self.within())))
+        return self._once("shrunk_means", lambda: self._shrink(self.means, float(np.trace(self.within()))))
 
     def _shrink(self, m: np.ndarray, spread: float) -> np.ndarray:
         grand = (self.counts @ m) / max(self.n, 1e-9)
@@ -306,6 +333,9 @@ class ClassStats:
 
     def within(self) -> np.ndarray:
         """(D, D) pooled within-class covariance of the uploads."""
+        return self._once("within", self._within)
+
+    def _within(self) -> np.ndarray:
         m = self.means
         k = len(self.counts)
         return (self.second - (m.T * self.counts) @ m) / max(self.n - k, 1.0)
@@ -443,7 +473,11 @@ class _Moments:
         (`NoiseLaw.input_second`, trace r2 exactly) and mu_k mu_k^T = mean_k mean_k^T - S_w / n_k (unbiased);
         the trace's error is that of the class means' squared norms, 2 sqrt(sum_k pi_k^2 mean_k S_w mean_k / n_k).
         Otherwise: Sigma = S_w - E[Cov(u | x)], the trace's error from the uploads' fourth moment
-        (`ClassStats.trace_standard_error`)."""
+        (`ClassStats.trace_standard_error`). Computed once per statistics object and law (`ClassStats._once`:
+        a selection's centroid and lda fitted on the same fold share it)."""
+        return self.stats._once("clean_within", self._clean_within, self.law)  # type: ignore[no-any-return]
+
+    def _clean_within(self) -> tuple[np.ndarray, float]:
         st = self.stats
         sw = st.within()
         n = max(st.n, 1.0)
@@ -551,10 +585,17 @@ class Constant:
         return cls(num_classes=inputs.num_classes, label_rr=inputs.label_rr)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Constant:
-        counts = np.bincount(y, minlength=self.k).astype(np.float64)
+        return self._fit_counts(np.bincount(y, minlength=self.k).astype(np.float64), x.shape[1])
+
+    def fit_stats(self, raw: ClassStats) -> Constant:
+        """Fit from raw sums (`ClassStats.raw`): their counts are `fit`'s (exact integers), so a cross-validation
+        fold fits from the folds' sums without copying its uploads (`fl_privtext.server.selection`)."""
+        return self._fit_counts(np.asarray(raw.counts, np.float64), raw.sums.shape[1])
+
+    def _fit_counts(self, counts: np.ndarray, d: int) -> Constant:
         if self.label_rr is not None:
             counts = np.linalg.inv(self.label_rr.T) @ counts
-        self.d = x.shape[1]
+        self.d = d
         c = np.clip(counts, 0.0, None) + 0.5
         self.b = np.log(c / c.sum())  # the log prior: argmax = the majority, and a calibrated log-loss
         return self

@@ -71,10 +71,27 @@ test_lazy_selection.py, with a known-bad count over the scored that ships the co
 the reported ``clean_choice`` then ranges over the scored candidates only. Before, with linear in, auto cost its C
 search and three fold fits whatever won: 15-200x a closed-form winner's own fit (benchmarks/README.md, the lazy
 selection section, for the figures after).
+One pass (issue #38 item 3, 2026-11-29, seventeenth session): where the selection reads every upload (at most
+``CV_MAX_UPLOADS``, `fl_privtext.server.training`), auto's moment winner (and the constant) is fitted from the folds'
+total (``select(totals=...)``, `FoldStats.totals`) instead of a second pass over the same uploads, so auto sums each
+upload once (tests/server/test_selection_cost.py counts the rows summed). The total adds the same uploads fold by
+fold, so the shipped model is the explicit learner's up to float rounding, not bit for bit: float64 heads within
+1e-14 relative on the benchmark's points, their float32 exports (what the clients receive) equal there, and in the
+default run's results.json only the recorded clean variance moved (``clean_head.clean_variance``, 9e-15
+relative). Where the selection reads a sample of users the winner still makes its own pass: the explicit learner's
+model bit for bit. The rest is the same numbers at less cost: the folds by user without GroupKFold's per-user loop
+(`group_folds`, its index pairs), the candidates scored fold by fold (`_oof_all`: a fold's uploads converted to
+float64 once, kept for small samples; one `HeldOutModel` per fold with its classes batched; the constant fitted
+from the folds' counts), the paired tests' user index computed once, and what a fit derives from its sums computed
+once per statistics object (`fl_privtext.server.learners.ClassStats`: a fold's centroid and lda share it). Every
+candidate's scores and clean estimates are the ones scoring them one by one gave (the same tests).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -83,7 +100,7 @@ import numpy as np
 
 from fl_privtext.ondevice import mlp_logits
 from fl_privtext.rng import generator
-from fl_privtext.server.learners import LDA, ClassStats, Learner
+from fl_privtext.server.learners import LDA, MEMO_BYTES, ClassStats, Learner
 from fl_privtext.server.noise import NoiseLaw
 
 __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross_validate", "select"]
@@ -91,6 +108,7 @@ __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross
 FOLDS = 3
 CLEAN_MARGIN = 0.01  # a head replaces the constant only when its estimated clean accuracy is this much higher
 CLEAN_UNRESOLVED = 0.5  # a head whose held-out means' noise exceeds this share of its clean score spread is unresolved
+FOLD_ROWS_BYTES = 160 << 20  # FoldStats keeps the held-out folds in float64 up to this (FoldStats.held_rows)
 SAME_LOSS = 1e-9  # nats per upload: log-losses closer than this on every upload are the same model's (rounding)
 CLEAN_DRAWS = 2000  # Monte-Carlo draws per class of the Gaussian model (fixed seed: common numbers across heads)
 LEARNER_RULE = ("auto: the shrunk moment head of highest nesting (lda; centroid where lda is not a candidate) unless "
@@ -138,72 +156,161 @@ def clean_accuracy(export: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray, 
     added (the same table, ``post_cv``) did no better (mean error 0.115).
 
     ``stats``: the raw sums of ``x`` and ``y`` (`ClassStats.raw`) when the caller has them (`select` computes each
-    held-out fold's once for all its candidates)."""
-    k = num_classes
-    lda = LDA(num_classes=k, noise=law, label_rr=label_rr)
-    raw = stats if stats is not None else ClassStats.raw(np.asarray(x, np.float64), np.asarray(y, np.int64), k)
-    lda.stats = st = raw.prepared(law.variance, label_rr)
-    sigma, _ = lda.clean_within()
-    s_up = st.within()
-    counts = np.maximum(st.counts, 1.0)
-    pi = np.clip(st.counts, 0.0, None) / max(float(np.clip(st.counts, 0.0, None).sum()), 1e-12)
-    m = st.means
-    g = generator(int(seed), "clean-accuracy", k)
-    layers = [key for key in export if key.startswith("weight_")]
-    linear = len(layers) == 1 and not np.any(export.get("center", 0))
-    acc, unresolved = 0.0, 0.0
-    if linear:
-        std = np.asarray(export["std"], np.float64)
-        w = np.asarray(export["weight_0"], np.float64) / std
-        b = np.asarray(export["bias_0"], np.float64) - w @ np.asarray(export["mean"], np.float64)
-        z = g.standard_normal((draws, k))
-        a = w @ sigma @ w.T
-        spread = float(np.clip(np.linalg.eigvalsh((a + a.T) / 2), 0.0, None).sum())
+    held-out fold's once for all its candidates). `HeldOutModel` is this model built once for
+    every head scored against the same held-out uploads (`select`: one per fold)."""
+    raw = stats if stats is not None else ClassStats.raw(np.asarray(x, np.float64), np.asarray(y, np.int64),
+                                                         num_classes)
+    return HeldOutModel(raw, num_classes, law, label_rr, seed, draws).accuracy(export)
+
+
+class HeldOutModel:
+    """`clean_accuracy`'s Gaussian model of held-out uploads (their raw sums ``raw``), built once and shared by
+    every head scored against them: the class means m_k, the clean covariance Sigma, the uploads' within-class
+    covariance S_up, the class shares and the standard-normal draws (common numbers: every head of one held-out
+    set sees the same draws, as each call of `clean_accuracy` drew them from the same seed). A linear head's K
+    per-class eigendecompositions and score draws are batched (one stacked call each): the same numbers as one
+    class at a time (tests/server/test_clean_selection.py checks them against that loop)."""
+
+    def __init__(self, raw: ClassStats, num_classes: int, law: NoiseLaw, label_rr: np.ndarray | None = None,
+                 seed: int = 0, draws: int = CLEAN_DRAWS):
+        self.k, self.seed, self.draws = num_classes, int(seed), draws
+        lda = LDA(num_classes=num_classes, noise=law, label_rr=label_rr)
+        # a fresh object: what is derived here is not kept on ``raw`` (the folds' sums live through the selection)
+        lda.stats = st = dataclasses.replace(raw).prepared(law.variance, label_rr)
+        self.sigma, _ = lda.clean_within()
+        self.s_up = st.within()
+        self.counts = np.maximum(st.counts, 1.0)
+        self.pi = np.clip(st.counts, 0.0, None) / max(float(np.clip(st.counts, 0.0, None).sum()), 1e-12)
+        self.m = st.means
+        self._z: np.ndarray | None = None  # (draws, K): the linear heads' draws, the generator's first
+
+    def accuracy(self, export: dict[str, np.ndarray]) -> tuple[float, float]:
+        """(accuracy, unresolved) of the head ``export`` (`clean_accuracy`)."""
+        k, sigma, s_up, counts, pi, m = self.k, self.sigma, self.s_up, self.counts, self.pi, self.m
+        layers = [key for key in export if key.startswith("weight_")]
+        acc, unresolved = 0.0, 0.0
+        if len(layers) == 1 and not np.any(export.get("center", 0)):  # linear: in the K-dimensional score space
+            std = np.asarray(export["std"], np.float64)
+            w = np.asarray(export["weight_0"], np.float64) / std
+            b = np.asarray(export["bias_0"], np.float64) - w @ np.asarray(export["mean"], np.float64)
+            if not np.any(w):  # the constant: every draw scores b, the first largest bias wins for every class
+                win = np.zeros(k)
+                win[int(np.argmax(b))] = 1.0
+                for c in range(k):
+                    acc += pi[c] * float(win[c])
+                return acc, unresolved
+            if self._z is None:
+                self._z = generator(self.seed, "clean-accuracy", k).standard_normal((self.draws, k))
+            a = w @ sigma @ w.T
+            spread = float(np.clip(np.linalg.eigvalsh((a + a.T) / 2), 0.0, None).sum())
+            cov = a - (w @ s_up @ w.T)[None] / counts[:, None, None]  # (K, K, K): class c's score covariance
+            lam, vec = np.linalg.eigh((cov + cov.transpose(0, 2, 1)) / 2)
+            root = vec * np.sqrt(np.clip(lam, 0.0, None))[:, None, :]
+            centre = np.stack([w @ m[c] + b for c in range(k)])  # (K, K): each class's mean scores
+            scores = centre[:, None, :] + self._z @ root.transpose(0, 2, 1)  # (K, draws, K): class c's draws
+            pred = scores.argmax(axis=2)  # (K, draws)
+            for c in range(k):
+                acc += pi[c] * float(np.mean(pred[c] == c))
+                if spread > 1e-300:
+                    unresolved = max(unresolved, float(-np.clip(lam[c], None, 0.0).sum()) / spread)
+            return acc, unresolved
+        g = generator(self.seed, "clean-accuracy", k)  # deeper heads: clean points drawn in D dimensions
+        lam, vec = np.linalg.eigh((sigma + sigma.T) / 2)
+        root = vec * np.sqrt(np.clip(lam, 0.0, None))
+        spread = max(float(np.clip(lam, 0.0, None).sum()), 1e-300)
         for c in range(k):
-            cov = a - w @ s_up @ w.T / counts[c]
-            lam, vec = np.linalg.eigh((cov + cov.T) / 2)
-            root = vec * np.sqrt(np.clip(lam, 0.0, None))
-            pred = (w @ m[c] + b + z @ root.T).argmax(axis=1)
-            acc += pi[c] * float(np.mean(pred == c))
-            if spread > 1e-300:
-                unresolved = max(unresolved, float(-np.clip(lam, None, 0.0).sum()) / spread)
+            pts = m[c] + g.standard_normal((self.draws, len(lam))) @ root.T
+            acc += pi[c] * float(np.mean(mlp_logits(export, pts).argmax(axis=1) == c))
+            unresolved = max(unresolved, float(np.trace(s_up)) / counts[c] / spread)
         return acc, unresolved
-    lam, vec = np.linalg.eigh((sigma + sigma.T) / 2)
-    root = vec * np.sqrt(np.clip(lam, 0.0, None))
-    spread = max(float(np.clip(lam, 0.0, None).sum()), 1e-300)
-    for c in range(k):
-        pts = m[c] + g.standard_normal((draws, len(lam))) @ root.T
-        acc += pi[c] * float(np.mean(mlp_logits(export, pts).argmax(axis=1) == c))
-        unresolved = max(unresolved, float(np.trace(s_up)) / counts[c] / spread)
-    return acc, unresolved
 
 
 Splits = list[tuple[np.ndarray, np.ndarray]]
 
 
-def _splits(x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int) -> Splits:
-    """GroupKFold's (train, held-out) index pairs by ``groups``: computed once, shared by every candidate."""
-    from sklearn.model_selection import GroupKFold
+class Users:
+    """Each upload's user: ``inverse`` (N,) its position among the distinct ``groups`` (`numpy.unique`'s inverse)
+    and ``sizes`` (U,) each user's uploads, computed once for a selection's folds and every one of its paired
+    tests."""
 
-    n_groups = len(np.unique(groups))
+    def __init__(self, groups: np.ndarray):
+        _, inverse = np.unique(np.asarray(groups), return_inverse=True)
+        self.inverse = inverse.reshape(-1)
+        self.sizes = np.bincount(self.inverse)
+
+    @classmethod
+    def of(cls, groups: np.ndarray | Users) -> Users:
+        return groups if isinstance(groups, Users) else cls(groups)
+
+
+def group_folds(groups: np.ndarray | Users, folds: int) -> Splits:
+    """scikit-learn's ``GroupKFold(n_splits=folds).split(x, y, groups)`` (no shuffle), the same (train, held-out)
+    index pairs in the same order (tests/server/test_lazy_selection.py checks them on random cases), without its
+    Python loop over users (30-60 ms of auto's time on 5-10k users). GroupKFold gives the users, largest first
+    (equal sizes: the later user first, a stable ascending sort reversed), each to the fold with the fewest uploads
+    so far (equal: the first fold). Over a run of r users of the same size s that greedy is a merge: fold j's
+    t-th user of the run would arrive at load L_j + t s and the least (load, fold) is taken each time, so the run's
+    users go, in order, to the r least pairs (L_j + t s, j), t < r. One sort per distinct size."""
+    users = Users.of(groups)
+    if folds > len(users.sizes):
+        raise ValueError(f"Cannot have {folds} folds over {len(users.sizes)} users.")
+    order = np.argsort(users.sizes, kind="stable")[::-1]  # largest first, ties the later user first
+    sizes = users.sizes[order]
+    fold_of = np.zeros(len(sizes), np.int64)
+    load = np.zeros(folds)
+    cut = [0, *(np.flatnonzero(np.diff(sizes)) + 1).tolist(), len(sizes)]
+    for a, b in itertools.pairwise(cut):  # a run of users of equal size
+        r = b - a
+        keys = (load[:, None] + float(sizes[a]) * np.arange(r)).ravel()  # (folds * r,) fold-major
+        fold = np.repeat(np.arange(folds), r)
+        took = fold[np.lexsort((fold, keys))[:r]]
+        fold_of[order[a:b]] = took
+        load += float(sizes[a]) * np.bincount(took, minlength=folds)
+    upload_fold = fold_of[users.inverse]
+    return [(np.flatnonzero(upload_fold != f), np.flatnonzero(upload_fold == f)) for f in range(folds)]
+
+
+def _splits(groups: Users, folds: int) -> Splits:
+    """The folds by user (`group_folds`, GroupKFold's): computed once, shared by every candidate."""
+    n_groups = len(groups.sizes)
     if n_groups < 2:
         raise ValueError(f"Cross-validation by user needs uploads of at least 2 users; got {n_groups}.")
-    return list(GroupKFold(n_splits=min(folds, n_groups)).split(x, y, groups))
+    return group_folds(groups, min(folds, n_groups))
 
 
 class FoldStats:
     """Each held-out fold's raw sums (`ClassStats.raw`) and their total, one pass over the uploads for every fold,
     candidate and number of classes asked (cached): a moment learner's fold fit is ``total - held[f]`` (closed-form
     cross-validation: the same statistics as a pass over the fold's training rows, up to float rounding), and the
-    held-out sums are those `clean_accuracy` reads."""
+    held-out sums are those `clean_accuracy` reads. ``total``: the sums over every upload, the same statistics as
+    `ClassStats.raw` over them up to float rounding (summed fold by fold): what `fit_learner` fits auto's winner
+    from where the selection read every upload (no second pass)."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, splits: Splits):
         self.x, self.y, self.splits = x, y, splits
         self._by_k: dict[int, tuple[list[ClassStats], ClassStats]] = {}
+        self.keeps_rows = int(np.prod(x.shape, dtype=np.int64)) * 8 <= FOLD_ROWS_BYTES  # (held_rows)
+        self._rows: dict[int, np.ndarray] = {}
+        self._training: dict[tuple[int, int], ClassStats] = {}
+
+    def held_rows(self, fold: int) -> np.ndarray:
+        """(n_fold, D) the held-out uploads of ``fold`` as float64 (what the learners' logits and `ClassStats.raw`
+        compute with: the same numbers from either), converted once and kept where all folds' together are at most
+        ``FOLD_ROWS_BYTES``, else converted again each call. The bound covers the selection's sample at MiniLM's
+        width (50,000 x 384: 154 MB, no more than the float64 chunk the winner's own pass held, `ClassStats.raw`;
+        auto's peak fell from 264 to 178 MiB there, benchmarks/README.md), not the published OME's 3,840 bits
+        (8,000 x 3,840: 246 MB, which the scoring would hold beside its D x D matrices)."""
+        if fold in self._rows:
+            return self._rows[fold]
+        rows = np.asarray(self.x[self.splits[fold][1]], np.float64)
+        if self.keeps_rows:
+            self._rows[fold] = rows
+        return rows
 
     def _of(self, k: int) -> tuple[list[ClassStats], ClassStats]:
         if k not in self._by_k:
-            held = [ClassStats.raw(self.x[te], self.y[te], k) for _, te in self.splits]
+            held = [ClassStats.raw(self.held_rows(f) if self.keeps_rows else self.x[te], self.y[te], k)
+                    for f, (_, te) in enumerate(self.splits)]
             total = held[0]
             for h in held[1:]:
                 total = total + h
@@ -214,50 +321,74 @@ class FoldStats:
         return self._of(k)[0][fold]
 
     def training(self, fold: int, k: int) -> ClassStats:
-        held, total = self._of(k)
-        return total - held[fold]
+        """The training sums of ``fold``: the same object while the same fold is asked (its candidates, scored one
+        after the other, share what they derive from it, `ClassStats._once`); one fold's at a time is kept."""
+        if (fold, k) not in self._training:
+            held, total = self._of(k)
+            self._training = {(fold, k): total - held[fold]}
+        return self._training[fold, k]
+
+    def totals(self) -> dict[int, ClassStats]:
+        """The totals over every upload summed so far, by number of classes (none before a fit asked for them)."""
+        return {k: total for k, (_, total) in self._by_k.items()}
 
 
-def _oof(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int,
-         label_rr: np.ndarray | None = None, law: NoiseLaw | None = None, num_classes: int = 0,
-         clean: list[tuple[float, float]] | None = None, splits: Splits | None = None,
-         stats: FoldStats | None = None, closed_form: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Per upload: out-of-fold correctness (N,) and log-loss (N,), GroupKFold by ``groups``; with ``label_rr``
-    both against the true label (forward-corrected loss, backward-corrected correctness: module docstring).
-    ``law`` given: each fold's estimated clean-head accuracy (`clean_accuracy`) appended to ``clean``.
-    ``splits`` / ``stats``: the folds and their sums, when shared with other candidates. A learner that fits from
-    sufficient statistics (``fit_stats``: centroid, lda) is fitted in closed form from them unless ``closed_form``
-    is False (a refit on each fold's rows: the same numbers up to float rounding, tests/server/test_closed_form_cv.py)."""
-    splits = _splits(x, y, groups, folds) if splits is None else splits
-    stats = FoldStats(x, y, splits) if stats is None else stats
-    hits = np.zeros(len(y))
-    loss = np.zeros(len(y))
+def _oof_all(makers: Mapping[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarray, splits: Splits,
+             stats: FoldStats, label_rr: np.ndarray | None = None, law: NoiseLaw | None = None,
+             num_classes: int = 0, cleans: dict[str, list[tuple[float, float]]] | None = None,
+             closed_form: bool = True) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per candidate of ``makers`` (in their order), per upload: out-of-fold correctness (N,) and log-loss (N,) over
+    ``splits`` (folds by user); with ``label_rr`` both against the true label (forward-corrected loss,
+    backward-corrected correctness: module docstring). ``law`` given: each fold's estimated clean-head accuracy
+    (`clean_accuracy`) appended to ``cleans[name]``. ``stats``: the folds' sums. A learner that fits from
+    sufficient statistics (``fit_stats``: the constant, centroid, lda) is fitted in closed form from them unless
+    ``closed_form`` is False (a refit on each fold's rows: the same numbers up to float rounding,
+    tests/server/test_closed_form_cv.py). Fold by fold, every candidate in turn: a fold's held-out uploads are
+    converted to float64 once (`HeldOutModel` built once) for all of them, where small (`FoldStats.held_rows`,
+    ``MEMO_BYTES``: on wide uploads each candidate converts and builds its own, as before, so that no D x D matrix
+    or float64 fold waits beside the next candidate's fit). Each candidate's fits happen in fold
+    order as when it was scored alone (the MLP's generator: the same draws)."""
+    n = len(y)
+    out = {name: (np.zeros(n), np.zeros(n)) for name in makers}
+    if cleans is not None:
+        cleans.update({name: [] for name in makers})
     inv = None if label_rr is None else np.linalg.inv(label_rr)
     for f, (tr, te) in enumerate(splits):
-        model = make()
-        fit_stats = getattr(model, "fit_stats", None)
-        if closed_form and fit_stats is not None:
-            model = fit_stats(stats.training(f, model.k))  # type: ignore[attr-defined]
-        else:
-            model = model.fit(x[tr], y[tr])
-        if law is not None and clean is not None:
-            clean.append(clean_accuracy(model.export(), x[te], y[te], num_classes, law, label_rr,
-                                        stats=stats.held_out(f, num_classes)))
-        s = model.logits(x[te])
-        s = s - s.max(axis=1, keepdims=True)
-        logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
-        pred = s.argmax(axis=1)
-        if inv is None:
-            hits[te] = pred == y[te]
-            loss[te] = -logp[np.arange(len(te)), y[te]]
-        else:
-            # the predicted law of the UPLOADED label: a learner fitted to the uploaded labels predicts it already
-            # (its argmax is the true label's under k-ary RR); a debiasing one predicts the true label's
-            p = np.exp(logp)
-            q = p if getattr(model, "predicts_uploaded_labels", False) else p @ label_rr
-            loss[te] = -np.log(np.maximum(q[np.arange(len(te)), y[te]], 1e-300))
-            hits[te] = inv[y[te], pred]
-    return hits, loss
+        x_te: np.ndarray | None = None  # (n_te, D) float64, what every learner's logits read
+        held: HeldOutModel | None = None
+        for name, make in makers.items():
+            model = make()
+            fit_stats = getattr(model, "fit_stats", None)
+            if closed_form and fit_stats is not None:
+                model = fit_stats(stats.training(f, model.k))  # type: ignore[attr-defined]
+            else:
+                model = model.fit(x[tr], y[tr])
+            if law is not None and cleans is not None:
+                if held is None:
+                    held = HeldOutModel(stats.held_out(f, num_classes), num_classes, law, label_rr)
+                cleans[name].append(held.accuracy(model.export()))
+                if held.sigma.nbytes > MEMO_BYTES:  # wide uploads: its D x D matrices not kept beside the next fit
+                    held = None
+            if x_te is None:
+                x_te = stats.held_rows(f)
+            s = model.logits(x_te)
+            if not stats.keeps_rows:  # (n_fold, D) float64 beyond FOLD_ROWS_BYTES: not kept beside the next fit
+                x_te = None
+            s = s - s.max(axis=1, keepdims=True)
+            logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
+            pred = s.argmax(axis=1)
+            hits, loss = out[name]
+            if inv is None:
+                hits[te] = pred == y[te]
+                loss[te] = -logp[np.arange(len(te)), y[te]]
+            else:
+                # the predicted law of the UPLOADED label: a learner fitted to the uploaded labels predicts it
+                # already (its argmax is the true label's under k-ary RR); a debiasing one predicts the true label's
+                p = np.exp(logp)
+                q = p if getattr(model, "predicts_uploaded_labels", False) else p @ label_rr
+                loss[te] = -np.log(np.maximum(q[np.arange(len(te)), y[te]], 1e-300))
+                hits[te] = inv[y[te], pred]
+    return out
 
 
 def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
@@ -266,20 +397,23 @@ def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, gr
     """Out-of-fold accuracy and log-loss (nats per upload) of the learner ``make()`` over ``folds`` GroupKFold
     folds (by ``groups``); ``label_rr``: the labels' RR matrix (scores against the true label). ``closed_form``
     False: refit a moment learner on each fold's rows instead of from the folds' sums (the reference)."""
-    hits, loss = _oof(make, x, y, groups, folds, label_rr, closed_form=closed_form)
+    splits = _splits(Users(groups), folds)
+    hits, loss = _oof_all({"learner": make}, x, y, splits, FoldStats(x, y, splits), label_rr,
+                          closed_form=closed_form)["learner"]
     return {"accuracy": float(hits.mean()), "log_loss": float(loss.mean())}
 
 
-def _paired_z(loss: np.ndarray, other: np.ndarray, groups: np.ndarray) -> float:
+def _paired_z(loss: np.ndarray, other: np.ndarray, groups: np.ndarray | Users) -> float:
     """The paired z statistic of mean(loss - other) over users (per-user means: users are the independent units);
     0 with fewer than 2 users or where the two agree to rounding (``SAME_LOSS`` nats on every upload: a moment
     head shrunk all the way to the prior IS the constant, and the z of its rounding differences was arbitrary:
-    the default run flagged such a head "significantly worse"), +-inf for a constant nonzero difference."""
+    the default run flagged such a head "significantly worse"), +-inf for a constant nonzero difference.
+    ``groups``: each upload's user, or `Users` of them."""
     diff = np.asarray(loss, np.float64) - np.asarray(other, np.float64)
     if len(diff) == 0 or float(np.abs(diff).max()) <= SAME_LOSS:
         return 0.0
-    _, inv = np.unique(groups, return_inverse=True)
-    d = np.bincount(inv, weights=diff) / np.bincount(inv)
+    users = Users.of(groups)
+    d = np.bincount(users.inverse, weights=diff) / users.sizes
     if len(d) < 2:
         return 0.0
     se = float(d.std(ddof=1)) / np.sqrt(len(d))
@@ -287,6 +421,7 @@ def _paired_z(loss: np.ndarray, other: np.ndarray, groups: np.ndarray) -> float:
     return mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean))
 
 
+@functools.lru_cache(maxsize=64)
 def _critical_z(tried: int) -> float:
     """The one-sided 95% normal quantile, Bonferroni over ``tried`` candidates (both of `select`'s tests)."""
     from scipy import stats
@@ -294,7 +429,7 @@ def _critical_z(tried: int) -> float:
     return float(stats.norm.ppf(1 - 0.05 / max(tried, 1)))
 
 
-def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray, tried: int) -> bool:
+def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray | Users, tried: int) -> bool:
     """One-sided paired test, per user: is the mean of (loss - null) below 0 at 95% (Bonferroni over ``tried``)?"""
     return _paired_z(loss, null, groups) < -_critical_z(tried)
 
@@ -302,7 +437,8 @@ def _beats(loss: np.ndarray, null: np.ndarray, groups: np.ndarray, tried: int) -
 def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarray, groups: np.ndarray,
            folds: int = FOLDS, order: Sequence[str] | None = None, label_rr: np.ndarray | None = None,
            law: NoiseLaw | None = None, num_classes: int = 0, score_all: bool = False,
-           prepare: Mapping[str, Callable[[], object]] | None = None) -> tuple[str, dict[str, Any]]:
+           prepare: Mapping[str, Callable[[], object]] | None = None, totals: dict[int, ClassStats] | None = None
+           ) -> tuple[str, dict[str, Any]]:
     """The shrunk moment head (a learner with ``shrinks_to_prior``) of highest ``nesting`` (lda; whether its
     out-of-fold log-loss is significantly worse than the lowest one's is recorded, ``worse_than_moment_head``, not
     used), unless it is significantly worse than the constant (``worse_than_constant``: paired, per user, one-sided 95%, Bonferroni);
@@ -322,24 +458,25 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
     (tests/server/test_lazy_selection.py). An unscored candidate's entry says so, ``{"scored": False, "why": ...}``,
     and ``clean_choice`` then ranges over the scored ones only. ``score_all``: score every candidate all the same
     (what `simulations/select_by_clean.py` reads). ``prepare[name]``: called once before ``name`` is first scored
-    (`fit_learner`: linear's C search), so that an unscored candidate costs nothing."""
+    (`fit_learner`: linear's C search), so that an unscored candidate costs nothing. ``totals``: filled with the
+    folds' total sums over every upload of ``x`` (`FoldStats.totals`, by number of classes), from which
+    `fit_learner` fits a moment winner without a second pass over the same uploads."""
     if "constant" not in makers:
         raise ValueError("select needs the constant predictor among the candidates.")
     if law is not None and num_classes < 1:
         raise ValueError("select with a noise law needs num_classes >= 1.")
     cleans: dict[str, list[tuple[float, float]]] = {}
-    splits = _splits(x, y, groups, folds)
+    users = Users(groups)  # once for the folds and every paired test
+    splits = _splits(users, folds)
     stats = FoldStats(x, y, splits)  # one pass over the uploads for every candidate's folds (FoldStats)
     runs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def score(names: Sequence[str]) -> None:  # in the makers' order, each candidate once
-        for name, make in makers.items():
-            if name in names and name not in runs:
-                if prepare is not None and name in prepare:
-                    prepare[name]()
-                cleans[name] = []
-                runs[name] = _oof(make, x, y, groups, folds, label_rr, law, num_classes, cleans[name],
-                                  splits, stats)
+        batch = {name: make for name, make in makers.items() if name in names and name not in runs}
+        for name in batch:
+            if prepare is not None and name in prepare:
+                prepare[name]()
+        runs.update(_oof_all(batch, x, y, splits, stats, label_rr, law, num_classes, cleans))
 
     tried = len(makers) - 1  # every candidate named, scored or not: the choice is the eager rule's
     z = _critical_z(tried)
@@ -353,25 +490,27 @@ def select(makers: dict[str, Callable[[], Learner]], x: np.ndarray, y: np.ndarra
         # recorded for every moment head (every seed: the same keys)
         low = min(shrunk, key=lambda n: float(runs[n][1].mean()))
         for n in shrunk:
-            recorded[n]["worse_than_constant"] = bool(_paired_z(runs[n][1], null, groups) > z)
-            recorded[n]["worse_than_moment_head"] = bool(_paired_z(runs[n][1], runs[low][1], groups) > z)
+            recorded[n]["worse_than_constant"] = bool(_paired_z(runs[n][1], null, users) > z)
+            recorded[n]["worse_than_moment_head"] = bool(_paired_z(runs[n][1], runs[low][1], users) > z)
         m = max(shrunk, key=lambda n: (getattr(built[n], "nesting", 0), -float(runs[n][1].mean())))
         if not recorded[m]["worse_than_constant"]:
             best = m
     if best == "constant":  # no moment head qualified: the earlier rule among the other heads, every one scored
         score(list(makers))
         for name in order or makers:
-            if name != "constant" and name not in shrunk and _beats(runs[name][1], null, groups, tried) and (
+            if name != "constant" and name not in shrunk and _beats(runs[name][1], null, users, tried) and (
                     best == "constant" or runs[name][1].mean() < runs[best][1].mean()):
                 best = name
-    return best, _scores(makers, runs, cleans, recorded, null, groups, tried, law is not None,
+    if totals is not None:
+        totals.update(stats.totals())
+    return best, _scores(makers, runs, cleans, recorded, null, users, tried, law is not None,
                          f"not needed: {best} qualified (a moment head not significantly worse than the constant; "
                          f"the other heads are scored only where none does: selection.select)")
 
 
 def _scores(makers: dict[str, Callable[[], Learner]], runs: dict[str, tuple[np.ndarray, np.ndarray]],
             cleans: dict[str, list[tuple[float, float]]], recorded: dict[str, dict[str, Any]], null: np.ndarray,
-            groups: np.ndarray, tried: int, clean: bool, why: str) -> dict[str, Any]:
+            groups: Users, tried: int, clean: bool, why: str) -> dict[str, Any]:
     """`select`'s report: per candidate (in the makers' order) its out-of-fold scores, or ``{"scored": False,
     "why": why}`` where it was not scored; with ``clean`` the clean-head estimates and the constant's
     ``clean_choice`` (among the scored candidates); ``recorded``: the moment heads' tests (`select`)."""

@@ -25,7 +25,7 @@ from fl_privtext.learn import MLPConfig, diverged
 from fl_privtext.memory import CHUNK_ROWS, column_mean, is_mapped, rows_on_disk, take_rows
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
-from fl_privtext.server.learners import LEARNERS, Learner, Linear, label_rr_matrix, make_learner
+from fl_privtext.server.learners import LEARNERS, ClassStats, Learner, Linear, label_rr_matrix, make_learner
 from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.ondevice_selection import constant_from_labels
 from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
@@ -88,7 +88,11 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     only where named, and then ``mlp`` must be given). Auto scores linear and the MLP only where no moment head
     qualifies (`select`, lazy: the same choice; linear's C search too is run only then); ``score_all`` scores every
     candidate all the same, as ``fit_all`` does (every candidate is fitted and exported then: scored first, the
-    MLP's generator is drawn in the same order as before, so the exported candidates are unchanged)."""
+    MLP's generator is drawn in the same order as before, so the exported candidates are unchanged). Where the
+    selection read every upload (at most ``CV_MAX_UPLOADS``), a moment winner (or the constant) is fitted from the
+    folds' total sums (`select`'s ``totals``): one pass over the uploads, not two, and the explicit learner's model
+    up to float rounding (`fl_privtext.server.selection`'s module docstring); on a sample, its own pass (bit for
+    bit)."""
     if name != "auto" and name not in LEARNERS:
         raise ValueError(f"learner must be auto or one of {', '.join(LEARNERS)}; got {name!r}.")
     if name == "auto" and "mlp" in candidates and mlp is None:
@@ -123,21 +127,32 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
             cv = np.flatnonzero(np.isin(groups, keep))
-        x_cv = take_rows(x, cv)  # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them)
+        every = len(cv) == len(y)  # the selection reads every upload: its folds' sums are the winner's too
+        # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them; every one: x itself where in memory)
+        x_cv = x if every and not is_mapped(x) else take_rows(x, cv)
 
         def choose_c() -> None:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
             nonlocal linear_c, linear_start
             chooser = Linear(num_classes=num_classes, seed=seed)
             linear_c, linear_start = chooser.choose_c(x_cv, y[cv], groups[cv], FOLDS), chooser.path_start
 
+        totals: dict[int, ClassStats] = {}
         chosen, scores = select({n: maker(n) for n in names}, x_cv, y[cv], groups[cv], label_rr=rr, law=noise,
                                 num_classes=num_classes, score_all=score_all or fit_all is not None,
-                                prepare={"linear": choose_c})
+                                prepare={"linear": choose_c}, totals=totals)
         if linear_c is not None:  # linear was scored (lazy selection: only where no moment head qualified)
             scores["linear"]["C"] = linear_c
         if fit_all is not None:
             fit_all.update({n: maker(n)().fit(x, y) for n in names})
             return fit_all[chosen], chosen, scores
+        winner = maker(chosen)()
+        fit_stats = getattr(winner, "fit_stats", None)
+        if every and fit_stats is not None and num_classes in totals:
+            # one pass, not two: the selection's folds summed every upload, so the winner (constant, centroid,
+            # lda) fits from their total; the explicit learner's single pass sums the same uploads in another
+            # order, so the two models agree to float rounding (~1e-12 relative), not bit for bit
+            # (tests/server/test_lazy_selection.py)
+            return fit_stats(totals[num_classes]), chosen, scores
     elif name == "linear":  # the L2 strength by folds over users, as auto chooses it
         chooser = Linear(num_classes=num_classes, seed=seed)
         linear_c, linear_start = chooser.choose_c(x, y, groups, FOLDS), chooser.path_start
