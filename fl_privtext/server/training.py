@@ -194,7 +194,10 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     split = split_uploads(prep, rows, labels, seen)
-    if not len(split.train) or not len(split.test):
+    train_at, test_at, y_train, train_groups, test_rows = (split.train, split.test, split.labels, split.groups,
+                                                           split.test_rows)
+    del split  # each column goes when its last use is past
+    if not len(train_at) or not len(test_at):
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
     features = server_inputs(features, server)
@@ -208,18 +211,18 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     norm2, norm_source = public_input_norm2(public, mechanism) if not server.center else (None, "")
     centered = server.center
     fitted: dict[str, Learner] = {}
-    y_train, train_groups = split.labels, split.groups
     label_epsilon = public.privacy.label_epsilon
-    x_train = rows_on_disk(features, split.train, spill) if is_mapped(features) else take_rows(features, split.train)
-    split.train = np.empty(0, split.train.dtype)  # in the copy now: not held through the learners' pass
+    x_train = rows_on_disk(features, train_at, spill) if is_mapped(features) else take_rows(features, train_at)
+    del train_at  # in the copy now: not held through the learners' pass
     model, chosen, candidates = fit_learner(
         server.learner, x_train, y_train, train_groups, num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
     del x_train  # a map: its file (already unlinked) goes with it
-    pred = predict_rows(model, features, split.test)
-    test_rows = split.test_rows
+    train_users = len(np.unique(train_groups)) if fitted else 0  # the clients' prior (below) reads only this
+    del train_groups
+    pred = predict_rows(model, features, test_at)
     # evaluated against the true labels of test users (int64, from the held codes: no widened copy of every record)
     truth = prep.ds.label_codes[test_rows].astype(np.int64)
     out: dict[str, Any] = {
@@ -233,7 +236,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         "majority_baseline": metrics.majority_baseline(y_train, truth),
         "modal_prediction_share": constant.modal_share(pred),  # 1.0: the task model predicts one class only
         "num_train_uploads": len(y_train),
-        "num_test_uploads": len(split.test),
+        "num_test_uploads": len(test_at),
         "train_steps": int(getattr(getattr(model, "model", None), "steps", 0)),  # MLP: SGD steps (server.max-steps)
         "diverged": [r for r in [diverged(getattr(getattr(model, "model", None), "losses", []))] if r],
     }
@@ -276,5 +279,5 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         out["on_device_candidates_dropped"] = sorted(set(exports) - set(sendable))  # not finite in float32
     prior = None
     if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
-        prior = constant_from_labels(y_train, k, label_epsilon, len(np.unique(train_groups)))
+        prior = constant_from_labels(y_train, k, label_epsilon, train_users)
     return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)

@@ -63,9 +63,11 @@ def split_uploads(prep: Prepared, rows: np.ndarray, labels: np.ndarray, seen: np
                   chunk: int | None = None) -> UploadSplit:
     """Split the uploads whose record ids are ``rows`` (the referee's key, `report.referee_rows`) and labels
     ``labels`` (U,) by their record's role (``test``, or training otherwise), ``chunk`` uploads at a time (default
-    `SPLIT_CHUNK`). ``seen``: the ids as the server saw them (its pseudonyms, `server_users`), default ``rows``.
+    `SPLIT_CHUNK`). ``seen``: the ids as the server saw them (its pseudonyms, `server_users`); None: ``rows``,
+    whose pseudonyms are their records' accounts.
     Equal, value for value, to ``te = (prep.roles == "test")[rows]``, ``np.flatnonzero(~te)``,
-    ``np.flatnonzero(te)``, ``labels[~te]``, ``server_users(prep, seen)[~te]`` and ``rows[te]``."""
+    ``np.flatnonzero(te)``, ``labels[~te]``, ``server_users(prep, seen)[~te]`` (``user_index[rows][~te]``
+    without ``seen``) and ``rows[te]``."""
     step = chunk or SPLIT_CHUNK
     u = len(rows)
     if len(labels) != u or (seen is not None and len(seen) != u):
@@ -74,6 +76,7 @@ def split_uploads(prep: Prepared, rows: np.ndarray, labels: np.ndarray, seen: np
     train, test, groups, test_rows = _Column(u), _Column(u), _Column(u), _Column(u)
     y = np.empty(u, np.asarray(labels[:0]).dtype)
     n_train = 0
+    users_of = prep.ds.user_index.reshape(-1)  # without seen: the record's account, as `server_users` of rows
     for a in range(0, u, step):
         r = np.asarray(rows[a : a + step], np.int64)
         te = np.asarray(prep.roles[r] == "test", bool)  # the chunk's roles only (Roles: one byte a record)
@@ -84,7 +87,8 @@ def split_uploads(prep: Prepared, rows: np.ndarray, labels: np.ndarray, seen: np
         got = np.asarray(labels[a : a + step])[tr]
         y[n_train : n_train + len(got)] = got
         n_train += len(got)
-        groups.add(server_users(prep, r if seen is None else np.asarray(seen[a : a + step]))[tr])
+        users = users_of[r] if seen is None else server_users(prep, np.asarray(seen[a : a + step]))
+        groups.add(users[tr])
         for m in (rows, labels, seen):  # the round's maps (Flower path): their pages back to the page cache
             if m is not None:
                 drop_mapped_pages(m)
