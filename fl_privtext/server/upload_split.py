@@ -51,7 +51,9 @@ class _Column:
     def add(self, chunk: np.ndarray) -> None:
         if len(chunk) and self.values.dtype == np.int32 and (chunk.min() < np.iinfo(np.int32).min
                                                              or chunk.max() > np.iinfo(np.int32).max):
-            self.values = self.values.astype(np.int64)
+            wide = np.empty(len(self.values), np.int64)  # untouched beyond what is filled, as the int32 one
+            wide[: self.filled] = self.values[: self.filled]
+            self.values = wide
         self.values[self.filled : self.filled + len(chunk)] = chunk
         self.filled += len(chunk)
 
