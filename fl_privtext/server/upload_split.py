@@ -45,7 +45,7 @@ class _Column:
     """A column filled chunk by chunk in int32, widened to int64 (once, the same values) if a value needs it."""
 
     def __init__(self, size: int) -> None:
-        self.values = np.empty(size, np.int32)
+        self.values: np.ndarray = np.empty(size, np.int32)
         self.filled = 0
 
     def add(self, chunk: np.ndarray) -> None:
