@@ -55,7 +55,6 @@ from fl_privtext.report.summaries import (
 )
 from fl_privtext.server import Trained, train_server
 from fl_privtext.server.ondevice import OnDeviceRound, on_device_requests, on_device_seed, shipped_model
-from fl_privtext.server.pseudonyms import server_users
 from fl_privtext.threads import driver_threads, limited, parallel_map
 from fl_privtext.traffic import Collected, CollectRound, Observed, OnRound, Round
 
@@ -129,7 +128,7 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
         seen = c.received["rows"]
         trained = train_server(prep, c.received["features"], c.received["labels"], referee_rows(c, seen), c.seed,
                                cfg.server, PublicSpec.of(cfg), input_dim=c.input_dim,
-                               groups=server_users(prep, seen), spill=spill_dir(cfg.extractor.cache_dir))
+                               seen=seen, spill=spill_dir(cfg.extractor.cache_dir))
         trained.utility["train_s"] = time.perf_counter() - t0
         for k in ("labels", "rows"):  # on the Flower path maps of the round's spill: their pages go back (#38)
             drop_mapped_pages(c.received[k])

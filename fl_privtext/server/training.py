@@ -29,6 +29,7 @@ from fl_privtext.server.learners import LEARNERS, ClassStats, Learner, Linear, l
 from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.ondevice_selection import constant_from_labels
 from fl_privtext.server.selection import FOLDS, LEARNER_RULE, select
+from fl_privtext.server.upload_split import split_uploads
 
 AUTO_DEFAULT = ServerConfig().auto_learners()  # auto's default candidates beside the constant, parsed as the key is
 CV_MAX_UPLOADS = 50_000  # auto: the selection's cross-validation reads at most about this many uploads
@@ -183,12 +184,13 @@ def public_input_norm2(public: PublicSpec, mechanism: Any) -> tuple[float | None
 
 def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows: np.ndarray,
                  seed: int, server: ServerConfig, public: PublicSpec, *, input_dim: int | None = None,
-                 mechanism: Any = None, groups: np.ndarray | None = None,
+                 mechanism: Any = None, seen: np.ndarray | None = None,
                  spill: str | os.PathLike[str] | None = None) -> Trained:
     """`train_and_evaluate`, also keeping the model (for on-device inference, `fl_privtext.ondevice`).
     ``mechanism`` (default: the configured one for inputs of width ``input_dim``) gives the noise law.
-    ``groups``: the user pseudonym the server can attach to each upload (its cross-validation folds), default
-    the record's account; under federation.shuffle one fresh pseudonym per report (`pipeline.server_users`).
+    ``seen``: the upload ids as the server saw them, default ``rows``; the user pseudonym the server attaches to
+    each (its cross-validation folds, `fl_privtext.server.pseudonyms.server_users`) is the record's account, or
+    under federation.shuffle one fresh pseudonym per report.
     ``server.select-on = clients``: every candidate of auto is also fitted on all training uploads and exported
     (``Trained.candidates``), for the clients' choice (`fl_privtext.server.ondevice_selection`). Reads the
     server section and the public one (`PublicSpec`): the configured mechanism
@@ -200,12 +202,17 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     temporary folder), which the moment learners sum in chunks (`fl_privtext.server.learners.ClassStats.raw`),
     dropping each chunk's pages; the test uploads are classified `fl_privtext.memory.CHUNK_ROWS` at a time. An
     in-memory ``features`` (the plain loop) is indexed in memory. The same bytes reach the learners either way,
-    summed in the same order (`fl_privtext.memory.column_mean`), so the results are identical."""
+    summed in the same order (`fl_privtext.memory.column_mean`), so the results are identical. Which uploads
+    train and test, the training labels and pseudonyms and the test uploads' record ids come from one chunked
+    pass (`fl_privtext.server.upload_split`, int32 where the values fit); the training positions go once the
+    training copy is written, before the learners' pass."""
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
-    te = (prep.roles == "test")[rows]  # not prep.roles[rows]: a copy of the roles' strings (20 B an upload)
-    tr = ~te
-    if not tr.any() or not te.any():
+    split = split_uploads(prep, rows, labels, seen)
+    train_at, test_at, y_train, train_groups, test_rows = (split.train, split.test, split.labels, split.groups,
+                                                           split.test_rows)
+    del split  # each column goes when its last use is past
+    if not len(train_at) or not len(test_at):
         raise ValueError("Need uploads from both training and test users; check data.test-frac and the dataset size.")
     k = len(prep.ds.label_names)
     features = server_inputs(features, server)
@@ -219,18 +226,20 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     norm2, norm_source = public_input_norm2(public, mechanism) if not server.center else (None, "")
     centered = server.center
     fitted: dict[str, Learner] = {}
-    train_groups = (prep.ds.user_index.reshape(-1)[rows] if groups is None else np.asarray(groups))[tr]
     label_epsilon = public.privacy.label_epsilon
-    x_train = rows_on_disk(features, tr, spill) if is_mapped(features) else take_rows(features, tr)
+    x_train = rows_on_disk(features, train_at, spill) if is_mapped(features) else take_rows(features, train_at)
+    del train_at  # in the copy now: not held through the learners' pass
     model, chosen, candidates = fit_learner(
-        server.learner, x_train, labels[tr], train_groups, num_classes=k,
+        server.learner, x_train, y_train, train_groups, num_classes=k,
         mechanism=mechanism, input_dim=input_dim, seed=seed, label_epsilon=label_epsilon, mlp=mlp,
         input_norm2=norm2, norm_source=norm_source, centered=centered,
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
     del x_train  # a map: its file (already unlinked) goes with it
-    pred = predict_rows(model, features, np.flatnonzero(te))
+    train_users = len(np.unique(train_groups)) if fitted else 0  # the clients' prior (below) reads only this
+    del train_groups
+    pred = predict_rows(model, features, test_at)
     # evaluated against the true labels of test users (int64, from the held codes: no widened copy of every record)
-    truth = prep.ds.label_codes[rows[te]].astype(np.int64)
+    truth = prep.ds.label_codes[test_rows].astype(np.int64)
     out: dict[str, Any] = {
         "available": True,
         "learner": chosen,  # server.learner, or what auto chose
@@ -239,16 +248,16 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         **({"learner_rule": LEARNER_RULE} if server.learner == "auto" else {}),
         "accuracy": metrics.accuracy(truth, pred),
         "macro_f1": metrics.macro_f1(truth, pred, k),
-        "majority_baseline": metrics.majority_baseline(labels[tr], truth),
+        "majority_baseline": metrics.majority_baseline(y_train, truth),
         "modal_prediction_share": constant.modal_share(pred),  # 1.0: the task model predicts one class only
-        "num_train_uploads": int(tr.sum()),
-        "num_test_uploads": int(te.sum()),
+        "num_train_uploads": len(y_train),
+        "num_test_uploads": len(test_at),
         "train_steps": int(getattr(getattr(model, "model", None), "steps", 0)),  # MLP: SGD steps (server.max-steps)
         "diverged": [r for r in [diverged(getattr(getattr(model, "model", None), "losses", []))] if r],
     }
     # issue #37: the interval over test users (each with all its uploads; fl_privtext.bootstrap), the referee's
     # scoring like the accuracy above; ``_per_user`` (internal) lets the report pool seeds
-    per_user = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[rows[te]])
+    per_user = user_counts(pred == truth, prep.ds.user_index.reshape(-1)[test_rows])
     out["ci_low"], out["ci_high"] = counts_bootstrap([per_user], rng.generator(seed, "referee", "per-upload"))
     out["_per_user"] = per_user
     record = getattr(model, "record", None)
@@ -256,7 +265,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         out["clean_head"] = record
     fairness: dict[str, Any] = {}
     for spec in prep.ds.attributes:
-        z = prep.ds.attribute_codes(spec.name)[rows[te]]  # held narrow: the test uploads' values only
+        z = prep.ds.attribute_codes(spec.name)[test_rows]  # held narrow: the test uploads' values only
         if spec.kind == "multilabel":
             per = {}
             for j, cls in enumerate(spec.classes):
@@ -271,7 +280,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
             per_group = metrics.group_accuracy(truth, pred, names)
             fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
     out["fairness"] = fairness
-    values, counts = np.unique(labels[tr], return_counts=True)
+    values, counts = np.unique(y_train, return_counts=True)
     def export(m: Learner) -> dict[str, np.ndarray]:
         e = m.export()  # a dict of arrays (fl_privtext.server.learners: the exported format)
         if server.center:  # the clients must centre E[upload | x] as the server centred the uploads
@@ -285,5 +294,5 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         out["on_device_candidates_dropped"] = sorted(set(exports) - set(sendable))  # not finite in float32
     prior = None
     if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
-        prior = constant_from_labels(labels[tr], k, label_epsilon, len(np.unique(train_groups)))
+        prior = constant_from_labels(y_train, k, label_epsilon, train_users)
     return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)
