@@ -19,7 +19,7 @@ import mmap
 import os
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -68,15 +68,39 @@ def drop_file_pages(path: str | os.PathLike[str]) -> int:
     faults them back with the same bytes; a writable mapping is left alone. The synthetic dataset's Arrow file is
     read whole by its fingerprint and by extraction, and its pages then stayed in the driver's and each actor's
     RSS through the run (0.69 GB at 1M users, issue #38). Returns the bytes advised (0 off Linux or unmapped)."""
+    target = os.path.realpath(path)
+    return _drop_mappings(lambda perms, name: name == target and "w" not in perms)
+
+
+OBJECT_STORE_PREFIX = "/dev/shm/plasma"  # Ray's shared-memory object store file, mapped by its driver and workers
+
+
+def drop_object_store_pages(prefix: str = OBJECT_STORE_PREFIX) -> int:
+    """Drop this process's resident pages of Ray's shared-memory object store (the ``/dev/shm/plasma*`` file that
+    Ray maps into the driver and every worker): ``madvise(MADV_DONTNEED)`` on each shared mapping of it. A shared
+    mapping's pages live in the file (tmpfs), not in the process: dropping them unmaps them from this process
+    only, and a later access (Ray reading or writing an object there) faults the same bytes back, so nothing Ray
+    holds changes. Every reply the driver fetches from a client actor passes through the store; the pages it read
+    stayed mapped after the object was freed, counted in the driver's RSS for the rest of the run (67 MB at 1M
+    users, ~10x at 10M: the store's footprint grows with the replies, issue #38). Returns the bytes advised (0 off
+    Linux or where Ray's store is not mapped). ``prefix``: the files whose shared mappings are dropped."""
+    return _drop_mappings(lambda perms, name: perms.endswith("s") and name.startswith(prefix))
+
+
+def _drop_mappings(wanted: Callable[[str, str], bool]) -> int:
+    """``madvise(MADV_DONTNEED)`` on every mapping of /proc/self/maps for which ``wanted(perms, path)`` is true
+    (``path`` without the kernel's " (deleted)" mark); the bytes advised (0 off Linux)."""
     if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
         return 0
-    target = os.path.realpath(path)
     ranges: list[tuple[int, int]] = []
     try:
         with open("/proc/self/maps") as f:
             for line in f:
                 parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].rstrip("\n") == target and "w" not in parts[1]:
+                if len(parts) < 6:
+                    continue
+                name = parts[5].rstrip("\n").removesuffix(" (deleted)")
+                if wanted(parts[1], name):
                     lo, hi = (int(x, 16) for x in parts[0].split("-"))
                     ranges.append((lo, hi))
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -245,6 +269,20 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
             out[order[a:b]] = array[pos[a:b]]
         drop_mapped_pages(array)
         a = b
+    return out
+
+
+def read_whole(x: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """``np.array(x)`` (the same dtype, shape and values, in memory), read ``chunk`` rows at a time from a
+    memory-mapped ``x`` whose pages this process drops after each (`take_rows` without an index array): the
+    resident cost is the copy, not the copy plus every page of the map. An in-memory ``x`` is copied at once."""
+    if not is_mapped(x):
+        return np.array(x)
+    step = _chunk_rows(chunk)
+    out = np.empty(x.shape, x.dtype)
+    for a in range(0, len(x), step):
+        out[a : a + step] = x[a : a + step]
+        drop_mapped_pages(x)
     return out
 
 

@@ -615,3 +615,45 @@ def test_a_snapshot_is_saved_without_int64_copies_of_its_columns(tmp_path) -> No
         got = np.load(path / f"{name}.npy")
         assert got.dtype == column.dtype and np.array_equal(got, column), name
     assert ClientData.load(path).shard_digest() == data.shard_digest()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not Path("/dev/shm").is_dir(), reason="/dev/shm (Linux)")
+def test_dropping_the_object_stores_pages_frees_them_and_keeps_its_bytes(tmp_path) -> None:
+    """Issue #38: every reply the driver fetches from a Ray actor passes through Ray's shared-memory object store
+    (a /dev/shm file mapped shared); the pages the driver touched stayed in its RSS (RssShmem) for the rest of
+    the run. `drop_object_store_pages` unmaps them from this process only: the shared file keeps its bytes (what
+    was written through the mapping is read back, through it and through another mapping), so whatever Ray holds
+    there is unchanged. Known-bad: a file outside the prefix keeps its pages."""
+    import mmap
+    import os
+    import uuid
+
+    import numpy as np
+
+    from fl_privtext.memory import drop_object_store_pages
+
+    prefix = f"/dev/shm/fl-privtext-test-{uuid.uuid4().hex}"
+    path, other = prefix + "-store", str(tmp_path / "elsewhere")
+    size = 32 << 20
+    try:
+        maps = []
+        for name in (path, other):
+            with open(name, "wb") as f:
+                f.truncate(size)
+            with open(name, "r+b") as f:
+                maps.append(mmap.mmap(f.fileno(), size, mmap.MAP_SHARED))
+        data = np.random.default_rng(4).integers(0, 255, size, dtype=np.uint8)
+        for m in maps:
+            m[:] = data.tobytes()  # every page written through the shared mapping: resident in this process
+        assert _file_rss_kib(path) > 30_000 and _file_rss_kib(other) > 30_000
+        assert drop_object_store_pages(prefix) >= size
+        assert _file_rss_kib(path) < 1_024  # out of this process's RSS ...
+        assert _file_rss_kib(other) > 30_000  # ... and only that file's
+        with open(path, "rb") as f:
+            assert f.read() == data.tobytes()  # the shared file kept every byte written through the mapping
+        assert np.array_equal(np.frombuffer(maps[0], np.uint8), data)  # and the mapping reads them back
+        assert drop_object_store_pages(prefix + "-nothing-here") == 0
+        for m in maps:
+            m.close()
+    finally:
+        os.unlink(path)

@@ -53,6 +53,7 @@ from fl_privtext.federation.client_data import Prepare, data_mod, request_config
 from fl_privtext.federation.replies import ledger_record, refusal
 from fl_privtext.federation.secagg import secagg_mod
 from fl_privtext.federation.train_handlers import phase_b_data, register
+from fl_privtext.memory import drop_object_store_pages
 from fl_privtext.threads import apply_torch_threads, share
 
 
@@ -98,6 +99,7 @@ def upload(msg: Message, context: Context, defend: bool = True) -> Message:
     else:  # the old behaviour: whatever the server asks
         up = client_upload(data, client, rnd, seed, cfg, client_seed=client_seed)
     data.drop_pages()  # the rows read stay in the page cache, not in this actor's RSS (issue #38)
+    drop_object_store_pages()  # Ray wrote this actor's earlier replies to its object store: their pages go too
     t2 = time.perf_counter()
     content = RecordDict(
         {
@@ -135,6 +137,7 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
                                         state_dir=state_dir_from(nc), client_seed=client_seed_from(nc),
                                         data_key=data_key, stage=stage)
     data.drop_pages()
+    drop_object_store_pages()
     return Message(RecordDict({"answer": ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in answer.items()}),
                                "ledger": ledger_record(charged)}), reply_to=msg)
 

@@ -31,7 +31,7 @@ from fl_privtext.federation.secagg_stats import SumRequest, secagg_sum_round
 from fl_privtext.federation.secagg_train import train_phase_secagg
 from fl_privtext.federation.shuffler import SHUFFLER_NODE_ID, ShufflingGrid
 from fl_privtext.federation.training import InjectingGrid, encoder_out_dim, train_phase, training_off
-from fl_privtext.memory import Spill
+from fl_privtext.memory import Spill, drop_object_store_pages, is_mapped, narrowest, read_whole
 from fl_privtext.traffic import Observed, OnRound, Round
 
 log = logging.getLogger(__name__)
@@ -56,30 +56,42 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
     )
     timeout = cfg.federation.round_timeout or None
     shuffled = shuffler is not None and shuffler.on
-    spill = Spill(spill_folder(cfg))  # the server's copy of the round's representations, in arrival order
+    spill = Spill(spill_folder(cfg))  # the server's copy of the round's uploads, in arrival order
+
+    def take(reply: Message) -> tuple[Message, int]:
+        # each reply's uploads go to the spill as it arrives, and its bytes with it; the pages of Ray's object
+        # store it was fetched through leave this process's RSS (`drop_object_store_pages`)
+        out = spill_upload(reply, spill)
+        drop_object_store_pages()
+        return out
+
     if shuffled:  # the shuffler releases a round only once it holds all of it (its own window below it)
         assert shuffler is not None
         shuffler.window = window_size(cfg.federation.max_in_flight)
-        replies = [spill_upload(r, spill) for r in grid.send_and_receive(msgs, timeout=timeout)]
-    else:  # each reply's representations go to the spill as it arrives, and its bytes with it
-        replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout,
-                                each=lambda r: spill_upload(r, spill))
+        spilled = [take(r) for r in grid.send_and_receive(msgs, timeout=timeout)]
+    else:
+        spilled = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight), timeout=timeout,
+                                each=take)
+    replies = [r for r, _ in spilled]
     failures: list[dict[str, Any]] = []
     good: list[Message] = []
-    for r in replies:
+    counts: list[int] = []  # per good reply: how many of its uploads the spill holds (in the order of ``good``)
+    for r, n in spilled:
         if r.has_error():
             node = int(r.metadata.src_node_id)
             log.debug("client node %d failed; full trace:\n%s", node, r.error.reason)
             failures.append({"node": node, "kind": failure_kind(r), "reason": one_line(str(r.error.reason))})
         else:
             good.append(r)
+            counts.append(n)
+    del spilled
     answered = {int(r.metadata.src_node_id) for r in replies}
     for r in good:  # a shuffled round names its participants, not who sent which report
         if int(r.metadata.src_node_id) == SHUFFLER_NODE_ID and "shuffle" in r.content.array_records:
             answered.update(int(n) for n in r.content.array_records["shuffle"]["contributors"].numpy())
     failures.extend({"node": int(n), "kind": "timeout", "reason": f"no reply within {timeout} s"}
                     for n in nodes if int(n) not in answered)
-    arrived = spill.mapped()  # the spilled rows of every non-empty upload, in the order of ``good``
+    arrived = spill.mapped()  # every spilled upload (all its arrays), in the order of ``good``
     if not good and failures and all(f["kind"] == "refused" for f in failures):  # the clients' policy said no
         log.warning("round %d: every client refused (%s)", rnd, failures[0]["reason"][:300])
         return Round(merge_uploads([]), 0, failures=failures)
@@ -91,15 +103,20 @@ def collect(grid: EavesdroppingGrid, nodes: Sequence[int], cfg: ExperimentConfig
                     len(failures), len(nodes))
         for f in failures[:10]:  # one line per fault: node, kind, reason
             log.warning("round %d: client node %d %s: %s", rnd, f["node"], f["kind"], f["reason"])
-    parts = [{k: numpy_view(a) for k, a in r.content.array_records["upload"].items()} for r in good]
+    bounds = np.cumsum([0, *counts])
+    # each good reply's uploads: slices of the spill's maps, or (nothing spilled: an empty upload) its own record
+    parts = [{k: v[a:b] for k, v in arrived.items()} if b > a else
+             {k: numpy_view(x) for k, x in r.content.array_records["upload"].items()}
+             for r, a, b in zip(good, bounds[:-1], bounds[1:], strict=True)]
     stats = [r.content.metric_records["stats"] for r in good]
     where: list[Any] = [r.content.config_records.get("placement") or {} for r in good]
     placement = [{"node": int(r.metadata.src_node_id), "host": str(w.get("host", "")),
                   "ray_node": str(w.get("ray-node", ""))} for r, w in zip(good, where, strict=True)]
+    # the ids each reply carried, as slices of the spill's own map of them (int64 on the wire: `Upload.rows`)
     senders = spilled_senders([(int(r.metadata.src_node_id), p["rows"]) for r, p in zip(good, parts, strict=True)],
                               spill_folder(cfg))
     merged = merge_spilled(parts, arrived, spill_folder(cfg))
-    del arrived
+    del arrived, parts
     revealed = None
     if shuffled:
         assert shuffler is not None
@@ -118,29 +135,37 @@ def spill_folder(cfg: ExperimentConfig) -> str:
     return str(spill_dir(cfg.extractor.cache_dir))
 
 
-def spill_upload(reply: Message, spill: Spill) -> Message:
-    """Move the representations (2-D arrays) of a reply's non-empty ``upload`` record into ``spill`` and out of
-    the reply, which keeps its labels and record ids (16 bytes an upload): the round's replies are not all
-    resident until the last one is in, next to their merged copy (issue #38)."""
+def spill_upload(reply: Message, spill: Spill) -> tuple[Message, int]:
+    """Move every array of a reply's non-empty ``upload`` record (representations, labels, record ids) into
+    ``spill`` and the record out of the reply; return the reply and how many uploads the spill took from it (0:
+    an error, no upload record, an empty one, kept as it is). The round's replies are not resident until the last
+    one is in, next to their merged copy (issue #38); the labels and record ids they kept (16 bytes an upload,
+    ~0.6 GB of the driver at 10M users, held to the round's end) are not either."""
     if reply.has_error() or "upload" not in reply.content.array_records:
-        return reply
+        return reply, 0
     record = reply.content.array_records["upload"]
     arrays = {k: numpy_view(a) for k, a in record.items()}
-    vectors = {k: a for k, a in arrays.items() if a.ndim >= 2}
-    if not vectors or not len(arrays["rows"]):
-        return reply
+    n = len(arrays["rows"])
+    if not n:
+        return reply, 0
+    vectors = {k: a for k, a in arrays.items() if a.ndim >= 1}
+    if any(len(a) != n for a in vectors.values()):
+        raise ValueError(f"An upload's arrays must have one length; got {sorted({len(a) for a in vectors.values()})}.")
     spill.append(vectors)
     reply.content["upload"] = ArrayRecord({k: a for k, a in record.items() if k not in vectors})
-    return reply
+    return reply, n
 
 
 def spilled_senders(sent: list[tuple[int, np.ndarray]], folder: str) -> dict[int, np.ndarray]:
     """``Round.senders`` (node -> the record ids its reply carried) as slices of one read-only map of a file in
     ``folder``: the same int64 ids, but not views of the replies' bytes, which they kept resident through the run
-    (8-16 bytes an upload in the driver, issue #38). Nodes that sent nothing are left out."""
+    (8-16 bytes an upload in the driver, issue #38). Ids that already are int64 maps (the round's spill, `collect`)
+    are those maps, not a second copy on disk. Nodes that sent nothing are left out."""
     sent = [(node, rows) for node, rows in sent if len(rows)]
     if not sent:
         return {}
+    if all(is_mapped(rows) and rows.dtype == np.int64 for _, rows in sent):
+        return dict(sent)
     spill = Spill(folder)
     for _, rows in sent:
         spill.append({"rows": np.asarray(rows, np.int64)})
@@ -151,15 +176,21 @@ def spilled_senders(sent: list[tuple[int, np.ndarray]], folder: str) -> dict[int
 
 def merge_spilled(parts: list[dict[str, np.ndarray]], arrived: dict[str, np.ndarray], folder: str,
                   chunk: int | None = None) -> dict[str, np.ndarray]:
-    """`fl_privtext.client.merge_uploads` of a round whose representations were spilled as they arrived
-    (``arrived``: the non-empty parts' rows in their order; ``parts`` hold the rest): the same arrays, the
-    representations as a read-only map of a file in ``folder``, written ``chunk`` rows at a time in canonical row
-    order (a stable sort by record id), so that the merge holds no copy of the round in memory; the labels and
-    record ids too (maps of their own files: the driver held them through the run, issue #38)."""
+    """`fl_privtext.client.merge_uploads` of a round whose uploads were spilled as they arrived (``arrived``: the
+    non-empty parts' spilled arrays, every part's rows in the parts' order; ``parts`` hold the rest, if any): the
+    same arrays, each as a read-only map of a file in ``folder``, written ``chunk`` rows at a time in canonical row
+    order (a stable sort by record id), so that the merge holds no copy of the round in memory (the driver held
+    the labels and record ids through the run, issue #38). Its peak: the record ids (narrowed) and their order in
+    memory (12-16 bytes an upload, and the sort's buffer), read from ``arrived`` where it holds them."""
     parts = [p for p in parts if len(p["rows"])]
     if not parts:
         return merge_uploads([])
-    order = np.argsort(np.concatenate([p["rows"] for p in parts]), kind="stable")
+    # the spilled ids read back a chunk at a time (their map's pages dropped): one copy, not the copy and the pages;
+    # sorted in their narrowest type (the same stable order: the same values), 4 bytes an upload instead of 8
+    rows = read_whole(arrived["rows"], chunk) if "rows" in arrived else np.concatenate([p["rows"] for p in parts])
+    rows = narrowest(rows)
+    order = np.argsort(rows, kind="stable")
+    del rows
     out = Spill(folder)
     for k in parts[0]:  # the 1-D columns (labels, record ids: 16 bytes an upload) on disk too, until read
         if k not in arrived:
@@ -212,6 +243,7 @@ def evaluate_on_device(grid: Grid, cfg: ExperimentConfig, trained: Any,
             for node, rows in requests.items()]
     replies = send_windowed(grid, msgs, window=window_size(cfg.federation.max_in_flight),
                             timeout=cfg.federation.round_timeout or None)
+    drop_object_store_pages()  # the replies came through Ray's object store: its pages leave this process's RSS
     errors = [one_line(str(r.error.reason)) for r in replies if r.has_error() and failure_kind(r) != "refused"]
     if errors or len(replies) != len(msgs):
         raise RuntimeError(f"On-device evaluation: {len(msgs) - len(replies) + len(errors)} of {len(msgs)} test "

@@ -217,3 +217,62 @@ def test_uploads_matching_allocates_a_byte_per_upload_not_the_merges_row_order()
     repeated[1]["rows"][0] = parts[0]["rows"][0]  # a row sent twice: the stable merge's own positions
     used_bad, shared_bad = peak(repeated)
     assert shared_bad and used_bad > 16 * n, used_bad
+
+
+def test_a_spilled_reply_keeps_no_byte_of_its_uploads_and_the_round_reads_them_back(tmp_path, monkeypatch):
+    """Issue #38, a budget of zero bytes an upload: `spill_upload` moves every array of a reply's upload (the
+    representations, and the labels and record ids the old code left in the reply: 16 bytes an upload, held
+    until the round's last reply was in: ~0.6 GB of the driver at 10M users) to the round's spill; `collect`
+    reads each reply's part back as slices of the spill, its senders as slices of the spilled ids (no second
+    copy), and merges them as `merge_uploads` does. Known-bad: a reply whose arrays differ in length is refused;
+    an error, an empty upload and a reply without one are kept as they are (nothing spilled)."""
+    import itertools
+
+    import pytest
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fl_privtext.client import merge_uploads
+    from fl_privtext.federation.server_app import merge_spilled, spill_upload, spilled_senders
+    from fl_privtext.memory import Spill, is_mapped
+
+    for name in ("_task_id", "_run_id", "_node_id"):  # Messages are built by a running ServerApp: stand in for it
+        monkeypatch.setattr(TaskIdentity, name, 1 if name != "_node_id" else 0)
+    g = np.random.default_rng(5)
+
+    def reply(rows):
+        rows = np.asarray(rows, np.int64)
+        up = {"features": g.normal(size=(len(rows), 4)).astype(np.float32), "labels": rows % 3, "rows": rows}
+        msg = Message(RecordDict({"upload": ArrayRecord({k: Array(v) for k, v in up.items()}),
+                                  "stats": MetricRecord({"num_uploads": len(rows)})}), dst_node_id=1,
+                      message_type="query.upload")
+        return msg, up
+
+    sent = [reply(r) for r in ([9, 2, 4], [], [7, 0], [4, 1])]
+    spill = Spill(tmp_path)
+    counts = []
+    for msg, up in sent:
+        got, n = spill_upload(msg, spill)
+        assert got is msg and n == len(up["rows"])
+        kept = msg.content.array_records["upload"]
+        assert set(kept) == (set() if n else set(up))  # a spilled reply keeps no array of its upload; an empty one all
+        counts.append(n)
+    arrived = spill.mapped()
+    bounds = np.cumsum([0, *counts])
+    parts = [{k: v[a:b] for k, v in arrived.items()} for a, b in itertools.pairwise(bounds) if b > a]
+    merged = merge_spilled(parts, arrived, str(tmp_path), chunk=2)
+    want = merge_uploads([up for _, up in sent])
+    for k in want:
+        assert merged[k].dtype == want[k].dtype and is_mapped(merged[k])
+        np.testing.assert_array_equal(merged[k], want[k])
+    senders = spilled_senders([(node, p["rows"]) for node, p in zip((3, 5, 6), parts)], str(tmp_path))
+    for (node, rows), (_, up) in zip(senders.items(), [s for s in sent if len(s[1]["rows"])]):
+        np.testing.assert_array_equal(rows, up["rows"])
+        assert np.shares_memory(rows, arrived["rows"])  # the spill's own map, not a copy
+    bad, _ = reply([1, 2])
+    bad.content["upload"] = ArrayRecord({"features": Array(np.zeros((2, 4), np.float32)),
+                                         "labels": Array(np.zeros(3, np.int64)), "rows": Array(np.arange(2))})
+    with pytest.raises(ValueError, match="one length"):
+        spill_upload(bad, Spill(tmp_path))
+    plain = Message(RecordDict({"stats": MetricRecord({"num_uploads": 0})}), dst_node_id=1, message_type="query.upload")
+    assert spill_upload(plain, Spill(tmp_path)) == (plain, 0)
