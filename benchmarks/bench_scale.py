@@ -121,6 +121,12 @@ class MemorySampler:
 
     def __init__(self, interval: float = 0.2) -> None:
         self.interval, self.samples = interval, []  # type: ignore[var-annotated]
+        # RAM held by shared memory (Ray's object store lives in /dev/shm, tmpfs): the growth of /dev/shm's used
+        # bytes since the sampler started, per sample (KiB). The store's pages count in a process's RSS only while
+        # it maps them (the driver and actors drop theirs after each reply, `memory.drop_object_store_pages`), so
+        # RSS alone can miss them; machine-wide: exact when nothing else uses /dev/shm meanwhile
+        self.shm: list[int] = []
+        self._shm0 = _shm_used_kib()
         self.per_process: list[dict[int, tuple[int, int]]] = []  # per sample: pid -> (rss_kib, pss_kib)
         self.names: dict[int, str] = {}  # pid -> what it is (its command line, shortened)
         self._ticks: dict[int, int] = {}
@@ -138,6 +144,7 @@ class MemorySampler:
                 if p not in self.names or self.names[p].startswith("ray::IDLE"):  # a prestarted worker becomes an actor
                     self.names[p] = "driver" if p == me else _name(p)
             self.per_process.append(each)
+            self.shm.append(max(0, _shm_used_kib() - self._shm0))
             self.samples.append((time.perf_counter(), sum(r for r, _ in each.values()),
                                  sum(q for _, q in each.values()), sum(self._ticks.values()) / TICKS))
             self._stop.wait(self.interval)
@@ -157,6 +164,12 @@ class MemorySampler:
             inside = [next(((r, p) for t, r, p, _ in self.samples if t >= start), (0, 0))]
         return max(r for r, _ in inside) / 1024**2, max(p for _, p in inside) / 1024**2
 
+    def peak_shm(self, start: float = float("-inf"), stop: float = float("inf")) -> tuple[float, float]:
+        """(peak shared memory, peak RSS + shared memory) in GB over samples in [start, stop]: the second is an upper
+        bound on the RAM the tree held (pages of the store that a process still maps count twice)."""
+        inside = [(m, s[1] + m) for s, m in zip(self.samples, self.shm, strict=True) if start <= s[0] <= stop]
+        return (max((m for m, _ in inside), default=0) / 1024**2, max((b for _, b in inside), default=0) / 1024**2)
+
     def peak_sample(self) -> int:
         """The index of the sample with the largest RSS sum over the tree."""
         return max(range(len(self.samples)), key=lambda i: self.samples[i][1])
@@ -172,6 +185,15 @@ class MemorySampler:
         after = [c for t, _, _, c in self.samples if t >= stop]
         last = self.samples[-1][3] if self.samples else 0.0
         return max(0.0, (after[0] if after else last) - (before[-1] if before else 0.0))
+
+
+def _shm_used_kib() -> int:
+    """/dev/shm's used KiB (0 where there is none)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize // 1024
 
 
 class Timeline:
@@ -282,15 +304,18 @@ def main() -> None:
         ss = spans.get(name, [])
         seconds = sum(b - a for a, b in ss)
         peak = max((mem.peak(a, b) for a, b in ss), default=(0.0, 0.0))
+        shm = max((mem.peak_shm(a, b) for a, b in ss), default=(0.0, 0.0))
         rows.append({"stage": name, "seconds": seconds, "cpu_s": sum(mem.cpu(a, b) for a, b in ss),
-                     "peak_rss_gb": peak[0], "peak_pss_gb": peak[1]})
+                     "peak_rss_gb": peak[0], "peak_pss_gb": peak[1], "peak_shm_gb": shm[0],
+                     "peak_rss_shm_gb": shm[1]})
     rest = (t_end - t_run) - sum(r["seconds"] for r in rows if r["stage"] not in ("generate", "extract"))
     last = max(b for _, b in busy)
     # stages' CPU is read at the samples around their ends, so adjacent stages can share up to one interval
     rest_cpu = max(0.0, mem.cpu(t_run, t_end) - sum(r["cpu_s"] for r in rows if r["stage"] not in ("generate",
                                                                                                    "extract")))
     rows.append({"stage": "rest (report, shutdown)", "seconds": rest, "cpu_s": rest_cpu,
-                 "peak_rss_gb": mem.peak(last, t_end)[0], "peak_pss_gb": mem.peak(last, t_end)[1]})
+                 "peak_rss_gb": mem.peak(last, t_end)[0], "peak_pss_gb": mem.peak(last, t_end)[1],
+                 "peak_shm_gb": mem.peak_shm(last, t_end)[0], "peak_rss_shm_gb": mem.peak_shm(last, t_end)[1]})
     plain_rows: list[dict[str, Any]] = []
     if plain is not None:  # the plain loop's own stages (the same wrapped functions, called after t_end)
         t_train = min(a for a, _ in timeline.spans["server training"] if a >= t_end)
@@ -309,17 +334,21 @@ def main() -> None:
     if args.timeline:
         me = os.getpid()
         with open(args.timeline, "w") as f:
-            f.write("t_s,rss_gb,pss_gb,driver_rss_gb,driver_pss_gb,actors_rss_gb,actor_max_rss_gb,where\n")
-            for (t, r, q, _), each in zip(mem.samples, mem.per_process, strict=True):
+            f.write("t_s,rss_gb,pss_gb,driver_rss_gb,driver_pss_gb,actors_rss_gb,actor_max_rss_gb,shm_gb,where\n")
+            for (t, r, q, _), each, shm_kib in zip(mem.samples, mem.per_process, mem.shm, strict=True):
                 dr, dq = each.get(me, (0, 0))
                 # the Ray actors that serve the virtual clients (their sum and the largest one)
                 actors = [a for p, (a, _) in each.items() if "ClientAppActor" in mem.names.get(p, "")]
                 f.write(f"{t - t_start:.2f},{r / 1024**2:.3f},{q / 1024**2:.3f},{dr / 1024**2:.3f},"
                         f"{dq / 1024**2:.3f},{sum(actors) / 1024**2:.3f},{max(actors, default=0) / 1024**2:.3f},"
-                        f"\"{_where(t, timeline.spans)}\"\n")
+                        f"{shm_kib / 1024**2:.3f},\"{_where(t, timeline.spans)}\"\n")
     out = {
         "users": ds.num_users, "records": len(ds), "clients": args.clients, "wall_s": wall, "peak_rss_gb": peak_rss,
         "peak_pss_gb": peak_pss, "peak_at": peak_at, "cpu_s": mem.cpu(t_start, t_end),
+        # /dev/shm's growth (Ray's object store: RAM no process's RSS may count) and RSS + it (an upper bound);
+        # the run's own peaks (``peak_rss_gb`` above also covers the plain loop where --plain ran it after)
+        "peak_shm_gb": mem.peak_shm()[0], "peak_rss_shm_gb": mem.peak_shm()[1],
+        "run_peak_rss_gb": mem.peak(t_start, t_end)[0], "run_peak_rss_shm_gb": mem.peak_shm(t_start, t_end)[1],
         # the public contract (issue #38): stage name -> {seconds, cpu_s, peak_rss_gb, peak_pss_gb, us_per_user}
         "stages": {r["stage"]: {k: v for k, v in r.items() if k != "stage"}
                    | {"us_per_user": 1e6 * r["seconds"] / max(1, ds.num_users)} for r in rows},
@@ -339,11 +368,16 @@ def main() -> None:
     print(f"synthetic users {out['users']:,} ({out['records']:,} reviews), {args.clients} clients, GloVe, "
           f"laplace-l1 eps 1; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, "
           f"{out['loadavg_end'][0]:.2f} at the end")
-    print(f"{'stage':26s} {'seconds':>9s} {'CPU s':>9s} {'peak RSS GB':>12s} {'peak PSS GB':>12s}")
+    print(f"{'stage':26s} {'seconds':>9s} {'CPU s':>9s} {'peak RSS GB':>12s} {'peak PSS GB':>12s} "
+          f"{'shm GB':>7s} {'RSS+shm GB':>11s}")
     for r in rows:
         print(f"{r['stage']:26s} {r['seconds']:9.1f} {r['cpu_s']:9.1f} {r['peak_rss_gb']:12.2f} "
-              f"{r['peak_pss_gb']:12.2f}")
-    print(f"{'TOTAL wall':26s} {wall:9.1f} {out['cpu_s']:9.1f} {peak_rss:12.2f} {peak_pss:12.2f}")
+              f"{r['peak_pss_gb']:12.2f} {r['peak_shm_gb']:7.2f} {r['peak_rss_shm_gb']:11.2f}")
+    print(f"{'TOTAL wall':26s} {wall:9.1f} {out['cpu_s']:9.1f} {peak_rss:12.2f} {peak_pss:12.2f} "
+          f"{out['peak_shm_gb']:7.2f} {out['peak_rss_shm_gb']:11.2f}")
+    if plain is not None:
+        print(f"the Flower run alone: peak {out['run_peak_rss_gb']:.2f} GB RSS, {out['run_peak_rss_shm_gb']:.2f} "
+              "GB RSS + shm (the total above includes the plain loop run after it)")
     print(f"peak {peak_rss:.2f} GB RSS at {peak_at['t_s']:.1f} s, {peak_at['where']}: " + ", ".join(
         f"{o['name'][:40]} {o['rss_gb']:.2f}" for o in peak_at["processes"][:4]))
     print(f"task accuracy {out['accuracy']} (majority {out['majority_baseline']}); attacks "
