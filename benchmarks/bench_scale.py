@@ -167,7 +167,10 @@ class MemorySampler:
     def peak_shm(self, start: float = float("-inf"), stop: float = float("inf")) -> tuple[float, float]:
         """(peak shared memory, peak RSS + shared memory) in GB over samples in [start, stop]: the second is an upper
         bound on the RAM the tree held (pages of the store that a process still maps count twice)."""
-        inside = [(m, s[1] + m) for s, m in zip(self.samples, self.shm, strict=True) if start <= s[0] <= stop]
+        both = [(s[0], m, s[1] + m) for s, m in zip(self.samples, self.shm, strict=True)]
+        inside = [(m, r) for t, m, r in both if start <= t <= stop]
+        if not inside:  # a stage shorter than the interval: the first sample after it started (as `peak`)
+            inside = [next(((m, r) for t, m, r in both if t >= start), (0, 0))]
         return (max((m for m, _ in inside), default=0) / 1024**2, max((b for _, b in inside), default=0) / 1024**2)
 
     def peak_sample(self) -> int:
