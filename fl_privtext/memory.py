@@ -230,6 +230,19 @@ def narrowest(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int64)
 
 
+def positions(mask: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(mask)`` in int32 (int64 from 2**31 entries), filled 65,536 entries at a time: no int64 copy
+    of the positions (8 bytes each: ~0.23 GB for the 29M targets of 10M synthetic users, issue #38)."""
+    mask = np.asarray(mask, bool).reshape(-1)
+    out = np.empty(int(np.count_nonzero(mask)), np.int32 if len(mask) < 2**31 else np.int64)
+    at = 0
+    for lo in range(0, len(mask), 1 << 16):
+        rows = np.flatnonzero(mask[lo : lo + (1 << 16)])
+        out[at : at + len(rows)] = rows + lo
+        at += len(rows)
+    return out
+
+
 def is_mapped(array: Any) -> bool:
     """Whether ``array`` is a `numpy.memmap` or a view of one (what `take_rows` reads in chunks)."""
     return isinstance(array, np.memmap) or isinstance(getattr(array, "base", None), np.memmap)

@@ -28,19 +28,6 @@ def row_chunks(n: int, size: int = ROW_CHUNK) -> Iterator[slice]:
     yield slice(full * size, n)
 
 
-def positions(mask: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero(mask)`` in int32 (int64 from 2**31 entries), filled `row_chunks` at a time: no int64 copy
-    of the positions (8 bytes each: ~0.23 GB for the 29M targets of 10M synthetic users, issue #38)."""
-    mask = np.asarray(mask, bool).reshape(-1)
-    out = np.empty(int(np.count_nonzero(mask)), np.int32 if len(mask) < 2**31 else np.int64)
-    at = 0
-    for c in row_chunks(len(mask)):
-        rows = np.flatnonzero(mask[c])
-        out[at : at + len(rows)] = rows + c.start
-        at += len(rows)
-    return out
-
-
 def distinct(users: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """``np.unique(users[rows])`` (``rows`` None: every row) from one sorted copy of the rows' users, in their own
     (narrowed) type: ~5 bytes a row of a 4-byte type at the peak."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext import rng
-from fl_privtext.attacks.chunks import positions, row_chunks
+from fl_privtext.attacks.chunks import row_chunks
 from fl_privtext.attacks.evaluate import observe, run_attacks
 from fl_privtext.client import mechanism_for
 from fl_privtext.config import ExperimentConfig
@@ -25,6 +25,7 @@ from fl_privtext.memory import (
     drop_mapped_pages,
     is_mapped,
     narrowest,
+    positions,
     rows_on_disk,
     take_rows,
 )

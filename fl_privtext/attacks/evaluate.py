@@ -21,7 +21,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import group_rows, positions, row_chunks
+from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
@@ -35,7 +35,7 @@ from fl_privtext.bootstrap import (
 )
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
-from fl_privtext.memory import narrowest
+from fl_privtext.memory import narrowest, positions
 from fl_privtext.names import ATTACKS
 from fl_privtext.threads import Task, limited, parallel_tasks
 

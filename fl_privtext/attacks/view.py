@@ -23,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.attacks.chunks import group_rows, positions, row_chunks
+from fl_privtext.attacks.chunks import group_rows, row_chunks
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
+from fl_privtext.memory import positions
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_privtext import rng
-from fl_privtext.attacks.chunks import positions
 from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.ondevice import expected_input
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.extract.clean import clean_features
+from fl_privtext.memory import positions
 from fl_privtext.metrics import macro_f1_from_confusion
 from fl_privtext.ondevice import confusion, mlp_logits
 from fl_privtext.public import PublicSpec
