@@ -231,13 +231,13 @@ def narrowest(a: np.ndarray) -> np.ndarray:
 
 
 def positions(mask: np.ndarray) -> np.ndarray:
-    """``np.flatnonzero(mask)`` in int32 (int64 from 2**31 entries), filled 65,536 entries at a time: no int64 copy
-    of the positions (8 bytes each: ~0.23 GB for the 29M targets of 10M synthetic users, issue #38)."""
+    """``np.flatnonzero(mask)`` in int32 (int64 from 2**31 entries), filled `CHUNK_ROWS` entries at a time: no int64
+    copy of the positions (8 bytes each: ~0.23 GB for the 29M targets of 10M synthetic users, issue #38)."""
     mask = np.asarray(mask, bool).reshape(-1)
     out = np.empty(int(np.count_nonzero(mask)), np.int32 if len(mask) < 2**31 else np.int64)
     at = 0
-    for lo in range(0, len(mask), 1 << 16):
-        rows = np.flatnonzero(mask[lo : lo + (1 << 16)])
+    for lo in range(0, len(mask), CHUNK_ROWS):
+        rows = np.flatnonzero(mask[lo : lo + CHUNK_ROWS])
         out[at : at + len(rows)] = rows + lo
         at += len(rows)
     return out

@@ -194,11 +194,7 @@ class HeldOutModel:
             w = np.asarray(export["weight_0"], np.float64) / std
             b = np.asarray(export["bias_0"], np.float64) - w @ np.asarray(export["mean"], np.float64)
             if not np.any(w):  # the constant: every draw scores b, the first largest bias wins for every class
-                win = np.zeros(k)
-                win[int(np.argmax(b))] = 1.0
-                for c in range(k):
-                    acc += pi[c] * float(win[c])
-                return acc, unresolved
+                return float(pi[int(np.argmax(b))]), unresolved
             if self._z is None:
                 self._z = generator(self.seed, "clean-accuracy", k).standard_normal((self.draws, k))
             a = w @ sigma @ w.T
