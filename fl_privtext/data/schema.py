@@ -107,7 +107,8 @@ def _hash_strings(h: Any, column: pa.ChunkedArray, drop: Callable[[], object] = 
             continue
         kind = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
         offsets = np.frombuffer(chunk.buffers()[1], dtype=kind)[chunk.offset : chunk.offset + len(chunk) + 1]
-        h.update(np.diff(offsets).astype("<i8").tobytes())
+        for a in range(0, len(chunk), WIDEN_ROWS):  # the lengths as int64, a slice at a time (the same bytes)
+            h.update(np.diff(offsets[a : a + WIDEN_ROWS + 1]).astype("<i8").tobytes())
         parts.append((chunk.buffers()[2], int(offsets[0]), int(offsets[-1])))
     drop()
     for data, start, stop in parts:
@@ -264,7 +265,7 @@ class TextDataset:
                     f"found values in [{lo}, {hi}]."
                 )
         for spec in self.attributes:
-            values = self.attribute(spec.name)
+            values = self.attribute_codes(spec.name)  # as held (the int64 widening: 8 bytes a record)
             if spec.kind == "categorical":
                 if len(values) and (values.min() < 0 or values.max() >= spec.num_classes):
                     raise ValueError(
