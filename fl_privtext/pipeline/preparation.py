@@ -66,7 +66,6 @@ def first_records(ds: TextDataset, per_user: Any) -> TextDataset:
 
 def load(cfg: ExperimentConfig) -> TextDataset:
     """The configured dataset (memoised per process: Ray actors and sweeps load it once)."""
-    return_freed_arrays()  # as `prepare`: the load's column temporaries go back to the OS when freed
     return _load(data_key(cfg))
 
 
