@@ -15,7 +15,7 @@ from fl_privtext.data.schema import TextDataset
 from fl_privtext.data.splits import seed_generator
 from fl_privtext.memory import narrowest
 
-__all__ = ["SCHEMES", "partition_users", "user_majority_labels"]
+__all__ = ["SCHEMES", "partition_users", "row_dtype", "user_majority_labels"]
 
 SCHEMES = ("iid", "dirichlet", "natural", "shard", "linear", "square", "exponential")
 LABEL_SCHEMES = ("dirichlet", "shard")  # skew the label distribution: need a task label
@@ -74,7 +74,8 @@ def partition_users(
     alpha: float = 0.5,
     seed: int | np.random.Generator,
 ) -> list[np.ndarray]:
-    """Row indices (ascending, int64) per virtual client for the rows `rows` of `ds` (None: all rows).
+    """Row indices (ascending; `row_dtype`: int32 below 2**31 records) per virtual client for the rows `rows` of
+    `ds` (None: all rows).
 
     Every row appears exactly once, all rows of a user go to the same client, and every client gets >= 1 user.
 
@@ -198,13 +199,40 @@ def partition_users(
         client_of_user[left] = np.arange(len(left)) % num_clients
         client_of_user = _fill_empty(client_of_user, num_clients)
 
-    # per row, its client in the narrowest type (2 bytes a record for up to 32,767 clients, not 8: issue #38); a
-    # stable sort orders equal keys by position whatever their width, so the order is the int64 one
+    # per row, its client in the narrowest type (2 bytes a record for up to 32,767 clients, not 8: issue #38)
     client_of_row = narrowest(client_of_user)[user_of_row]
-    by_client = np.argsort(client_of_row, kind="stable")  # positions ascend within a client, as rows_ does
-    bounds = np.cumsum(np.bincount(client_of_row, minlength=num_clients))[:-1]
+    by_client, bounds = _stable_order(client_of_row, num_clients, row_dtype(len(ds)))
     del client_of_row
     if every:  # the positions are the row ids: the shards are views of one array (no second copy of N ids)
-        return np.split(by_client.astype(np.int64, copy=False), bounds)
+        return np.split(by_client, bounds)
     assert rows_ is not None
+    rows_ = rows_.astype(by_client.dtype)
     return [rows_[part] for part in np.split(by_client, bounds)]
+
+
+def row_dtype(n: int) -> np.dtype:
+    """The integer type of record ids below ``n``: int32 (int64 from 2**31 records). The shards are held by the
+    driver through a run (as int64: 8 bytes a record, 0.29 GB at 10M synthetic users, issue #38); their readers
+    widen what they take (`fl_privtext.client.upload`), and their digest and snapshot are the int64 ones."""
+    return np.dtype(np.int32 if n < 2**31 else np.int64)
+
+
+SORT_ROWS = 1 << 20  # entries of the client column sorted at once (`_stable_order`)
+
+
+def _stable_order(keys: np.ndarray, num_keys: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """(``np.argsort(keys, kind="stable")`` as ``dtype``, the start of each key's run but the first): the same
+    order (positions ascend within a key), built `SORT_ROWS` keys at a time: each chunk's stable order goes after the
+    earlier chunks' positions of the same key. The whole sort returned int64 and its radix pass took another
+    int64 buffer (16 bytes a record at once, for an array then held as 8: issue #38)."""
+    counts = np.bincount(keys, minlength=num_keys)
+    out = np.empty(len(keys), dtype)
+    cursor = np.concatenate(([0], np.cumsum(counts)[:-1]))  # where each key's next position goes
+    for lo in range(0, len(keys), SORT_ROWS):
+        part = keys[lo : lo + SORT_ROWS]
+        order = np.argsort(part, kind="stable")
+        here = np.bincount(part, minlength=num_keys)
+        first = np.concatenate(([0], np.cumsum(here)[:-1]))  # each key's start within the chunk's order
+        out[np.arange(len(part)) + np.repeat(cursor - first, here)] = order + lo
+        cursor += here
+    return out, np.cumsum(counts)[:-1]

@@ -107,7 +107,8 @@ def _hash_strings(h: Any, column: pa.ChunkedArray, drop: Callable[[], object] = 
             continue
         kind = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
         offsets = np.frombuffer(chunk.buffers()[1], dtype=kind)[chunk.offset : chunk.offset + len(chunk) + 1]
-        h.update(np.diff(offsets).astype("<i8").tobytes())
+        for a in range(0, len(chunk), WIDEN_ROWS):  # the lengths as int64, a slice at a time (the same bytes)
+            h.update(np.diff(offsets[a : a + WIDEN_ROWS + 1]).astype("<i8").tobytes())
         parts.append((chunk.buffers()[2], int(offsets[0]), int(offsets[-1])))
     drop()
     for data, start, stop in parts:
@@ -117,6 +118,36 @@ def _hash_strings(h: Any, column: pa.ChunkedArray, drop: Callable[[], object] = 
 
 
 HASH_SLICE = 64 * 1024 * 1024  # bytes of a column hashed between two page drops
+WIDEN_ROWS = 1 << 20  # rows of an integer column widened (or narrowed) at once: 8 MiB as int64
+
+
+def _hash_int64(h: Any, values: np.ndarray) -> None:
+    """``h.update(np.ascontiguousarray(values, "<i8").data)`` (the same digest: sha256 of a concatenation is that
+    of its parts in order), widened `WIDEN_ROWS` rows at a time: the fingerprint widened each held column whole,
+    8 bytes a record at once (29 bytes a synthetic user, issue #38)."""
+    for a in range(0, len(values), WIDEN_ROWS):
+        h.update(np.ascontiguousarray(values[a : a + WIDEN_ROWS], "<i8").data)
+
+
+def _narrowest_column(column: pa.ChunkedArray) -> np.ndarray:
+    """``narrowest(column.to_numpy())`` (the same values and type, `fl_privtext.memory.narrowest`) without the
+    numpy copy of the whole column: the range is read in Arrow, then the column is narrowed `WIDEN_ROWS` rows at
+    a time into the result (an int64 column was copied whole first: 8 bytes a record, the largest temporary of a
+    10M-user dataset's load, issue #38). A column that is not of signed integers, is empty or holds nulls takes the plain
+    path."""
+    if not len(column) or column.null_count or not pa.types.is_signed_integer(column.type):
+        return narrowest(column.to_numpy())
+    bounds = pc.min_max(column)
+    dtype = narrowest(np.array([bounds["min"].as_py(), bounds["max"].as_py()], np.int64)).dtype
+    out = np.empty(len(column), dtype)
+    start = 0
+    for chunk in column.chunks:
+        values = chunk.to_numpy()
+        for a in range(0, len(values), WIDEN_ROWS):
+            part = values[a : a + WIDEN_ROWS]
+            out[start : start + len(part)] = part
+            start += len(part)
+    return out
 
 
 class StringColumn(Sequence[str]):
@@ -234,7 +265,7 @@ class TextDataset:
                     f"found values in [{lo}, {hi}]."
                 )
         for spec in self.attributes:
-            values = self.attribute(spec.name)
+            values = self.attribute_codes(spec.name)  # as held (the int64 widening: 8 bytes a record)
             if spec.kind == "categorical":
                 if len(values) and (values.min() < 0 or values.max() >= spec.num_classes):
                     raise ValueError(
@@ -316,7 +347,7 @@ class TextDataset:
         record for fewer than 128 classes), read-only. The int64 column was held through a run by the driver (8
         bytes a record: 0.29 GB at 10M synthetic users, issue #38); readers that index or compare take these, and
         `labels` widens."""
-        return _read_only(narrowest(self._pa.column("label").to_numpy()))
+        return _read_only(_narrowest_column(self._pa.column("label")))
 
     @property
     def labels(self) -> np.ndarray:
@@ -410,7 +441,7 @@ class TextDataset:
             spec = self.attribute_spec(name)
             col = self._pa.column(spec.column)
             if spec.kind == "categorical":
-                values = narrowest(col.to_numpy())
+                values = _narrowest_column(col)
             else:
                 arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
                 if isinstance(arr, pa.ChunkedArray):  # zero chunks (empty table)
@@ -485,10 +516,10 @@ class TextDataset:
                 h.update(b"\x00" + col.encode())
                 _hash_strings(h, self._pa.column(col), lambda: drop_dataset_pages(self))
         h.update(b"\x00label")
-        h.update(np.ascontiguousarray(self.label_codes, "<i8").data)  # the int64 column's bytes
+        _hash_int64(h, self.label_codes)  # the int64 column's bytes
         for spec in self.attributes:
             h.update(b"\x00" + spec.column.encode())
-            h.update(np.ascontiguousarray(self.attribute(spec.name), "<i8").data)
+            _hash_int64(h, self.attribute_codes(spec.name))
         drop_dataset_pages(self)
         return h.hexdigest()
 

@@ -323,14 +323,18 @@ def test_role_codes_are_the_names_draw_bit_for_bit(ds):
 
 
 @pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shard", "linear", "natural"])
-def test_partition_of_every_row_is_the_int64_sort_bit_for_bit(ds, scheme):
+def test_partition_of_every_row_is_the_int64_sort_bit_for_bit(ds, scheme, monkeypatch):
     """Every row (``rows=None``, the path `prepare` takes: no id array, no re-sort of the users, the clients
-    sorted in their narrowest type) gives, bit for bit and in int64, the shards of an explicit ``arange`` and of an
-    all-true mask, and those of the reference: each row's client in int64, stably argsorted and cut per client."""
+    sorted in their narrowest type, a chunk at a time) gives, bit for bit and in int32 (`row_dtype`), the shards
+    of an explicit ``arange`` and of an all-true mask, and those of the reference: each row's client in int64,
+    stably argsorted and cut per client."""
+    from fl_privtext.data import partition
+
+    monkeypatch.setattr(partition, "SORT_ROWS", 7)  # many chunks, each cutting users and clients anywhere
     n = len(ds)
     parts = partition_users(ds, None, num_clients=37, scheme=scheme, alpha=0.5, seed=3)
     check_partition(ds, np.arange(n), parts)
-    assert all(p.dtype == np.int64 for p in parts)
+    assert all(p.dtype == np.int32 == partition.row_dtype(n) for p in parts)
     for rows in (np.arange(n), np.ones(n, bool), np.random.default_rng(1).permutation(n)):
         again = partition_users(ds, rows, num_clients=37, scheme=scheme, alpha=0.5, seed=3)
         assert len(again) == len(parts) and all(a.dtype == b.dtype and (a == b).all() for a, b in zip(parts, again))
