@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import mmap
 import os
 import sys
@@ -28,14 +29,21 @@ M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number (malloc.h)
 MMAP_THRESHOLD = 128 * 1024  # bytes: glibc's own initial value, pinned
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library, loaded once: ``ctypes.util.find_library`` runs ``ldconfig -p`` in a child process on every
+    call, and `drop_object_store_pages` runs after every reply (a fork of the driver each time, whose pages the
+    benchmarks' process-tree sampler could count twice while the child lived). OSError where there is none."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
 def return_freed_arrays() -> bool:
     """Pin glibc's mmap threshold at ``MMAP_THRESHOLD`` for this process; True when it was set (glibc), False
     elsewhere (nothing changed). Idempotent; cheap enough to call before every large stage."""
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+        return bool(_libc().mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
     except (OSError, AttributeError):  # no libc found, or one without mallopt (musl)
         return False
 
@@ -103,7 +111,7 @@ def _drop_mappings(wanted: Callable[[str, str], bool]) -> int:
                 if wanted(parts[1], name):
                     lo, hi = (int(x, 16) for x in parts[0].split("-"))
                     ranges.append((lo, hi))
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = _libc()
     except OSError:
         return 0
     madvise = libc.madvise
