@@ -721,3 +721,30 @@ def test_the_referees_macro_f1_of_millions_of_answers_widens_none_of_them() -> N
         tracemalloc.stop()
     assert 0.5 < f1 < 0.7
     assert peak < n, f"{peak / n:.1f} bytes a target"
+
+
+def test_the_referees_per_user_epsilons_are_looked_up_a_chunk_of_users_at_a_time() -> None:
+    """A budget (issue #38), not a timing: reading every target user's composed epsilon (`PerUser.at`, counts held
+    narrow and scaled as read) allocates (tracemalloc) under 10 bytes a user, the float64 result's 8 and a
+    chunk's temporaries, for 2M users; the int64 positions and the widened counts of every user at once came to
+    20.0 (measured) and fail. The numbers are the whole-array lookup's."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.attacks.evaluate import PerUser
+
+    n = 2_000_000
+    g = np.random.default_rng(10)
+    users = np.unique(g.integers(0, 10 * n, 3 * n).astype(np.int32))[:n]
+    counts = g.integers(1, 9, len(users)).astype(np.int8)
+    eps = PerUser(users, counts, scale=1.5)
+    asked = users[::-1].copy()
+    tracemalloc.start()
+    try:
+        got = eps.at(asked)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got, counts[::-1].astype(np.float64) * 1.5)
+    assert peak < 10 * len(users), f"{peak / len(users):.1f} bytes a user"

@@ -82,12 +82,18 @@ class PerUser:
         return PerUser(first, np.concatenate([other.values, self.values])[where])
 
     def at(self, users: np.ndarray) -> np.ndarray:
+        """(len(users),) float64: the users' numbers, looked up `row_chunks` users at a time (the same numbers;
+        issue #38: the int64 positions and the widened counts of every target user at once were ~12 bytes a user
+        beside the result, ~0.1 GB a call for the 8M target users at ten million synthetic users)."""
         users = np.asarray(users)
-        pos = np.searchsorted(self.users, users)
-        if len(users) and (np.any(pos >= len(self.users)) or
-                           np.any(self.users[np.minimum(pos, len(self.users) - 1)] != users)):
-            raise KeyError("a user without observed uploads")
-        return self._numbers(self._held[pos])
+        out = np.empty(len(users), np.float64)
+        for c in row_chunks(len(users)):
+            pos = np.searchsorted(self.users, users[c])
+            if len(pos) and (np.any(pos >= len(self.users)) or
+                             np.any(self.users[np.minimum(pos, len(self.users) - 1)] != users[c])):
+                raise KeyError("a user without observed uploads")
+            out[c] = self._numbers(self._held[pos])
+        return out
 
     def __getitem__(self, user: int) -> float:
         return float(self.at(np.array([user], np.int64))[0])
