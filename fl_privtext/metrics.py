@@ -7,6 +7,7 @@ and 1 - F for entities (F = F1 over presence labels).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -18,11 +19,33 @@ def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float((y_true == y_pred).mean())
 
 
+COUNT_CHUNK = 1 << 16  # rows widened to int64 at a time by `confusion` and `majority_class`
+
+
+def confusion(y_true: np.ndarray, y_pred: np.ndarray, k: int) -> np.ndarray:
+    """(k, k) int64 counts of (true class, predicted class) over the rows of two (N,) class-index arrays, in any
+    integer type. Counted `COUNT_CHUNK` rows at a time: the same integers as ``np.bincount(y_true * k + y_pred)``
+    over int64 copies of both, without those copies (issue #38: ~32 bytes a row at once, 0.9 GB for the 29M target
+    uploads an attribute attack scores at ten million synthetic users). A class index outside [0, k) raises."""
+    y_true, y_pred = np.asarray(y_true).reshape(-1), np.asarray(y_pred).reshape(-1)
+    if y_true.shape != y_pred.shape:
+        raise ValueError(f"confusion needs two arrays of one length; got {y_true.shape} and {y_pred.shape}.")
+    cm = np.zeros(k * k, np.int64)
+    for a in range(0, len(y_true), COUNT_CHUNK):
+        cell = y_true[a : a + COUNT_CHUNK].astype(np.int64) * k + y_pred[a : a + COUNT_CHUNK]
+        if len(cell) and (cell.min() < 0 or cell.max() >= k * k or y_pred[a : a + COUNT_CHUNK].min() < 0
+                          or y_pred[a : a + COUNT_CHUNK].max() >= k):
+            raise ValueError(f"confusion needs class indices in [0, {k}).")
+        cm += np.bincount(cell, minlength=k * k)
+    return cm.reshape(k, k)
+
+
 def macro_f1(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int | None = None) -> float:
-    """Macro-averaged F1 over the classes present in ``y_true`` or ``y_pred`` (sklearn's convention)."""
-    y_true, y_pred = np.asarray(y_true, np.int64), np.asarray(y_pred, np.int64)
-    k = int(num_classes if num_classes is not None else max(y_true.max(), y_pred.max()) + 1)
-    return macro_f1_from_confusion(np.bincount(y_true * k + y_pred, minlength=k * k).reshape(k, k))
+    """Macro-averaged F1 over the classes present in ``y_true`` or ``y_pred`` (sklearn's convention), from their
+    `confusion` counts (chunked: no int64 copy of either array)."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    k = int(num_classes if num_classes is not None else max(int(y_true.max()), int(y_pred.max())) + 1)
+    return macro_f1_from_confusion(confusion(y_true, y_pred, k))
 
 
 def macro_f1_from_confusion(cm: np.ndarray) -> float:
@@ -44,10 +67,24 @@ def multilabel_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return 2 * tp / denom if denom > 0 else 0.0
 
 
+def majority_class(y: np.ndarray) -> int | np.generic:
+    """The most frequent value of ``y`` (N,) (the smallest of those tied), ``np.unique(y, return_counts=True)``'s
+    ``values[counts.argmax()]``. Non-negative integers are counted by `np.bincount` `COUNT_CHUNK` rows at a time
+    (the same value, without np.unique's sorted copy: 8 bytes a training upload of the server's int64 labels, issue
+    #38); anything else through np.unique."""
+    y = np.asarray(y).reshape(-1)
+    if y.dtype.kind not in "iu" or not len(y) or y.min() < 0:
+        values, counts = np.unique(y, return_counts=True)
+        return values[counts.argmax()]  # type: ignore[no-any-return]
+    counts = np.zeros(int(y.max()) + 1, np.int64)
+    for a in range(0, len(y), COUNT_CHUNK):
+        counts += np.bincount(y[a : a + COUNT_CHUNK], minlength=len(counts))
+    return y.dtype.type(counts.argmax())
+
+
 def majority_baseline(y_train: np.ndarray, y_eval: np.ndarray) -> float:
     """Accuracy on ``y_eval`` of always predicting the most frequent class of ``y_train`` (what the attacker knows)."""
-    values, counts = np.unique(np.asarray(y_train), return_counts=True)
-    return float((np.asarray(y_eval) == values[counts.argmax()]).mean())
+    return float((np.asarray(y_eval) == majority_class(y_train)).mean())
 
 
 def binomial_interval(p: float, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -75,6 +112,25 @@ def group_accuracy(y_true: np.ndarray, y_pred: np.ndarray, groups: np.ndarray) -
     for g in np.unique(groups):
         mask = groups == g
         out[str(g)] = float((y_true[mask] == y_pred[mask]).mean())
+    return out
+
+
+def group_accuracy_by_code(y_true: np.ndarray, y_pred: np.ndarray, codes: np.ndarray, classes: Sequence[str]
+                           ) -> dict[str, float]:
+    """`group_accuracy` with the groups given as (N,) integer ``codes`` into ``classes`` (their names): the same
+    dict (the present groups in the order of their names, as np.unique orders them) without an (N,) array of
+    names (8 bytes a record, and an object sort; issue #38)."""
+    codes = np.asarray(codes).reshape(-1)
+    if len(codes) and codes.min() < 0:  # a negative code names a class from the end: the names' own path
+        return group_accuracy(y_true, y_pred, np.asarray(classes, dtype=object)[codes])
+    present = np.flatnonzero(np.bincount(codes, minlength=len(classes))) if len(codes) else np.zeros(0, np.int64)
+    by_name: dict[str, list[int]] = {}
+    for c in present:
+        by_name.setdefault(str(classes[int(c)]), []).append(int(c))
+    out: dict[str, float] = {}
+    for name in sorted(by_name):
+        mask = np.isin(codes, by_name[name]) if len(by_name[name]) > 1 else codes == by_name[name][0]
+        out[name] = float((y_true[mask] == y_pred[mask]).mean())
     return out
 
 

@@ -309,3 +309,21 @@ def test_gathered_replicates_equal_the_counted_ones_bit_for_bit(monkeypatch, blo
     as_float = b.sums_bootstrap([b.UserSums(users, sums.astype(np.float64))], figures, np.random.default_rng(5),
                                 n_boot=60)
     assert not calls and as_float == counted
+
+
+def test_user_counts_by_chunks_equal_np_uniques_counts_in_any_integer_type(monkeypatch) -> None:
+    """`user_counts` sorts the ids in their own type and counts a chunk at a time (issue #38): the same int64 users,
+    records and correct records as ``np.unique(int64 users, return_inverse=True)`` and two bincounts, whatever the
+    ids' type and order, across chunk edges."""
+    from fl_privtext import bootstrap
+
+    monkeypatch.setattr(bootstrap, "_COUNT_CHUNK", 13)
+    g = np.random.default_rng(6)
+    for dtype in (np.int32, np.int64, np.uint16, np.int8):
+        users = g.integers(0, 90, 1000).astype(dtype)
+        correct = g.random(1000) < 0.4
+        ids, inv = np.unique(users.astype(np.int64), return_inverse=True)
+        got = user_counts(correct, users)
+        assert got == UserCounts(ids, np.bincount(inv).astype(np.int64),
+                                 np.bincount(inv, weights=correct).astype(np.int64))
+        assert got.users.dtype == got.n.dtype == got.correct.dtype == np.int64

@@ -346,6 +346,45 @@ def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path,
     assert np.array_equal(seen["y"], labels[tr]) and np.array_equal(seen["groups"], prep.ds.user_index[:, 0][tr])
 
 
+def test_server_training_allocates_few_bytes_an_upload_through_its_evaluation(tmp_path, monkeypatch) -> None:
+    """A budget (issue #38), not a timing: the server's whole training on 2M mapped uploads (the split, lda's
+    pass, the test uploads' classes, accuracy, macro-F1, majority, the per-user counts of the referee's interval)
+    allocates at its peak (tracemalloc: numpy's buffers) under 24 bytes an upload (measured 19.3: the split's
+    14.4 held, 6.4 of them the int64 training labels, and a chunk's temporaries). The split's columns are
+    allocated at their own lengths (every upload's length, sliced, kept 24 bytes an upload alive through the
+    training), the classes are held in int8, the majority class is counted, and the referee's per-user counts
+    read the records a chunk at a time (`fl_privtext.bootstrap.user_counts`: np.unique's int64 arrays were ~41
+    bytes a test upload at once): the layout before measured 29.2 and fails. The referee's bootstrap (a block
+    of fixed size, whatever the uploads: tests/test_bootstrap.py) is stubbed out here."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.public import PublicSpec
+    from fl_privtext.server import training
+
+    n, d = 2_000_000, 2
+    x, labels, prep = _uploads_point(n, d, 12)
+    for name, a in (("x", x), ("rows", np.arange(n)), ("labels", labels)):
+        np.save(tmp_path / f"{name}.npy", a)
+    del x
+    mapped = {k: np.load(tmp_path / f"{k}.npy", mmap_mode="r") for k in ("x", "rows", "labels")}
+    cfg = ExperimentConfig.from_flat({"run.progress": False, "server.learner": "lda"})
+    monkeypatch.setattr(training, "counts_bootstrap", lambda *a, **k: (0.0, 1.0))
+    tracemalloc.start()
+    try:
+        trained = training.train_server(prep, mapped["x"], mapped["labels"], mapped["rows"], 0, cfg.server,
+                                        PublicSpec.of(cfg), spill=tmp_path / "spill")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    per_upload = peak / n
+    te = prep.roles == "test"
+    assert trained.utility["num_test_uploads"] == int(te.sum()) and trained.utility["_per_user"].n.sum() == te.sum()
+    assert per_upload < 24, f"{per_upload:.1f} bytes an upload at the training's peak"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
 def test_server_training_on_mapped_uploads_keeps_no_copy_of_them_resident(tmp_path, monkeypatch) -> None:
     """A budget (issue #38), not a timing: the server trains (server.learner = auto: the selection, the chosen
@@ -712,3 +751,55 @@ def test_preparation_holds_few_bytes_a_user_and_no_frame_of_the_split(tmp_path) 
     assert got["shards"] <= 4 * records, f"{got['shards'] / users:.1f} bytes a user ({got['dtype']} shards)"
     assert got["frames"] == [], f"frames of the split still alive: {got['frames']}"
     assert got["load_peak"] < 6 * records, f"load peak {got['load_peak'] / records:.1f} bytes a record"
+
+
+def test_the_referees_macro_f1_of_millions_of_answers_widens_none_of_them() -> None:
+    """A budget (issue #38), not a timing: an attribute attack's macro-F1 over its target uploads (29M at ten
+    million synthetic users) allocates (tracemalloc) under one byte a target for 4M int8 truths and answers
+    (`fl_privtext.metrics.confusion`, a chunk at a time); the int64 copies and flat cell index of one bincount
+    allocated 32 bytes a target at once (0.9 GB: the driver's peak at the end of the attack stage) and fail."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext import metrics
+
+    n, k = 4_000_000, 5
+    g = np.random.default_rng(9)
+    z = g.integers(0, k, n).astype(np.int8)
+    pred = np.where(g.random(n) < 0.5, z, g.integers(0, k, n)).astype(np.int8)
+    tracemalloc.start()
+    try:
+        f1 = metrics.macro_f1(z, pred, k)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0.5 < f1 < 0.7
+    assert peak < n, f"{peak / n:.1f} bytes a target"
+
+
+def test_the_referees_per_user_epsilons_are_looked_up_a_chunk_of_users_at_a_time() -> None:
+    """A budget (issue #38), not a timing: reading every target user's composed epsilon (`PerUser.at`, counts held
+    narrow and scaled as read) allocates (tracemalloc) under 10 bytes a user, the float64 result's 8 and a
+    chunk's temporaries, for 2M users; the int64 positions and the widened counts of every user at once came to
+    20.0 (measured) and fail. The numbers are the whole-array lookup's."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.attacks.evaluate import PerUser
+
+    n = 2_000_000
+    g = np.random.default_rng(10)
+    users = np.unique(g.integers(0, 10 * n, 3 * n).astype(np.int32))[:n]
+    counts = g.integers(1, 9, len(users)).astype(np.int8)
+    eps = PerUser(users, counts, scale=1.5)
+    asked = users[::-1].copy()
+    tracemalloc.start()
+    try:
+        got = eps.at(asked)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(got, counts[::-1].astype(np.float64) * 1.5)
+    assert peak < 10 * len(users), f"{peak / len(users):.1f} bytes a user"

@@ -51,3 +51,23 @@ def group_rows(users: np.ndarray, rows: np.ndarray | None = None) -> tuple[np.nd
     for c in row_chunks(n):
         inv[c] = np.searchsorted(uniq, users[c] if rows is None else users[rows[c]])
     return uniq, inv
+
+
+def gathered_mean(values: np.ndarray, index: np.ndarray, leaf: int = ROW_CHUNK) -> float:
+    """``values[index].mean()`` for a float64 table ``values`` and an (N,) ``index``, without the (N,) float64
+    gather (8 bytes a target, issue #38), bit for bit: numpy sums a contiguous float64 array pairwise (halves
+    rounded down to a multiple of 8 until a block of at most 128 is summed in 8 lanes), so a subtree of that
+    recursion whose range is at most ``leaf`` long, gathered and summed alone, is the same number, and the
+    subtrees are added as the recursion adds them (tests/attacks/test_chunks.py compares with numpy's own)."""
+    values = np.asarray(values, np.float64)
+    leaf = max(leaf, 128)  # numpy's recursion stops at 128: a smaller leaf would split where numpy does not
+
+    def pairwise(lo: int, n: int) -> np.float64:
+        if n <= leaf:
+            return np.add.reduce(values[index[lo : lo + n]])  # type: ignore[no-any-return]
+        half = n // 2
+        half -= half % 8
+        return pairwise(lo, half) + pairwise(lo + half, n - half)
+
+    n = len(index)
+    return float(pairwise(0, n) / n) if n else float(np.float64(np.nan))

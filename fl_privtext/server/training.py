@@ -127,7 +127,13 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
             share = CV_MAX_UPLOADS / len(y)
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
-            cv = np.flatnonzero(np.isin(groups, keep))
+            # the sampled users' uploads, a chunk of uploads at a time: np.isin over every training upload at once
+            # held ~8 bytes an upload of temporaries (offsets, range masks; issue #38)
+            member = np.empty(len(groups), bool)
+            for a in range(0, len(groups), CHUNK_ROWS * 16):
+                member[a : a + CHUNK_ROWS * 16] = np.isin(groups[a : a + CHUNK_ROWS * 16], keep)
+            cv = np.flatnonzero(member)
+            del member
         every = len(cv) == len(y)  # the selection reads every upload: its folds' sums are the winner's too
         # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them; every one: x itself where in memory)
         x_cv = x if every and not is_mapped(x) else take_rows(x, cv)
@@ -163,11 +169,17 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
 def predict_rows(model: Learner, features: np.ndarray, index: np.ndarray, chunk: int | None = None) -> np.ndarray:
     """The class ``model`` gives each upload ``features[index]`` (argmax of its logits), ``chunk`` uploads at a
     time (default `fl_privtext.memory.CHUNK_ROWS`; `take_rows`: a mapped ``features`` keeps no page resident).
-    Each upload's logits are its own row of the product, so the classes do not depend on the chunk."""
+    Each upload's logits are its own row of the product, so the classes do not depend on the chunk. Held in int8
+    up to 127 classes (int64 beyond): the same values as argmax's int64, written into one array as they come
+    (issue #38: the chunks' int64 parts and their concatenation were 16 bytes a test upload)."""
     step = chunk or CHUNK_ROWS
-    parts = [model.logits(take_rows(features, index[a : a + step])).argmax(axis=1)
-             for a in range(0, len(index), step)]
-    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    out = np.zeros(0, np.int64)
+    for a in range(0, len(index), step):
+        logits = model.logits(take_rows(features, index[a : a + step]))
+        if a == 0:
+            out = np.empty(len(index), np.int8 if logits.shape[1] <= 127 else np.int64)
+        out[a : a + len(logits)] = logits.argmax(axis=1)
+    return out
 
 
 def public_input_norm2(public: PublicSpec, mechanism: Any) -> tuple[float | None, str]:
@@ -238,8 +250,8 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     train_users = len(np.unique(train_groups)) if fitted else 0  # the clients' prior (below) reads only this
     del train_groups
     pred = predict_rows(model, features, test_at)
-    # evaluated against the true labels of test users (int64, from the held codes: no widened copy of every record)
-    truth = prep.ds.label_codes[test_rows].astype(np.int64)
+    # evaluated against the true labels of test users, as the codes are held (narrow: no int64 copy; issue #38)
+    truth = prep.ds.label_codes[test_rows]
     out: dict[str, Any] = {
         "available": True,
         "learner": chosen,  # server.learner, or what auto chose
@@ -275,12 +287,10 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
                                 "absent": metrics.accuracy(truth[~g], pred[~g])}
                     per[cls]["gap"] = abs(per[cls]["present"] - per[cls]["absent"])
             fairness[spec.name] = {"per_class": per, "gap": max((v["gap"] for v in per.values()), default=0.0)}
-        else:
-            names = np.asarray(spec.classes, dtype=object)[z]
-            per_group = metrics.group_accuracy(truth, pred, names)
+        else:  # by code (no (test uploads,) object array of names): the same groups, in their names' order
+            per_group = metrics.group_accuracy_by_code(truth, pred, z, spec.classes)
             fairness[spec.name] = {"per_group": per_group, "gap": metrics.fairness_gap(per_group)}
     out["fairness"] = fairness
-    values, counts = np.unique(y_train, return_counts=True)
     def export(m: Learner) -> dict[str, np.ndarray]:
         e = m.export()  # a dict of arrays (fl_privtext.server.learners: the exported format)
         if server.center:  # the clients must centre E[upload | x] as the server centred the uploads
@@ -295,4 +305,4 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     prior = None
     if sendable is not None:  # the clients choose: the constant is scored from the labels the server holds
         prior = constant_from_labels(y_train, k, label_epsilon, train_users)
-    return Trained(out, exports.get(chosen) or export(model), int(values[counts.argmax()]), sendable, prior)
+    return Trained(out, exports.get(chosen) or export(model), int(metrics.majority_class(y_train)), sendable, prior)

@@ -75,8 +75,15 @@ def split_uploads(prep: Prepared, rows: np.ndarray, labels: np.ndarray, seen: np
     if len(labels) != u or (seen is not None and len(seen) != u):
         raise ValueError(f"split_uploads needs one label and one seen id per upload; got {u} rows, {len(labels)} "
                          f"labels, {None if seen is None else len(seen)} seen ids.")
-    train, test, groups, test_rows = _Column(u), _Column(u), _Column(u), _Column(u)
-    y = np.empty(u, np.asarray(labels[:0]).dtype)
+    # a first pass counts the test uploads, so that each column is allocated at its own length: columns of every
+    # upload's length, sliced, kept the whole buffers alive through the training (24 bytes an upload held where
+    # ~14 are filled: 0.35 GB more at ten million synthetic users, issue #38)
+    n_test = 0
+    for a in range(0, u, step):
+        n_test += int(np.count_nonzero(prep.roles[np.asarray(rows[a : a + step], np.int64)] == "test"))
+        drop_mapped_pages(rows)
+    train, test, groups, test_rows = _Column(u - n_test), _Column(n_test), _Column(u - n_test), _Column(n_test)
+    y = np.empty(u - n_test, np.asarray(labels[:0]).dtype)
     n_train = 0
     users_of = prep.ds.user_index.reshape(-1)  # without seen: the record's account, as `server_users` of rows
     for a in range(0, u, step):

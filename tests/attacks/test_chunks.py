@@ -5,7 +5,7 @@ import inspect
 import numpy as np
 import pytest
 
-from fl_privtext.attacks.chunks import ROW_CHUNK, row_chunks
+from fl_privtext.attacks.chunks import ROW_CHUNK, gathered_mean, row_chunks
 from fl_privtext.learn import MLPClassifier
 
 
@@ -187,3 +187,20 @@ def test_narrow_chunked_referee_pieces_equal_the_whole_array_forms(monkeypatch, 
     one = priors[0]
     shared = ceilings.attribute_ceiling_many(np.broadcast_to(one, priors.shape), eps, 0.0)
     assert np.array_equal(shared, old(np.tile(one, (len(uniq), 1)), eps, np.float64(0.0)))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 129, 8_193, 70_001, 1_000_003])
+def test_gathered_mean_is_numpys_mean_of_the_gather_bit_for_bit(n: int) -> None:
+    """`gathered_mean` follows numpy's pairwise sum over the gathered array (a subtree of at most ``leaf`` entries
+    gathered at a time): the same float64 as ``values[index].mean()``, at any leaf size; a plain running sum of the
+    chunks (also tried here) is not always."""
+    g = np.random.default_rng(n)
+    values = g.random(6) * np.array([1.0, 1e6, 1e-6, 3.0, 7e3, 0.1])
+    index = g.integers(0, 6, n).astype(np.int8)
+    want = values[index].mean() if n else np.nan
+    for leaf in (8, 128, 1_000, 1 << 12, ROW_CHUNK):
+        got = gathered_mean(values, index, leaf)
+        assert got == want or (np.isnan(got) and np.isnan(want))
+    if n >= 1_000_003:
+        running = sum(float(values[index[c]].sum()) for c in row_chunks(n, 1 << 12)) / n
+        assert running != want  # the order matters: the test would see a plain chunked sum
