@@ -135,44 +135,27 @@ def drop_dataset_pages(ds: Any) -> int:
 
 GB = 1024**3
 # The calibrated model of a run's peak resident memory, summed over the process tree (driver, Ray, actors), from
-# benchmarks/bench_scale.py (GloVe, 50 dimensions, 2 local actors; benchmarks/README.md, issue #38): a base that does
-# not grow with the population (Ray, the actors, torch and the libraries) plus, per record, a few float32 copies of
-# its representation (the replies' bytes and the server's merge during a round, the merged uploads until the attacks
-# end, the server's training selection, the attacks' selection, and the pages of the feature cache an actor reads
-# for one client's upload) and ~60 bytes of columns (user, label, role, row ids). It was 7.3 copies (6.58 GB
-# measured at 1M users: 3.66M records, 100 clients) while every actor kept the pages of every feature it had
-# read resident; the actors now drop them after each reply (`drop_mapped_pages`): at 100,000 users (20 clients, 2
-# actors) each actor's RSS in the server-training stage fell by one copy (0.29 -> 0.22 GB), so 1.5 copies less
-# here (two actors, less what one client's upload touches during the round: at 100 clients ~18% of the pages).
-# Recalibrated at 1M with the drop (benchmarks/README.md, "1M users, the eighth session"): 5.34 GB measured, so
-# 4.8 copies (estimate 5.37 GB); the same model over-states the measured 200k (2.40 -> 2.61) and 50k (1.83 ->
-# 2.07) peaks, as a budget check should. The uploads now live on disk between stages (`Spill`: neither the
-# replies nor their merged copy are resident, benchmarks/README.md, "Uploads on disk between stages"): the
-# measured peak's slope from 50k to 200k users fell from ~1,000 to ~720 bytes a record (1.91 -> 1.78 GB at 50k,
-# 2.42 -> 2.15 GB at 200k), and at 1M (commit 5996570) 5.34 -> 4.38 GB: 3.4 copies (estimates 2.03, 2.40 and
-# 4.42 GB: at or above all three, as a budget check should be). The tenth session (benchmarks/README.md, "What
-# stayed resident") took out the dataset's Arrow pages, the attack's target copy (mapped), the clean rows' cache
-# pages and the eavesdropper's views of each reply's bytes: 4.41 -> 2.91 GB at 1M (the peak now in server
-# training: its training copy and the learners' fits), 1.61 GB at 200k; but the slope between them is still
-# ~2.1 GB per million users (~610 B a record), so 2.8 copies: the estimate follows the slope (1M 4.0 GB, 10M
-# users 23.0 GB) rather than the 1M point alone, which a line through the base would put at 1.4 copies and under-
-# state 10M by ~9 GB. What is left per record: columns, the server's training copy, the attack's score arrays.
-# The eleventh session took out the training copy (`rows_on_disk`): on cached features the peak is 2.79 GB at 1M
-# and 2.01 at 200k (~1.0 GB per million users; the steepest stage, the attacks, 1.2), which alone would say
-# ~1.5 copies; but a cold 1M run peaked at 3.67 GB in the on-device round (the actors' transient, not yet
-# found), above that estimate (3.1 GB), so COPIES stays 2.8 (estimates 1M 4.0, 200k 2.3: above all these peaks).
-# The thirteenth session (benchmarks/README.md, "Ten million users") measured 3M users for the first time: with
-# the twelfth session's code the peak's slope from 1M to 3M was ~0.34 GB per million users after the fingerprint's,
-# extraction's and user index's transients went (generate 3.05 -> 1.15 GB, extract 4.21 -> 2.19 at 3M), with the
-# per-record columns in their narrowest types since: what grows is integer columns (user, roles, shards, the view's
-# labels / senders / users, the referee's per-user sums), no longer float copies of the representations, which stay
-# on disk between stages. The old model (2.8 copies: 23.0 GB at 10M) refused a 10M run that needs ~8. Recalibrated
-# on the measured peaks (1M cached 2.65 GB, 3M cold 3.65 GB: estimates 2.81 and 4.04 GB; 10M 8.3 GB), keeping half a
-# float copy per record as the hedge for wider representations (384-dimensional MiniLM: +0.77 kB a record).
-BASE_GB = 1.6
+# benchmarks/bench_scale.py (GloVe, 50 dimensions, 2 local actors; benchmarks/README.md, issue #38; the earlier
+# calibrations, 2.8 float copies a record down to half a copy, are in the sessions' sections there). Since the
+# uploads live on disk between stages and the per-record columns are held in their narrowest types, two things grow:
+# - the population: integer columns (users, roles, shards, labels, the eavesdropper's record ids, the referee's
+#   per-user sums), ``COLUMN_BYTES`` a record plus ``COPIES`` float copies of a representation as a hedge for wider
+#   ones (never measured at scale beyond GloVe's 50 dimensions). Measured (eighteenth session, RSS + /dev/shm) at
+#   the same reply size, 1M users / 100 clients 1.99 GB and 10M / 1,000 clients 3.90 GB: 58 bytes a record;
+# - one reply: a client's whole upload crosses the driver, its actor and Ray's object store at once (the reply's
+#   bytes, their serialised and deserialised copies, the spill's buffer; two actors' replies in flight), about
+#   ``REPLY_COPIES`` copies of the largest reply: 1M users with 10 clients (366k records a reply, 79 MB) peaked
+#   0.47 GB above 1M with 100 clients (7.9 MB a reply).
+# The constants put the estimate above every measured peak (10M / 100 clients 3.83 GB: estimate 4.7; 10M / 1,000
+# 3.90: 4.3; 1M / 10 2.46: 2.6; 1M / 100 1.99: 2.1; 300k / 100 1.85: 2.0), as a budget check should be, without
+# refusing a run that fits (the previous model, 0.5 float copies a record, put 10M users at 8.3 GB: it refused a
+# 10M run under run.memory-gb = 8 that peaks at 3.8).
+BASE_GB = 1.25
 ACTOR_GB = 0.3
-COPIES = 0.5
-COLUMN_BYTES = 80
+COPIES = 0.05
+COLUMN_BYTES = 60
+REPLY_COPIES = 7
+REPLY_EXTRA_BYTES = 16  # a reply's labels and record ids, 8 bytes each on the wire
 
 
 def machine_memory_gb() -> float:
@@ -188,22 +171,28 @@ def machine_memory_gb() -> float:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GB
 
 
-def estimate_peak_gb(records: int, dim: int, actors: int) -> float:
+def estimate_peak_gb(records: int, dim: int, actors: int, reply_records: int | None = None) -> float:
     """The peak resident memory of a run over ``records`` records of ``dim``-dimensional representations with
-    ``actors`` local Ray actors, by the calibrated model above (GB)."""
-    return BASE_GB + ACTOR_GB * actors + records * (COPIES * 4 * dim + COLUMN_BYTES) / GB
+    ``actors`` local Ray actors, whose largest reply carries ``reply_records`` uploads (default ``records``: one
+    client), by the calibrated model above (GB)."""
+    reply = records if reply_records is None else reply_records
+    return (BASE_GB + ACTOR_GB * actors + records * (COPIES * 4 * dim + COLUMN_BYTES) / GB
+            + reply * REPLY_COPIES * (4 * dim + REPLY_EXTRA_BYTES) / GB)
 
 
-def check_memory_budget(budget_gb: float, records: int, dim: int, actors: int) -> float:
+def check_memory_budget(budget_gb: float, records: int, dim: int, actors: int,
+                        reply_records: int | None = None) -> float:
     """The budget in GB (``run.memory-gb``; 0 = `machine_memory_gb`); a run whose estimated peak exceeds it is
     refused in one line, before anything starts, naming the estimate and what to change."""
     budget = budget_gb if budget_gb > 0 else machine_memory_gb()
-    need = estimate_peak_gb(records, dim, actors)
+    need = estimate_peak_gb(records, dim, actors, reply_records)
     if need > budget:
         source = f"run.memory-gb = {budget_gb:g}" if budget_gb > 0 else f"the {budget:.1f} GB this machine has free"
         raise ValueError(f"This run needs about {need:.1f} GB at its peak ({records:,} records of {dim} dimensions, "
-                         f"{actors} local actors; benchmarks/README.md, 'memory') and {source} is less: raise "
-                         "run.memory-gb, or simulate fewer users (data.options), or a narrower extractor.")
+                         f"{actors} local actors, up to {reply_records if reply_records is not None else records:,} in one "
+                         f"reply; benchmarks/README.md, 'memory') and {source} is less: raise run.memory-gb, or "
+                         "simulate fewer users (data.options), more clients (federation.num-clients), or a "
+                         "narrower extractor.")
     return budget
 
 

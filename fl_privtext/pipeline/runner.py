@@ -53,8 +53,12 @@ def validate(cfg: ExperimentConfig) -> Prepared:
             f"{cfg.data.name!r}; use at most {n_users} clients."
         )
     prep = prepare(cfg, features="none")
-    # the budget (run.memory-gb) against the calibrated estimate of this run's peak, before Ray or extraction
-    check_memory_budget(cfg.run.memory_gb, len(prep.ds), int(prep.extractor.dim), local_actors(cfg.federation))
+    # the budget (run.memory-gb) against the calibrated estimate of this run's peak, before Ray or extraction; the
+    # largest reply: a client's whole shard, or its slice of one round under the stream schedule
+    rounds = cfg.federation.rounds if cfg.federation.schedule == "stream" else 1
+    reply = max((-(-len(s) // rounds) for s in prep.shards), default=0)
+    check_memory_budget(cfg.run.memory_gb, len(prep.ds), int(prep.extractor.dim), local_actors(cfg.federation),
+                        reply_records=reply)
     if cfg.federation.schedule == "stream" and min(len(s) for s in prep.shards) < cfg.federation.rounds:
         raise ValueError(
             f"federation.schedule='stream' spreads each client's users over {cfg.federation.rounds} rounds, but a "
