@@ -306,6 +306,18 @@ def _uploads_point(n: int, d: int, seed: int):
     return x, labels, SimpleNamespace(ds=ds, roles=roles, features=None)
 
 
+def _mapped_uploads_point(tmp_path, n: int, d: int, seed: int):
+    """`_uploads_point` with its uploads, record ids and labels saved under ``tmp_path`` and mapped read-only, as the
+    Flower path's driver holds a round (the in-memory uploads freed): (labels, prepared point, maps)."""
+    import numpy as np
+
+    x, labels, prep = _uploads_point(n, d, seed)
+    for name, a in (("x", x), ("rows", np.arange(n)), ("labels", labels)):
+        np.save(tmp_path / f"{name}.npy", a)
+    del x
+    return labels, prep, {k: np.load(tmp_path / f"{k}.npy", mmap_mode="r") for k in ("x", "rows", "labels")}
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
 def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path, monkeypatch) -> None:
     """A budget (issue #38), not a timing: until the learners' pass begins, the server's training (on the round's
@@ -326,11 +338,7 @@ def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path,
 
     return_freed_arrays()  # as the run's driver (`pipeline.prepare`): freed temporaries go back to the OS
     n, d = 4_000_000, 2  # narrow uploads: the per-upload bookkeeping dominates what the copy adds
-    x, labels, prep = _uploads_point(n, d, 11)
-    for name, a in (("x", x), ("rows", np.arange(n)), ("labels", labels)):
-        np.save(tmp_path / f"{name}.npy", a)
-    del x
-    mapped = {k: np.load(tmp_path / f"{k}.npy", mmap_mode="r") for k in ("x", "rows", "labels")}
+    labels, prep, mapped = _mapped_uploads_point(tmp_path, n, d, 11)
     cfg = ExperimentConfig.from_flat({"run.progress": False, "server.learner": "lda"})
     seen: dict[str, object] = {}
     fit = training.fit_learner
@@ -363,18 +371,12 @@ def test_server_training_allocates_few_bytes_an_upload_through_its_evaluation(tm
     of fixed size, whatever the uploads: tests/test_bootstrap.py) is stubbed out here."""
     import tracemalloc
 
-    import numpy as np
-
     from fl_privtext.config import ExperimentConfig
     from fl_privtext.public import PublicSpec
     from fl_privtext.server import training
 
     n, d = 2_000_000, 2
-    x, labels, prep = _uploads_point(n, d, 12)
-    for name, a in (("x", x), ("rows", np.arange(n)), ("labels", labels)):
-        np.save(tmp_path / f"{name}.npy", a)
-    del x
-    mapped = {k: np.load(tmp_path / f"{k}.npy", mmap_mode="r") for k in ("x", "rows", "labels")}
+    _, prep, mapped = _mapped_uploads_point(tmp_path, n, d, 12)
     cfg = ExperimentConfig.from_flat({"run.progress": False, "server.learner": "lda"})
     monkeypatch.setattr(training, "counts_bootstrap", lambda *a, **k: (0.0, 1.0))
     tracemalloc.start()
