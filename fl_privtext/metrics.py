@@ -32,11 +32,10 @@ def confusion(y_true: np.ndarray, y_pred: np.ndarray, k: int) -> np.ndarray:
         raise ValueError(f"confusion needs two arrays of one length; got {y_true.shape} and {y_pred.shape}.")
     cm = np.zeros(k * k, np.int64)
     for a in range(0, len(y_true), COUNT_CHUNK):
-        cell = y_true[a : a + COUNT_CHUNK].astype(np.int64) * k + y_pred[a : a + COUNT_CHUNK]
-        if len(cell) and (cell.min() < 0 or cell.max() >= k * k or y_pred[a : a + COUNT_CHUNK].min() < 0
-                          or y_pred[a : a + COUNT_CHUNK].max() >= k):
+        t, p = y_true[a : a + COUNT_CHUNK], y_pred[a : a + COUNT_CHUNK]
+        if len(t) and (min(t.min(), p.min()) < 0 or max(t.max(), p.max()) >= k):
             raise ValueError(f"confusion needs class indices in [0, {k}).")
-        cm += np.bincount(cell, minlength=k * k)
+        cm += np.bincount(t.astype(np.int64) * k + p, minlength=k * k)
     return cm.reshape(k, k)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.metrics import macro_f1_from_confusion
+from fl_privtext.metrics import confusion, macro_f1_from_confusion
 
 __all__ = ["MODEL_KEYS", "check_model", "confusion", "is_finite", "mlp_logits", "on_device_counts", "summarize"]
 
@@ -85,11 +85,6 @@ def mlp_logits(params: dict[str, np.ndarray], x: np.ndarray, batch_size: int = 8
         out.append(h)
     width = params[f"bias_{layers - 1}"].shape[0]
     return np.concatenate(out) if out else np.zeros((0, width), np.float32)
-
-
-def confusion(truth: np.ndarray, pred: np.ndarray, k: int) -> np.ndarray:
-    """(k, k) int64 counts: row = true label, column = prediction."""
-    return np.bincount(np.asarray(truth, np.int64) * k + np.asarray(pred, np.int64), minlength=k * k).reshape(k, k)
 
 
 def on_device_counts(features: np.ndarray, labels: np.ndarray, mechanism: Any,
