@@ -100,7 +100,7 @@ import numpy as np
 
 from fl_privtext.ondevice import mlp_logits
 from fl_privtext.rng import generator
-from fl_privtext.server.learners import LDA, MEMO_BYTES, ClassStats, Learner
+from fl_privtext.server.learners import LDA, MEMO_BYTES, ClassStats, Constant, Learner
 from fl_privtext.server.noise import NoiseLaw
 
 __all__ = ["CLEAN_MARGIN", "LEARNER_RULE", "FoldStats", "clean_accuracy", "cross_validate", "select"]
@@ -172,8 +172,11 @@ class HeldOutModel:
     class at a time (tests/server/test_clean_selection.py checks them against that loop)."""
 
     def __init__(self, raw: ClassStats, num_classes: int, law: NoiseLaw, label_rr: np.ndarray | None = None,
-                 seed: int = 0, draws: int = CLEAN_DRAWS):
+                 seed: int = 0, draws: int = CLEAN_DRAWS, scratch: dict[str, np.ndarray] | None = None):
         self.k, self.seed, self.draws = num_classes, int(seed), draws
+        # where the linear heads' (K, K, draws) scores are written: ``scratch["scores"]``, kept there for the next
+        # head and the next fold's model (`_oof_all`: one buffer for the selection, not a fresh one per fold)
+        self.scratch = {} if scratch is None else scratch
         lda = LDA(num_classes=num_classes, noise=law, label_rr=label_rr)
         # a fresh object: what is derived here is not kept on ``raw`` (the folds' sums live through the selection)
         lda.stats = st = dataclasses.replace(raw).prepared(law.variance, label_rr)
@@ -182,7 +185,7 @@ class HeldOutModel:
         self.counts = np.maximum(st.counts, 1.0)
         self.pi = np.clip(st.counts, 0.0, None) / max(float(np.clip(st.counts, 0.0, None).sum()), 1e-12)
         self.m = st.means
-        self._z: np.ndarray | None = None  # (draws, K): the linear heads' draws, the generator's first
+        self._z: np.ndarray | None = None  # (K, draws): the linear heads' draws, the generator's first, transposed
 
     def accuracy(self, export: dict[str, np.ndarray]) -> tuple[float, float]:
         """(accuracy, unresolved) of the head ``export`` (`clean_accuracy`)."""
@@ -196,19 +199,27 @@ class HeldOutModel:
             if not np.any(w):  # the constant: every draw scores b, the first largest bias wins for every class
                 return float(pi[int(np.argmax(b))]), unresolved
             if self._z is None:
-                self._z = generator(self.seed, "clean-accuracy", k).standard_normal((self.draws, k))
+                self._z = _score_draws(self.seed, k, self.draws)
             a = w @ sigma @ w.T
             spread = float(np.clip(np.linalg.eigvalsh((a + a.T) / 2), 0.0, None).sum())
             cov = a - (w @ s_up @ w.T)[None] / counts[:, None, None]  # (K, K, K): class c's score covariance
             lam, vec = np.linalg.eigh((cov + cov.transpose(0, 2, 1)) / 2)
             root = vec * np.sqrt(np.clip(lam, 0.0, None))[:, None, :]
             centre = np.stack([w @ m[c] + b for c in range(k)])  # (K, K): each class's mean scores
-            scores = centre[:, None, :] + self._z @ root.transpose(0, 2, 1)  # (K, draws, K): class c's draws
-            pred = scores.argmax(axis=2)  # (K, draws)
+            # (K, K, draws): class c's draws, score j along the middle axis (contiguous rows for the comparisons
+            # below), one product for every class into a buffer kept for the next head: entry [c, j, d] is entry
+            # [c, d, j] of the earlier z @ root[c]^T (the same K-term dot product, bit for bit: test_clean_selection)
+            scores = self.scratch.get("scores")
+            if scores is None or scores.shape != (k, k, self.draws):
+                scores = self.scratch["scores"] = np.empty((k, k, self.draws))
+            np.matmul(root.reshape(k * k, k), self._z, out=scores.reshape(k * k, self.draws))
+            scores += centre[:, :, None]
+            hits = _first_argmax_hits(scores)
+            negative = np.clip(lam, None, 0.0)
             for c in range(k):
-                acc += pi[c] * float(np.mean(pred[c] == c))
+                acc += pi[c] * (int(hits[c]) / self.draws)  # = np.mean(pred[c] == c): an exact count over draws
                 if spread > 1e-300:
-                    unresolved = max(unresolved, float(-np.clip(lam[c], None, 0.0).sum()) / spread)
+                    unresolved = max(unresolved, float(-negative[c].sum()) / spread)
             return acc, unresolved
         g = generator(self.seed, "clean-accuracy", k)  # deeper heads: clean points drawn in D dimensions
         lam, vec = np.linalg.eigh((sigma + sigma.T) / 2)
@@ -219,6 +230,34 @@ class HeldOutModel:
             acc += pi[c] * float(np.mean(mlp_logits(export, pts).argmax(axis=1) == c))
             unresolved = max(unresolved, float(np.trace(s_up)) / counts[c] / spread)
         return acc, unresolved
+
+
+@functools.lru_cache(maxsize=8)
+def _score_draws(seed: int, k: int, draws: int) -> np.ndarray:
+    """(K, draws) the linear heads' standard-normal draws (`HeldOutModel`: the generator's first (draws, K)),
+    transposed and contiguous, the same for every held-out fold of a selection (the same seed and K): drawn once,
+    read-only."""
+    z = np.ascontiguousarray(generator(seed, "clean-accuracy", k).standard_normal((draws, k)).T)
+    z.flags.writeable = False
+    return z
+
+
+def _first_argmax_hits(scores: np.ndarray) -> np.ndarray:
+    """(K,) for scores (K, K, draws) (class c's draws, score j along axis 1): how many of class c's draws have c
+    as their FIRST largest score, ``np.count_nonzero(scores.argmax(axis=1)[c] == c)`` exactly: c is argmax's
+    answer iff its score exceeds every earlier one and is at least every later one. By comparisons over the
+    contiguous draws (argmax over a short middle axis was most of the estimate's time). A NaN own score (argmax
+    takes the first NaN) is left to argmax itself."""
+    k = scores.shape[0]
+    own = scores[np.arange(k), np.arange(k)]  # (K, draws): class c's own score
+    if np.isnan(own).any():
+        return np.count_nonzero(scores.argmax(axis=1) == np.arange(k)[:, None], axis=1)
+    win = np.ones(own.shape, bool)
+    for j in range(k):
+        col = scores[:, j]  # (K, draws): every class's score j
+        win[j + 1:] &= own[j + 1:] > col[j + 1:]  # an earlier maximum wins the tie
+        win[:j] &= own[:j] >= col[:j]
+    return np.count_nonzero(win, axis=1)
 
 
 Splits = list[tuple[np.ndarray, np.ndarray]]
@@ -349,6 +388,7 @@ def _oof_all(makers: Mapping[str, Callable[[], Learner]], x: np.ndarray, y: np.n
     if cleans is not None:
         cleans.update({name: [] for name in makers})
     inv = None if label_rr is None else np.linalg.inv(label_rr)
+    scratch: dict[str, np.ndarray] = {}  # the clean estimates' score buffer, every fold's (HeldOutModel)
     for f, (tr, te) in enumerate(splits):
         x_te: np.ndarray | None = None  # (n_te, D) float64, what every learner's logits read
         held: HeldOutModel | None = None
@@ -361,18 +401,23 @@ def _oof_all(makers: Mapping[str, Callable[[], Learner]], x: np.ndarray, y: np.n
                 model = model.fit(x[tr], y[tr])
             if law is not None and cleans is not None:
                 if held is None:
-                    held = HeldOutModel(stats.held_out(f, num_classes), num_classes, law, label_rr)
+                    held = HeldOutModel(stats.held_out(f, num_classes), num_classes, law, label_rr, scratch=scratch)
                 cleans[name].append(held.accuracy(model.export()))
                 if held.sigma.nbytes > MEMO_BYTES:  # wide uploads: its D x D matrices not kept beside the next fit
                     held = None
-            if x_te is None:
-                x_te = stats.held_rows(f)
-            s = model.logits(x_te)
-            if not stats.keeps_rows:  # (n_fold, D) float64 beyond FOLD_ROWS_BYTES: not kept beside the next fit
-                x_te = None
-            s = s - s.max(axis=1, keepdims=True)
+            if isinstance(model, Constant):  # every upload's logits are its log prior: one row, the same numbers
+                s = model.b[None, :]
+            else:
+                if x_te is None:
+                    x_te = stats.held_rows(f)
+                s = model.logits(x_te)
+                if not stats.keeps_rows:  # (n_fold, D) float64 beyond FOLD_ROWS_BYTES: not kept beside the next fit
+                    x_te = None
+            s = s - _row_max(s)
             logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
             pred = s.argmax(axis=1)
+            if len(s) != len(te):  # the constant's one row, as every upload's
+                logp, pred = np.broadcast_to(logp, (len(te), logp.shape[1])), np.repeat(pred, len(te))
             hits, loss = out[name]
             if inv is None:
                 hits[te] = pred == y[te]
@@ -385,6 +430,15 @@ def _oof_all(makers: Mapping[str, Callable[[], Learner]], x: np.ndarray, y: np.n
                 loss[te] = -np.log(np.maximum(q[np.arange(len(te)), y[te]], 1e-300))
                 hits[te] = inv[y[te], pred]
     return out
+
+
+def _row_max(s: np.ndarray) -> np.ndarray:
+    """(N, 1) ``s.max(axis=1, keepdims=True)`` of logits (N, K), a column at a time (the same numbers: a maximum is
+    exact, NaN included; a reduction over a short last axis costs a call per row)."""
+    top = s[:, 0].copy()
+    for j in range(1, s.shape[1]):
+        np.maximum(top, s[:, j], out=top)
+    return top[:, None]
 
 
 def cross_validate(make: Callable[[], Learner], x: np.ndarray, y: np.ndarray, groups: np.ndarray,

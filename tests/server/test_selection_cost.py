@@ -143,6 +143,48 @@ def test_the_batched_clean_estimates_are_the_per_class_loops_bit_for_bit():
     assert len(seen) > 20  # the cases differ: a comparison of constants would not test anything
 
 
+def test_first_argmax_hits_count_what_argmax_answers_ties_nan_and_inf_included():
+    g = np.random.default_rng(0)
+    for case in range(600):
+        k, draws = int(g.integers(1, 12)), int(g.integers(1, 60))
+        scores = g.integers(-2, 3, (k, k, draws)).astype(np.float64)  # small integers: many ties
+        for share, value in ((0.1 * (case % 3 == 0), np.nan), (0.1 * (case % 5 == 0), np.inf), (0.1, -0.0)):
+            scores[g.random(scores.shape) < share] = value
+        want = np.count_nonzero(scores.argmax(axis=1) == np.arange(k)[:, None], axis=1)
+        assert np.array_equal(selection._first_argmax_hits(scores), want), case
+
+
+def test_the_row_max_and_the_constants_one_row_are_the_full_rows_numbers():
+    g = np.random.default_rng(1)
+    for _ in range(300):
+        n, k = int(g.integers(1, 3000)), int(g.integers(1, 30))
+        s = g.standard_normal((n, k)) * g.uniform(0.1, 100)
+        s[g.random(s.shape) < 0.01] = np.nan
+        assert np.array_equal(selection._row_max(s), s.max(axis=1, keepdims=True), equal_nan=True)
+        b = np.log(g.dirichlet(np.ones(k)) + 1e-3)
+        full = np.tile(b, (n, 1))
+        full = full - full.max(axis=1, keepdims=True)
+        one = b[None, :] - b[None, :].max(axis=1, keepdims=True)
+        assert np.array_equal(full - np.log(np.exp(full).sum(axis=1, keepdims=True)),
+                              np.broadcast_to(one - np.log(np.exp(one).sum(axis=1, keepdims=True)), (n, k)))
+
+
+def test_held_out_models_sharing_their_score_buffer_give_a_fresh_ones_estimates():
+    g = np.random.default_rng(2)
+    k, d, n = 5, 9, 1200
+    y = g.integers(0, k, n)
+    x = (g.standard_normal((k, d))[y] * 0.5 + g.standard_normal((n, d))).astype(np.float32)
+    law = NoiseLaw.diagonal(np.full(d, 0.6))
+    scratch: dict[str, np.ndarray] = {}
+    for fold in range(3):
+        held = ClassStats.raw(x[fold::3], y[fold::3], k)
+        export = LDA(num_classes=k, noise=law).fit(np.delete(x, np.s_[fold::3], 0), np.delete(y, np.s_[fold::3])).export()
+        shared = HeldOutModel(held, k, law, scratch=scratch).accuracy(export)
+        assert shared == HeldOutModel(held, k, law).accuracy(export) == _clean_accuracy_per_class(export, held, k, law,
+                                                                                                 None)
+    assert scratch["scores"].shape == (k, k, 2000)
+
+
 def _counting_raw(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     rows: list[int] = []
     orig = learners.ClassStats.raw.__func__  # type: ignore[attr-defined]
