@@ -48,7 +48,7 @@ from fl_privtext.server.training import AUTO_DEFAULT, fit_learner, server_mlp_co
 DATA = {
     "default": {"data.name": "default"},
     "blog-glove": {"data.name": "blog", "data.options.max_rows": 10000},
-    "ag-glove": {"data.name": "ag_news_entities", "data.options.max_rows": 10000},
+    "ag-glove": {"data.name": "ag_news"},  # the staged AG news (ag_news_entities/ag_data.txt; no row option)
     # the frontier's cells (simulations/frontier.py): MiniLM features from the feature cache
     "blog-minilm": {"data.name": "blog", "data.options.max_rows": 10000, "extractor.name": "minilm"},
     "ag-minilm": {"data.name": "ag_news", "extractor.name": "minilm"},
