@@ -85,6 +85,14 @@ float64 once, kept for small samples; one `HeldOutModel` per fold with its class
 from the folds' counts), the paired tests' user index computed once, and what a fit derives from its sums computed
 once per statistics object (`fl_privtext.server.learners.ClassStats`: a fold's centroid and lda share it). Every
 candidate's scores and clean estimates are the ones scoring them one by one gave (the same tests).
+Per-call overhead (issue #38 item 3, 2026-11-29, nineteenth session): a linear head's clean estimate writes its
+scores as (K, K, draws) (one product of the stacked roots with the shared draws, into one buffer for the selection)
+and counts each class's first-argmax draws by comparisons over the contiguous draws (`_first_argmax_hits`), not
+argmax over a short axis (a call per draw); each row's largest logit is taken a column at a time and the constant's
+log-softmax on its one row. The same numbers bit for bit (tests/server/test_selection_cost.py); on blog GloVe auto
+went from 8.1-8.7x to 5.0-5.5x the LDA's own fit (CPU; benchmarks/bench_selection.py). What is left there: the
+fold fits (three LDA eigendecompositions and solves), the held-out logits and the six heads' 2,000 x K x K score
+draws are elementwise work, not overhead, and alone exceed the LDA's single pass (the commit message's profile).
 """
 
 from __future__ import annotations
