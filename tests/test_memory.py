@@ -520,6 +520,35 @@ def test_the_attribute_attack_holds_less_than_one_float_array_of_its_targets() -
     assert len(guess.target_index) == targets and guess.upload_pred.dtype == np.int8
 
 
+def test_the_per_user_soft_vote_and_decisions_add_few_bytes_a_user() -> None:
+    """A budget (issue #38), not a timing: turning the per-user sums of the attribute attack (`UserScores`, the
+    soft vote that divides by each user's uploads) into int8 answers (`_decide`) allocates at its peak under 8
+    bytes a user (measured 5.0 with 4 uploads a user: the counts in int32, narrowed, and the answers). The old
+    code took np.bincount of the targets' inverse (np.bincount widens it to int64: 8 bytes an upload) and its int64
+    counts, then argmax's int64 answer: 40 bytes a user here, ~0.4 GB at ten million users, held beside the
+    (users x classes) sums at the attack's per-user peak; the plain-logistic floor held two such sums at once."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.attacks.attribute import UserScores, _decide
+
+    users, k, per_user = 250_000, 3, 4
+    g = np.random.default_rng(3)
+    inv = g.permutation(np.arange(users * per_user, dtype=np.int32) // per_user)  # uploads in no order of users
+    sums = UserScores(inv, users, k, np.log(np.full(k, 1 / k)), "mean_prob")
+    sums.add(slice(None), np.log(g.dirichlet(np.ones(k), len(inv))))
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        answers = _decide(sums.result(), False)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak / users < 8, f"{peak / users:.1f} bytes a user at the soft vote's peak"
+    assert answers.dtype == np.int8 and len(answers) == users
+
+
 def test_take_rows_of_a_map_takes_narrowed_positions_as_they_are(tmp_path) -> None:
     """Positions held in a narrow integer type (`memory.narrowest`: the attack's targets, a snapshot's rows) read
     the same rows as int64 ones: the span arithmetic is widened first (int16 positions overflowed it)."""

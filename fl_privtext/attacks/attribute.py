@@ -55,7 +55,7 @@ from scipy import stats
 
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
-from fl_privtext.attacks.chunks import group_rows, row_chunks
+from fl_privtext.attacks.chunks import group_rows, group_sizes, row_chunks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
@@ -111,11 +111,13 @@ class UserScores:
     """`combine`'s per-user scores accumulated over row chunks: ``add(rows, logpost)`` for the uploads at positions
     ``rows`` (a slice of the grouped uploads), in order; ``result()`` the (U, k) scores. ``np.add.at`` adds in row
     order, so chunks taken in order add each user's terms in the order one call over every row does: the same
-    bits, with (chunk, k) intermediates instead of (n, k) ones (issue #38: the targets are millions of uploads)."""
+    bits, with (chunk, k) intermediates instead of (n, k) ones (issue #38: the targets are millions of uploads).
+    ``counts``: each user's rows (`AttackView.target_counts`, any integer type: the same quotients), else counted
+    here (`group_sizes`)."""
 
     def __init__(self, inv: np.ndarray, num_users: int, k: int, log_prior: np.ndarray, how: str,
-                 multilabel: bool = False) -> None:
-        self.inv, self.log_prior = inv, log_prior
+                 multilabel: bool = False, counts: np.ndarray | None = None) -> None:
+        self.inv, self.log_prior, self.counts = inv, log_prior, counts
         self.sum_log = how == "sum_log" and not multilabel  # multilabel: mean_prob only
         self.out = np.zeros((num_users, k))  # (U, k)
 
@@ -129,7 +131,8 @@ class UserScores:
         if self.sum_log:
             self.out += self.log_prior[None, :]
         else:
-            self.out /= np.bincount(self.inv, minlength=len(self.out))[:, None]
+            counts = group_sizes(self.inv, len(self.out)) if self.counts is None else self.counts
+            self.out /= counts[:, None]
         return self.out
 
 
@@ -150,11 +153,24 @@ def _class_dtype(k: int) -> type[np.signedinteger]:
 
 def _decide(scores: np.ndarray, multilabel: bool) -> np.ndarray:
     """Per-row answers from (n, k) scores: presence (multilabel, int8), else the class of largest score (its
-    index, `_class_dtype`: the same values as ``argmax``'s int64 in 1 byte while k <= 127)."""
+    index, `_class_dtype`: the same values as ``argmax``'s int64 in 1 byte while k <= 127). Decided `row_chunks`
+    rows at a time: the per-user answers are millions of rows, and ``argmax``'s whole int64 answer (or the
+    multilabel probabilities' copy) was 8 bytes a row beside the scores (issue #38)."""
     if multilabel:  # scores are probabilities (mean_prob) or log-probabilities of presence
-        probs = scores if scores.max(initial=0) <= 1 and scores.min(initial=0) >= 0 else np.exp(scores)
-        return (probs > 0.5).astype(np.int8)
-    return scores.argmax(axis=1).astype(_class_dtype(scores.shape[1]))
+        probs = bool(scores.max(initial=0) <= 1 and scores.min(initial=0) >= 0)
+        out = np.empty(scores.shape, np.int8)
+        for c in row_chunks(len(scores)):
+            out[c] = (scores[c] if probs else np.exp(scores[c])) > 0.5
+        return out
+    return _argmax_rows(scores)
+
+
+def _argmax_rows(scores: np.ndarray) -> np.ndarray:
+    """``scores.argmax(axis=1)`` in `_class_dtype`, `row_chunks` rows at a time (no (n,) int64 answer)."""
+    out = np.empty(len(scores), _class_dtype(scores.shape[1]))
+    for c in row_chunks(len(scores)):
+        out[c] = scores[c].argmax(axis=1)
+    return out
 
 
 def _decide_rows(logpost: np.ndarray, multilabel: bool) -> np.ndarray:
@@ -184,7 +200,7 @@ def user_truth(values: np.ndarray, users: np.ndarray, rows: np.ndarray | None = 
     counts = np.zeros((len(uniq), k), np.int32 if len(inv) < 2**31 else np.int64)
     for c in row_chunks(len(inv)):
         np.add.at(counts, (inv[c], values[c]), 1)
-    return uniq, counts.argmax(axis=1).astype(_class_dtype(k))
+    return uniq, _argmax_rows(counts)
 
 
 # ------------------------------------------------------------------------------------------------ families
@@ -538,7 +554,8 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
         return np.stack(cols, axis=1) if prob.multilabel else cols[0]
 
     # the targets `row_chunks` at a time (as `infer_attribute`): decisions and per-user sums, no (targets x k) array
-    sums = {how: UserScores(inv_t, len(users_t), prob.k, prob.log_prior(prob.z), how, prob.multilabel)
+    sums = {how: UserScores(inv_t, len(users_t), prob.k, prob.log_prior(prob.z), how, prob.multilabel,
+                            view.target_counts)
             for how in (("mean_prob",) if prob.multilabel else COMBINATIONS)}
     upload_pred = np.empty((len(targets), prob.k) if prob.multilabel else len(targets),
                            np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
@@ -652,7 +669,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
 
     def user_decisions(how: str, chunks: Iterator[tuple[slice, np.ndarray]]) -> np.ndarray:
         """(U,) the users' answers from their uploads' log posteriors, read chunk by chunk (one (U, k) sum held)."""
-        sums = UserScores(inv_t, len(users_t), prob.k, lp_all, how, prob.multilabel)
+        sums = UserScores(inv_t, len(users_t), prob.k, lp_all, how, prob.multilabel, view.target_counts)
         for c, lp in chunks:
             sums.add(c, lp)
         return _decide(sums.result(), prob.multilabel)

@@ -21,7 +21,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import gathered_mean, group_rows, row_chunks
+from fl_privtext.attacks.chunks import gathered_mean, group_rows, group_sizes, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
@@ -205,8 +205,9 @@ def _label_conditional(z: np.ndarray, labels: np.ndarray, k: int, num_labels: in
 
 
 def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.ndarray, k: int,
-                        users: np.ndarray, multilabel: bool) -> tuple[float, float, np.ndarray]:
-    """(per-upload ceiling, per-user ceiling, per-user epsilons)."""
+                        users: np.ndarray, multilabel: bool) -> tuple[float, float, float]:
+    """(per-upload ceiling, per-user ceiling, the users' median epsilon): the (U,) epsilons are not returned, so
+    they are not held through the rest of `score_attribute` (8 bytes a target user, issue #38)."""
     clear = view.labels_in_clear and view.num_labels > 1 and not multilabel
     eps_up = truth.epsilon if clear or view.num_labels <= 1 else truth.epsilon + truth.label_epsilon
     eps_users = truth.user_epsilon.at(users)
@@ -216,7 +217,7 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
         up = float(np.mean([ceilings.attribute_ceiling(np.array([1 - p, p]), eps_up, truth.delta) for p in pri]))
         us = float(np.mean([ceilings.attribute_ceiling_many(np.broadcast_to([1 - p, p], (len(users), 2)), eps_users,
                                                             d_users).mean() for p in pri]))
-        return up, us, eps_users
+        return up, us, _median(eps_users)
     if clear:
         labels = view.labels[idx]
         cond = _label_conditional(z, labels, k, view.num_labels)  # (L, k)
@@ -236,11 +237,16 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
         if not np.array_equal(uniq, users):  # the referee's users are these uploads' own (`user_truth`): no copy
             post = post[np.searchsorted(uniq, users)]
         us = float(ceilings.attribute_ceiling_many(post, eps_users, d_users).mean())
-        return up, us, eps_users
+        return up, us, _median(eps_users)
     prior = np.bincount(z, minlength=k) / len(z)
     up = ceilings.attribute_ceiling(prior, eps_up, truth.delta)
     us = float(ceilings.attribute_ceiling_many(np.broadcast_to(prior, (len(users), k)), eps_users, d_users).mean())
-    return up, us, eps_users
+    return up, us, _median(eps_users)
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of per-user figures, 0.0 for none (results.json ``median_epsilon``)."""
+    return float(np.median(values)) if len(values) else 0.0
 
 
 def _ci(verdict: dict[str, object]) -> tuple[float, float]:
@@ -305,7 +311,11 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     # a column's per-user sum is a non-negative integer at most the user's records (times the classes, multilabel's
     # cell counts): held in the narrowest unsigned type that holds the largest (`counts_dtype`: 1 byte a column
     # while no user has more than 255 records), the same numbers, widened a block at a time by the bootstrap
-    dtype = counts_dtype(int(np.bincount(inv).max(initial=0)) * (z.shape[1] if multilabel else 1))
+    # (each user's records: the view's shared counts when these are its targets, else `group_sizes`; np.bincount
+    # took an int64 copy of ``inv``)
+    records = view.target_counts if inv is view.targets[2] else group_sizes(inv, len(users))
+    dtype = counts_dtype(int(records.max(initial=0)) * (z.shape[1] if multilabel else 1))
+    del records
     per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k), dtype)
     for c in row_chunks(len(idx)):
         np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel).astype(dtype))
@@ -328,7 +338,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     t_users, z_user = user_truth(z, view.user, idx, _grouped(view, view.user, idx))
     assert np.array_equal(t_users, guess.target_users)
     k = len(spec.classes)
-    ceil_up, ceil_user, eps_users = _attribute_ceilings(view, truth, z, idx, k, t_users, multilabel)
+    ceil_up, ceil_user, median_eps = _attribute_ceilings(view, truth, z, idx, k, t_users, multilabel)
     acc = metrics.accuracy(z, guess.upload_pred)
     acc_user = metrics.accuracy(z_user, guess.user_pred)
     n_cells = z.size if multilabel else len(z)
@@ -348,7 +358,7 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
         "floor_logistic": floor_user["mean_prob"], "floor_logistic_by_combination": floor_user,
         "ceiling_vacuous": v_user["ceiling_vacuous"], "violation": v_user["violation"],
         "learned_accuracy": metrics.accuracy(z_user, guess.learned_user_pred), "num_users": len(t_users),
-        "median_epsilon": float(np.median(eps_users)) if len(eps_users) else 0.0,
+        "median_epsilon": median_eps,
         "attacker": guess.diagnostics["per_user_attacker"],
         "learned_attacker": guess.diagnostics["learned_per_user_attacker"],
         "test": guess.diagnostics["per_user_test"],

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_privtext.attacks.chunks import group_rows, row_chunks
+from fl_privtext.attacks.chunks import group_rows, group_sizes, row_chunks
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
 from fl_privtext.memory import positions
@@ -103,3 +103,12 @@ class AttackView:
         for arr in (rows, users, inv):
             arr.setflags(write=False)
         return rows, users, inv
+
+    @functools.cached_property
+    def target_counts(self) -> np.ndarray:
+        """(U,) each target user's uploads among the targets (`targets`' users, in order), in the narrowest type
+        (`group_sizes`: 1 byte a user below 128 uploads), computed once and shared (read-only) by the attacks'
+        per-user soft votes and the referee (where each took an int64 ``np.bincount`` of the targets' inverse)."""
+        counts = group_sizes(self.targets[2], len(self.targets[1]))
+        counts.setflags(write=False)
+        return counts
