@@ -810,3 +810,37 @@ def test_the_referees_per_user_epsilons_are_looked_up_a_chunk_of_users_at_a_time
         tracemalloc.stop()
     assert np.array_equal(got, counts[::-1].astype(np.float64) * 1.5)
     assert peak < 10 * len(users), f"{peak / len(users):.1f} bytes a user"
+
+
+def test_partitioning_users_peaks_at_few_bytes_a_user() -> None:
+    """A budget (issue #38), not a timing: `partition_users` hands flwr-datasets' partitioner its per-user table
+    (a random order of the users) as an Arrow table with its own fingerprint. ``Dataset.from_dict`` of
+    ``order.tolist()`` made a Python int per user (36 bytes) and hashed the whole table by pickling it for a
+    fingerprint: the generate stage's peak at 10M synthetic users; measured here 103 bytes a user above the RSS
+    before (it fails), and 36 with the table (the user and client columns, the shards and the sort's chunks). The
+    glibc threshold is pinned as in a run's driver, so the kernel's peak (VmHWM) sees each freed temporary's top.
+    The shards are the same as the per-user order dealt into contiguous runs gives."""
+    import types
+
+    import numpy as np
+
+    from fl_privtext.data import partition
+    from fl_privtext.memory import return_freed_arrays
+
+    return_freed_arrays()
+    users = 2_000_000  # one record a user: the per-user table dominates
+    class Users(types.SimpleNamespace):
+        def __len__(self) -> int:
+            return users
+
+    ds = Users(user_index=np.arange(users, dtype=np.int64)[::-1].copy(), num_users=users)
+    partition.partition_users(ds, None, num_clients=100, scheme="iid", seed=1)  # imports, first allocations
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the RSS now
+    before = _status_kib("VmRSS:")
+    shards = partition.partition_users(ds, None, num_clients=100, scheme="iid", seed=0)
+    per_user = (_status_kib("VmHWM:") - before) * 1024 / users
+    order = partition.seed_generator(0, "data", "partition_users", "iid").permutation(users)
+    want = [np.sort(users - 1 - part) for part in np.array_split(order, 100)]  # user u holds row users - 1 - u
+    assert all(np.array_equal(s, w) for s, w in zip(shards, want, strict=True))
+    assert per_user < 60, f"{per_user:.1f} bytes a user at the partition's peak"
