@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fl_privtext.memory import drop_dataset_pages, narrowest
+from fl_privtext.memory import drop_dataset_pages, narrowest, release_arrow_memory
 
 __all__ = [
     "ATTRIBUTE_PREFIX",
@@ -385,6 +385,8 @@ class TextDataset:
         for chunk in pc.index_in(col, value_set=self._sorted_user_ids()).chunks:
             out[start : start + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
             start += len(chunk)
+        release_arrow_memory()  # the lookup's distinct ids, hash table and sort: freed, but kept by Arrow's pool
+        drop_dataset_pages(self)  # the id column's pages of a mapped file (read again from the page cache if asked)
         return _read_only(out)
 
     def user_ids_at(self, rows: np.ndarray) -> np.ndarray:
