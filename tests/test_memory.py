@@ -839,3 +839,85 @@ def test_the_referees_per_user_epsilons_are_looked_up_a_chunk_of_users_at_a_time
         tracemalloc.stop()
     assert np.array_equal(got, counts[::-1].astype(np.float64) * 1.5)
     assert peak < 10 * len(users), f"{peak / len(users):.1f} bytes a user"
+
+
+def test_partitioning_users_peaks_at_few_bytes_a_user() -> None:
+    """A budget (issue #38), not a timing: `partition_users` hands flwr-datasets' partitioner its per-user table
+    (a random order of the users) as an Arrow table with its own fingerprint. ``Dataset.from_dict`` of
+    ``order.tolist()`` made a Python int per user (36 bytes) and hashed the whole table by pickling it for a
+    fingerprint: the generate stage's peak at 10M synthetic users; measured here 103 bytes a user above the RSS
+    before (it fails), and 36 with the table (the user and client columns, the shards and the sort's chunks). The
+    glibc threshold is pinned as in a run's driver, so the kernel's peak (VmHWM) sees each freed temporary's top.
+    The shards are the same as the per-user order dealt into contiguous runs gives."""
+    import types
+
+    import numpy as np
+
+    from fl_privtext.data import partition
+    from fl_privtext.memory import return_freed_arrays
+
+    return_freed_arrays()
+    users = 2_000_000  # one record a user: the per-user table dominates
+    class Users(types.SimpleNamespace):
+        def __len__(self) -> int:
+            return users
+
+    ds = Users(user_index=np.arange(users, dtype=np.int64)[::-1].copy(), num_users=users)
+    partition.partition_users(ds, None, num_clients=100, scheme="iid", seed=1)  # imports, first allocations
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) starts again from the RSS now
+    before = _status_kib("VmRSS:")
+    shards = partition.partition_users(ds, None, num_clients=100, scheme="iid", seed=0)
+    per_user = (_status_kib("VmHWM:") - before) * 1024 / users
+    order = partition.seed_generator(0, "data", "partition_users", "iid").permutation(users)
+    want = [np.sort(users - 1 - part) for part in np.array_split(order, 100)]  # user u holds row users - 1 - u
+    assert all(np.array_equal(s, w) for s, w in zip(shards, want, strict=True))
+    assert per_user < 60, f"{per_user:.1f} bytes a user at the partition's peak"
+
+
+def test_a_datasets_user_index_takes_four_bytes_a_record(tmp_path, monkeypatch) -> None:
+    """A budget (issue #38): every row's user position (`TextDataset.user_index`) is held by the driver through a
+    run; int32, as Arrow's lookup gives it, takes 4 bytes a record (int64 took 8: 0.29 GB at 10M synthetic users,
+    main fails), with the values of numpy's inverse of the sorted distinct ids."""
+    import numpy as np
+
+    from fl_privtext.data.synthetic import load_synthetic
+
+    monkeypatch.setenv("FL_PRIVTEXT_CACHE", str(tmp_path))
+    ds = load_synthetic(users=2_000, seed=3)
+    index = ds.user_index
+    assert index.nbytes <= 4 * len(ds), f"{index.nbytes / len(ds):.0f} bytes a record"
+    assert np.array_equal(index, np.unique(ds.user_ids, return_inverse=True)[1].reshape(-1))
+    assert ds.num_users == 2_000
+
+
+USER_INDEX_SCRIPT = """
+import json, sys
+import pyarrow as pa
+from fl_privtext.data.synthetic import load_synthetic
+def rss_kib():
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS")).split()[1])
+ds = load_synthetic(users=int(sys.argv[1]), seed=5)
+pa.default_memory_pool().release_unused()  # the load's own leftovers are not what is measured
+before = rss_kib()
+ds.user_index
+print(json.dumps({"rise": (rss_kib() - before) * 1024, "records": len(ds), "users": ds.num_users}))
+"""
+
+
+def test_the_user_lookup_leaves_nothing_of_its_arrow_work_resident(tmp_path) -> None:
+    """A budget (issue #38): `TextDataset.user_index` finds every row's user among the sorted distinct ids in Arrow
+    (a hash table of the ids, their sort); Arrow's allocator (mimalloc) kept that memory after it was freed, and
+    the id column's pages of the mapped file stayed resident: 200-220 bytes a user measured here at 300k and 600k
+    users (main: it fails). What stays now is the index (4 bytes a record, ~15 a user) and little else: 22-39
+    bytes a user measured, under 60."""
+    import json
+
+    users = 300_000
+    out = subprocess.run([sys.executable, "-c", USER_INDEX_SCRIPT, str(users)], capture_output=True, text=True,
+                         check=True, env={**os.environ, "FL_PRIVTEXT_CACHE": str(tmp_path)})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["users"] == users
+    per_user = got["rise"] / users
+    assert per_user < 60, f"{per_user:.1f} bytes a user resident after the lookup"

@@ -145,7 +145,7 @@ def partition_users(
             client_of_user[pos[natural_id]] = group[pid]
     else:
         order = rng.permutation(num_users)  # per-user table in a random order (IID shards are contiguous)
-        columns: dict[str, list[int]] = {"uid": order.tolist()}
+        columns: dict[str, np.ndarray] = {"uid": order}
         if scheme in LABEL_SCHEMES:
             if not ds.has_labels:
                 raise ValueError(
@@ -154,7 +154,7 @@ def partition_users(
                 )
             labels = ds.label_codes if rows_ is None else ds.label_codes[rows_]
             majority = user_majority_labels(labels, user_of_row, num_users)
-            columns["label"] = majority[order].tolist()
+            columns["label"] = majority[order]
         if scheme == "dirichlet":
             if (
                 isinstance(alpha, bool)
@@ -185,13 +185,14 @@ def partition_users(
         else:
             partitioner = IidPartitioner(num_partitions=num_clients)
         if scheme == "shard":  # the shards are cut from the users sorted by label
-            by_label = np.argsort(np.asarray(columns["label"]), kind="stable")
-            columns = {k: np.asarray(v)[by_label].tolist() for k, v in columns.items()}
-        partitioner.dataset = datasets.Dataset.from_dict(columns)
+            by_label = np.argsort(columns["label"], kind="stable")
+            columns = {k: v[by_label] for k, v in columns.items()}
+        partitioner.dataset = _user_table(columns, f"{scheme}-{num_users}-{num_clients}")
         try:
             for pid in range(num_clients):  # flwr-datasets' public API: one partition (a Dataset) per client
                 # [:] reads the column in one batch (a lazy Column converts row by row: 3.4 s per 200k users)
-                client_of_user[np.asarray(partitioner.load_partition(pid)[:]["uid"], dtype=np.int64)] = pid
+                uid = partitioner.load_partition(pid).with_format("numpy")[:]["uid"]  # an empty one: float64
+                client_of_user[np.asarray(uid, dtype=np.int64)] = pid
         except ValueError as exc:
             raise ValueError(f"flwr-datasets' {type(partitioner).__name__} cannot split {num_users} users into "
                              f"{num_clients} clients: {str(exc).splitlines()[0]}") from None
@@ -208,6 +209,19 @@ def partition_users(
     assert rows_ is not None
     rows_ = rows_.astype(by_client.dtype)
     return [rows_[part] for part in np.split(by_client, bounds)]
+
+
+def _user_table(columns: dict[str, np.ndarray], name: str) -> Any:
+    """The per-user table the partitioners read (int64 columns, as ``Dataset.from_dict`` of Python ints types
+    them), made from the arrays without a Python int per user and with a fingerprint of its own: ``from_dict``
+    of lists made one (36 bytes a user), and a Dataset without a fingerprint hashes its whole table by pickling
+    it (several copies: 80-90 bytes a user at once, the generate stage's peak at 10M users, issue #38). The
+    fingerprint only names the in-memory table's derived views (no cache file is read or written for it)."""
+    import datasets
+    import pyarrow as pa
+
+    table = pa.table({k: pa.array(np.asarray(v, np.int64)) for k, v in columns.items()})
+    return datasets.Dataset(datasets.table.InMemoryTable(table), fingerprint=f"fl_privtext-users-{name}")
 
 
 def row_dtype(n: int) -> np.dtype:

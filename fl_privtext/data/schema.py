@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fl_privtext.memory import drop_dataset_pages, narrowest
+from fl_privtext.memory import drop_dataset_pages, narrowest, release_arrow_memory
 
 __all__ = [
     "ATTRIBUTE_PREFIX",
@@ -370,19 +370,23 @@ class TextDataset:
 
     @cached_property
     def user_index(self) -> np.ndarray:
-        """(N,) int64 position of each row's user among the sorted distinct user ids (read-only): the same as
-        ``np.unique(user_ids, return_inverse=True)[1]``, computed once, in Arrow: the distinct ids are sorted (UTF-8
-        byte order is code-point order, numpy's order for str) and each row looked up among them, so no Python
-        string is made per row (``user_ids`` through a Python list peaked at ~90 bytes a row: +1 GB in the driver at
-        3M synthetic users, issue #38)."""
+        """(N,) int32 position of each row's user among the sorted distinct user ids (read-only): the same values
+        as ``np.unique(user_ids, return_inverse=True)[1]``, computed once, in Arrow: the distinct ids are sorted
+        (UTF-8 byte order is code-point order, numpy's order for str) and each row looked up among them, so no
+        Python string is made per row (``user_ids`` through a Python list peaked at ~90 bytes a row: +1 GB in the
+        driver at 3M synthetic users, issue #38). int32 as Arrow's lookup gives it: held by the driver through a run
+        (int64 was 8 bytes a record, 0.29 GB at 10M synthetic users, issue #38); readers that do arithmetic widen
+        what they take (`fl_privtext.client.ClientData.users_of`, its digest)."""
         col = self._pa.column("user_id")
         if col.null_count:  # not a valid dataset (the builders reject missing ids); numpy's answer, whatever it is
-            return _read_only(np.unique(self.user_ids, return_inverse=True)[1].reshape(-1).astype(np.int64))
-        out = np.empty(len(col), np.int64)
+            return _read_only(np.unique(self.user_ids, return_inverse=True)[1].reshape(-1).astype(np.int32))
+        out = np.empty(len(col), np.int32)
         start = 0
         for chunk in pc.index_in(col, value_set=self._sorted_user_ids()).chunks:
             out[start : start + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
             start += len(chunk)
+        release_arrow_memory()  # the lookup's distinct ids, hash table and sort: freed, but kept by Arrow's pool
+        drop_dataset_pages(self)  # the id column's pages of a mapped file (read again from the page cache if asked)
         return _read_only(out)
 
     def user_ids_at(self, rows: np.ndarray) -> np.ndarray:

@@ -22,7 +22,12 @@ from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import TextDataset, load_dataset, partition_users, source_roles
 from fl_privtext.data.splits import Roles, assign_role_codes
 from fl_privtext.datafiles import records_per_user
-from fl_privtext.memory import drop_dataset_pages, drop_mapped_pages, return_freed_arrays
+from fl_privtext.memory import (
+    drop_dataset_pages,
+    drop_mapped_pages,
+    release_arrow_memory,
+    return_freed_arrays,
+)
 from fl_privtext.threads import limited, usable_cores
 
 __all__ = ["Prepared", "data_key", "load", "prepare"]
@@ -48,7 +53,10 @@ def _load(key: tuple) -> TextDataset:
     if len(ds) == 0:
         raise ValueError(f"dataset {name!r} (data.root={root!r}, options {dict(options)}) has no rows: the file "
                          "holds a header only, or every row was filtered out.")
-    return ds if per_user is None else first_records(ds, per_user)
+    if per_user is not None:
+        ds = first_records(ds, per_user)
+    release_arrow_memory()  # what the load's Arrow work (a generated file's batches, the columns read) freed
+    return ds
 
 
 def first_records(ds: TextDataset, per_user: Any) -> TextDataset:
@@ -94,6 +102,7 @@ def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int,
     # (validation's Prepared) stayed until a full collection, which a driver holding torch's and Ray's objects
     # seldom runs: ~70 bytes a user through the run at 3M synthetic users (issue #38). One collection per split
     gc.collect()
+    release_arrow_memory()  # the partitioners' per-user tables, freed to Arrow's pool
     return roles, shards
 
 
