@@ -84,8 +84,12 @@ def _inversion_in(order: Any, view: Any, truth: Any) -> str:
 
 
 def _unsplit(view: Any, truth: Any) -> dict[str, Any]:
-    """The figures of the inversion in one piece: `inversion.invert`, each decoder scored on all targets at once."""
-    guess = inversion.invert(view)
+    """The figures of the inversion in one piece: `inversion.invert`, each decoder scored on all targets at once;
+    with one thread, as the pieces (`_inversion_in`): the learned decoder's L-BFGS fit on MKL's sgemm gives other
+    last bits with two threads on some CPUs (an AVX512-FP16 Xeon: precision 0.26832 vs 0.26840), which is the
+    thread count's difference, not the split's."""
+    with limited(1):
+        guess = inversion.invert(view)
     y = inversion.presence([truth.texts[i] for i in guess.target_index], guess.vocab)
     out = {d: inversion.set_prf(y, guess.predict(slice(None), d)) for d in guess.decoders}
     return {"decoder": guess.decoder, "threshold": guess.threshold, "heldout_f1": guess.heldout_f1,
