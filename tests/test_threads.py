@@ -206,9 +206,17 @@ def test_blas_work_beside_a_fork_finishes_when_fork_safe_and_hangs_without():
 
     if _blas_threads() in (set(), {1}):
         pytest.skip("no multi-threaded BLAS library that threadpoolctl controls here")
-    out = {mode: subprocess.run([sys.executable, "-c", _FORK_SCRIPT, mode], check=True, capture_output=True,
-                                text=True, timeout=120).stdout.strip() for mode in ("safe", "unsafe")}
-    assert out == {"safe": "done", "unsafe": "hung"}, out
+    def run(mode: str) -> str:
+        try:
+            return subprocess.run([sys.executable, "-c", _FORK_SCRIPT, mode], check=True, capture_output=True,
+                                  text=True, timeout=120 if mode == "safe" else 60).stdout.strip()
+        except subprocess.TimeoutExpired:  # the whole process stuck (a fork blocked behind the stalled pool too)
+            return "stuck"
+
+    out = {mode: run(mode) for mode in ("safe", "unsafe")}
+    # the known-bad script hangs either way: its BLAS thread (reported "hung"), or the process itself, its forking
+    # thread blocked as well (seen on an AVX512-FP16 Xeon, 2026-11-29: the run outlived a 120 s limit; it takes 15 s when it does not stall)
+    assert out["safe"] == "done" and out["unsafe"] in {"hung", "stuck"}, out
 
 
 def test_the_drivers_preparation_runs_fork_safe(monkeypatch):
