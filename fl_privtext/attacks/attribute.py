@@ -195,7 +195,7 @@ def user_truth(values: np.ndarray, users: np.ndarray, rows: np.ndarray | None = 
     if values.ndim == 2:
         sums = np.zeros((len(uniq), values.shape[1]))
         np.add.at(sums, inv, values)
-        return uniq, (sums / np.bincount(inv)[:, None] > 0.5).astype(np.int8)
+        return uniq, (sums / group_sizes(inv, len(uniq))[:, None] > 0.5).astype(np.int8)
     k = int(values.max()) + 1
     counts = np.zeros((len(uniq), k), np.int32 if len(inv) < 2**31 else np.int64)
     for c in row_chunks(len(inv)):
