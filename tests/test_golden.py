@@ -170,9 +170,9 @@ def _platform() -> str:
         info = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "unknown"
-    fields = dict(line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)
-    vendor = fields.get("vendor_id\t", "").strip() or "unknown"
-    flags = set(fields.get("flags\t\t", "").split())
+    fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines()[:40] if ":" in line)}
+    vendor = fields.get("vendor_id") or "unknown"
+    flags = set(fields.get("flags", "").split())
     isa = next((name for name, flag in (("avx512fp16", "avx512_fp16"), ("avx512", "avx512f"), ("avx2", "avx2"))
                 if flag in flags), "other")
     return f"{vendor}-{isa}"
