@@ -202,8 +202,10 @@ def _shm_used_kib() -> int:
 class Timeline:
     """Named intervals (stage -> [(start, stop), ...]) recorded by wrapping the functions that do each stage."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace: bool = False) -> None:
         self.spans: dict[str, list[tuple[float, float]]] = {}
+        self.trace = trace
+        self.t0 = time.perf_counter()
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -211,7 +213,11 @@ class Timeline:
         try:
             yield
         finally:
-            self.spans.setdefault(name, []).append((t0, time.perf_counter()))
+            t1 = time.perf_counter()
+            self.spans.setdefault(name, []).append((t0, t1))
+            if self.trace:  # a line per finished span: a run stopped early still says how far it got
+                print(f"[bench_scale] {t1 - self.t0:8.1f} s: {name} took {t1 - t0:.1f} s", file=sys.stderr,
+                      flush=True)
 
     def wrap(self, module: Any, attr: str, name: str) -> None:
         fn: Callable[..., Any] = getattr(module, attr)
@@ -237,7 +243,10 @@ def _config(args: argparse.Namespace, cache_dir: str, output: str) -> Any:
 
     return ExperimentConfig.from_flat({
         "data.name": "synthetic", "data.options.users": args.users, "data.options.seed": args.seed,
-        "extractor.name": "glove", "extractor.cache-dir": cache_dir, "extractor.chunk-rows": args.chunk_rows,
+        "extractor.name": args.extractor, "extractor.cache-dir": cache_dir, "extractor.chunk-rows": args.chunk_rows,
+        **({} if args.extractor == "glove" else {"extractor.model": args.model, "extractor.device": args.device,
+                                                  "extractor.precision": args.precision,
+                                                  "extractor.batch-size": args.batch_size}),
         "federation.num-clients": args.clients, "run.baseline": args.baseline, "run.progress": False,
         "run.output": output, "run.client-seed": 2_718_281_828,  # reproducible: Flower and plain must agree
     })
@@ -254,6 +263,13 @@ def main() -> None:
     ap.add_argument("--output", default="", help="run directory for results.json / summary.md (default: temp)")
     ap.add_argument("--plain", action="store_true", help="also time the plain loop on the same point (ratio)")
     ap.add_argument("--json", help="also write the figures to this file")
+    ap.add_argument("--extractor", default="glove", choices=("glove", "minilm", "hf"),
+                    help="the features: GloVe averages (default), the packaged MiniLM, or hf (--model FOLDER; all three: --device, --precision)")
+    ap.add_argument("--model", default="", help="hf: a local model folder")
+    ap.add_argument("--device", default="", help="minilm: cuda or cpu (default: cuda when available)")
+    ap.add_argument("--precision", default="float32", choices=("float32", "bf16", "fp16"), help="minilm's forward")
+    ap.add_argument("--batch-size", type=int, default=0, help="minilm: texts per forward (0 = auto)")
+    ap.add_argument("--trace", action="store_true", help="print each stage's time to stderr as it finishes")
     ap.add_argument("--timeline", help="also write every memory sample to this CSV file (seconds from the start, "
                                        "RSS and PSS GB of the tree and of the driver, the stage running)")
     args = ap.parse_args()
@@ -264,7 +280,7 @@ def main() -> None:
     os.environ["FL_PRIVTEXT_CACHE"] = cache_dir  # the synthetic data file lives there too
     load = os.getloadavg()
     t_start = time.perf_counter()
-    timeline = Timeline()
+    timeline = Timeline(trace=args.trace)
     with MemorySampler() as mem:
         from fl_privtext import pipeline
         from fl_privtext.federation import server_app
@@ -363,12 +379,25 @@ def main() -> None:
         "attacks": {k: {"accuracy": v.get("accuracy"), "majority_baseline": v.get("majority_baseline")}
                     for k, v in results["attacks"].items()},
         "timing": results.get("timing"), "output": output, "python": sys.version.split()[0],
+        "extractor": {"name": args.extractor, **results.get("extractor", {})} if args.extractor != "glove"
+        else {"name": "glove"},
+        "extract_texts_per_s": len(ds) / max(1e-9, next(r["seconds"] for r in rows if r["stage"] == "extract")),
     }
+    if args.extractor != "glove":
+        import torch
+
+        out["extractor"] |= {"device": args.device or ("cuda" if torch.cuda.is_available() else "cpu"),
+                             "precision": args.precision, "torch": torch.__version__,
+                             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                             "gpu_peak_mem_gb": torch.cuda.max_memory_allocated() / 1024**3
+                             if torch.cuda.is_available() else None}
     if plain is not None:
         flower_s = t_end - t_run
         same = _same(results, plain)
         out.update({"flower_s": flower_s, "plain_s": t_plain, "ratio": flower_s / t_plain, "identical_results": same})
-    print(f"synthetic users {out['users']:,} ({out['records']:,} reviews), {args.clients} clients, GloVe, "
+    print(f"synthetic users {out['users']:,} ({out['records']:,} reviews), {args.clients} clients, "
+          f"{'GloVe' if args.extractor == 'glove' else args.extractor + ' ' + out['extractor']['device'] + ' ' + args.precision}"
+          f" ({out['extract_texts_per_s']:,.0f} texts/s extracted), "
           f"laplace-l1 eps 1; load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start, "
           f"{out['loadavg_end'][0]:.2f} at the end")
     print(f"{'stage':26s} {'seconds':>9s} {'CPU s':>9s} {'peak RSS GB':>12s} {'peak PSS GB':>12s} "
