@@ -7,7 +7,8 @@ For each precision (float32, bf16, fp16) and batch size it times, on the same te
   - ``extract``: ``HFExtractor.extract`` end to end (tokenise, sort by length, pad, forward, pool, copy back);
   - ``forward``: the raw encoder on the SAME length-sorted padded batches, already on the GPU (no tokenisation,
     sorting, padding, pooling or copies): the ceiling ``extract`` is compared with (goal: >= 80% of it);
-  - ``tokenize``: the tokenizer alone, once (the CPU share of ``extract``).
+  - ``tokenize``: the tokenizer's call alone (transformers' per-text conversion included), and ``token_ids``: the
+    Rust backend as ``extract`` calls it (`transformer.token_ids`), each once (the CPU share of ``extract``).
 It also checks the features: float32 on CUDA against CPU reference features of the same weights (``--ref``, the
 first rows of the texts; max abs difference and the lowest cosine), and bf16/fp16 against float32 on CUDA (lowest
 cosine). Times are the best of ``--repeats`` after a warm-up (the weights loaded, cuDNN/SDPA kernels chosen).
@@ -25,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_privtext.extract.transformer import PRECISIONS, HFExtractor, load_model
+from fl_privtext.extract.transformer import PRECISIONS, HFExtractor, load_model, token_ids
 
 
 def read_texts(args: argparse.Namespace) -> list[str]:
@@ -152,6 +153,9 @@ def main() -> None:
         ),
         4,
     )
+    # what extract tokenises with: the tokenizer's Rust backend directly (token_ids), without transformers' per-text
+    # conversion that tokenize_s above includes
+    res["token_ids_s"] = round(best_of(lambda: token_ids(tokenizer, texts, None, args.max_length), args.repeats), 4)
     feats: dict[str, np.ndarray] = {}
     for precision in args.precisions:
         for bs in args.batch_sizes:

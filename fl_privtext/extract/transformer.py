@@ -13,7 +13,8 @@ Precision (``precision=``, config ``extractor.precision``): ``float32`` (default
   inside every autocast region, and runs layer norms and softmax in float32, so each batch moves more bytes; a cast
   model reads half the weight bytes, keeps activations in 16 bits end to end and lets ``scaled_dot_product_attention``
   pick its fused half-precision kernels. This is the usual recipe for inference-only encoders
-  (sentence-transformers' ``model.half()``); its throughput has not been measured in this project yet (no GPU).
+  (sentence-transformers' ``model.half()``); measured on an H100 and an H200 (benchmarks/README.md, "GPU
+  (extraction)"): the fp16 forward runs 2.2-3.3x the float32 one, the features' cosine to float32 >= 0.999999.
 - On CPU ``bf16`` runs the float32 model under ``torch.autocast("cpu", dtype=torch.bfloat16)`` (matmuls in bf16,
   norms in float32: the supported CPU path); ``fp16`` is refused (CPU float16 matmuls are slow or unsupported).
 - Pooling is computed in float32 from the last hidden states and outputs are always float32 numpy.
@@ -142,6 +143,35 @@ def _local_dir(model: str) -> Path:
     if config is None:  # pragma: no cover
         raise ValueError(f"Could not locate the files of model {model!r} in the Hugging Face cache.")
     return Path(config).parent
+
+
+def token_ids(
+    tokenizer: Any, texts: Sequence[str], pairs: Sequence[str] | None, max_length: int | None
+) -> tuple[list[list[int]], list[list[int]] | None]:
+    """Each input's token ids, and its token type ids where the model takes them, unpadded: the same lists as
+    ``tokenizer(texts, pairs, truncation=True, max_length=max_length, padding=False)``.
+
+    A fast tokenizer is called through its Rust backend (``encode_batch_fast``, truncation ``longest_first`` as
+    transformers sets it), which skips transformers' conversion of every encoding to a Python dict of lists (offsets,
+    masks, special-token masks) that ``extract`` never reads. That conversion holds the GIL, and on a GPU the feed,
+    not the encoder, bounds extraction (benchmarks/README.md, "GPU (extraction)": on an H200 the fp16 forward runs
+    57,500 AG news texts/s and the extraction 20,400). Slow (pure Python) tokenizers take the plain call.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_batch_fast"):
+        enc = tokenizer(list(texts), None if pairs is None else list(pairs), truncation=True, max_length=max_length,
+                        padding=False, return_attention_mask=False)
+        return enc["input_ids"], enc.get("token_type_ids")
+    length = tokenizer.model_max_length if max_length is None else max_length
+    if length > 10**9:  # transformers' "no limit" sentinel: its call does not truncate either
+        backend.no_truncation()
+    else:
+        backend.enable_truncation(length, stride=0, strategy="longest_first", direction=tokenizer.truncation_side)
+    backend.no_padding()
+    inputs: list[Any] = list(texts) if pairs is None else list(zip(texts, pairs, strict=True))
+    encodings = backend.encode_batch_fast(inputs, add_special_tokens=True)
+    types = [e.type_ids for e in encodings] if "token_type_ids" in tokenizer.model_input_names else None
+    return [e.ids for e in encodings], types
 
 
 class HFExtractor:
@@ -287,15 +317,8 @@ class HFExtractor:
         bounds = [(s, min(s + step, len(texts))) for s in range(0, len(texts), step)]
 
         def tokenize(start: int, stop: int) -> tuple[list[list[int]], list[list[int]] | None]:
-            enc = tokenizer(
-                texts[start:stop],
-                None if pairs is None else pairs[start:stop],
-                truncation=True,
-                max_length=self.max_length,
-                padding=False,
-                return_attention_mask=False,
-            )
-            return enc["input_ids"], enc.get("token_type_ids")
+            return token_ids(tokenizer, texts[start:stop], None if pairs is None else pairs[start:stop],
+                             self.max_length)
 
         with (
             progress_bar(total=len(texts), desc=self.name, unit="text", enabled=progress) as bar,

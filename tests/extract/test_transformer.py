@@ -227,3 +227,20 @@ def test_half_precision_on_cuda_is_close_to_float32(precision: str, default_text
     net = transformer.load_model(low.model, low.device, dtype)[1]
     assert next(net.parameters()).dtype == dtype  # the weights were cast, not autocast
     assert low.identity()["dtype"] == str(dtype).removeprefix("torch.")
+
+
+@pytest.mark.parametrize("max_length", [128, 12, None])
+def test_backend_token_ids_equal_the_tokenizer_call(minilm: HFExtractor, max_length: int | None) -> None:
+    """`token_ids` (the Rust backend, called directly for the GPU's feed) gives exactly transformers' ids and type
+    ids for texts and pairs, truncated or not; a tokenizer whose call is checked against itself would pass anything,
+    so the reference here is the documented `tokenizer(...)` call."""
+    tokenizer, _, _ = transformer.load_model(minilm.model, minilm.device)
+    long = " ".join(["privacy"] * 600)  # past the model's 512 positions too
+    texts = ["A short review.", "Ünïcödé, punctuation -- and numbers 12,345!", "", long, "the the the"]
+    pairs = ["first", long, "a pair's second text", "x", ""]
+    for p in (None, pairs):
+        ids, types = transformer.token_ids(tokenizer, texts, p, max_length)
+        ref = tokenizer(texts, p, truncation=True, max_length=max_length, padding=False)
+        assert ids == ref["input_ids"]
+        assert types == ref["token_type_ids"]
+    assert max(map(len, ids)) == (max_length or tokenizer.model_max_length)  # the long input was truncated
