@@ -117,8 +117,11 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     maps = [a for a in (rows, labels, seen) if a is not None and is_mapped(a)]
     keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
     if keep is not None:
-        features, rows = attacked_rows(features, keep, cfg), narrowest(rows[keep])  # held through the attacks
-        labels = None if labels is None else labels[keep]
+        # held through the attacks; the kept record ids and labels gathered in their narrowest type (`take_narrow`:
+        # the same values without ``rows[keep]``'s and ``labels[keep]``'s int64 copies, 16 bytes a target held
+        # through `observe`, issue #38)
+        features, rows = attacked_rows(features, keep, cfg), take_narrow(rows, keep)
+        labels = None if labels is None else take_narrow(labels, keep)
         seen = None if seen is None else np.asarray(seen)[keep]
     mech = mechanism if mechanism is not None else mechanism_for(PublicSpec.of(cfg), features.shape[1])
     rep = report if report is not None else mech.report()
