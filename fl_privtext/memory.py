@@ -223,18 +223,19 @@ def _chunk_rows(chunk: int | None) -> int:
     return step
 
 
-def narrowest(a: np.ndarray) -> np.ndarray:
+def narrowest(a: np.ndarray, *, copy: bool = True) -> np.ndarray:
     """Integer ``a`` in the narrowest of int8 / int16 / int32 / int64 that holds its values (the same values):
     per-record columns held through a run (labels, users, record ids, attribute values) take 1-4 bytes a record
-    instead of 8 (issue #38). Readers that do arithmetic on them widen what they take."""
+    instead of 8 (issue #38). Readers that do arithmetic on them widen what they take. ``copy=False``: ``a``
+    itself where it is already in that type (``astype``'s rule)."""
     a = np.asarray(a)
     if not len(a) or a.dtype.kind not in "iu":
         return a
     lo, hi = int(a.min()), int(a.max())
     for t in (np.int8, np.int16, np.int32):
         if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return a.astype(t)
-    return a.astype(np.int64)
+            return a.astype(t, copy=copy)
+    return a.astype(np.int64, copy=copy)
 
 
 def positions(mask: np.ndarray) -> np.ndarray:

@@ -921,3 +921,49 @@ def test_the_user_lookup_leaves_nothing_of_its_arrow_work_resident(tmp_path) -> 
     assert got["users"] == users
     per_user = got["rise"] / users
     assert per_user < 60, f"{per_user:.1f} bytes a user resident after the lookup"
+
+
+def test_the_eavesdroppers_view_takes_few_bytes_an_upload_beyond_its_narrowed_columns() -> None:
+    """A budget (issue #38), not a timing: `observe` handed per-upload columns already in their narrowest types
+    (as `attack` hands them: users int32, labels, senders and attributes int8) allocates at its peak
+    (tracemalloc: numpy's buffers) under 12 bytes an upload (measured 6.1: the budgets' one sorted copy of the
+    users, its run marks and the per-user starts and counts). The old code copied each narrowed column again (8
+    bytes an upload held) and counted the users with ``np.unique`` (int64 starts, their copy and differences):
+    22.0 bytes an upload here, which at 10M synthetic users was part of the attack stage's 1.4 GB spike. The view holds
+    the same values in the same types, and the caller's arrays keep their own flags."""
+    import tracemalloc
+
+    import numpy as np
+
+    from fl_privtext.attacks import evaluate
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.data import AttributeSpec
+    from fl_privtext.memory import narrowest
+    from fl_privtext.privacy import make_mechanism
+
+    n = 2_000_000
+    g = np.random.default_rng(9)
+    user = g.integers(0, n // 4, n).astype(np.int32)
+    age, gender = (g.integers(0, 5, n // 4)[user]).astype(np.int8), (g.integers(0, 2, n // 4)[user]).astype(np.int8)
+    labels, senders = g.integers(0, 2, n).astype(np.int8), (user % 100).astype(np.int8)
+    aux, texts, x = user < 2_000, [""] * n, np.zeros((n, 1), np.float32)
+    cfg = ExperimentConfig.from_flat({"attack.extra": False, "run.progress": False})
+    specs = {AttributeSpec("age", "categorical", tuple("abcde")): age,
+             AttributeSpec("gender", "categorical", ("f", "m")): gender}
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        view, truth = evaluate.observe(
+            uploads=x, labels=labels, users=user, senders=senders, texts=texts,
+            attributes=specs, aux=aux, clean=None, mechanism=make_mechanism("none"), epsilon=2.0, delta=0.0,
+            num_labels=2, label_epsilon=0.0, seed=0, attack=cfg.attack)
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 * n, f"peak {peak / n:.1f} bytes an upload"
+    for mine, held in ((user, view.user), (labels, view.labels), (senders, view.sender), (age, truth.attributes["age"])):
+        assert held.dtype == narrowest(mine).dtype and np.array_equal(held, mine)
+    assert user.flags.writeable and not view.user.flags.writeable
+    uniq, counts = np.unique(user, return_counts=True)
+    assert np.array_equal(truth.user_epsilon.users, uniq)
+    assert np.array_equal(truth.user_epsilon.values, counts * 2.0)

@@ -117,9 +117,15 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     maps = [a for a in (rows, labels, seen) if a is not None and is_mapped(a)]
     keep = attacked_uploads(prep, rows, seed, cfg.attack.max_aux_users)
     if keep is not None:
-        features, rows = attacked_rows(features, keep, cfg), narrowest(rows[keep])  # held through the attacks
-        labels = None if labels is None else labels[keep]
+        # held through the attacks; the kept record ids and labels gathered in their narrowest type (`take_narrow`:
+        # the same values without ``rows[keep]``'s and ``labels[keep]``'s int64 copies, 16 bytes a target held
+        # through `observe`, issue #38)
+        features, rows = attacked_rows(features, keep, cfg), take_narrow(rows, keep)
+        labels = None if labels is None else take_narrow(labels, keep)
         seen = None if seen is None else np.asarray(seen)[keep]
+    del keep  # (kept uploads,) int32 positions: not held through `observe` (issue #38)
+    for m in maps:  # read whole by the gathering (the record ids and labels: 16 bytes an upload, ~0.59 GB of pages at
+        drop_mapped_pages(m)  # 10M users): their pages go now, not after `observe`, which reads the kept copies
     mech = mechanism if mechanism is not None else mechanism_for(PublicSpec.of(cfg), features.shape[1])
     rep = report if report is not None else mech.report()
     user_index = prep.ds.user_index  # the server's account pseudonyms
@@ -127,6 +133,8 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     node_of_row = np.zeros(len(prep.ds), narrowest(np.array([0, max(len(prep.shards) - 1, 0)])).dtype)
     for c, shard in enumerate(prep.shards):
         node_of_row[shard] = c
+    senders = node_of_row[rows] if seen is None else np.zeros(len(rows), np.int8)
+    del node_of_row  # a byte a record: not held through `observe` (issue #38)
     # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
     # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
     clean = clean_features(prep, cfg.extractor.cache_dir) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
@@ -134,7 +142,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     view, truth = observe(
         uploads=features, labels=take_narrow(prep.ds.label_codes, rows) if labels is None else labels,
         users=named if seen is None else server_users(prep, seen),
-        senders=node_of_row[rows] if seen is None else np.zeros(len(rows), np.int8),
+        senders=senders,
         named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows, lambda: drop_dataset_pages(prep.ds)),
         attributes={spec: take_narrow(prep.ds.attribute_codes(spec.name), rows) for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
@@ -146,9 +154,9 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
     drop_dataset_pages(prep.ds)  # the public texts `observe` read
     for m in maps:  # `observe` took its own narrowed copies of them
         drop_mapped_pages(m)
-    # (attacked uploads,) each: not held through the attacks (issue #38; the view holds its own narrowed copies):
-    # the kept labels' and users' int64 copies were ~0.47 GB at 10M synthetic users
-    del keep, node_of_row, labels, named
+    # (attacked uploads,) each: not held through the attacks beside what the view holds (issue #38; it holds these
+    # narrowed columns themselves, or its own narrowed copies): int64 copies of them were ~0.47 GB at 10M users
+    del labels, named, senders
     out = run_attacks(view, truth)
     drop_dataset_pages(prep.ds)  # the targets' texts the referee read
     drop_mapped_pages(features)  # the target map's pages (each attack reads it through `take_rows`)

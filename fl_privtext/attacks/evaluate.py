@@ -21,7 +21,7 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import gathered_mean, group_rows, group_sizes, row_chunks
+from fl_privtext.attacks.chunks import distinct_counts, gathered_mean, group_rows, group_sizes, row_chunks
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
@@ -119,6 +119,16 @@ class Truth:
     named_user: np.ndarray | None = None
 
 
+def _held(a: np.ndarray) -> np.ndarray:
+    """`narrowest` of a per-upload integer column the view or the truth holds, without copying one already in
+    that type: a view of it (its own read-only flag, `AttackView`; the caller's array keeps its own). The same
+    values and type; ``attack`` hands `observe` its users, labels, senders and attributes narrowed already, and
+    the copies were 8 bytes a target at `observe`'s peak (issue #38)."""
+    a = np.asarray(a)
+    out = narrowest(a, copy=False)
+    return a.view() if out is a else out
+
+
 def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, senders: np.ndarray,
             texts: Sequence[str], attributes: dict[AttributeSpec, np.ndarray], aux: np.ndarray,
             clean: Any, mechanism: Any, epsilon: float, delta: float, num_labels: int, label_epsilon: float,
@@ -135,8 +145,8 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
     scores per-user answers per named user (`score_attribute`)."""
     # per-upload columns held through the attack stage in their narrowest integer type (`narrowest`: 8 -> 1-4
     # bytes an upload each, ~0.9 GB at 10M synthetic users, issue #38); the attacks index with them, widen to count
-    users = narrowest(np.asarray(users))
-    attributes = {spec: narrowest(np.asarray(vals)) for spec, vals in attributes.items()}
+    users = _held(users)
+    attributes = {spec: _held(vals) for spec, vals in attributes.items()}
     aux = np.asarray(aux, bool)
     aux_idx = np.flatnonzero(aux)
     g = rng.generator(seed, "attack-game")
@@ -151,6 +161,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
     m = min(attack.reid_pool, len(targets))
     queries = np.sort(g.choice(targets, size=m, replace=False)) if m >= 2 and clean is not None else \
         np.zeros(0, np.int64)
+    del targets  # (targets,): not held through the budgets' sort below
     perm = g.permutation(len(queries))  # candidate perm[i] is query i's source
     candidates = None
     cand_of_query = np.zeros(0, np.int64)
@@ -160,9 +171,9 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
         candidates[perm] = cand_clean
         cand_of_query = perm
     view = AttackView(
-        uploads=np.asarray(uploads, np.float32), labels=narrowest(np.asarray(labels)),
+        uploads=np.asarray(uploads, np.float32), labels=_held(labels),
         labels_in_clear=label_epsilon == 0, num_labels=num_labels, label_epsilon=label_epsilon,
-        sender=narrowest(np.asarray(senders)), user=users, mechanism=mechanism, known=known,
+        sender=_held(senders), user=users, mechanism=mechanism, known=known,
         public_texts=tuple(texts[int(i)] for i in public_idx), public_features=public_features,
         public_user=users[public_idx], candidates=candidates, queries=queries, config=attack, seed=seed,
         meta={} if word_vectors is None else {"word_vectors": word_vectors},
@@ -171,8 +182,7 @@ def observe(*, uploads: np.ndarray, labels: np.ndarray, users: np.ndarray, sende
     def budgets(who: np.ndarray) -> tuple[PerUser, PerUser]:
         # each user's observed uploads, held as counts: its epsilon counts * per_upload, its delta min(1, counts *
         # delta), computed when read (the same numbers; `PerUser`)
-        uniq, counts = np.unique(who, return_counts=True)
-        counts = narrowest(counts)
+        uniq, counts = distinct_counts(who)
         return PerUser(uniq, counts, scale=per_upload), PerUser(uniq, counts, scale=float(delta), cap=1.0)
 
     u_eps, u_delta = budgets(users)

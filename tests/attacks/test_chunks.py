@@ -5,7 +5,7 @@ import inspect
 import numpy as np
 import pytest
 
-from fl_privtext.attacks.chunks import ROW_CHUNK, gathered_mean, row_chunks
+from fl_privtext.attacks.chunks import ROW_CHUNK, distinct_counts, gathered_mean, row_chunks
 from fl_privtext.learn import MLPClassifier
 
 
@@ -204,3 +204,17 @@ def test_gathered_mean_is_numpys_mean_of_the_gather_bit_for_bit(n: int) -> None:
     if n >= 1_000_003:
         running = sum(float(values[index[c]].sum()) for c in row_chunks(n, 1 << 12)) / n
         assert running != want  # the order matters: the test would see a plain chunked sum
+
+
+@pytest.mark.parametrize(("n", "high", "dtype"), [(0, 5, np.int32), (1, 5, np.int32), (1_000, 30, np.int16),
+                                                  (300_000, 200_000, np.int32), (5_000, 2**40, np.int64)])
+def test_distinct_counts_equal_numpy_unique_with_counts(n: int, high: int, dtype: type) -> None:
+    """`distinct_counts` (the referee's per-user upload counts, `observe`) answers ``np.unique(users,
+    return_counts=True)``: the same sorted users in their own type, the same counts in their narrowest type."""
+    from fl_privtext.memory import narrowest
+
+    users = np.random.default_rng(n).integers(0, high, n).astype(dtype)
+    uniq, counts = distinct_counts(users)
+    want, want_counts = np.unique(users, return_counts=True)
+    assert uniq.dtype == want.dtype and np.array_equal(uniq, want)
+    assert counts.dtype == narrowest(want_counts).dtype and np.array_equal(counts, want_counts)
