@@ -321,11 +321,12 @@ def _mapped_uploads_point(tmp_path, n: int, d: int, seed: int):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
 def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path, monkeypatch) -> None:
     """A budget (issue #38), not a timing: until the learners' pass begins, the server's training (on the round's
-    record ids, labels and uploads on disk, the Flower path) raises this process's peak RSS by less than 24 bytes
-    an upload (measured 18.2-18.7 at 4M uploads of width 2: the training labels (int64, 6.4 bytes an upload at
-    80% training), int32 pseudonyms and positions, the test record ids, built a chunk at a time,
-    `fl_privtext.server.upload_split`). The whole-array layout (test masks over every record and upload, int64
-    pseudonyms and training positions, the map pages of the ids and labels) rose by 30.9: it fails. The glibc
+    record ids, labels and uploads on disk, the Flower path) raises this process's peak RSS by less than 16 bytes
+    an upload (measured 11.5 at 4M uploads of width 2: the training labels in int8, int32 pseudonyms and
+    positions, the test record ids, built a chunk at a time, `fl_privtext.server.upload_split`). The training labels
+    in int64 as they arrive (6.4 bytes an upload at 80% training) rose by 17.1-18.7 and fail; the whole-array layout
+    (test masks over every record and upload, int64 pseudonyms and training positions, the map pages of the ids and
+    labels) rose by 30.9. The glibc
     threshold is pinned as in a run's driver: freed chunks are unmapped, so the kernel's peak (VmHWM, updated
     when memory is unmapped) sees each chunk's top. The learner sees the labels and groups the whole-array
     expressions give."""
@@ -355,19 +356,20 @@ def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path,
                           spill=tmp_path / "spill")
     tr = prep.roles != "test"  # the whole-array expression, for the values
     per_upload = seen["rise"] / n  # type: ignore[operator]
-    assert per_upload < 24, f"{per_upload:.1f} bytes an upload before the learners' pass"
+    assert per_upload < 16, f"{per_upload:.1f} bytes an upload before the learners' pass"
     assert np.array_equal(seen["y"], labels[tr]) and np.array_equal(seen["groups"], prep.ds.user_index[:, 0][tr])
 
 
 def test_server_training_allocates_few_bytes_an_upload_through_its_evaluation(tmp_path, monkeypatch) -> None:
     """A budget (issue #38), not a timing: the server's whole training on 2M mapped uploads (the split, lda's
     pass, the test uploads' classes, accuracy, macro-F1, majority, the per-user counts of the referee's interval)
-    allocates at its peak (tracemalloc: numpy's buffers) under 24 bytes an upload (measured 19.3: the split's
-    14.4 held, 6.4 of them the int64 training labels, and a chunk's temporaries). The split's columns are
-    allocated at their own lengths (every upload's length, sliced, kept 24 bytes an upload alive through the
-    training), the classes are held in int8, the majority class is counted, and the referee's per-user counts
-    read the records a chunk at a time (`fl_privtext.bootstrap.user_counts`: np.unique's int64 arrays were ~41
-    bytes a test upload at once): the layout before measured 29.2 and fails. The referee's bootstrap (a block
+    allocates at its peak (tracemalloc: numpy's buffers) under 16 bytes an upload (measured 12.9: the split's
+    columns, the training labels in int8, and a chunk's temporaries; with the labels in int64 as they arrive,
+    19.3, which fails). The split's columns are allocated at their own lengths (every upload's length, sliced,
+    kept 24 bytes an upload alive through the training), the classes are held in int8, the majority class is
+    counted, and the referee's per-user counts read the records a chunk at a time
+    (`fl_privtext.bootstrap.user_counts`: np.unique's int64 arrays were ~41 bytes a test upload at once): the
+    layout before those measured 29.2. The referee's bootstrap (a block
     of fixed size, whatever the uploads: tests/test_bootstrap.py) is stubbed out here."""
     import tracemalloc
 
@@ -389,7 +391,7 @@ def test_server_training_allocates_few_bytes_an_upload_through_its_evaluation(tm
     per_upload = peak / n
     te = prep.roles == "test"
     assert trained.utility["num_test_uploads"] == int(te.sum()) and trained.utility["_per_user"].n.sum() == te.sum()
-    assert per_upload < 24, f"{per_upload:.1f} bytes an upload at the training's peak"
+    assert per_upload < 16, f"{per_upload:.1f} bytes an upload at the training's peak"
 
 
 AUTO_SAMPLE_SCRIPT = """

@@ -140,14 +140,15 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
         every = len(cv) == len(y)  # the selection reads every upload: its folds' sums are the winner's too
         # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them; every one: x itself where in memory)
         x_cv = x if every and not is_mapped(x) else take_rows(x, cv)
+        y_cv = np.asarray(y[cv], np.int64)  # the labels as the selection has always seen them (held in int8)
 
         def choose_c() -> None:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
             nonlocal linear_c, linear_start
             chooser = Linear(num_classes=num_classes, seed=seed)
-            linear_c, linear_start = chooser.choose_c(x_cv, y[cv], groups[cv], FOLDS), chooser.path_start
+            linear_c, linear_start = chooser.choose_c(x_cv, y_cv, groups[cv], FOLDS), chooser.path_start
 
         totals: dict[int, ClassStats] = {}
-        chosen, scores = select({n: maker(n) for n in names}, x_cv, y[cv], groups[cv], label_rr=rr, law=noise,
+        chosen, scores = select({n: maker(n) for n in names}, x_cv, y_cv, groups[cv], label_rr=rr, law=noise,
                                 num_classes=num_classes, score_all=score_all or fit_all is not None,
                                 prepare={"linear": choose_c}, totals=totals)
         if linear_c is not None:  # linear was scored (lazy selection: only where no moment head qualified)
