@@ -66,6 +66,17 @@ def multilabel_f1(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return 2 * tp / denom if denom > 0 else 0.0
 
 
+def bincount(y: np.ndarray, minlength: int = 0) -> np.ndarray:
+    """``np.bincount(y, minlength=minlength)`` of non-negative integers ``y`` (N,) in any integer type, counted
+    `COUNT_CHUNK` values at a time: the same int64 counts, without np.bincount's intp copy of a narrower ``y`` (8
+    bytes a value: the server's labels are held in int8, issue #38). A negative value raises, as there."""
+    y = np.asarray(y).reshape(-1)
+    counts = np.zeros(max(int(minlength), int(y.max()) + 1 if len(y) else 0), np.int64)
+    for a in range(0, len(y), COUNT_CHUNK):
+        counts += np.bincount(y[a : a + COUNT_CHUNK], minlength=len(counts))
+    return counts
+
+
 def majority_class(y: np.ndarray) -> int | np.generic:
     """The most frequent value of ``y`` (N,) (the smallest of those tied), ``np.unique(y, return_counts=True)``'s
     ``values[counts.argmax()]``. Non-negative integers are counted by `np.bincount` `COUNT_CHUNK` rows at a time
@@ -75,10 +86,7 @@ def majority_class(y: np.ndarray) -> int | np.generic:
     if y.dtype.kind not in "iu" or not len(y) or y.min() < 0:
         values, counts = np.unique(y, return_counts=True)
         return values[counts.argmax()]  # type: ignore[no-any-return]
-    counts = np.zeros(int(y.max()) + 1, np.int64)
-    for a in range(0, len(y), COUNT_CHUNK):
-        counts += np.bincount(y[a : a + COUNT_CHUNK], minlength=len(counts))
-    return y.dtype.type(counts.argmax())
+    return y.dtype.type(bincount(y).argmax())
 
 
 def majority_baseline(y_train: np.ndarray, y_eval: np.ndarray) -> float:

@@ -321,11 +321,12 @@ def _mapped_uploads_point(tmp_path, n: int, d: int, seed: int):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
 def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path, monkeypatch) -> None:
     """A budget (issue #38), not a timing: until the learners' pass begins, the server's training (on the round's
-    record ids, labels and uploads on disk, the Flower path) raises this process's peak RSS by less than 24 bytes
-    an upload (measured 18.2-18.7 at 4M uploads of width 2: the training labels (int64, 6.4 bytes an upload at
-    80% training), int32 pseudonyms and positions, the test record ids, built a chunk at a time,
-    `fl_privtext.server.upload_split`). The whole-array layout (test masks over every record and upload, int64
-    pseudonyms and training positions, the map pages of the ids and labels) rose by 30.9: it fails. The glibc
+    record ids, labels and uploads on disk, the Flower path) raises this process's peak RSS by less than 16 bytes
+    an upload (measured 11.5 at 4M uploads of width 2: the training labels in int8, int32 pseudonyms and
+    positions, the test record ids, built a chunk at a time, `fl_privtext.server.upload_split`). The training labels
+    in int64 as they arrive (6.4 bytes an upload at 80% training) rose by 17.1-18.7 and fail; the whole-array layout
+    (test masks over every record and upload, int64 pseudonyms and training positions, the map pages of the ids and
+    labels) rose by 30.9. The glibc
     threshold is pinned as in a run's driver: freed chunks are unmapped, so the kernel's peak (VmHWM, updated
     when memory is unmapped) sees each chunk's top. The learner sees the labels and groups the whole-array
     expressions give."""
@@ -355,19 +356,20 @@ def test_server_training_holds_few_bytes_an_upload_before_its_learners(tmp_path,
                           spill=tmp_path / "spill")
     tr = prep.roles != "test"  # the whole-array expression, for the values
     per_upload = seen["rise"] / n  # type: ignore[operator]
-    assert per_upload < 24, f"{per_upload:.1f} bytes an upload before the learners' pass"
+    assert per_upload < 16, f"{per_upload:.1f} bytes an upload before the learners' pass"
     assert np.array_equal(seen["y"], labels[tr]) and np.array_equal(seen["groups"], prep.ds.user_index[:, 0][tr])
 
 
 def test_server_training_allocates_few_bytes_an_upload_through_its_evaluation(tmp_path, monkeypatch) -> None:
     """A budget (issue #38), not a timing: the server's whole training on 2M mapped uploads (the split, lda's
     pass, the test uploads' classes, accuracy, macro-F1, majority, the per-user counts of the referee's interval)
-    allocates at its peak (tracemalloc: numpy's buffers) under 24 bytes an upload (measured 19.3: the split's
-    14.4 held, 6.4 of them the int64 training labels, and a chunk's temporaries). The split's columns are
-    allocated at their own lengths (every upload's length, sliced, kept 24 bytes an upload alive through the
-    training), the classes are held in int8, the majority class is counted, and the referee's per-user counts
-    read the records a chunk at a time (`fl_privtext.bootstrap.user_counts`: np.unique's int64 arrays were ~41
-    bytes a test upload at once): the layout before measured 29.2 and fails. The referee's bootstrap (a block
+    allocates at its peak (tracemalloc: numpy's buffers) under 16 bytes an upload (measured 12.9: the split's
+    columns, the training labels in int8, and a chunk's temporaries; with the labels in int64 as they arrive,
+    19.3, which fails). The split's columns are allocated at their own lengths (every upload's length, sliced,
+    kept 24 bytes an upload alive through the training), the classes are held in int8, the majority class is
+    counted, and the referee's per-user counts read the records a chunk at a time
+    (`fl_privtext.bootstrap.user_counts`: np.unique's int64 arrays were ~41 bytes a test upload at once): the
+    layout before those measured 29.2. The referee's bootstrap (a block
     of fixed size, whatever the uploads: tests/test_bootstrap.py) is stubbed out here."""
     import tracemalloc
 
@@ -389,7 +391,61 @@ def test_server_training_allocates_few_bytes_an_upload_through_its_evaluation(tm
     per_upload = peak / n
     te = prep.roles == "test"
     assert trained.utility["num_test_uploads"] == int(te.sum()) and trained.utility["_per_user"].n.sum() == te.sum()
-    assert per_upload < 24, f"{per_upload:.1f} bytes an upload at the training's peak"
+    assert per_upload < 16, f"{per_upload:.1f} bytes an upload at the training's peak"
+
+
+AUTO_SAMPLE_SCRIPT = """
+import sys
+import numpy as np
+from fl_privtext.client.upload import mechanism_for
+from fl_privtext.config import ExperimentConfig
+from fl_privtext.memory import return_freed_arrays
+from fl_privtext.public import PublicSpec
+from fl_privtext.server.training import fit_learner
+def kib(key):
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith(key)).split()[1])
+return_freed_arrays()  # as the run's driver: freed temporaries go back to the OS, VmHWM sees each one's top
+users, folder = int(sys.argv[1]), sys.argv[2]
+g = np.random.default_rng(14)
+groups = np.repeat(np.arange(users, dtype=np.int32), 1 + g.poisson(2.75, users))
+n = len(groups)
+y = (g.random(n) < 0.4).astype(np.int64)
+np.save(folder + "/x.npy", (g.standard_normal((n, 2)) + 0.1 * y[:, None]).astype(np.float32))
+x = np.load(folder + "/x.npy", mmap_mode="r")
+mechanism = mechanism_for(PublicSpec.of(ExperimentConfig.from_flat({})), 2)
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak (VmHWM) starts again from the RSS now
+before = kib("VmRSS:")
+model, chosen, scores = fit_learner("auto", x, y, groups, num_classes=2, input_dim=2, seed=0, mechanism=mechanism)
+print((kib("VmHWM:") - before) * 1024 / n, chosen)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
+def test_auto_selections_sample_of_users_adds_few_bytes_a_training_upload(tmp_path) -> None:
+    """A budget (issue #38), not a timing: auto's selection on a seeded sample of users (`fit_learner` with more
+    than ``CV_MAX_UPLOADS`` training uploads) and its chosen moment learner on every upload on disk raise the peak
+    RSS above what they were given by less than 12 bytes a training upload, for 3M uploads of 800,000 users (about
+    four each, the synthetic populations' shape: the distinct ids are many). Measured 6.6 (a fresh interpreter,
+    whose heap holds nothing to reuse) with the distinct users from a sorted copy (`fl_privtext.memory.distinct`)
+    and every upload's positions made only where every upload is selected; np.unique's hash set (numpy >= 2.3:
+    ~20 bytes a value at its peak, heap blocks that glibc kept) beside an int64 arange of every upload rose by
+    25.4 and fails. The users sampled from are np.unique's, value for value."""
+    import numpy as np
+
+    from fl_privtext.memory import distinct
+
+    g = np.random.default_rng(15)
+    for ids in (g.integers(-5, 50, 1000).astype(np.int8), g.integers(0, 10**6, 10**5).astype(np.int32),
+                np.zeros(0, np.int64), np.array([7]), g.random(100) < 0.5):
+        got = distinct(ids)
+        assert got.dtype == ids.dtype and np.array_equal(got, np.unique(ids))
+    out = subprocess.run([sys.executable, "-c", AUTO_SAMPLE_SCRIPT, "800000", str(tmp_path)], capture_output=True,
+                         text=True, check=True)
+    per_upload, chosen = out.stdout.split()
+    assert chosen != "constant"
+    assert float(per_upload) < 12, f"{float(per_upload):.1f} bytes a training upload above the learner's inputs"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/status VmHWM, clear_refs (Linux)")
@@ -967,3 +1023,39 @@ def test_the_eavesdroppers_view_takes_few_bytes_an_upload_beyond_its_narrowed_co
     uniq, counts = np.unique(user, return_counts=True)
     assert np.array_equal(truth.user_epsilon.users, uniq)
     assert np.array_equal(truth.user_epsilon.values, counts * 2.0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")
+def test_the_reports_accounting_and_faults_read_the_rounds_ids_without_keeping_them(tmp_path) -> None:
+    """A budget (issue #38): the point's report reads the round's record ids (on the Flower path a map of its spill,
+    36.6M int64 ids at ten million users) for the per-user accounting (`sent_rows` -> `release_counts`) and the
+    fault summary (`faults`, `missing_rows`) a block at a time, dropping the map's pages after each: none stays
+    resident, and no concatenated int64 copy of them is made (`sent_rows` hands the rounds' own arrays). The old
+    report concatenated the ids (8 bytes an upload) and kept the pages it read (8 more, and as many for the fault
+    summary): the driver rose 1.3 GB after the attacks at 10M users. The counts are the whole array's."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from fl_privtext.config import FederationConfig
+    from fl_privtext.report.accounting import release_counts
+    from fl_privtext.report.summaries import faults, sent_rows
+
+    g = np.random.default_rng(16)
+    users = np.repeat(np.arange(500_000, dtype=np.int32), 1 + g.poisson(3.0, 500_000))
+    n = len(users)
+    shards = [np.arange(c, n, 4) for c in range(4)]
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(n, dtype=np.int64))  # ~16 MB: every record uploaded once
+    rows = np.load(path, mmap_mode="r")
+    ds = SimpleNamespace(user_index=users, num_users=500_000, user_ids_at=lambda at: np.asarray(at).astype(str))
+    prep = SimpleNamespace(ds=ds, shards=shards, client=SimpleNamespace(shards=shards))
+    rnd = SimpleNamespace(revealed=None, uploads={"rows": rows}, failures=[])
+    c = SimpleNamespace(seed=0, rounds=[rnd], received={"rows": rows}, refused=())
+    parts = sent_rows(prep, FederationConfig(), c)  # type: ignore[arg-type]
+    assert all(p is rows for p in parts)  # the round's own map, no copy
+    counts = release_counts(users, parts, 500_000)
+    assert np.array_equal(counts, np.bincount(users, minlength=500_000)) and _file_rss_kib(path) < 1_024
+    got = faults(prep, FederationConfig(), [c])  # type: ignore[arg-type]
+    assert got["records_not_received"] == 0 and got["num_users_not_heard_from"] == 0
+    assert _file_rss_kib(path) < 1_024, f"{_file_rss_kib(path)} KiB of the round's ids left resident"

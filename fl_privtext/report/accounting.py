@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from fl_privtext.config import FederationConfig, PrivacyConfig, TrainConfig
-from fl_privtext.memory import narrowest
+from fl_privtext.memory import distinct, drop_mapped_pages, narrowest
 from fl_privtext.privacy import Accountant, PrivacyReport, label_rr_report
 from fl_privtext.privacy.amplification import compose_rounds, gaussian_shuffle_delta, shuffle_guarantee
 from fl_privtext.privacy.report import json_number
@@ -128,7 +128,7 @@ def tight_epsilon(rep: PrivacyReport, label: PrivacyReport | None, counts: dict[
         return basic
 
 
-_COUNT_ROWS = 1 << 22  # released rows counted per block (bounds the user-id temporaries)
+_COUNT_ROWS = 1 << 20  # released rows counted per block (bounds the user-id temporaries: ~20 bytes a row)
 _SUM_USERS = 1 << 20  # users whose totals are summed at once
 
 
@@ -141,13 +141,30 @@ def dense_users(user_ids: np.ndarray) -> np.ndarray:
     return np.unique(users, return_inverse=True)[1].reshape(-1)
 
 
-def release_counts(users: np.ndarray, rows: np.ndarray, num_users: int) -> np.ndarray:
-    """(num_users,) how many of ``rows`` (one entry per release) belong to each user, in the narrowest integer type
-    that holds them: counted a block of rows at a time, so no int64 copy of every released row's user is made."""
-    rows = np.asarray(rows)
-    counts = np.zeros(num_users, np.int64)
-    for a in range(0, len(rows), _COUNT_ROWS):
-        counts += np.bincount(users[rows[a:a + _COUNT_ROWS].astype(np.int64, copy=False)], minlength=num_users)
+Released = np.ndarray | Sequence[np.ndarray]  # one repetition's released rows: an array, or its parts in order
+
+
+def _parts(rows: Released) -> list[np.ndarray]:
+    return [rows] if isinstance(rows, np.ndarray) else list(rows)
+
+
+def _count(rows: Released) -> int:
+    return sum(len(p) for p in _parts(rows))
+
+
+def release_counts(users: np.ndarray, rows: Released, num_users: int) -> np.ndarray:
+    """(num_users,) how many of ``rows`` (one entry per release; an array, or parts whose concatenation it is)
+    belong to each user, in the narrowest integer type that holds them: counted a block of rows at a time, so no
+    int64 copy of every released row's user is made, and a mapped part's pages (a round's spill, the Flower path)
+    are dropped after each block. The sums are held in int32 where the rows are fewer than 2**31 (no count can
+    exceed them): 12 bytes a user beside each block's int64 counts instead of 16."""
+    parts = _parts(rows)
+    counts = np.zeros(num_users, np.int32 if sum(len(p) for p in parts) < 2**31 else np.int64)
+    for part in parts:
+        for a in range(0, len(part), _COUNT_ROWS):
+            block = np.asarray(part[a:a + _COUNT_ROWS]).astype(np.int64, copy=False)
+            np.add(counts, np.bincount(users[block], minlength=num_users), out=counts, casting="unsafe")
+            drop_mapped_pages(part)
     return narrowest(counts)
 
 
@@ -230,14 +247,14 @@ class Totals:
 
 def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: FederationConfig,
                     train: TrainConfig, user_ids: np.ndarray, num_classes: int,
-                    released_rows: Sequence[np.ndarray], releases_per_record: int, *,
+                    released_rows: Sequence[Released], releases_per_record: int, *,
                     on_device_rows: Sequence[tuple[np.ndarray, float]] = (),
                     phase_a_rows: np.ndarray | None = None, shuffled_users: int | None = None,
                     phase_a_central: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The mechanism's report plus what each USER spent over EVERY release of the point (issue #22): every round
-    of every repetition (``released_rows``, one array per seed), the on-device answers (``on_device_rows``: the
-    records each answer covered and the epsilon charged per record) and Phase A (``phase_a_rows``: records whose
-    users' model updates the server saw in the clear: inf; or, given ``phase_a_central``, the Phase A summary's
+    of every repetition (``released_rows``, one array per seed, or its parts), the on-device answers
+    (``on_device_rows``: the records each answer covered and the epsilon charged per record) and Phase A
+    (``phase_a_rows``: records whose users' model updates the server saw in the clear: inf; or, given ``phase_a_central``, the Phase A summary's
     ``central`` guarantee against the server of the noisy secure sums, see the module text). Basic composition
     (what a client's ledger enforces) with its parts, and beside it the tight composition (`tight_epsilon`) at
     ``privacy.delta`` (plus Phase A's delta when it is charged a finite central epsilon).
@@ -249,7 +266,7 @@ def privacy_summary(rep: PrivacyReport, privacy: PrivacyConfig, federation: Fede
     reps, labels_acc, od_acc, total = Totals(n_users), Totals(n_users), Totals(n_users), Totals(n_users)
     uploaded = Totals(n_users)  # what went through the shuffler (representations + labels)
     label = _label_report(privacy, num_classes)
-    released_counts = [release_counts(users, rows, n_users) for rows in released_rows if len(rows)]
+    released_counts = [release_counts(users, rows, n_users) for rows in released_rows if _count(rows)]
     for counts in released_counts:
         reps.charge(counts, rep)
         total.charge(counts, rep)
@@ -365,8 +382,9 @@ def _on_device_charges(users: np.ndarray, on_device_rows: Sequence[tuple[np.ndar
     parts = [(np.asarray(rows, np.int64), float(eps)) for rows, eps in on_device_rows if len(rows)]
     if len(parts) < 2:
         return parts
-    distinct = [np.unique(users[r]) for r, _ in parts]
-    if len(np.unique(np.concatenate(distinct))) != sum(len(d) for d in distinct):
+    # sorted copies, not np.unique's hash set (numpy >= 2.3: ~20 bytes a value, much of it left resident; #38)
+    each = [distinct(users[r]) for r, _ in parts]
+    if len(distinct(np.concatenate(each))) != sum(len(d) for d in each):
         return parts  # a user answered twice
     last = parts[-1][1]
     by_eps: dict[float, list[np.ndarray]] = {}

@@ -13,7 +13,7 @@ import numpy as np
 
 from fl_privtext.client import upload_rows
 from fl_privtext.config import FederationConfig
-from fl_privtext.memory import CHUNK_ROWS
+from fl_privtext.memory import CHUNK_ROWS, distinct, drop_mapped_pages
 from fl_privtext.privacy.report import json_number
 from fl_privtext.traffic import Collected
 
@@ -58,7 +58,7 @@ def shuffled_cohort_users(prep: Prepared, federation: FederationConfig) -> int:
     """n of the shuffle bound: the users of the smallest unlinked cohort (train, test) shuffled together in a
     round (`fl_privtext.federation.shuffler`): all of them under schedule = repeat, a 1/rounds share under stream."""
     users = prep.ds.user_index.reshape(-1)
-    sizes = [len(np.unique(users[prep.roles == role])) for role in ("train", "test") if (prep.roles == role).any()]
+    sizes = [len(distinct(users[prep.roles == role])) for role in ("train", "test") if (prep.roles == role).any()]
     n = min(sizes) if sizes else 1
     return max(1, n // federation.rounds) if federation.schedule == "stream" else n
 
@@ -96,16 +96,20 @@ def expected_rows(prep: Prepared, federation: FederationConfig, rnd: int) -> np.
     return np.concatenate([upload_rows(prep.client, c, rnd, federation) for c in range(len(prep.shards))])
 
 
-def sent_rows(prep: Prepared, federation: FederationConfig, c: Collected) -> np.ndarray:
-    """Rows released in one repetition, one entry per release: those received, plus the missing rows of a round in
-    which some client timed out (it may have sent them). Clients that failed with an error sent nothing."""
+def sent_rows(prep: Prepared, federation: FederationConfig, c: Collected) -> list[np.ndarray]:
+    """Rows released in one repetition, one entry per release, as parts (their concatenation is the list): those
+    received in each round, plus the missing rows of a round in which some client timed out (it may have sent
+    them). Clients that failed with an error sent nothing. The parts are the rounds' own arrays (on the Flower path
+    maps of their spill), not a concatenated int64 copy of every upload's id (8 bytes an upload, and as many of the
+    maps' pages faulted in by the copy: the report stage at ten million users, issue #38); the accounting counts
+    them a block at a time (`fl_privtext.report.accounting.release_counts`)."""
     parts = []
     for rnd, r in enumerate(c.rounds):
         rows = r.revealed if r.revealed is not None else r.uploads["rows"]
         parts.append(rows)
         if any(f["kind"] == "timeout" for f in r.failures):
             parts.append(missing_rows(prep, federation, rnd, rows))
-    return np.concatenate(parts) if parts else referee_rows(c, c.received["rows"])
+    return parts if parts else [referee_rows(c, c.received["rows"])]
 
 
 def missing_rows(prep: Prepared, federation: FederationConfig, rnd: int, received: np.ndarray) -> np.ndarray:
@@ -116,6 +120,7 @@ def missing_rows(prep: Prepared, federation: FederationConfig, rnd: int, receive
     seen = np.zeros(len(prep.ds.user_index), bool)
     for i in range(0, len(received), CHUNK_ROWS):
         seen[np.asarray(received[i : i + CHUNK_ROWS], np.int64)] = True
+        drop_mapped_pages(received)  # a round's map (Flower path): its pages back to the page cache (#38)
     parts = []
     for c in range(len(prep.shards)):
         expected = np.asarray(upload_rows(prep.client, c, rnd, federation), np.int64)
@@ -137,13 +142,16 @@ def faults(prep: Prepared, federation: FederationConfig, collected: Sequence[Col
         else:  # the ids themselves (`referee_rows`), a chunk at a time: no (uploads,) int64 gather of their users
             for i in range(0, len(ids), CHUNK_ROWS):
                 heard[user[np.asarray(ids[i : i + CHUNK_ROWS], np.int64)]] = True
+                drop_mapped_pages(ids)  # the spill's map: its pages go, as each chunk is read (issue #38)
         for rnd, r in enumerate(c.rounds):
             failed.extend({"seed": c.seed, "round": rnd, **f} for f in r.failures)
             missing = missing_rows(prep, federation, rnd, r.revealed if r.revealed is not None else r.uploads["rows"])
             missing_records += int(missing.size)
             missing_users[user[missing][~heard[user[missing]]]] = True
     lost = np.flatnonzero(missing_users)[:1000]  # the ids of their records only (`user_ids_at`), sorted as str
-    first = np.unique(prep.ds.user_ids_at(np.flatnonzero(np.isin(user, lost)) if len(lost) else np.zeros(0, np.int64)))
+    # nobody lost (every client delivered): no lookup at all; Arrow's take, even of no row, combined the whole
+    # id column in its pool and faulted in its file's pages (~23 bytes a record resident after the report, #38)
+    first = np.unique(prep.ds.user_ids_at(np.flatnonzero(np.isin(user, lost)))) if len(lost) else np.zeros(0, str)
     return {"failed_clients": failed, "records_not_received": missing_records,
             "users_not_heard_from": first.tolist(), "num_users_not_heard_from": int(missing_users.sum())}
 

@@ -95,6 +95,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.memory import drop_mapped_pages, is_mapped, take_rows
+from fl_privtext.metrics import bincount
 from fl_privtext.names import LEARNERS
 from fl_privtext.server.noise import NoiseLaw
 
@@ -209,7 +210,7 @@ class ClassStats:
         minus the fold's (`fl_privtext.server.selection`: one pass for every fold). `prepared` makes them usable."""
         n, d = x.shape
         mapped = is_mapped(x)  # a file's rows (`fl_privtext.memory.rows_on_disk`): its pages go after each chunk
-        counts = np.bincount(y, minlength=num_classes).astype(np.float64)
+        counts = bincount(y, num_classes).astype(np.float64)  # y in any integer type (the server's: int8)
         sums = np.zeros((num_classes, d))
         second = np.zeros((d, d))
         fourth = 0.0
@@ -585,7 +586,7 @@ class Constant:
         return cls(num_classes=inputs.num_classes, label_rr=inputs.label_rr)
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> Constant:
-        return self._fit_counts(np.bincount(y, minlength=self.k).astype(np.float64), x.shape[1])
+        return self._fit_counts(bincount(y, self.k).astype(np.float64), x.shape[1])
 
     def fit_stats(self, raw: ClassStats) -> Constant:
         """Fit from raw sums (`ClassStats.raw`): their counts are `fit`'s (exact integers), so a cross-validation
@@ -680,7 +681,8 @@ class Linear:
             keep = np.sort(rng.generator(self.seed, "server", "linear-rows").choice(len(x), MAX_LINEAR_ROWS,
                                                                                    replace=False))
             x, y, groups = take_rows(x, keep), y[keep], None if groups is None else groups[keep]
-        return (np.asarray(x, np.float64), y) + (() if groups is None else (groups,))
+        # the labels in int64, as sklearn has always been given them (the server holds them narrow: int8)
+        return (np.asarray(x, np.float64), np.asarray(y, np.int64)) + (() if groups is None else (groups,))
 
     def choose_c(self, x: np.ndarray, y: np.ndarray, groups: np.ndarray, folds: int = 3) -> float:
         """The L2 strength by out-of-fold log-loss over ``LINEAR_CS``, folds by user (GroupKFold on ``groups``; one
@@ -775,7 +777,9 @@ class MLP:
     def fit(self, x: np.ndarray, y: np.ndarray) -> MLP:
         from fl_privtext.learn import train_mlp  # torch
 
-        self.model = train_mlp(x, y, num_classes=self.k, config=self.config, generator=self.generator,
+        # the labels in int64, as torch's loss takes them (the server holds them narrow: int8)
+        self.model = train_mlp(x, np.asarray(y, np.int64), num_classes=self.k, config=self.config,
+                               generator=self.generator,
                                progress=self.progress)
         return self
 

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from fl_privtext.metrics import bincount
 from fl_privtext.ondevice import debiased_accuracy, keep_probability
 from fl_privtext.server.learners import label_rr_matrix
 
@@ -117,11 +118,11 @@ def constant_from_labels(labels: np.ndarray, num_classes: int, label_epsilon: fl
     the majority class, debiased through k-ary randomized response at ``label_epsilon`` (0: labels in the clear),
     with its standard error over ``num_users`` independent users (records of one user are not independent: the user
     count is the conservative n)."""
-    labels = np.asarray(labels, np.int64)
+    labels = np.asarray(labels)  # any integer type (the server's: int8), counted without an int64 copy
     k, n = int(num_classes), len(labels)
     if n == 0 or k < 1:
         raise ValueError(f"constant_from_labels needs labels of >= 1 class; got {n} labels, {k} classes.")
-    q = np.bincount(labels, minlength=k).astype(np.float64) / n  # observed shares
+    q = bincount(labels, k).astype(np.float64) / n  # observed shares
     rr = label_rr_matrix(k, label_epsilon)  # the clients' k-ary randomized response (identity at epsilon 0)
     keep, other = float(rr[0, 0]), float(rr[0, 1]) if k > 1 else 0.0
     shares = (q - other) / (keep - other)  # E[q_j] = other + (keep - other) pi_j

@@ -22,7 +22,7 @@ from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
-from fl_privtext.memory import CHUNK_ROWS, column_mean, is_mapped, rows_on_disk, take_rows
+from fl_privtext.memory import CHUNK_ROWS, column_mean, distinct, is_mapped, rows_on_disk, take_rows
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
 from fl_privtext.server.learners import LEARNERS, ClassStats, Learner, Linear, label_rr_matrix, make_learner
@@ -121,9 +121,10 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
     chosen = name
     if name == "auto":
         names = ("constant", *(n for n in candidates if n != "constant"))
-        cv = np.arange(len(y))
         if len(y) > CV_MAX_UPLOADS:  # select on a seeded sample of users: the CV's cost is bounded at any N
-            users = np.unique(groups)
+            # the distinct users by a sorted copy (`distinct`: np.unique's hash set held ~20 bytes a training
+            # upload at its peak, most of it left resident; issue #38), and no (uploads,) int64 arange beside it
+            users = distinct(groups)
             share = CV_MAX_UPLOADS / len(y)
             keep = rng.generator(seed, *stream, "cv-users").choice(users, max(2, int(len(users) * share)),
                                                                    replace=False)
@@ -134,17 +135,20 @@ def fit_learner(name: str, x: np.ndarray, y: np.ndarray, groups: np.ndarray, *, 
                 member[a : a + CHUNK_ROWS * 16] = np.isin(groups[a : a + CHUNK_ROWS * 16], keep)
             cv = np.flatnonzero(member)
             del member
+        else:
+            cv = np.arange(len(y))
         every = len(cv) == len(y)  # the selection reads every upload: its folds' sums are the winner's too
         # the selection's uploads in memory (at most ~CV_MAX_UPLOADS of them; every one: x itself where in memory)
         x_cv = x if every and not is_mapped(x) else take_rows(x, cv)
+        y_cv = np.asarray(y[cv], np.int64)  # the labels as the selection has always seen them (held in int8)
 
         def choose_c() -> None:  # Linear's L2 strength: chosen once on the selection's folds by user, then fixed
             nonlocal linear_c, linear_start
             chooser = Linear(num_classes=num_classes, seed=seed)
-            linear_c, linear_start = chooser.choose_c(x_cv, y[cv], groups[cv], FOLDS), chooser.path_start
+            linear_c, linear_start = chooser.choose_c(x_cv, y_cv, groups[cv], FOLDS), chooser.path_start
 
         totals: dict[int, ClassStats] = {}
-        chosen, scores = select({n: maker(n) for n in names}, x_cv, y[cv], groups[cv], label_rr=rr, law=noise,
+        chosen, scores = select({n: maker(n) for n in names}, x_cv, y_cv, groups[cv], label_rr=rr, law=noise,
                                 num_classes=num_classes, score_all=score_all or fit_all is not None,
                                 prepare={"linear": choose_c}, totals=totals)
         if linear_c is not None:  # linear was scored (lazy selection: only where no moment head qualified)
@@ -247,7 +251,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
         input_norm2=norm2, norm_source=norm_source, centered=centered,
         fit_all=fitted if server.select_on == "clients" else None, candidates=server.auto_learners())
     del x_train  # a map: its file (already unlinked) goes with it
-    train_users = len(np.unique(train_groups)) if fitted else 0  # the clients' prior (below) reads only this
+    train_users = len(distinct(train_groups)) if fitted else 0  # the clients' prior (below) reads only this
     del train_groups
     pred = predict_rows(model, features, test_at)
     # evaluated against the true labels of test users, as the codes are held (narrow: no int64 copy; issue #38)

@@ -42,7 +42,7 @@ def test_split_in_chunks_equals_the_whole_array_expressions(tmp_path):
                     got = split_uploads(SimpleNamespace(ds=prep.ds, roles=roles), r, y, seen, chunk)
                     got_all = (got.train, got.test, got.labels, got.groups, got.test_rows)
                     assert all(np.array_equal(a, b) for a, b in zip(got_all, want, strict=True))
-                    assert got.labels.dtype == labels.dtype
+                    assert got.labels.dtype == np.int8  # class codes held in one byte (int64 on the wire)
                     assert got.train.dtype == got.test.dtype == got.groups.dtype == got.test_rows.dtype == np.int32
 
 
@@ -60,6 +60,9 @@ def test_pseudonyms_beyond_int32_widen_to_int64():
     got = split_uploads(prep, rows, np.zeros(n, np.int64), seen, chunk=16)
     assert got.groups.dtype == np.int64 and np.array_equal(got.groups, seen[~te])
     assert not np.array_equal(seen[~te].astype(np.int32), seen[~te])  # what the known-bad cast would hold
+    labels = np.arange(n, dtype=np.int64) * 3  # past int8 from the 43rd upload: the labels widen the same way
+    got = split_uploads(prep, rows, labels, chunk=16)
+    assert got.labels.dtype == np.int64 and np.array_equal(got.labels, labels[~te])
 
 
 def test_split_checks_lengths():
