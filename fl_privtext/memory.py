@@ -238,23 +238,27 @@ def narrowest(a: np.ndarray, *, copy: bool = True) -> np.ndarray:
     return a.astype(np.int64, copy=copy)
 
 
-def distinct(a: np.ndarray) -> np.ndarray:
-    """``np.unique(a)`` of an integer (or boolean) array: its sorted distinct values in its own dtype, through one
-    sorted copy and a mask (~6 bytes a 4-byte value at the peak, numpy's own buffers, unmapped when freed). Why:
-    from numpy 2.3 ``np.unique`` without counts or indices collects the values in a C++ hash set, whose nodes are
-    small heap blocks that tracemalloc does not see and glibc keeps after they are freed: 19.8 bytes a value at its
-    peak and 12.1 still resident after it returned, for 11.7M int32 user ids (3.9M distinct; issue #38: the
-    server's cross-validation sample of users at ten million synthetic users). Other dtypes go to ``np.unique``."""
+def distinct(a: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """``np.unique(a[rows])`` (``rows`` None: all of ``a``) of an integer (or boolean) array: its sorted distinct
+    values in its own dtype, through one sorted copy and a mask (~6 bytes a 4-byte value at the peak, numpy's own
+    buffers, unmapped when freed). Why: from numpy 2.3 ``np.unique`` without counts or indices collects the values
+    in a C++ hash set, whose nodes are small heap blocks that tracemalloc does not see and glibc keeps after they are
+    freed: 19.8 bytes a value at its peak and 12.1 still resident after it returned, for 11.7M int32 user ids (3.9M
+    distinct; issue #38: the server's cross-validation sample of users at ten million synthetic users). Other
+    dtypes go to ``np.unique``."""
     a = np.asarray(a).reshape(-1)
     if a.dtype.kind not in "biu":
-        return np.unique(a)
-    ordered = np.sort(a)
-    if len(ordered) < 2:
-        return ordered
-    first = np.empty(len(ordered), bool)
-    first[0] = True
+        return np.unique(a if rows is None else a[rows])
+    ordered = a.copy() if rows is None else a[rows]
+    ordered.sort()
+    return ordered[first_of_runs(ordered)]
+
+
+def first_of_runs(ordered: np.ndarray) -> np.ndarray:
+    """(N,) bool: True where sorted ``ordered`` starts a run of equal values (its first entry, where not empty)."""
+    first = np.ones(len(ordered), bool)
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    return ordered[first]
+    return first
 
 
 def positions(mask: np.ndarray) -> np.ndarray:

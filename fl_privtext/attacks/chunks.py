@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from fl_privtext.memory import narrowest, positions
+from fl_privtext.memory import distinct, first_of_runs, narrowest, positions
 
 ROW_CHUNK = 1 << 16  # rows scored at once (a multiple of MLPClassifier.logits' 8,192-row batches)
 
@@ -30,17 +30,6 @@ def row_chunks(n: int, size: int = ROW_CHUNK) -> Iterator[slice]:
     yield slice(full * size, n)
 
 
-def distinct(users: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-    """``np.unique(users[rows])`` (``rows`` None: every row) from one sorted copy of the rows' users, in their own
-    (narrowed) type: ~5 bytes a row of a 4-byte type at the peak."""
-    users = np.asarray(users).reshape(-1)
-    ordered = users.copy() if rows is None else users[rows]
-    ordered.sort()
-    first = np.ones(len(ordered), bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    return ordered[first]
-
-
 def distinct_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(users, return_counts=True)`` with the counts in their narrowest type (`narrowest`): the same
     values from one sorted copy of the users (their own type), the first of each run marked and the runs' starts
@@ -50,8 +39,7 @@ def distinct_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if not len(users):
         return users.copy(), narrowest(np.zeros(0, np.int64))
     ordered = np.sort(users)
-    first = np.ones(len(ordered), bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    first = first_of_runs(ordered)
     uniq = ordered[first]
     del ordered
     starts = positions(first)
