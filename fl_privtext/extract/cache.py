@@ -213,12 +213,14 @@ class EmbeddingCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self._sweep_stale_temps()
         sums: list[str] = []
+        finite = [True]
 
         def write(f: Any) -> None:
             np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
             for p in parts:
-                block = np.ascontiguousarray(np.load(p), "<f4").tobytes()
+                block = np.ascontiguousarray(np.load(p), "<f4")  # hashed and written through its buffer, no bytes copy
                 sums.append(hashlib.sha256(block).hexdigest())  # parts are blocks of chunk_rows rows, in order
+                finite[0] = finite[0] and bool(np.isfinite(block).all())
                 f.write(block)
 
         _atomic_write_bytes(self.path(key), write)
@@ -227,6 +229,8 @@ class EmbeddingCache:
         out = self.load(key)
         if out is None:  # pragma: no cover - only if another process wrote garbage under our key
             raise OSError(f"The cache file {self.path(key)} could not be read back after writing it.")
+        if finite[0]:  # what `_damaged` would check, checked on the bytes just written: no second read of the file
+            _VERIFIED.add(_stamp(self.path(key)))
         return out
 
     def _write_meta(self, key: str, shape: tuple[int, ...], metadata: dict[str, Any] | None) -> None:
@@ -341,17 +345,25 @@ def _checksums(arr: np.ndarray, rows: int) -> dict[str, Any]:
     """A sha256 per block of ``rows`` rows of ``arr`` (the sidecar's chunk_rows / chunk_sha256)."""
     sums = []
     for a in range(0, len(arr), rows):
-        sums.append(hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4").tobytes()).hexdigest())
+        sums.append(hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4")).hexdigest())
         drop_mapped_pages(arr)  # a mapped array read whole would end resident (issue #38)
     return {"chunk_rows": rows, "chunk_sha256": sums}
 
 
-_VERIFIED: set[tuple[str, int, int]] = set()  # entries checked in this process: (path, size, mtime_ns)
+_VERIFIED: set[tuple[object, ...]] = set()  # entries checked in this process: `_stamp`s
 
 
-def _stamp(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return str(path.resolve()), st.st_size, st.st_mtime_ns
+def _stamp(path: Path) -> tuple[object, ...]:
+    """The version of an entry: (path, size, mtime_ns) of its ``.npy`` file and of its sidecar (whose checksums
+    `_damaged` reads), the sidecar's None when it is missing."""
+    def one(p: Path) -> tuple[int, int] | None:
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    return str(path.resolve()), one(path), one(path.with_suffix(".json"))
 
 
 def _verified(cache: EmbeddingCache, key: str, arr: np.ndarray) -> bool:
@@ -377,7 +389,7 @@ def _damaged(cache: EmbeddingCache, key: str, arr: np.ndarray) -> list[tuple[int
     bad = []
     for i, a in enumerate(range(0, len(arr), rows)):
         block = np.asarray(arr[a : a + rows])
-        if (sums is not None and hashlib.sha256(np.ascontiguousarray(block, "<f4").tobytes()).hexdigest()
+        if (sums is not None and hashlib.sha256(np.ascontiguousarray(block, "<f4")).hexdigest()
                 != sums[i]) or not np.isfinite(block).all():
             bad.append((a, min(len(arr), a + rows)))
         drop_mapped_pages(arr)  # the check reads the whole map: its pages go block by block (3M users: +1.2 GB)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from fl_privtext.extract import EmbeddingCache, GloveExtractor, extract_cached, file_sha256, make_extractor
+from fl_privtext.extract import cache as cache_mod
 from fl_privtext.extract.cache import resolve_cache_dir
 from fl_privtext.extract.transformer import HFExtractor
 
@@ -233,6 +234,7 @@ def test_damaged_chunk_detected_reported_and_reextracted(glove: GloveExtractor, 
     disk[3, 7] = np.nan if damage == "nan" else np.nextafter(disk[3, 7], np.float32(np.inf))  # rows 2-3's block
     disk.flush()
     del disk
+    cache_mod._VERIFIED.clear()  # a later process reads the damaged entry (this one trusts what it wrote itself)
     calls = counting.calls
     caplog.clear()  # the first extraction's own report (texts with no known token) is not the repair's
     with caplog.at_level("WARNING", logger="fl_privtext.extract.cache"):
@@ -243,6 +245,40 @@ def test_damaged_chunk_detected_reported_and_reextracted(glove: GloveExtractor, 
     assert len(lines) == 1 and "rows 2-3" in lines[0] and "re-extracting" in lines[0]
     extract_cached(ds, counting, tmp_path, progress=False, chunk_rows=2)
     assert counting.calls == calls + 1  # repaired for good: a plain hit again
+
+
+class NaNExtractor(CountingExtractor):
+    """A real extractor whose second row comes out NaN (a broken model): known-bad input for the cache's checks."""
+
+    def extract(
+        self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, *, progress: bool = True
+    ) -> np.ndarray:
+        out = np.array(super().extract(texts, text_pairs, progress=progress))
+        out[1:2] = np.nan
+        return out
+
+
+def test_entry_just_written_is_not_read_back_but_a_non_finite_one_is(glove: GloveExtractor, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process that wrote an entry (checksums and finiteness computed on the bytes it wrote) uses it without
+    hashing the file again (a million users: 0.7 GB read and hashed); a new file version, or an entry holding a
+    non-finite value, is checked on its next use."""
+    hashed: list[int] = []
+    damaged = cache_mod._damaged
+    monkeypatch.setattr(cache_mod, "_damaged", lambda *a: hashed.append(1) or damaged(*a))
+    ds = TinyDataset(TEXTS)
+    first = np.array(extract_cached(ds, glove, tmp_path, progress=False))
+    np.testing.assert_array_equal(extract_cached(ds, glove, tmp_path, progress=False), first)
+    assert hashed == []  # written here: not read back
+    cache_mod._VERIFIED.clear()  # another process
+    extract_cached(ds, glove, tmp_path, progress=False)
+    assert hashed == [1]  # checked once ...
+    extract_cached(ds, glove, tmp_path, progress=False)
+    assert hashed == [1]  # ... per process and file version
+    broken = NaNExtractor(glove)
+    with pytest.raises(ValueError, match="non-finite"):  # known-bad: the write does not vouch for NaN rows
+        extract_cached(TinyDataset([*TEXTS, "Rain tomorrow."]), broken, tmp_path / "nan", progress=False)
+        extract_cached(TinyDataset([*TEXTS, "Rain tomorrow."]), broken, tmp_path / "nan", progress=False)
 
 
 def test_entry_without_checksums_gets_them_and_nan_is_caught(glove: GloveExtractor, tmp_path: Path) -> None:
@@ -260,6 +296,7 @@ def test_entry_without_checksums_gets_them_and_nan_is_caught(glove: GloveExtract
     disk[0, 0] = np.inf
     disk.flush()
     del disk
+    cache_mod._VERIFIED.clear()  # a later process
     assert np.isfinite(extract_cached(ds, glove, tmp_path, progress=False)).all()
 
 
