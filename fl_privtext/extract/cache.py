@@ -219,7 +219,7 @@ class EmbeddingCache:
             np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (n, dim)})
             for p in parts:
                 block = np.ascontiguousarray(np.load(p), "<f4")  # hashed and written through its buffer, no bytes copy
-                sums.append(hashlib.sha256(block).hexdigest())  # parts are blocks of chunk_rows rows, in order
+                sums.append(hashlib.sha256(block.data).hexdigest())  # parts are blocks of chunk_rows rows, in order
                 finite[0] = finite[0] and bool(np.isfinite(block).all())
                 f.write(block)
 
@@ -345,7 +345,7 @@ def _checksums(arr: np.ndarray, rows: int) -> dict[str, Any]:
     """A sha256 per block of ``rows`` rows of ``arr`` (the sidecar's chunk_rows / chunk_sha256)."""
     sums = []
     for a in range(0, len(arr), rows):
-        sums.append(hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4")).hexdigest())
+        sums.append(hashlib.sha256(np.ascontiguousarray(arr[a : a + rows], "<f4").data).hexdigest())
         drop_mapped_pages(arr)  # a mapped array read whole would end resident (issue #38)
     return {"chunk_rows": rows, "chunk_sha256": sums}
 
@@ -389,7 +389,7 @@ def _damaged(cache: EmbeddingCache, key: str, arr: np.ndarray) -> list[tuple[int
     bad = []
     for i, a in enumerate(range(0, len(arr), rows)):
         block = np.asarray(arr[a : a + rows])
-        if (sums is not None and hashlib.sha256(np.ascontiguousarray(block, "<f4")).hexdigest()
+        if (sums is not None and hashlib.sha256(np.ascontiguousarray(block, "<f4").data).hexdigest()
                 != sums[i]) or not np.isfinite(block).all():
             bad.append((a, min(len(arr), a + rows)))
         drop_mapped_pages(arr)  # the check reads the whole map: its pages go block by block (3M users: +1.2 GB)
