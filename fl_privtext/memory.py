@@ -20,7 +20,7 @@ import mmap
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -138,7 +138,11 @@ def drop_dataset_pages(ds: Any) -> int:
     from (`drop_file_pages`): its fingerprint and the extraction read every text, and the attack reads the texts of
     its public and target uploads scattered over the file; those pages otherwise stay in the RSS of the driver and
     of each actor until the process ends (the synthetic file: 0.69 GB at 1M users, issue #38). Rows read later
-    fault back in from the page cache. Returns the bytes advised (0 for an in-memory table)."""
+    fault back in from the page cache. The columns the dataset holds on disk (its users, labels, attributes, and the
+    roles and shards of its split: ``ds.held_columns()``, `on_disk`) go too. Returns the bytes advised of the files
+    (0 for an in-memory table)."""
+    for column in getattr(ds, "held_columns", list)():
+        drop_mapped_pages(column)
     files = getattr(getattr(ds, "table", None), "cache_files", None) or ()
     return sum(drop_file_pages(f["filename"]) for f in files if f.get("filename"))
 
@@ -272,6 +276,33 @@ def positions(mask: np.ndarray) -> np.ndarray:
         out[at : at + len(rows)] = rows + lo
         at += len(rows)
     return out
+
+
+def on_disk(a: np.ndarray | Sequence[np.ndarray], folder: str | os.PathLike[str] | None = None) -> np.ndarray:
+    """``a`` (the same dtype, shape and values; a sequence of arrays: their concatenation, written part by part)
+    as a read-only array over a shared read-only map of a file in ``folder`` (None: the temporary folder), written
+    through the page cache and unlinked once mapped (its disk space goes with the map). A per-record column the
+    driver holds through a run but reads only in passes (the users, labels, roles and shards of a file-backed
+    dataset, `fl_privtext.data.TextDataset.hold`) then costs this process no resident memory between the passes:
+    the pages a pass faults in stay in its RSS only until `drop_mapped_pages`. Views of the result keep it (their
+    base) and its map alive. Nothing to write (no bytes): an in-memory array."""
+    parts = [np.ascontiguousarray(a)] if isinstance(a, np.ndarray) else [np.ascontiguousarray(p) for p in a]
+    rows = sum(len(p) for p in parts)
+    shape, dtype = (rows, *parts[0].shape[1:]), parts[0].dtype
+    if not sum(p.nbytes for p in parts):
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+    fd, path = tempfile.mkstemp(prefix="column-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for p in parts:
+                if p.dtype != dtype or p.shape[1:] != shape[1:]:
+                    raise ValueError(f"on_disk: parts of {dtype} {shape[1:]} rows; got {p.dtype} {p.shape[1:]}.")
+                f.write(p.data)
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    finally:
+        os.unlink(path)
+    return np.ndarray(shape, dtype, buffer=mapped)
 
 
 def is_mapped(array: Any) -> bool:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fl_privtext.memory import drop_dataset_pages, narrowest, release_arrow_memory
+from fl_privtext.memory import drop_dataset_pages, narrowest, on_disk, release_arrow_memory
 
 __all__ = [
     "ATTRIBUTE_PREFIX",
@@ -346,8 +348,8 @@ class TextDataset:
         """(N,) the task labels as held: their narrowest integer type (`fl_privtext.memory.narrowest`: one byte a
         record for fewer than 128 classes), read-only. The int64 column was held through a run by the driver (8
         bytes a record: 0.29 GB at 10M synthetic users, issue #38); readers that index or compare take these, and
-        `labels` widens."""
-        return _read_only(_narrowest_column(self._pa.column("label")))
+        `labels` widens. On disk beside a file-backed dataset (`hold`)."""
+        return self.hold(_narrowest_column(self._pa.column("label")))
 
     @property
     def labels(self) -> np.ndarray:
@@ -376,7 +378,8 @@ class TextDataset:
         Python string is made per row (``user_ids`` through a Python list peaked at ~90 bytes a row: +1 GB in the
         driver at 3M synthetic users, issue #38). int32 as Arrow's lookup gives it: held by the driver through a run
         (int64 was 8 bytes a record, 0.29 GB at 10M synthetic users, issue #38); readers that do arithmetic widen
-        what they take (`fl_privtext.client.ClientData.users_of`, its digest)."""
+        what they take (`fl_privtext.client.ClientData.users_of`, its digest). On disk beside a file-backed dataset
+        (`hold`)."""
         col = self._pa.column("user_id")
         if col.null_count:  # not a valid dataset (the builders reject missing ids); numpy's answer, whatever it is
             return _read_only(np.unique(self.user_ids, return_inverse=True)[1].reshape(-1).astype(np.int32))
@@ -387,7 +390,7 @@ class TextDataset:
             start += len(chunk)
         release_arrow_memory()  # the lookup's distinct ids, hash table and sort: freed, but kept by Arrow's pool
         drop_dataset_pages(self)  # the id column's pages of a mapped file (read again from the page cache if asked)
-        return _read_only(out)
+        return self.hold(out)
 
     def user_ids_at(self, rows: np.ndarray) -> np.ndarray:
         """``user_ids[rows]`` (str, read-only) from the Arrow column's ``rows`` only: `user_ids` turns every row's id
@@ -407,8 +410,9 @@ class TextDataset:
             return np.unique(self.user_ids)
         return np.asarray(self._sorted_user_ids().to_pylist(), dtype=str)
 
-    @property
+    @cached_property
     def num_users(self) -> int:
+        """The number of distinct users (read once: each read of ``user_index`` whole faults in its pages)."""
         return int(self.user_index.max()) + 1 if len(self) else 0
 
     @cached_property
@@ -466,8 +470,31 @@ class TextDataset:
                             "per row."
                         )
                     values = flat.reshape(len(arr), spec.num_classes)
-            cache[name] = _read_only(values)
+            cache[name] = self.hold(values)
         return cache[name]
+
+    def hold(self, column: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+        """A column derived from this dataset (or the concatenation of its parts) as the run holds it, read-only: a
+        file-backed dataset's on disk beside its file (`fl_privtext.memory.on_disk`; in memory where that folder
+        cannot be written), an in-memory dataset's in memory. The driver held its users, labels, attributes, roles
+        and shards in memory from the split to the report (44 bytes a synthetic user at 300k users, issue #38),
+        though each stage reads them in passes; `fl_privtext.memory.drop_dataset_pages` drops this process's pages
+        of every column held here, as of the dataset's file."""
+        parts = [column] if isinstance(column, np.ndarray) else list(column)
+        files = [f["filename"] for f in (self.table.cache_files or ()) if f.get("filename")]
+        if files and sum(p.nbytes for p in parts):
+            try:
+                held = on_disk(parts, os.path.dirname(files[0]))
+            except OSError:  # a read-only folder: the column stays in memory
+                pass
+            else:
+                self.__dict__.setdefault("_held", []).append(weakref.ref(held))
+                return held
+        return _read_only(parts[0] if len(parts) == 1 else np.concatenate(parts))
+
+    def held_columns(self) -> list[np.ndarray]:
+        """The columns `hold` put on disk that are still in use."""
+        return [a for a in (r() for r in self.__dict__.get("_held", ())) if a is not None]
 
     # ---------------------------------------------------------------- derived datasets
     def select(self, rows: Iterable[int] | np.ndarray, *, name: str | None = None) -> TextDataset:

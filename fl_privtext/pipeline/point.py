@@ -37,7 +37,7 @@ from fl_privtext.client.ondevice import on_device_answer, stage_keys
 from fl_privtext.config import ExperimentConfig
 from fl_privtext.data import SYNTHETIC_DATASETS
 from fl_privtext.datafiles import spill_dir
-from fl_privtext.memory import drop_mapped_pages
+from fl_privtext.memory import drop_dataset_pages, drop_mapped_pages
 from fl_privtext.pipeline.preparation import Prepared, prepare
 from fl_privtext.progress import progress_bar
 from fl_privtext.public import PublicSpec
@@ -132,6 +132,7 @@ def train_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Colle
         trained.utility["train_s"] = time.perf_counter() - t0
         for k in ("labels", "rows"):  # on the Flower path maps of the round's spill: their pages go back (#38)
             drop_mapped_pages(c.received[k])
+        drop_dataset_pages(prep.ds)  # and those of the columns it read (users, roles, labels: `TextDataset.hold`)
         return trained
 
     return _over_seeds(cfg, train, list(collected), "fl-privtext-train")
@@ -161,6 +162,7 @@ def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collect
         result = on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
         result["exact"] = exact_on_device(prep, cfg, shipped_model(t, result), t.majority_class, c.seed)
         exact_candidates(prep, cfg, t, result, c.seed)
+        drop_dataset_pages(prep.ds)  # the columns the requests and the referee read (`TextDataset.hold`)
         out.append(result)
     return out
 
@@ -190,6 +192,7 @@ def _evaluate_seed(prep: Prepared, cfg: ExperimentConfig, c: Collected, trained:
                                 labels=observed["labels"], mechanism=mech, report=mech.report(),
                                 seen=observed["rows"] if shuffled(c) else None)
         drop_mapped_pages(observed["features"])  # a mapped upload file read whole: its pages go until read again
+        drop_dataset_pages(prep.ds)  # and the dataset's columns the attack read (`TextDataset.hold`)
     t3 = time.perf_counter()
     return {
         "seed": c.seed, "utility": utility, "attacks": attacks, "attacks_extra": extra,
@@ -229,11 +232,13 @@ def evaluate_point(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Co
                               shuffled_users=cohort)
     privacy["randomness"] = randomness_of(cfg.run.randomness, collected)
     privacy["ledger"] = ledger_summary(collected, on_device_results or [])
+    faulted = faults(prep, cfg.federation, collected)
+    drop_dataset_pages(prep.ds)  # the columns the accounting and the fault summary read (`TextDataset.hold`)
     return {
         "placement": placement_of(collected),
         "extractor_identity": prep.extractor.identity(),
         "config": cfg, "per_seed": per_seed, "num_users": prep.ds.num_users,
-        "num_records": len(prep.ds), "privacy": privacy, "faults": faults(prep, cfg.federation, collected),
+        "num_records": len(prep.ds), "privacy": privacy, "faults": faulted,
         "dataset": {"name": prep.ds.name, "fingerprint": prep.ds.fingerprint, "label_names": list(prep.ds.label_names),
                     "synthetic": prep.ds.name in SYNTHETIC_DATASETS,
                     "attributes": {a.name: {"kind": a.kind, "classes": list(a.classes)} for a in prep.ds.attributes}},

@@ -90,9 +90,11 @@ def _split(key: tuple, split: str, test_frac: float, aux_frac: float, seed: int,
              assign_role_codes(ds, test_frac=test_frac, aux_frac=aux_frac, seed=seed))
     # every row (None): no N-row id array, and the shards are views of one (issue #38)
     shards = partition_users(ds, None, num_clients=num_clients, scheme=scheme, alpha=alpha, seed=seed)
-    roles.setflags(write=False)
-    for arr in shards:
-        arr.setflags(write=False)
+    # held as the dataset holds its columns (`TextDataset.hold`: on disk beside a file-backed dataset, read-only),
+    # the shards as views of one array, as they came: 5 bytes a record the driver held from here to the report
+    roles = Roles(ds.hold(roles.codes))
+    whole = ds.hold(shards)
+    shards = np.split(whole, np.cumsum([len(s) for s in shards])[:-1])
     # the users' ids as a '<U' array (28 bytes a record at 1M users) were read for the roles and shards only: the
     # run reads ``user_index`` from here on (the ids are rebuilt from the Arrow column if anything asks again)
     ds.__dict__.pop("user_ids", None)

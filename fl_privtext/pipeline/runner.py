@@ -27,7 +27,7 @@ from fl_privtext.extract import resolve_cache_dir
 from fl_privtext.federation.simulation import fixed_costs, quiet_env, simulate
 from fl_privtext.federation.training import check_training
 from fl_privtext.learn import warm_up
-from fl_privtext.memory import check_memory_budget
+from fl_privtext.memory import check_memory_budget, drop_dataset_pages
 from fl_privtext.pipeline.checks import check_extractor, check_output, check_resources
 from fl_privtext.pipeline.clients import build_app
 from fl_privtext.pipeline.federated import serve
@@ -186,7 +186,9 @@ def _snapshot(cfg: ExperimentConfig) -> str:
         public_projection(PublicSpec.of(cfg), int(prep.extractor.dim))
     if cfg.privacy.mu > 0 or not isinstance(prep.features, np.memmap):
         return ""
-    return str(prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None)))
+    path = prep.client.save(resolve_cache_dir(cfg.extractor.cache_dir or None))
+    drop_dataset_pages(prep.ds)  # the columns the snapshot read (`fl_privtext.data.TextDataset.hold`)
+    return str(path)
 
 
 def releases_in_clear(cfg: ExperimentConfig) -> bool:
@@ -206,7 +208,9 @@ def _client_policy(points: Sequence[ExperimentConfig]) -> str:
     asks for it, whatever the private point's epsilon says: such an entry never sits beside a private one (the
     no-privacy reference runs in its own federation, `run_experiment`; a sweep's in its own simulation group)."""
     refuse_mixed_policy(points)
-    digest = prepare(points[0], features="none").client.shard_digest()  # validate() memoised the split
+    prep = prepare(points[0], features="none")  # validate() memoised the split
+    digest = prep.client.shard_digest()
+    drop_dataset_pages(prep.ds)  # the columns the digest read (`fl_privtext.data.TextDataset.hold`)
     return ClientPolicy.from_points(list(points), shard_digest=digest).to_json()
 
 

@@ -22,7 +22,15 @@ from fl_privtext.bootstrap import counts_bootstrap, user_counts
 from fl_privtext.client.upload import mechanism_for
 from fl_privtext.config import ServerConfig
 from fl_privtext.learn import MLPConfig, diverged
-from fl_privtext.memory import CHUNK_ROWS, column_mean, distinct, is_mapped, rows_on_disk, take_rows
+from fl_privtext.memory import (
+    CHUNK_ROWS,
+    column_mean,
+    distinct,
+    drop_dataset_pages,
+    is_mapped,
+    rows_on_disk,
+    take_rows,
+)
 from fl_privtext.ondevice import is_finite
 from fl_privtext.public import PublicSpec, check_public_data, public_features
 from fl_privtext.server.learners import LEARNERS, ClassStats, Learner, Linear, label_rr_matrix, make_learner
@@ -225,6 +233,7 @@ def train_server(prep: Prepared, features: np.ndarray, labels: np.ndarray, rows:
     if len(prep.ds.label_names) == 0:
         return Trained({"available": False, "reason": f"dataset {prep.ds.name!r} has no task label (attacker-only)"})
     split = split_uploads(prep, rows, labels, seen)
+    drop_dataset_pages(prep.ds)  # the roles and users it read (`fl_privtext.data.TextDataset.hold`), before the pass
     train_at, test_at, y_train, train_groups, test_rows = (split.train, split.test, split.labels, split.groups,
                                                            split.test_rows)
     del split  # each column goes when its last use is past
