@@ -9,8 +9,9 @@ Laplace noise, a mapped file as the round's spill; record ids and labels mapped 
 ``attack.families``, the server's learners and the whole-traffic attacks. It prints, for the stage and for each
 phase (attack()'s gathering, `observe`, the view's shared targets, each attribute's attack and referee pieces, the
 inversion, the linkage game): the peak traced by `tracemalloc` (numpy's buffers, not torch's) above the level at
-attack()'s start while that phase ran, its own peak above its entry level, and its seconds; then the RSS high-water
-mark above the start and a digest of (attacks, attacks_extra), which must not change when only memory changes.
+attack()'s start while that phase ran, its own peak above its entry level, the RSS sampled while it ran (every
+20 ms: its highest above attack()'s start, and its rise above the phase's entry) and its seconds; then the RSS
+high-water mark above the start and a digest of (attacks, attacks_extra), which must not change when only memory changes.
 The slope between two populations is the stage's bytes an upload. The attacks run side by side as in a run
 (``--serial``: one after the other, so that each phase's own peak is its own); ``--prelude`` stops after `observe`.
 """
@@ -47,6 +48,17 @@ class Phases:
         self.own: dict[str, int] = {}
         self.seconds: dict[str, float] = {}
         self.order: list[str] = []
+        self.rss_entries: dict[str, list[int]] = {}  # RSS (KiB) at each running call's entry
+        self.rss_peak: dict[str, int] = {}  # the highest RSS sampled while the phase ran (KiB)
+        self.rss_own: dict[str, int] = {}  # its rise above the entry of the call it was sampled in (KiB)
+
+    def sample(self, rss: int) -> None:
+        """One RSS sample (KiB): it counts for every phase running now."""
+        with self.lock:
+            for name, levels in self.rss_entries.items():
+                if levels:
+                    self.rss_peak[name] = max(self.rss_peak.get(name, 0), rss)
+                    self.rss_own[name] = max([self.rss_own.get(name, 0)] + [rss - e for e in levels])
 
     def tick(self) -> int:
         current, peak = tracemalloc.get_traced_memory()
@@ -62,6 +74,7 @@ class Phases:
         def run(*args: Any, **kwargs: Any) -> Any:
             with self.lock:
                 self.entries.setdefault(name, []).append(self.tick())
+                self.rss_entries.setdefault(name, []).append(_rss_kib())
                 if name not in self.order:
                     self.order.append(name)
             t0 = time.perf_counter()
@@ -71,6 +84,7 @@ class Phases:
                 with self.lock:
                     self.tick()
                     self.entries[name].pop()
+                    self.rss_entries[name].pop()
                     self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
         return run
 
@@ -148,7 +162,9 @@ def main() -> None:
 
     def sample() -> None:
         while not done.is_set():
-            hwm[0] = max(hwm[0], _rss_kib())
+            rss = _rss_kib()
+            hwm[0] = max(hwm[0], rss)
+            phases.sample(rss)
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -166,10 +182,14 @@ def main() -> None:
     top = phases.peak.get("attack", 0)
     print(f"stage: traced peak {top / 1e6:.1f} MB above attack()'s start ({top / n:.1f} B an upload), RSS high-water "
           f"{(max(hwm[0], _rss_kib()) - rss0) / 1e3:.0f} MB above {rss0 / 1e3:.0f} MB, results {digest}, {seconds:.0f} s")
+    print(f"  {'phase':20s} {'traced peak':>26s} {'own traced':>20s} {'RSS peak above start':>22s} "
+          f"{'own RSS rise':>20s} {'seconds':>7s}")
     for name in phases.order:
         p, o = phases.peak.get(name, 0), phases.own.get(name, 0)
-        print(f"  {name:20s} {p / 1e6:8.1f} MB ({p / n:5.1f} B an upload), own {o / 1e6:8.1f} MB ({o / n:5.1f} B), "
-              f"{phases.seconds.get(name, 0.0):6.1f} s")
+        r, ro = (phases.rss_peak.get(name, rss0) - rss0) * 1024, phases.rss_own.get(name, 0) * 1024
+        print(f"  {name:20s} {p / 1e6:8.1f} MB ({p / n:5.1f} B/up) {o / 1e6:8.1f} MB ({o / n:5.1f} B) "
+              f"{r / 1e6:8.1f} MB ({r / n:5.1f} B) {ro / 1e6:8.1f} MB ({ro / n:5.1f} B) "
+              f"{phases.seconds.get(name, 0.0):7.1f}")
 
 
 if __name__ == "__main__":

@@ -43,11 +43,13 @@ numbers of one pass over every row; the knowledge-only predictors are tables by 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import numpy as np
 import torch
@@ -55,7 +57,7 @@ from scipy import stats
 
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
-from fl_privtext.attacks.chunks import group_rows, group_sizes, row_chunks
+from fl_privtext.attacks.chunks import group_rows, group_sizes, row_chunks, user_blocks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
@@ -113,27 +115,94 @@ class UserScores:
     order, so chunks taken in order add each user's terms in the order one call over every row does: the same
     bits, with (chunk, k) intermediates instead of (n, k) ones (issue #38: the targets are millions of uploads).
     ``counts``: each user's rows (`AttackView.target_counts`, any integer type: the same quotients), else counted
-    here (`group_sizes`)."""
+    here (`group_sizes`). ``users`` (a slice of the users' positions): only those users' sums are held and
+    returned, each the same number as in the whole array (its terms are added in the same order; the other rows
+    of a chunk are skipped)."""
 
     def __init__(self, inv: np.ndarray, num_users: int, k: int, log_prior: np.ndarray, how: str,
-                 multilabel: bool = False, counts: np.ndarray | None = None) -> None:
-        self.inv, self.log_prior, self.counts = inv, log_prior, counts
+                 multilabel: bool = False, counts: np.ndarray | None = None, users: slice | None = None) -> None:
+        self.inv, self.log_prior, self.counts, self.num_users = inv, log_prior, counts, num_users
         self.sum_log = how == "sum_log" and not multilabel  # multilabel: mean_prob only
-        self.out = np.zeros((num_users, k))  # (U, k)
+        self.block = None if users is None or (users.start in (0, None) and users.stop >= num_users) else users
+        held = num_users if self.block is None else self.block.stop - self.block.start
+        self.out = np.zeros((held, k))  # (U, k), or the block's (users, k)
 
     def add(self, rows: slice, logpost: np.ndarray) -> None:
+        inv = self.inv[rows]
+        if self.block is not None:  # the block's rows only, in their order (the same terms, in the same order)
+            mine = (inv >= self.block.start) & (inv < self.block.stop)
+            inv, logpost = inv[mine] - self.block.start, logpost[mine]
         if self.sum_log:
-            np.add.at(self.out, self.inv[rows], logpost - self.log_prior[None, :])
+            np.add.at(self.out, inv, logpost - self.log_prior[None, :])
         else:
-            np.add.at(self.out, self.inv[rows], np.exp(logpost))
+            np.add.at(self.out, inv, np.exp(logpost))
 
     def result(self) -> np.ndarray:
         if self.sum_log:
             self.out += self.log_prior[None, :]
         else:
-            counts = group_sizes(self.inv, len(self.out)) if self.counts is None else self.counts
-            self.out /= counts[:, None]
+            counts = group_sizes(self.inv, self.num_users) if self.counts is None else self.counts
+            self.out /= (counts if self.block is None else counts[self.block])[:, None]
         return self.out
+
+
+Chunks = Iterator[tuple[slice, np.ndarray]]  # (rows, (rows, k) log posteriors of those rows), in row order
+
+
+class _Replay:
+    """Row chunks of log posteriors written in order to ``file`` (an anonymous temporary file) as they pass (`tee`)
+    and read back in the same chunks, dtypes and bytes (`chunks`): an attacker's scores of millions of targets,
+    replayed for the per-user blocks after the first (`user_decisions`) instead of held or scored again."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.layout: list[tuple[slice, np.dtype[Any], tuple[int, ...]]] = []
+
+    def tee(self, chunks: Chunks) -> Chunks:
+        for c, lp in chunks:
+            a = np.ascontiguousarray(lp)
+            self.file.write(a.data)
+            self.layout.append((c, a.dtype, a.shape))
+            yield c, lp
+
+    def chunks(self) -> Chunks:
+        self.file.seek(0)
+        for c, dtype, shape in self.layout:
+            yield c, np.frombuffer(self.file.read(dtype.itemsize * math.prod(shape)), dtype).reshape(shape)
+
+
+def user_decisions(inv: np.ndarray, num_users: int, k: int, log_prior: np.ndarray, hows: Sequence[str],
+                   multilabel: bool, counts: np.ndarray | None, chunks: Chunks,
+                   replay: Callable[[], Chunks] | None = None) -> dict[str, np.ndarray]:
+    """Each combination of ``hows``' per-user answers (`_decide` of `UserScores`' result) from ``chunks``, read once.
+    Beyond `USER_BLOCK` users (categorical) the (U, k) float64 sums are held a block of users at a time
+    (`user_blocks`; issue #38: 8M target users at ten million synthetic users made each ~0.2 GB, and the floor
+    held two): the first block reads ``chunks`` as they come, the others the same chunks again, from ``replay()``
+    (a cheap source, e.g. a table by label) or else from a temporary file they were written to on the way
+    (`_Replay`). Each user's sum adds the same terms in the same order: the same answers."""
+    blocks = [slice(0, num_users)] if multilabel else user_blocks(num_users)
+    if len(blocks) == 1:
+        sums = {how: UserScores(inv, num_users, k, log_prior, how, multilabel, counts) for how in hows}
+        for c, lp in chunks:
+            for acc in sums.values():
+                acc.add(c, lp)
+        return {how: _decide(acc.result(), multilabel) for how, acc in sums.items()}
+    out = {how: np.empty(num_users, _class_dtype(k)) for how in hows}
+    with contextlib.ExitStack() as stack:
+        spill = None if replay is not None else _Replay(stack.enter_context(tempfile.TemporaryFile()))
+        for j, block in enumerate(blocks):
+            sums = {how: UserScores(inv, num_users, k, log_prior, how, False, counts, block) for how in hows}
+            if j == 0:
+                source = chunks if spill is None else spill.tee(chunks)
+            else:
+                source = spill.chunks() if spill is not None else replay()  # type: ignore[misc]
+            for c, lp in source:
+                for acc in sums.values():
+                    acc.add(c, lp)
+            for how, acc in sums.items():
+                out[how][block] = _argmax_rows(acc.result())
+            del sums
+    return out
 
 
 def combine(logpost: np.ndarray, users: np.ndarray, log_prior: np.ndarray, how: str,
@@ -554,18 +623,20 @@ def plain_logistic(view: AttackView, name: str) -> PlainLogistic:
         return np.stack(cols, axis=1) if prob.multilabel else cols[0]
 
     # the targets `row_chunks` at a time (as `infer_attribute`): decisions and per-user sums, no (targets x k) array
-    sums = {how: UserScores(inv_t, len(users_t), prob.k, prob.log_prior(prob.z), how, prob.multilabel,
-                            view.target_counts)
-            for how in (("mean_prob",) if prob.multilabel else COMBINATIONS)}
     upload_pred = np.empty((len(targets), prob.k) if prob.multilabel else len(targets),
                            np.int8 if prob.multilabel or prob.k <= 127 else np.int64)
-    for c in row_chunks(len(targets)):
-        lp = logpost(targets[c])
-        upload_pred[c] = _decide_rows(lp, prob.multilabel)
-        for acc in sums.values():
-            acc.add(c, lp)
-    return PlainLogistic(upload_pred=upload_pred, target_users=users_t,
-                         user_pred={how: _decide(acc.result(), prob.multilabel) for how, acc in sums.items()})
+
+    def scored() -> Chunks:  # each chunk's log posteriors, its uploads' decisions taken on the way
+        for c in row_chunks(len(targets)):
+            lp = logpost(targets[c])
+            upload_pred[c] = _decide_rows(lp, prob.multilabel)
+            yield c, lp
+
+    # both combinations from one pass (`user_decisions`: a block of users' sums at a time, the rest replayed)
+    user_pred = user_decisions(inv_t, len(users_t), prob.k, prob.log_prior(prob.z),
+                               ("mean_prob",) if prob.multilabel else COMBINATIONS, prob.multilabel,
+                               view.target_counts, scored())
+    return PlainLogistic(upload_pred=upload_pred, target_users=users_t, user_pred=user_pred)
 
 
 def families_of(cfg: Any) -> list[str]:
@@ -667,12 +738,11 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     shape = (len(targets), prob.k) if prob.multilabel else (len(targets),)
     all_train = positions
 
-    def user_decisions(how: str, chunks: Iterator[tuple[slice, np.ndarray]]) -> np.ndarray:
-        """(U,) the users' answers from their uploads' log posteriors, read chunk by chunk (one (U, k) sum held)."""
-        sums = UserScores(inv_t, len(users_t), prob.k, lp_all, how, prob.multilabel, view.target_counts)
-        for c, lp in chunks:
-            sums.add(c, lp)
-        return _decide(sums.result(), prob.multilabel)
+    def answers(how: str, chunks: Chunks, replay: Callable[[], Chunks] | None = None) -> np.ndarray:
+        """(U,) the users' answers from their uploads' log posteriors, read chunk by chunk (`user_decisions`: one
+        (U, k) sum, or a block of users' at a time)."""
+        return user_decisions(inv_t, len(users_t), prob.k, lp_all, (how,), prob.multilabel, view.target_counts,
+                              chunks, replay)[how]
 
     # the final attackers, refit on every aux upload (one fit each; the per-upload and per-user answers read the
     # same chunks when one family gives both)
@@ -690,7 +760,7 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
 
         stream = decided(prob.stream(fam, all_train, targets, "all"))
         if fam_user is not None and fam == fam_user[0]:
-            learned_user = user_decisions(fam_user[1], stream)
+            learned_user = answers(fam_user[1], stream)
         else:
             for _ in stream:
                 pass
@@ -704,8 +774,10 @@ def infer_attribute_with_law(view: AttackView, name: str, law: str) -> Attribute
     def table_decisions(tab: tuple[np.ndarray, bool]) -> np.ndarray:  # each upload's entry of the table's decisions
         return prob.table_rows((_decide_rows(tab[0], prob.multilabel), tab[1]), targets)
 
-    given_up, given_user = table_decisions(prior_tab), user_decisions("sum_log", table_chunks(prior_tab))
-    maj_pred_up, maj_pred_user = table_decisions(maj_tab), user_decisions("mean_prob", table_chunks(maj_tab))
+    given_up = table_decisions(prior_tab)
+    given_user = answers("sum_log", table_chunks(prior_tab), lambda: table_chunks(prior_tab))
+    maj_pred_up = table_decisions(maj_tab)
+    maj_pred_user = answers("mean_prob", table_chunks(maj_tab), lambda: table_chunks(maj_tab))
     prior_pred_up = given_up if label_helps_up else maj_pred_up
     prior_pred_user = given_user if label_helps_user else maj_pred_user
     if fam_up is not None:

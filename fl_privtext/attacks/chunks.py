@@ -17,6 +17,9 @@ import numpy as np
 from fl_privtext.memory import distinct, first_of_runs, narrowest, positions
 
 ROW_CHUNK = 1 << 16  # rows scored at once (a multiple of MLPClassifier.logits' 8,192-row batches)
+# target users whose per-user float64 sums or figures are held at once (`fl_privtext.attacks.attribute.user_decisions`,
+# the referee's per-user ceilings): (users, k) per block instead of per target user (issue #38)
+USER_BLOCK = 1 << 18
 
 
 def row_chunks(n: int, size: int = ROW_CHUNK) -> Iterator[slice]:
@@ -28,6 +31,15 @@ def row_chunks(n: int, size: int = ROW_CHUNK) -> Iterator[slice]:
     for i in range(full):
         yield slice(i * size, (i + 1) * size)
     yield slice(full * size, n)
+
+
+def user_blocks(num_users: int, size: int | None = None) -> list[slice]:
+    """Consecutive slices of ``range(num_users)``, each ``size`` (default `USER_BLOCK`, read when called) users
+    long but the last; one slice when there are none."""
+    size = USER_BLOCK if size is None else size
+    if size < 1:
+        raise ValueError(f"size must be >= 1 user; got {size}.")
+    return [slice(lo, min(lo + size, num_users)) for lo in range(0, max(num_users, 1), size)]
 
 
 def distinct_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,14 @@ import numpy as np
 from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
-from fl_privtext.attacks.chunks import distinct_counts, gathered_mean, group_rows, group_sizes, row_chunks
+from fl_privtext.attacks.chunks import (
+    distinct_counts,
+    gathered_mean,
+    group_rows,
+    group_sizes,
+    row_chunks,
+    user_blocks,
+)
 from fl_privtext.attacks.membership import membership_scores
 from fl_privtext.attacks.reidentification import reidentify
 from fl_privtext.attacks.view import AttackView, KnownAttribute
@@ -216,47 +223,72 @@ def _label_conditional(z: np.ndarray, labels: np.ndarray, k: int, num_labels: in
 
 def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.ndarray, k: int,
                         users: np.ndarray, multilabel: bool) -> tuple[float, float, float]:
-    """(per-upload ceiling, per-user ceiling, the users' median epsilon): the (U,) epsilons are not returned, so
-    they are not held through the rest of `score_attribute` (8 bytes a target user, issue #38)."""
+    """(per-upload ceiling, per-user ceiling, the users' median epsilon). The per-user ceiling is the mean of every
+    user's (`_users_ceiling`), each user's prior, epsilon and delta computed a block of users at a time
+    (`user_blocks`): the (U, k) float64 posteriors and the (U,) epsilons and deltas of every target user at once
+    were ~40 bytes a user at the referee's peak (issue #38), the same numbers."""
     clear = view.labels_in_clear and view.num_labels > 1 and not multilabel
     eps_up = truth.epsilon if clear or view.num_labels <= 1 else truth.epsilon + truth.label_epsilon
-    eps_users = truth.user_epsilon.at(users)
-    d_users = truth.user_delta.at(users)
+    # the median partitions the epsilons in place (`overwrite_input`: the same order statistics, no sorted copy)
+    median_eps = _median(truth.user_epsilon.at(users))
     if multilabel:  # mean over classes of the binary ceiling (per-class accuracy is what is reported)
         pri = z.mean(axis=0)
         up = float(np.mean([ceilings.attribute_ceiling(np.array([1 - p, p]), eps_up, truth.delta) for p in pri]))
-        us = float(np.mean([ceilings.attribute_ceiling_many(np.broadcast_to([1 - p, p], (len(users), 2)), eps_users,
-                                                            d_users).mean() for p in pri]))
-        return up, us, _median(eps_users)
-    if clear:
-        labels = view.labels[idx]
-        cond = _label_conditional(z, labels, k, view.num_labels)  # (L, k)
-        # each upload's ceiling is its label's (row-wise: the same numbers as one row per upload), averaged per upload
-        per_label = ceilings.attribute_ceiling_many(cond, np.full(len(cond), eps_up), truth.delta)  # (L,)
-        up = gathered_mean(per_label, labels)  # per_label[labels].mean(), no (targets,) float64 gather
-        # per user: the prior given all of the user's labels (labels independent given z: an estimate)
-        prior = np.bincount(z, minlength=k) / len(z)
-        loglik = np.log(cond) - np.log(np.clip(prior, 1e-12, None))[None, :]  # log P[label|z]/P[label], up to const
-        uniq, inv = _grouped(view, view.user, idx)
-        post = np.tile(np.log(np.clip(prior, 1e-12, None)), (len(uniq), 1))
-        for c in row_chunks(len(idx)):  # in row order: each user's terms added as in one call, no (uploads, k) copy
-            np.add.at(post, inv[c], loglik[labels[c]])
-        del inv
+        def binary(p: float) -> Callable[[slice], np.ndarray]:  # every user's prior of one class's presence
+            return lambda b: np.broadcast_to([1 - p, p], (b.stop - b.start, 2))
+
+        us = float(np.mean([_users_ceiling(truth, users, binary(p)) for p in pri]))
+        return up, us, median_eps
+    prior = np.bincount(z, minlength=k) / len(z)
+    if not clear:
+        up = ceilings.attribute_ceiling(prior, eps_up, truth.delta)
+        us = _users_ceiling(truth, users, lambda b: np.broadcast_to(prior, (b.stop - b.start, k)))
+        return up, us, median_eps
+    labels = view.labels[idx]
+    cond = _label_conditional(z, labels, k, view.num_labels)  # (L, k)
+    # each upload's ceiling is its label's (row-wise: the same numbers as one row per upload), averaged per upload
+    per_label = ceilings.attribute_ceiling_many(cond, np.full(len(cond), eps_up), truth.delta)  # (L,)
+    up = gathered_mean(per_label, labels)  # per_label[labels].mean(), no (targets,) float64 gather
+    # per user: the prior given all of the user's labels (labels independent given z: an estimate)
+    loglik = np.log(cond) - np.log(np.clip(prior, 1e-12, None))[None, :]  # log P[label|z]/P[label], up to const
+    uniq, inv = _grouped(view, view.user, idx)
+
+    def posteriors(b: slice) -> np.ndarray:
+        """(users of ``b``, k): the posteriors of the grouped users ``b`` (positions in ``uniq``). Each user's terms
+        added in row order, as in one ``np.add.at`` over every row; no (uploads, k) copy."""
+        post = np.tile(np.log(np.clip(prior, 1e-12, None)), (b.stop - b.start, 1))
+        whole = b.start == 0 and b.stop >= len(uniq)
+        for c in row_chunks(len(idx)):
+            if whole:
+                np.add.at(post, inv[c], loglik[labels[c]])
+            else:  # the block's rows only, in their order
+                mine = (inv[c] >= b.start) & (inv[c] < b.stop)
+                np.add.at(post, inv[c][mine] - b.start, loglik[labels[c][mine]])
         post -= post.max(axis=1, keepdims=True)  # in place: the same numbers as post - max, no (users, k) copy
         np.exp(post, out=post)
-        if not np.array_equal(uniq, users):  # the referee's users are these uploads' own (`user_truth`): no copy
-            post = post[np.searchsorted(uniq, users)]
-        us = float(ceilings.attribute_ceiling_many(post, eps_users, d_users).mean())
-        return up, us, _median(eps_users)
-    prior = np.bincount(z, minlength=k) / len(z)
-    up = ceilings.attribute_ceiling(prior, eps_up, truth.delta)
-    us = float(ceilings.attribute_ceiling_many(np.broadcast_to(prior, (len(users), k)), eps_users, d_users).mean())
-    return up, us, _median(eps_users)
+        return post
+
+    if np.array_equal(uniq, users):  # the referee's users are these uploads' own (`user_truth`): by blocks
+        return up, _users_ceiling(truth, users, posteriors), median_eps
+    post = posteriors(slice(0, len(uniq)))[np.searchsorted(uniq, users)]
+    return up, _users_ceiling(truth, users, lambda b: post[b]), median_eps
+
+
+def _users_ceiling(truth: Truth, users: np.ndarray, priors: Callable[[slice], np.ndarray]) -> float:
+    """The mean over ``users`` of `ceilings.attribute_ceiling_many` (each user's prior, ``priors(b)`` for the users
+    at positions ``b``, its epsilon and its delta), computed `user_blocks` users at a time: row-wise, the same
+    (U,) float64 figures as one call over every user, and their mean."""
+    per = np.empty(len(users))
+    for b in user_blocks(len(users)):
+        per[b] = ceilings.attribute_ceiling_many(priors(b), truth.user_epsilon.at(users[b]),
+                                                 truth.user_delta.at(users[b]))
+    return float(per.mean())
 
 
 def _median(values: np.ndarray) -> float:
-    """The median of per-user figures, 0.0 for none (results.json ``median_epsilon``)."""
-    return float(np.median(values)) if len(values) else 0.0
+    """The median of per-user figures, 0.0 for none (results.json ``median_epsilon``); partitions ``values`` in
+    place."""
+    return float(np.median(values, overwrite_input=True)) if len(values) else 0.0
 
 
 def _ci(verdict: dict[str, object]) -> tuple[float, float]:
