@@ -347,6 +347,21 @@ def take_rows(array: np.ndarray, index: np.ndarray, chunk: int | None = None) ->
     return out
 
 
+def is_sorted(a: np.ndarray, *, strict: bool = False, chunk: int | None = None) -> bool:
+    """Whether 1-D ``a`` is non-decreasing (``strict``: increasing), read ``chunk`` entries at a time with this
+    process's pages of a mapped ``a`` dropped after each: no temporary the size of ``a``. ``np.all(np.diff(a) >= 0)``
+    made a difference array and a mask of it (9 bytes an int64 entry) and faulted in every page of a mapped ``a``:
+    0.54 GB above the driver's floor at 10M users for the record ids of the round it had just merged (issue #38)."""
+    step = _chunk_rows(chunk)
+    for i in range(0, len(a), step):
+        block = np.asarray(a[max(i - 1, 0) : i + step])  # one entry before the chunk: the order across its boundary
+        ok = bool(np.all(block[1:] > block[:-1])) if strict else bool(np.all(block[1:] >= block[:-1]))
+        drop_mapped_pages(a)
+        if not ok:
+            return False
+    return True
+
+
 def read_whole(x: np.ndarray, chunk: int | None = None) -> np.ndarray:
     """``np.array(x)`` (the same dtype, shape and values, in memory), read ``chunk`` rows at a time from a
     memory-mapped ``x`` whose pages this process drops after each (`take_rows` without an index array): the

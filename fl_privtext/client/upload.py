@@ -33,7 +33,7 @@ import numpy as np
 
 from fl_privtext import rng
 from fl_privtext.config import MACHINE_KEYS, ExperimentConfig, FederationConfig
-from fl_privtext.memory import drop_mapped_pages, narrowest, take_rows
+from fl_privtext.memory import drop_mapped_pages, is_sorted, narrowest, take_rows
 from fl_privtext.ondevice import on_device_counts
 from fl_privtext.privacy import label_rr, mechanism_from_section, mechanism_params, word_dropout
 from fl_privtext.public import PublicSpec, public_projection  # loads the public dataset when called: pca only
@@ -291,7 +291,7 @@ def merge_uploads(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     if not parts:
         return {"features": np.zeros((0, 0), np.float32), "labels": np.zeros(0, np.int64),
                 "rows": np.zeros(0, np.int64)}
-    if len(parts) == 1 and bool(np.all(np.diff(parts[0]["rows"]) >= 0)):
+    if len(parts) == 1 and is_sorted(parts[0]["rows"]):  # chunk by chunk: a round's mapped ids, not a diff of them
         return {k: parts[0][k] for k in UPLOAD_KEYS}
     dest = merge_positions(parts)
     merged: dict[str, np.ndarray] = {}

@@ -50,7 +50,7 @@ from fl_privtext.client.gate import MESSAGES, REPLY_PATTERN, kind_of
 from fl_privtext.client.ledger import log_error, log_refusal
 from fl_privtext.client.ondevice import MAX_CANDIDATES
 from fl_privtext.federation.client_data import Prepare, data_mod, request_config
-from fl_privtext.federation.replies import ledger_record, refusal
+from fl_privtext.federation.replies import ledger_record, refusal, send_arrays_out_of_band
 from fl_privtext.federation.secagg import secagg_mod
 from fl_privtext.federation.train_handlers import phase_b_data, register
 from fl_privtext.memory import drop_object_store_pages
@@ -76,7 +76,14 @@ def placement() -> ConfigRecord:
     return ConfigRecord({"host": socket.gethostname(), "ray-node": ray_node})
 
 
+@functools.cache
+def _out_of_band() -> bool:
+    return send_arrays_out_of_band()  # once per process, where a message is first handled (a Ray actor: connected)
+
+
 def upload(msg: Message, context: Context, defend: bool = True) -> Message:
+    _out_of_band()
+    drop_object_store_pages()  # the previous reply's pages of Ray's store: gone before this one is computed (#38)
     cfg = request_config(msg)
     task = msg.content.config_records["task"]
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
@@ -120,6 +127,8 @@ def evaluate(msg: Message, context: Context, defend: bool = True) -> Message:
     """On-device inference (`fl_privtext.client.ondevice`): the server's model applied to ALL this client's test
     records; the reply is the randomized-response sum of their correctness (the old behaviour, ``defend=False``:
     confusion counts over the rows the server lists)."""
+    _out_of_band()
+    drop_object_store_pages()
     cfg = request_config(msg)
     client = int(context.node_config["partition-id"])  # type: ignore[arg-type]
     data, data_key = phase_b_data(msg, cfg, context)
