@@ -192,8 +192,9 @@ class EavesdroppingGrid(DelegatingGrid):
         # each record once and every one among the server's (sorted, distinct) rows: merge_uploads puts each entry at
         # its row's place among them, looked up a chunk at a time; else its own positions (duplicates land where it
         # puts them: 24 bytes an upload)
-        ordered = _increasing(found, chunk)  # the server's rows sorted and distinct (one pass, read by both paths)
-        if ordered and all(_increasing(p["rows"], chunk) for p in parts):
+        # the server's rows sorted and distinct (one pass, read by both paths)
+        ordered = is_sorted(found, strict=True, chunk=chunk)
+        if ordered and all(is_sorted(p["rows"], strict=True, chunk=chunk) for p in parts):
             # sorted distinct rows, each reply in row order (a client's shard): ``received`` read once, in order
             return received if _equal_in_row_order(parts, received, chunk) else merge_uploads(parts)
         dest = None if ordered and _distinct_rows_found(parts, found, chunk) else merge_positions(parts)
@@ -221,11 +222,6 @@ class EavesdroppingGrid(DelegatingGrid):
         self.observations.clear()
         self._map()  # a spill not read yet: its file goes with the observations
         self._spilled = []
-
-
-def _increasing(a: np.ndarray, chunk: int) -> bool:
-    """Whether ``a`` is strictly increasing, read ``chunk`` entries at a time (mapped pages dropped after each)."""
-    return is_sorted(a, strict=True, chunk=chunk)
 
 
 def _equal_in_row_order(parts: list[dict[str, np.ndarray]], received: dict[str, np.ndarray], chunk: int) -> bool:
@@ -275,7 +271,7 @@ def _equal_in_row_order(parts: list[dict[str, np.ndarray]], received: dict[str, 
 
 def _distinct_rows_found(parts: list[dict[str, np.ndarray]], found: np.ndarray, chunk: int) -> bool:
     """For a strictly increasing ``found`` (the server's merged row ids, as many as the parts' entries; the caller
-    checks the order, `_increasing`): whether the parts' row ids, taken together, are ``found`` in another order: every entry is at its `np.searchsorted`
+    checks the order, `memory.is_sorted`): whether the parts' row ids, taken together, are ``found`` in another order: every entry is at its `np.searchsorted`
     position in ``found`` and no two land on the same one (a byte a position). Then `merge_positions` (a stable
     sort of the concatenated ids: its argsort, inverse and arange, ~24 bytes an upload at the record's peak, issue
     #38) is that lookup, entry by entry: the row order is unique, so stable sorting has no ties to keep. Read
