@@ -1297,3 +1297,42 @@ def test_a_spilled_reply_leaves_no_byte_of_its_uploads_without_the_cyclic_collec
     back = array_from_state(pickle.loads(inband, buffers=buffers))
     assert (back.dtype, back.shape, back.stype, back.data) == (a.dtype, a.shape, a.stype, a.data)
     assert isinstance(back.data, bytes) and not send_arrays_out_of_band()  # Ray is not running here
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")
+def test_the_attack_holds_its_record_ids_and_senders_on_disk(tmp_path, monkeypatch) -> None:
+    """A budget (issue #38): through the attacks, `attack` holds the kept uploads' record ids (the referee's texts
+    look them up) and senders (no attack reads them) as files mapped from ``spill/`` (`on_disk`), none of their
+    pages resident once `observe` is done; the same values. The old code held both in memory through the attack
+    stage: 5 bytes a kept upload, ~0.15 GB of the driver at 10M synthetic users."""
+    import mmap
+
+    import numpy as np
+
+    from fl_privtext.attacks import eavesdropper
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.datafiles import spill_dir
+    from fl_privtext.pipeline.preparation import prepare
+
+    cfg = ExperimentConfig.from_flat({"data.name": "synthetic", "data.options.users": 20_000, "data.options.seed": 5,
+                                      "extractor.cache-dir": str(tmp_path), "run.progress": False,
+                                      "attack.extra": False})
+    prep = prepare(cfg, features="none")
+    rows = np.flatnonzero(np.arange(len(prep.ds)) % 3 > 0)
+    seen: dict = {}
+    monkeypatch.setattr(eavesdropper, "run_attacks", lambda view, truth: seen.update(view=view, truth=truth) or ({}, {}))
+    eavesdropper.attack(prep, np.zeros((len(rows), 8), np.float32), rows, 0, cfg,
+                        labels=np.zeros(len(rows), np.int64))
+
+    def on_file(a) -> bool:
+        while a is not None and not isinstance(a, mmap.mmap):
+            a = getattr(a, "base", None)
+        return a is not None
+
+    held, senders = seen["truth"].texts._rows, seen["view"].sender
+    assert on_file(held) and on_file(senders) and _columns_rss_kib(spill_dir(str(tmp_path))) < 64
+    assert np.array_equal(held, rows) and len(senders) == len(rows)
+    node_of_row = np.zeros(len(prep.ds), np.int64)
+    for c, shard in enumerate(prep.shards):
+        node_of_row[shard] = c
+    assert np.array_equal(senders, node_of_row[rows])

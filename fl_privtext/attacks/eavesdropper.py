@@ -25,6 +25,7 @@ from fl_privtext.memory import (
     drop_mapped_pages,
     is_mapped,
     narrowest,
+    on_disk,
     positions,
     rows_on_disk,
     take_rows,
@@ -135,6 +136,20 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         node_of_row[shard] = c
     senders = node_of_row[rows] if seen is None else np.zeros(len(rows), np.int8)
     del node_of_row  # a byte a record: not held through `observe` (issue #38)
+    if not is_mapped(rows) and len(rows):
+        # the kept record ids (4 bytes an upload) and senders (a byte) on disk: the truth's texts and the clean
+        # candidates look ids up (their pages dropped with the dataset's), no attack reads the senders; resident
+        # through the attacks they were ~0.15 GB of the driver at 10M users (issue #38)
+        folder = spill_dir(cfg.extractor.cache_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows, senders = on_disk(rows, folder), on_disk(senders, folder)
+        maps += [rows, senders]
+
+    def drop_read() -> None:  # the texts and record ids read so far
+        drop_dataset_pages(prep.ds)
+        for m in maps:
+            drop_mapped_pages(m)
+
     # With Phase A on, uploads are the trained encoder's output, not the public extractor's: the clean candidates
     # the mechanism-aware attacks compare against would be in another space, so those attacks are not run.
     clean = clean_features(prep, cfg.extractor.cache_dir) if getattr(cfg, "train", None) is None or cfg.train.rounds == 0 else None
@@ -143,7 +158,7 @@ def attack(prep: Prepared, features: np.ndarray, rows: np.ndarray, seed: int, cf
         uploads=features, labels=take_narrow(prep.ds.label_codes, rows) if labels is None else labels,
         users=named if seen is None else server_users(prep, seen),
         senders=senders,
-        named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows, lambda: drop_dataset_pages(prep.ds)),
+        named_users=None if seen is None else named, texts=PerUpload(prep.ds.text_column, rows, drop_read),
         attributes={spec: take_narrow(prep.ds.attribute_codes(spec.name), rows) for spec in prep.ds.attributes},
         aux=prep.roles[rows] == "aux", clean=None if clean is None else (lambda idx: clean(rows[idx])),
         mechanism=mech, epsilon=float(rep.epsilon_worst_case), delta=float(rep.delta),

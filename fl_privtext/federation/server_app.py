@@ -425,7 +425,8 @@ def _now(job: Job) -> dict[str, Any]:
 def serve(grid: Grid, points: Sequence[ExperimentConfig], *, run_point: PointRunner,
           snapshots: Sequence[str] | None = None, keep_observations: bool = False,
           on_result: Callable[[int, dict[str, Any]], None] | None = None, submit: Callable[[Job], Any] = _now,
-          on_round: Callable[[int, int, int, Round, float], None] | None = None, max_pending: int = 1) -> list[Any]:
+          on_round: Callable[[int, int, int, Round, float], None] | None = None, max_pending: int = 1,
+          settle: Callable[[], None] | None = None) -> list[Any]:
     """Serve every experiment point (config x seeds) through the same federation; one result per point.
 
     A sweep passes many points, paying Flower/Ray start-up once. Every point is a full federated pass: clients
@@ -438,6 +439,8 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, run_point: PointRun
     ``snapshots[i]`` names the client-data snapshot of point i (see `fl_privtext.client.ClientData.save`).
     ``keep_observations`` adds the eavesdropper's raw observations to each result (for inspection in tests).
     ``on_round(point, seed, round, Round, seconds)`` hears about every round as soon as it is in.
+    ``settle()`` runs in the last point's job before its computation (`fl_privtext.federation.simulation.simulate`:
+    until the simulation is down, so that the attacks do not allocate beside Ray's exiting processes).
 
     Memory: a point's uploads (every seed's, as received and as observed) live until its computation is done. When
     ``submit`` returns Futures and the computation is slower than the traffic (OME's 3,840-bit uploads and 10 server
@@ -459,6 +462,8 @@ def serve(grid: Grid, points: Sequence[ExperimentConfig], *, run_point: PointRun
                                        keep_observations=keep_observations, on_round=hook, shuffler=shuffler))
 
         def job(i: int = i, evaluate: Job = evaluate) -> dict[str, Any]:
+            if settle is not None and i == len(points) - 1:
+                settle()
             result = evaluate()
             if on_result is not None:
                 on_result(i, result)

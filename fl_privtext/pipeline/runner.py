@@ -146,9 +146,9 @@ def run_points(points: Sequence[ExperimentConfig], *, keep_observations: bool = 
         if on_round is not None:
             on_round(i, seed, rnd, r, dt)
 
-    def serve_all(grid: Any, snapshots: list[str], submit: Callable[..., Any]) -> None:
+    def serve_all(grid: Any, snapshots: list[str], submit: Callable[..., Any], settle: Callable[[], None]) -> None:
         serve(grid, served, snapshots=snapshots, keep_observations=keep_observations, on_result=restore,
-              submit=submit, on_round=round_done)
+              submit=submit, on_round=round_done, settle=settle)
 
     driver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-driver")
     try:

@@ -17,7 +17,9 @@ import pytest
 from fl_privtext import pipeline
 from fl_privtext.client import CLIENT_SEED_ENV, client_upload, merge_uploads
 from fl_privtext.config import ExperimentConfig
+from fl_privtext.federation.simulation import ray_processes, wait_exited
 from fl_privtext.metrics import binomial_interval
+from fl_privtext.pipeline import federated
 from fl_privtext.pipeline.runner import run_points
 from fl_privtext.report import aggregate
 
@@ -74,14 +76,30 @@ def points(cache_dir, request):
         groups.setdefault(key, {})[n] = c
     served: dict[str, tuple[ExperimentConfig, dict]] = {}
     collected: list[str] = []  # the point of every round the server collected
-    for group in groups.values():
-        def on_round(i: int, *_: object, names: tuple[str, ...] = tuple(group)) -> None:
-            server_env.append(os.environ.get(CLIENT_SEED_ENV))
-            collected.append(names[i])
+    ray_procs: dict[int, int] = {}  # Ray's processes (node and actors) while the rounds ran
+    ray_down: list[bool] = []  # at the start of each computation (in order): whether all of them had exited
+    evaluate = federated.Traffic.evaluate
 
-        results = run_points(list(group.values()), keep_observations=True, on_round=on_round)
-        served |= {name: (cfg, res) for (name, cfg), res in zip(group.items(), results, strict=True)}
-    return served | {"server_env": server_env, "collected": collected}
+    def watched(self, cfg):  # type: ignore[no-untyped-def]
+        ray_down.append(wait_exited(ray_procs, timeout=0))
+        return evaluate(self, cfg)
+
+    federated.Traffic.evaluate = watched  # type: ignore[method-assign]
+    last_down = []  # per federation: its last point's computation started with Ray down
+    try:
+        for group in groups.values():
+            def on_round(i: int, *_: object, names: tuple[str, ...] = tuple(group)) -> None:
+                server_env.append(os.environ.get(CLIENT_SEED_ENV))
+                collected.append(names[i])
+                ray_procs.update(ray_processes())
+
+            ray_procs.clear()
+            results = run_points(list(group.values()), keep_observations=True, on_round=on_round)
+            last_down.append((len(ray_procs), ray_down[-1]))
+            served |= {name: (cfg, res) for (name, cfg), res in zip(group.items(), results, strict=True)}
+    finally:
+        federated.Traffic.evaluate = evaluate  # type: ignore[method-assign]
+    return served | {"server_env": server_env, "collected": collected, "last_down": last_down}
 
 
 def test_results_follow_the_public_contract(points):
@@ -176,6 +194,13 @@ def test_private_uploads_through_flower_equal_the_plain_clients(points):
     assert len(plain["rows"]) == 2 * len(prep.ds)
     for k in plain:
         np.testing.assert_array_equal(seen[k], plain[k])
+
+
+def test_the_last_points_attacks_start_once_rays_processes_have_exited(points):
+    # the last point's computation overlapped Flower's shutdown: its attacks allocated ~0.5 GB while Ray's actors
+    # and own processes (~1 GB at 10M users) were still exiting, the run's peak (issue #38); it now waits for them
+    assert [n > 2 for n, _ in points["last_down"]] == [True] * len(points["last_down"])  # GCS, raylet, actors...
+    assert [down for _, down in points["last_down"]] == [True] * len(points["last_down"])
 
 
 def test_actors_run_with_their_thread_share(points):
