@@ -1297,3 +1297,18 @@ def test_a_spilled_reply_leaves_no_byte_of_its_uploads_without_the_cyclic_collec
     back = array_from_state(pickle.loads(inband, buffers=buffers))
     assert (back.dtype, back.shape, back.stype, back.data) == (a.dtype, a.shape, a.stype, a.data)
     assert isinstance(back.data, bytes) and not send_arrays_out_of_band()  # Ray is not running here
+
+
+def test_object_store_pages_are_not_looked_up_when_no_shared_page_is_resident(monkeypatch) -> None:
+    """An actor drops the store's pages twice per message (`fl_privtext.federation.client_app`): with no shared-memory
+    page resident (RssShmem 0) there is nothing to drop, and /proc/self/maps (a few thousand lines in a Ray worker)
+    is not read; with some resident, it is."""
+    from fl_privtext import memory
+
+    looked: list[str] = []
+    monkeypatch.setattr(memory, "_drop_mappings", lambda wanted, needle="": looked.append(needle) or 0)
+    monkeypatch.setattr(memory, "_rss_shmem_kib", lambda: 0)
+    assert memory.drop_object_store_pages() == 0 and looked == []
+    monkeypatch.setattr(memory, "_rss_shmem_kib", lambda: 4)
+    memory.drop_object_store_pages()
+    assert looked == [memory.OBJECT_STORE_PREFIX]
