@@ -87,7 +87,7 @@ def drop_file_pages(path: str | os.PathLike[str]) -> int:
     read whole by its fingerprint and by extraction, and its pages then stayed in the driver's and each actor's
     RSS through the run (0.69 GB at 1M users, issue #38). Returns the bytes advised (0 off Linux or unmapped)."""
     target = os.path.realpath(path)
-    return _drop_mappings(lambda perms, name: name == target and "w" not in perms)
+    return _drop_mappings(lambda perms, name: name == target and "w" not in perms, target)
 
 
 OBJECT_STORE_PREFIX = "/dev/shm/plasma"  # Ray's shared-memory object store file, mapped by its driver and workers
@@ -101,26 +101,46 @@ def drop_object_store_pages(prefix: str = OBJECT_STORE_PREFIX) -> int:
     holds changes. Every reply the driver fetches from a client actor passes through the store; the pages it read
     stayed mapped after the object was freed, counted in the driver's RSS for the rest of the run (67 MB at 1M
     users, ~10x at 10M: the store's footprint grows with the replies, issue #38). Returns the bytes advised (0 off
-    Linux or where Ray's store is not mapped). ``prefix``: the files whose shared mappings are dropped."""
-    return _drop_mappings(lambda perms, name: perms.endswith("s") and name.startswith(prefix))
+    Linux or where Ray's store is not mapped, and when no shared-memory page is resident in this process: then
+    there is nothing to drop, and /proc/self/maps is not read). ``prefix``: the files whose shared mappings are
+    dropped."""
+    if _rss_shmem_kib() == 0:  # an actor drops twice per message; /proc/self/status is read in microseconds
+        return 0
+    return _drop_mappings(lambda perms, name: perms.endswith("s") and name.startswith(prefix), prefix)
 
 
-def _drop_mappings(wanted: Callable[[str, str], bool]) -> int:
+def _rss_shmem_kib() -> int:
+    """This process's resident shared-memory pages (``RssShmem`` of /proc/self/status, KiB); -1 when unknown."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"RssShmem:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def _drop_mappings(wanted: Callable[[str, str], bool], needle: str = "") -> int:
     """``madvise(MADV_DONTNEED)`` on every mapping of /proc/self/maps for which ``wanted(perms, path)`` is true
-    (``path`` without the kernel's " (deleted)" mark); the bytes advised (0 off Linux)."""
+    (``path`` without the kernel's " (deleted)" mark); the bytes advised (0 off Linux). Only the lines that contain
+    ``needle`` (a part of every wanted path) are parsed: a Ray worker maps a few thousand regions, and parsing every
+    line in Python took ~2 ms, and an actor drops the store's pages twice per message (issue #38)."""
     if not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_DONTNEED"):
         return 0
     ranges: list[tuple[int, int]] = []
+    key = os.fsencode(needle)
     try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                parts = line.split(maxsplit=5)
-                if len(parts) < 6:
-                    continue
-                name = parts[5].rstrip("\n").removesuffix(" (deleted)")
-                if wanted(parts[1], name):
-                    lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                    ranges.append((lo, hi))
+        with open("/proc/self/maps", "rb") as f:
+            lines = [b for b in f.read().splitlines() if key in b]
+        for raw in lines:
+            parts = os.fsdecode(raw).split(maxsplit=5)
+            if len(parts) < 6:
+                continue
+            name = parts[5].removesuffix(" (deleted)")
+            if wanted(parts[1], name):
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                ranges.append((lo, hi))
         libc = _libc()
     except OSError:
         return 0

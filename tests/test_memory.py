@@ -1336,3 +1336,18 @@ def test_the_attack_holds_its_record_ids_and_senders_on_disk(tmp_path, monkeypat
     for c, shard in enumerate(prep.shards):
         node_of_row[shard] = c
     assert np.array_equal(senders, node_of_row[rows])
+
+
+def test_object_store_pages_are_not_looked_up_when_no_shared_page_is_resident(monkeypatch) -> None:
+    """An actor drops the store's pages twice per message (`fl_privtext.federation.client_app`): with no shared-memory
+    page resident (RssShmem 0) there is nothing to drop, and /proc/self/maps (a few thousand lines in a Ray worker)
+    is not read; with some resident, it is."""
+    from fl_privtext import memory
+
+    looked: list[str] = []
+    monkeypatch.setattr(memory, "_drop_mappings", lambda wanted, needle="": looked.append(needle) or 0)
+    monkeypatch.setattr(memory, "_rss_shmem_kib", lambda: 0)
+    assert memory.drop_object_store_pages() == 0 and looked == []
+    monkeypatch.setattr(memory, "_rss_shmem_kib", lambda: 4)
+    memory.drop_object_store_pages()
+    assert looked == [memory.OBJECT_STORE_PREFIX]

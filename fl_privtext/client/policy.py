@@ -101,9 +101,10 @@ class PolicyEntry:
     pinned: dict[str, Any]  # privacy.*, train.* (Phase A), federation.rounds/schedule, run.seed/seeds, the data asked for
     client: ClientConfig
 
-    @property
+    @functools.cached_property
     def scope(self) -> str:
-        """The ledger this entry's releases are charged to: a hash of the entry."""
+        """The ledger this entry's releases are charged to: a hash of the entry (computed once per entry: an actor's
+        policy is parsed once per process, and every release read it twice, a JSON dump and a hash each time)."""
         text = json.dumps({**self.pinned, **_client_flat(self.client)}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 

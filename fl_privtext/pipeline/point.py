@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -159,8 +160,15 @@ def on_device(prep: Prepared, cfg: ExperimentConfig, collected: Sequence[Collect
     estimate, the referee's exact figure of the model it shipped (``exact``, `exact_on_device`: simulation only)."""
     out = []
     for c, t in zip(collected, trained, strict=True):
-        result = on_device_seed(t, on_device_requests(prep, c), c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
-        result["exact"] = exact_on_device(prep, cfg, shipped_model(t, result), t.majority_class, c.seed)
+        requests = on_device_requests(prep, c)
+        if t.candidates:  # the clients choose the model shipped for the figure: the referee waits for their answers
+            result = on_device_seed(t, requests, c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
+            result["exact"] = exact_on_device(prep, cfg, shipped_model(t, result), t.majority_class, c.seed)
+        else:  # the server's own model: the referee's exact figure of it while the clients answer (the same numbers)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="fl-privtext-referee") as pool:
+                exact = pool.submit(exact_on_device, prep, cfg, t.model, t.majority_class, c.seed)
+                result = on_device_seed(t, requests, c.seed, evaluate_round, prep.ds.user_index.reshape(-1))
+                result["exact"] = exact.result()
         exact_candidates(prep, cfg, t, result, c.seed)
         drop_dataset_pages(prep.ds)  # the columns the requests and the referee read (`TextDataset.hold`)
         out.append(result)
