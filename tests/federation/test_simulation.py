@@ -9,6 +9,7 @@ the client seed could recompute the noise (the control of tests/federation/test_
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -77,6 +78,7 @@ def points(cache_dir, request):
     served: dict[str, tuple[ExperimentConfig, dict]] = {}
     collected: list[str] = []  # the point of every round the server collected
     ray_procs: dict[int, int] = {}  # Ray's processes (node and actors) while the rounds ran
+    ray_cmds: set[str] = set()  # their command lines
     ray_down: list[bool] = []  # at the start of each computation (in order): whether all of them had exited
     evaluate = federated.Traffic.evaluate
 
@@ -92,6 +94,9 @@ def points(cache_dir, request):
                 server_env.append(os.environ.get(CLIENT_SEED_ENV))
                 collected.append(names[i])
                 ray_procs.update(ray_processes())
+                for pid in ray_procs:
+                    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+                        ray_cmds.add(f.read().replace(b"\0", b" ").decode(errors="replace"))
 
             ray_procs.clear()
             results = run_points(list(group.values()), keep_observations=True, on_round=on_round)
@@ -99,7 +104,7 @@ def points(cache_dir, request):
             served |= {name: (cfg, res) for (name, cfg), res in zip(group.items(), results, strict=True)}
     finally:
         federated.Traffic.evaluate = evaluate  # type: ignore[method-assign]
-    return served | {"server_env": server_env, "collected": collected, "last_down": last_down}
+    return served | {"server_env": server_env, "collected": collected, "last_down": last_down, "ray_cmds": ray_cmds}
 
 
 def test_results_follow_the_public_contract(points):
@@ -201,6 +206,14 @@ def test_the_last_points_attacks_start_once_rays_processes_have_exited(points):
     # and own processes (~1 GB at 10M users) were still exiting, the run's peak (issue #38); it now waits for them
     assert [n > 2 for n, _ in points["last_down"]] == [True] * len(points["last_down"])  # GCS, raylet, actors...
     assert [down for _, down in points["last_down"]] == [True] * len(points["last_down"])
+
+
+def test_the_local_ray_head_runs_without_its_monitors(points):
+    # a one-machine simulation neither autoscales nor sends its workers' logs to the driver: Ray's autoscaler monitor
+    # and log monitor were two Python processes (163 MB) beside the run (issue #38; simulation._lean_head)
+    cmds = points["ray_cmds"]
+    assert any("raylet" in c for c in cmds) and any("gcs_server" in c for c in cmds)
+    assert not [c for c in cmds if "autoscaler/_private/monitor.py" in c or "log_monitor.py" in c]
 
 
 def test_actors_run_with_their_thread_share(points):
