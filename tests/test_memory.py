@@ -209,17 +209,22 @@ def test_spill_maps_back_what_was_appended_and_refuses_a_block_of_another_dtype(
         assert "\n" not in str(exc.value)
 
 
-def _file_rss_kib(path) -> int:
-    """This process's resident KiB of every mapping of the file ``path`` (/proc/self/smaps)."""
+def _mapped_rss_kib(wanted) -> int:
+    """This process's resident KiB of every mapping whose path satisfies ``wanted(path)`` (/proc/self/smaps)."""
     total, inside = 0, False
     with open("/proc/self/smaps") as f:
         for line in f:
             head = line.split()
             if head and "-" in head[0] and not head[0].endswith(":"):
-                inside = len(head) >= 6 and head[5] == str(path)
+                inside = len(head) >= 6 and wanted(head[5])
             elif inside and line.startswith("Rss:"):
                 total += int(head[1])
     return total
+
+
+def _file_rss_kib(path) -> int:
+    """This process's resident KiB of every mapping of the file ``path``."""
+    return _mapped_rss_kib(lambda name: name == str(path))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")
@@ -252,15 +257,7 @@ def test_a_prepared_point_keeps_none_of_its_datasets_arrow_file_resident(tmp_pat
 
 def _columns_rss_kib(folder) -> int:
     """This process's resident KiB of the (unlinked) column files `on_disk` mapped from ``folder``."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()
-            if head and "-" in head[0] and not head[0].endswith(":"):
-                inside = len(head) >= 6 and head[5].startswith(f"{folder}/column-")
-            elif inside and line.startswith("Rss:"):
-                total += int(head[1])
-    return total
+    return _mapped_rss_kib(lambda name: name.startswith(f"{folder}/column-"))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/smaps (Linux)")

@@ -57,7 +57,7 @@ from scipy import stats
 
 from fl_privtext import rng
 from fl_privtext.attacks import likelihood
-from fl_privtext.attacks.chunks import group_rows, group_sizes, row_chunks, user_blocks
+from fl_privtext.attacks.chunks import block_rows, group_rows, group_sizes, row_chunks, user_blocks
 from fl_privtext.attacks.noise import attacker_law
 from fl_privtext.attacks.view import AttackView, KnownAttribute
 from fl_privtext.learn import EarlyStop, train_mlp
@@ -130,8 +130,8 @@ class UserScores:
     def add(self, rows: slice, logpost: np.ndarray) -> None:
         inv = self.inv[rows]
         if self.block is not None:  # the block's rows only, in their order (the same terms, in the same order)
-            mine = (inv >= self.block.start) & (inv < self.block.stop)
-            inv, logpost = inv[mine] - self.block.start, logpost[mine]
+            mine, inv = block_rows(inv, self.block)
+            logpost = logpost[mine]
         if self.sum_log:
             np.add.at(self.out, inv, logpost - self.log_prior[None, :])
         else:

@@ -42,6 +42,13 @@ def user_blocks(num_users: int, size: int | None = None) -> list[slice]:
     return [slice(lo, min(lo + size, num_users)) for lo in range(0, max(num_users, 1), size)]
 
 
+def block_rows(inv: np.ndarray, block: slice) -> tuple[np.ndarray, np.ndarray]:
+    """For rows whose users are ``inv`` (positions among the users), the rows of the users in ``block`` (a
+    `user_blocks` slice): (their mask, in row order; their users' positions within the block)."""
+    mine = (inv >= block.start) & (inv < block.stop)
+    return mine, inv[mine] - block.start
+
+
 def distinct_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(users, return_counts=True)`` with the counts in their narrowest type (`narrowest`): the same
     values from one sorted copy of the users (their own type), the first of each run marked and the runs' starts

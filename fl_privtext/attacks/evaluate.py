@@ -22,6 +22,7 @@ from fl_privtext import constant, metrics, rng
 from fl_privtext.attacks import ceilings, inversion, likelihood
 from fl_privtext.attacks.attribute import infer_attribute, plain_logistic, user_truth
 from fl_privtext.attacks.chunks import (
+    block_rows,
     distinct_counts,
     gathered_mean,
     group_rows,
@@ -262,8 +263,8 @@ def _attribute_ceilings(view: AttackView, truth: Truth, z: np.ndarray, idx: np.n
             if whole:
                 np.add.at(post, inv[c], loglik[labels[c]])
             else:  # the block's rows only, in their order
-                mine = (inv[c] >= b.start) & (inv[c] < b.stop)
-                np.add.at(post, inv[c][mine] - b.start, loglik[labels[c][mine]])
+                mine, at = block_rows(inv[c], b)
+                np.add.at(post, at, loglik[labels[c][mine]])
         post -= post.max(axis=1, keepdims=True)  # in place: the same numbers as post - max, no (users, k) copy
         np.exp(post, out=post)
         return post
