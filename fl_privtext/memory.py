@@ -174,21 +174,24 @@ GB = 1024**3
 # uploads live on disk between stages and the per-record columns are held in their narrowest types, two things grow:
 # - the population: integer columns (users, roles, shards, labels, the eavesdropper's record ids, the referee's
 #   per-user sums), ``COLUMN_BYTES`` a record plus ``COPIES`` float copies of a representation as a hedge for wider
-#   ones (never measured at scale beyond GloVe's 50 dimensions). Measured (eighteenth session, RSS + /dev/shm) at
-#   the same reply size, 1M users / 100 clients 1.99 GB and 10M / 1,000 clients 3.90 GB: 58 bytes a record;
+#   ones (never measured at scale beyond GloVe's 50 dimensions). Measured (twenty-third session, RSS + /dev/shm, at
+#   6cc1f6b) at the same reply size (365,893 records), 1M users / 10 clients 1.99 GB and 10M / 100 clients 2.51 GB:
+#   17 bytes a record (the eighteenth session's 58 before the uploads, record ids and per-user sums went to disk);
 # - one reply: a client's whole upload crosses the driver, its actor and Ray's object store at once (the reply's
 #   bytes, their serialised and deserialised copies, the spill's buffer; two actors' replies in flight), about
 #   ``REPLY_COPIES`` copies of the largest reply: 1M users with 10 clients (366k records a reply, 79 MB) peaked
-#   0.47 GB above 1M with 100 clients (7.9 MB a reply).
-# The constants put the estimate above every measured peak (10M / 100 clients 3.83 GB: estimate 4.7; 10M / 1,000
-# 3.90: 4.3; 1M / 10 2.46: 2.6; 1M / 100 1.99: 2.1; 300k / 100 1.85: 2.0), as a budget check should be, without
-# refusing a run that fits (the previous model, 0.5 float copies a record, put 10M users at 8.3 GB: it refused a
-# 10M run under run.memory-gb = 8 that peaks at 3.8).
+#   in the upload rounds at 1.99 GB, 0.33 GB above the same rounds with 100 clients (1.66 GB, 7.9 MB a reply): ~5
+#   copies.
+# The constants put the estimate above every measured peak, by 7-30% (twenty-third session: 10M / 100 clients 2.51
+# GB, estimate 3.24; 1M / 10 1.99: 2.32; 1M / 100 1.74: 1.99; 100k / 100 1.69: 1.86; 10k / 100 1.63: 1.85), as a
+# budget check should be, without refusing a run that fits: the twenty-second session's constants (60 bytes a record,
+# 7 reply copies) put 10M users at 4.7 GB, refusing under run.memory-gb = 4 a run that peaks at 2.5 (the earlier
+# calibrations' figures are in benchmarks/README.md).
 BASE_GB = 1.25
 ACTOR_GB = 0.3
 COPIES = 0.05
-COLUMN_BYTES = 60
-REPLY_COPIES = 7
+COLUMN_BYTES = 20
+REPLY_COPIES = 5
 REPLY_EXTRA_BYTES = 16  # a reply's labels and record ids, 8 bytes each on the wire
 
 
