@@ -188,7 +188,7 @@ class HeldOutModel:
         lda = LDA(num_classes=num_classes, noise=law, label_rr=label_rr)
         # a fresh object: what is derived here is not kept on ``raw`` (the folds' sums live through the selection)
         lda.stats = st = dataclasses.replace(raw).prepared(law.variance, label_rr)
-        self.sigma, _ = lda.clean_within()
+        self.sigma = lda.clean_covariance()
         self.s_up = st.within()
         self.counts = np.maximum(st.counts, 1.0)
         self.pi = np.clip(st.counts, 0.0, None) / max(float(np.clip(st.counts, 0.0, None).sum()), 1e-12)

@@ -254,3 +254,39 @@ def test_on_wide_uploads_nothing_is_kept_between_candidates_and_the_scores_are_t
     splits = selection._splits(Users(groups), 3)
     assert not FoldStats(x, y, splits).keeps_rows
     assert select(makers, x, y, groups, law=law, num_classes=k) == want
+
+
+def test_a_cap_laws_directions_are_computed_once_per_statistics_and_no_held_out_fold_computes_a_standard_error(
+        monkeypatch):
+    """Under a cap law (PrivUnitG) the noisy head's noise covariance and the clean covariance both scale E[v v^T]
+    (`NoiseLaw.directions`): computed once per statistics object (a fold's centroid and lda, the winner's total),
+    not once for each; `HeldOutModel` reads the clean covariance without its standard error (`LDA.clean_covariance`).
+    The scores, clean estimates, choice and shipped heads are those of recomputing everything each time (the memo
+    switched off: ``MEMO_BYTES`` 0)."""
+    x, y, groups, k = _data(7, n=2400, d=16)
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=16, sampler="float")
+    kw: dict[str, Any] = {"num_classes": k, "mechanism": mech, "input_dim": 16, "seed": 0}
+    x = np.asarray(mech.privatize(x / np.linalg.norm(x, axis=1, keepdims=True), generator(0, "t")), np.float32)
+    calls = {"directions": 0, "se": 0}
+    directions, se = NoiseLaw.directions, learners._Moments._clean_se
+
+    def counted(name: str, f: Any) -> Any:
+        def g(*a: Any) -> Any:
+            calls[name] += 1
+            return f(*a)
+        return g
+
+    monkeypatch.setattr(NoiseLaw, "directions", counted("directions", directions))
+    monkeypatch.setattr(learners._Moments, "_clean_se", counted("se", se))
+    model, chosen, scores = fit_learner("auto", x, y, groups, **kw)
+    assert model.law.structured and chosen == "lda", (model.law, chosen)
+    # 3 folds' training sums (centroid and lda share them) + 3 held-out folds + the winner's total
+    assert calls == {"directions": 7, "se": 4}, calls
+    monkeypatch.setattr(learners, "MEMO_BYTES", 0)  # every derived matrix made again where it is asked
+    calls.update(directions=0, se=0)
+    again, chosen_again, scores_again = fit_learner("auto", x, y, groups, **kw)
+    assert calls["directions"] > 7  # known-bad count: without the memo they are computed for each use
+    assert chosen_again == chosen and scores_again == scores
+    for name, want in _heads(again).items():
+        assert np.array_equal(_heads(model)[name], want), name
+    assert model.record == again.record
