@@ -68,8 +68,10 @@ class NoiseLaw:
         if mo.kind == "additive":
             return mo.variance * np.eye(d) + mo.shared * np.ones((d, d))
         r2 = mo.clip_norm ** 2 if mo.sphere_map == "normalise" else self.input_norm2
-        return mo.iso * np.eye(d) + (mo.rank_one - r2) * (self.directions(second) if directions is None
-                                                          else directions)
+        out = np.eye(d)
+        out *= mo.iso  # mo.iso * I + (b - r2) E[v v^T], in place: the same operations, two D x D arrays, not four
+        out += (mo.rank_one - r2) * (self.directions(second) if directions is None else directions)
+        return out
 
     def input_second(self, second: np.ndarray, directions: np.ndarray | None = None) -> np.ndarray | None:
         """(D, D) estimate of E[m m^T], m = E[u | x], for the cap mechanisms: r2 (M - a I) / b with its trace set to
@@ -89,9 +91,19 @@ class NoiseLaw:
         a, b = self.moments.iso, self.moments.rank_one
         if abs(b) <= 1e-9 * a:
             return np.eye(d) / d
-        vv = (np.asarray(second, np.float64) - a * np.eye(d)) / b
-        vv = (vv + vv.T) / 2
-        return vv + np.eye(d) * ((1.0 - float(np.trace(vv))) / d)
+        # ((M - a I) / b, symmetrised) + c I, the same operations in place: three D x D arrays where there were
+        # eight (each freshly mapped and faulted in under the pinned mmap threshold, `fl_privtext.memory`)
+        eye = np.eye(d)
+        eye *= a
+        vv = np.subtract(np.asarray(second, np.float64), eye)
+        vv /= b
+        sym = vv + vv.T
+        sym /= 2
+        eye[:] = 0.0
+        eye.flat[:: d + 1] = 1.0
+        eye *= (1.0 - float(np.trace(sym))) / d
+        sym += eye
+        return sym
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method}
