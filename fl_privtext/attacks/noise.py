@@ -73,7 +73,8 @@ class LabelledLaw(NoiseLaw):
         pi = pi / max(float(pi.sum()), 1e-300) * float(f.sum())
         return np.diag(f) - (r.T * pi) @ r
 
-    def covariance(self, second: np.ndarray) -> np.ndarray:
+    def covariance(self, second: np.ndarray, directions: np.ndarray | None = None) -> np.ndarray:
+        """``directions`` unused: this law is not structured (the learners never pass it)."""
         d, s = self.width, np.asarray(second, np.float64)
         assert self.upload is not None
         out = np.zeros_like(s)
@@ -86,7 +87,7 @@ class LabelledLaw(NoiseLaw):
         """False: the learners take the method-of-moments path with this (full) covariance (module docstring)."""
         return False
 
-    def input_second(self, second: np.ndarray) -> np.ndarray | None:
+    def input_second(self, second: np.ndarray, directions: np.ndarray | None = None) -> np.ndarray | None:
         return None
 
     def record(self) -> dict[str, Any]:

@@ -93,6 +93,10 @@ log-softmax on its one row. The same numbers bit for bit (tests/server/test_sele
 went from 8.1-8.7x to 5.0-5.5x the LDA's own fit (CPU; benchmarks/bench_selection.py). What is left there: the
 fold fits (three LDA eigendecompositions and solves), the held-out logits and the six heads' 2,000 x K x K score
 draws are elementwise work, not overhead, and alone exceed the LDA's single pass (the commit message's profile).
+Profiled again (twenty-third session, benchmarks/README.md "Where auto's selection stops, profiled"): at width 50
+the fold eigendecompositions are 5-13% of auto, at MiniLM's 384 about a fifth; a warm-started fold fit (the total's
+eigenbasis) would leave auto at 2.3-2.7x the LDA on MiniLM and unchanged on GloVe, so none was made: 2x on the
+small points needs the reported-only work (the clean estimates, the centroid's scores) off the default path too.
 """
 
 from __future__ import annotations
@@ -188,7 +192,7 @@ class HeldOutModel:
         lda = LDA(num_classes=num_classes, noise=law, label_rr=label_rr)
         # a fresh object: what is derived here is not kept on ``raw`` (the folds' sums live through the selection)
         lda.stats = st = dataclasses.replace(raw).prepared(law.variance, label_rr)
-        self.sigma, _ = lda.clean_within()
+        self.sigma = lda.clean_covariance()
         self.s_up = st.within()
         self.counts = np.maximum(st.counts, 1.0)
         self.pi = np.clip(st.counts, 0.0, None) / max(float(np.clip(st.counts, 0.0, None).sum()), 1e-12)

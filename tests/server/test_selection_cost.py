@@ -6,7 +6,9 @@
 - `HeldOutModel` (one per held-out fold, its classes batched) gives the per-class loop's clean estimates bit for bit.
 - One pass: auto sums every upload once (the folds' sums; the final fit is their total), where it summed them twice;
   the model it ships is the explicit learner's up to float rounding (1e-12 relative), and bit for bit where the
-  selection read a sample (its own pass over every upload then). No Ray."""
+  selection read a sample (its own pass over every upload then).
+- Under a cap law a moment fit computes E[v v^T] once per statistics object, a held-out fold no standard error, and
+  the D x D moment matrices written in place are the plain expressions' bytes. No Ray."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from fl_privtext.privacy import make_mechanism
 from fl_privtext.rng import generator
 from fl_privtext.server import learners, make_learner, select, selection, training
 from fl_privtext.server.learners import LDA, Centroid, ClassStats, Constant, label_rr_matrix
-from fl_privtext.server.noise import NoiseLaw
+from fl_privtext.server.noise import NoiseLaw, noise_law
 from fl_privtext.server.selection import FoldStats, HeldOutModel, Users, clean_accuracy, group_folds
 from fl_privtext.server.training import fit_learner
 
@@ -254,3 +256,71 @@ def test_on_wide_uploads_nothing_is_kept_between_candidates_and_the_scores_are_t
     splits = selection._splits(Users(groups), 3)
     assert not FoldStats(x, y, splits).keeps_rows
     assert select(makers, x, y, groups, law=law, num_classes=k) == want
+
+
+def test_a_cap_laws_directions_are_computed_once_per_statistics_and_no_held_out_fold_computes_a_standard_error(
+        monkeypatch):
+    """Under a cap law (PrivUnitG) the noisy head's noise covariance and the clean covariance both scale E[v v^T]
+    (`NoiseLaw.directions`): computed once per statistics object (a fold's centroid and lda, the winner's total),
+    not once for each; `HeldOutModel` reads the clean covariance without its standard error (`LDA.clean_covariance`).
+    The scores, clean estimates, choice and shipped heads are those of recomputing everything each time (the memo
+    switched off: ``MEMO_BYTES`` 0)."""
+    x, y, groups, k = _data(7, n=2400, d=16)
+    mech = make_mechanism("privunitg", epsilon=4.0, dim=16, sampler="float")
+    kw: dict[str, Any] = {"num_classes": k, "mechanism": mech, "input_dim": 16, "seed": 0}
+    x = np.asarray(mech.privatize(x / np.linalg.norm(x, axis=1, keepdims=True), generator(0, "t")), np.float32)
+    calls = {"directions": 0, "se": 0}
+    directions, se = NoiseLaw.directions, learners._Moments._clean_se
+
+    def counted(name: str, f: Any) -> Any:
+        def g(*a: Any) -> Any:
+            calls[name] += 1
+            return f(*a)
+        return g
+
+    monkeypatch.setattr(NoiseLaw, "directions", counted("directions", directions))
+    monkeypatch.setattr(learners._Moments, "_clean_se", counted("se", se))
+    model, chosen, scores = fit_learner("auto", x, y, groups, **kw)
+    assert model.law.structured and chosen == "lda", (model.law, chosen)
+    # 3 folds' training sums (centroid and lda share them) + 3 held-out folds + the winner's total
+    assert calls == {"directions": 7, "se": 4}, calls
+    monkeypatch.setattr(learners, "MEMO_BYTES", 0)  # every derived matrix made again where it is asked
+    calls.update(directions=0, se=0)
+    again, chosen_again, scores_again = fit_learner("auto", x, y, groups, **kw)
+    assert calls["directions"] > 7  # known-bad count: without the memo they are computed for each use
+    assert chosen_again == chosen and scores_again == scores
+    for name, want in _heads(again).items():
+        assert np.array_equal(_heads(model)[name], want), name
+    assert model.record == again.record
+
+
+def test_the_in_place_moment_matrices_are_the_plain_expressions_byte_for_byte():
+    """`NoiseLaw.directions` and ``covariance``, `ClassStats.within`, the clean covariance and `soft_eigen` write
+    their D x D results in place (fewer fresh arrays, each faulted in under the pinned mmap threshold): the bytes of
+    the plain expressions they replace, on random cap laws and statistics (signed zeros and all)."""
+    for seed in range(12):
+        g = np.random.default_rng(seed)
+        d, k, n = int(g.integers(2, 40)), int(g.integers(2, 8)), int(g.integers(50, 900))
+        mech = make_mechanism("privunitg", epsilon=float(g.uniform(0.5, 8.0)), dim=d, sampler="float")
+        law = noise_law(mech, d, np.zeros(d), generator(seed, "law"))
+        assert law.structured
+        y = g.integers(0, k, n)
+        x = (g.standard_normal((k, d))[y] + g.standard_normal((n, d)) * 3).astype(np.float32)
+        lda = LDA(num_classes=k, noise=law).fit(x, y)
+        st, mo = lda.stats, law.moments
+        second = st.second / max(st.n, 1.0)
+        a, b = mo.iso, mo.rank_one
+        vv = (np.asarray(second, np.float64) - a * np.eye(d)) / b
+        vv = (vv + vv.T) / 2
+        dirs = vv + np.eye(d) * ((1.0 - float(np.trace(vv))) / d)
+        assert law.directions(second).tobytes() == dirs.tobytes()
+        r2 = mo.clip_norm ** 2 if mo.sphere_map == "normalise" else law.input_norm2
+        assert law.covariance(second).tobytes() == (a * np.eye(d) + (b - r2) * dirs).tobytes()
+        m = st.means
+        within = (st.second - (m.T * st.counts) @ m) / max(st.n - k, 1.0)
+        assert st.within().tobytes() == within.tobytes()
+        w, counts = np.clip(st.counts, 0.0, None) / max(st.n, 1.0), np.maximum(st.counts, 1.0)
+        clean = r2 * dirs - (m.T * w) @ m + within * float((w / counts).sum())
+        assert lda.clean_covariance().tobytes() == ((clean + clean.T) / 2).tobytes()
+        vecs = np.linalg.eigh((clean + clean.T) / 2)[1]
+        assert learners.soft_eigen(clean, 0.0)[1].tobytes() == vecs.tobytes()

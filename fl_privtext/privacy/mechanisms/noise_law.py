@@ -58,8 +58,9 @@ class NoiseLaw:
         """Whether the full covariance depends on the uploads' second moment (cap mechanisms)."""
         return self.moments is not None and self.moments.kind == "cap"
 
-    def covariance(self, second: np.ndarray) -> np.ndarray:
-        """(D, D) E[Cov(u | x)], given ``second`` (D, D) the uploads' second moment E[u u^T] (estimated)."""
+    def covariance(self, second: np.ndarray, directions: np.ndarray | None = None) -> np.ndarray:
+        """(D, D) E[Cov(u | x)], given ``second`` (D, D) the uploads' second moment E[u u^T] (estimated);
+        ``directions``: `directions` of that ``second`` where the caller has it (cap laws: not computed again)."""
         d = self.variance.shape[0]
         mo = self.moments
         if mo is None:
@@ -67,27 +68,42 @@ class NoiseLaw:
         if mo.kind == "additive":
             return mo.variance * np.eye(d) + mo.shared * np.ones((d, d))
         r2 = mo.clip_norm ** 2 if mo.sphere_map == "normalise" else self.input_norm2
-        return mo.iso * np.eye(d) + (mo.rank_one - r2) * self._directions(second, d)
+        out = np.eye(d)
+        out *= mo.iso  # mo.iso * I + (b - r2) E[v v^T], in place: the same operations, two D x D arrays, not four
+        out += (mo.rank_one - r2) * (self.directions(second) if directions is None else directions)
+        return out
 
-    def input_second(self, second: np.ndarray) -> np.ndarray | None:
+    def input_second(self, second: np.ndarray, directions: np.ndarray | None = None) -> np.ndarray | None:
         """(D, D) estimate of E[m m^T], m = E[u | x], for the cap mechanisms: r2 (M - a I) / b with its trace set to
         r2 exactly (tr E[v v^T] = 1; E||u||^2 = a D + b whatever the inputs, so the trace of M carries only noise);
-        None for the other laws (E[m m^T] is then M - E[Cov(u | x)])."""
+        None for the other laws (E[m m^T] is then M - E[Cov(u | x)]). ``directions``: as `covariance`'s."""
         if not self.structured:
             return None
-        d = self.variance.shape[0]
         mo = self.moments
         r2 = mo.clip_norm ** 2 if mo.sphere_map == "normalise" else self.input_norm2
-        return r2 * self._directions(second, d)
+        return r2 * (self.directions(second) if directions is None else directions)
 
-    def _directions(self, second: np.ndarray, d: int) -> np.ndarray:
+    def directions(self, second: np.ndarray) -> np.ndarray:
+        """(D, D) E[v v^T] for the inputs' unit directions v, given the uploads' second moment ``second`` (cap laws:
+        what `covariance` and `input_second` both scale; a caller that needs both computes it once and passes it)."""
+        d = self.variance.shape[0]
         # E[v v^T] = (M - a I) / b with tr = 1; isotropic where b = 0 (Duchi: the uploads carry no such information)
         a, b = self.moments.iso, self.moments.rank_one
         if abs(b) <= 1e-9 * a:
             return np.eye(d) / d
-        vv = (np.asarray(second, np.float64) - a * np.eye(d)) / b
-        vv = (vv + vv.T) / 2
-        return vv + np.eye(d) * ((1.0 - float(np.trace(vv))) / d)
+        # ((M - a I) / b, symmetrised) + c I, the same operations in place: three D x D arrays where there were
+        # eight (each freshly mapped and faulted in under the pinned mmap threshold, `fl_privtext.memory`)
+        eye = np.eye(d)
+        eye *= a
+        vv = np.subtract(np.asarray(second, np.float64), eye)
+        vv /= b
+        sym = vv + vv.T
+        sym /= 2
+        eye[:] = 0.0
+        eye.flat[:: d + 1] = 1.0
+        eye *= (1.0 - float(np.trace(sym))) / d
+        sym += eye
+        return sym
 
     def record(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method}
