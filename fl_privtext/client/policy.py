@@ -18,11 +18,14 @@ import hashlib
 import json
 import os
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fl_privtext.config import ClientConfig, ExperimentConfig, flatten
 
+T = TypeVar("T")
+_MEMO_SIZE = 64  # requests remembered per policy (`ClientPolicy.remembered`): a sweep's points, each seed's config
 POLICY_ENV = "FL_PRIVTEXT_CLIENT_POLICY"  # how a simulation hands its clients their policy (JSON list of entries)
 STATE_ENV = "FL_PRIVTEXT_CLIENT_STATE"  # the clients' state directory in a simulation (their ledgers)
 # The keys that decide which users a client holds (dataset, roles, the partition into clients: the shard) and, with
@@ -139,10 +142,32 @@ class ClientPolicy:
                              "federation.num-clients / partition / alpha and run.seed keys; run points that differ "
                              "in them in separate simulations (a sweep does: fl_privtext.sweep.simulation_group).")
 
+    @functools.cached_property
+    def _memo(self) -> dict[tuple[str, int], tuple[ExperimentConfig, Any]]:
+        return {}
+
+    def remembered(self, kind: str, request: ExperimentConfig, compute: Callable[[], T]) -> T:
+        """``compute()``, computed once per ``kind`` and request OBJECT (an actor parses each distinct request once:
+        `fl_privtext.federation.client_data.request_config`) and kept while this policy lives: reading the policy
+        for a request rebuilt a config from its keys two to four times per message (~1.5 ms each). A refusal
+        (an exception) is not kept: the same request is checked again, and refused again."""
+        key = (kind, id(request))
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is request:  # the same object (a kept reference: its id is not reused)
+            return hit[1]  # type: ignore[no-any-return]
+        value = compute()
+        if len(self._memo) >= _MEMO_SIZE:
+            self._memo.clear()
+        self._memo[key] = (request, value)
+        return value
+
     def shard_of(self, request: ExperimentConfig) -> ExperimentConfig:
         """What the client prepares its data from for ``request``: its own shard keys (those of the entries naming
         the request's extractor); `Refused` ("shard mismatch") when the request names any other shard or data, so a
         server can neither move users between clients nor have a client prepare data it did not agree to."""
+        return self.remembered("shard", request, lambda: self._shard_of(request))
+
+    def _shard_of(self, request: ExperimentConfig) -> ExperimentConfig:
         flat = request.to_flat()
         theirs = shard_keys(flat)
         for e in self.entries:
@@ -157,6 +182,9 @@ class ClientPolicy:
     def entry_for(self, request: ExperimentConfig) -> PolicyEntry:
         """The entry the request asks for; `Refused` naming the closest mismatch otherwise ("shard mismatch" when
         the request names another shard than the client's)."""
+        return self.remembered("entry", request, lambda: self._entry_for(request))
+
+    def _entry_for(self, request: ExperimentConfig) -> PolicyEntry:
         self.shard_of(request)
         reasons = []
         for e in self.entries:
@@ -230,7 +258,7 @@ def checked_entry(policy: ClientPolicy, request: ExperimentConfig, seed: int) ->
     """The policy entry that governs ``request`` and the configuration the client runs for it; `Refused` when the
     request matches no entry or its repetition seed is outside the entry's seeds."""
     entry = policy.entry_for(request)
-    cfg = entry.config(request)
+    cfg = policy.remembered("config", request, lambda: entry.config(request))
     if not cfg.run.seed <= seed < cfg.run.seed + cfg.run.seeds:
         raise Refused("out of range", f"repetition seed {seed} is outside this client's run.seed..run.seed+run.seeds-1 = "
                       f"{cfg.run.seed}..{cfg.run.seed + cfg.run.seeds - 1}")

@@ -90,7 +90,20 @@ def request_config(msg: Message) -> ExperimentConfig:
         raise Refused("malformed request", "the request carries no ConfigRecord 'config'")
     flat = {k: v for k, v in dict(msg.content.config_records["config"]).items()
             if k != "run.client-seed" and not k.startswith("client.")}
-    try:
-        return ExperimentConfig.from_flat(flat)
-    except (ValueError, TypeError) as exc:
-        raise Refused("malformed request", f"the request's config: {exc}") from None
+    # the same request object for the same keys and values: an actor parses a point's config once, not once per
+    # message (~1.5 ms each), and its policy checks are kept per request object (`ClientPolicy.remembered`)
+    key = tuple(sorted((k, type(v).__name__, tuple(v) if isinstance(v, list) else v) for k, v in flat.items()))
+    cfg = _REQUESTS.get(key)
+    if cfg is None:
+        try:
+            cfg = ExperimentConfig.from_flat(flat)
+        except (ValueError, TypeError) as exc:
+            raise Refused("malformed request", f"the request's config: {exc}") from None
+        if len(_REQUESTS) >= _REQUESTS_KEPT:
+            _REQUESTS.clear()
+        _REQUESTS[key] = cfg
+    return cfg
+
+
+_REQUESTS: dict[tuple, ExperimentConfig] = {}  # `request_config`'s parsed requests (configs are frozen)
+_REQUESTS_KEPT = 64
