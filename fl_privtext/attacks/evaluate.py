@@ -43,7 +43,7 @@ from fl_privtext.bootstrap import (
 )
 from fl_privtext.config import AttackConfig
 from fl_privtext.data import AttributeSpec
-from fl_privtext.memory import narrowest, positions
+from fl_privtext.memory import narrowest, on_disk, positions
 from fl_privtext.names import ATTACKS
 from fl_privtext.threads import Task, limited, parallel_tasks
 
@@ -341,15 +341,13 @@ def _upload_ratios(k: int, multilabel: bool, presence: bool) -> dict[str, Ratios
             "macro_f1": Ratios(2 * e[tp], e[true] + e[predicted])}
 
 
-def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray, z: np.ndarray, pred: np.ndarray,
-                      prior: np.ndarray, k: int, multilabel: bool) -> dict[str, Any]:
-    """Every per-upload figure's 95% interval over target users (issue #37): a user's uploads are resampled
-    together (several per user share its secret and its style, so an interval over uploads is too narrow). The
-    users are the referee's: the accounts under federation.shuffle, not the per-report pseudonyms. ``_sums`` /
-    ``_figures`` (internal): what the report pools over seeds."""
+def _upload_sums(view: AttackView, truth: Truth, idx: np.ndarray, z: np.ndarray, pred: np.ndarray,
+                 prior: np.ndarray, k: int, multilabel: bool) -> tuple[UserSums, dict[str, Ratios]]:
+    """`user_sums` of `upload_figures`' columns over the target users, and the figures (`_upload_intervals` reads
+    them). The users are the referee's: the accounts under federation.shuffle, not the per-report pseudonyms."""
     owners = truth.named_user if truth.named_user is not None else view.user  # (N,): row idx[i]'s is owners[idx[i]]
-    # `user_sums` of `upload_figures`' columns, built `row_chunks` at a time (in row order: each user's sums add
-    # in the order of one call) instead of one (targets x C) float64 array (issue #38)
+    # built `row_chunks` at a time (in row order: each user's sums add in the order of one call) instead of one
+    # (targets x C) float64 array (issue #38)
     users, inv = _grouped(view, owners, idx)  # in the owners' own (narrowed) type: no (uploads,) int64 copy
     # a column's per-user sum is a non-negative integer at most the user's records (times the classes, multilabel's
     # cell counts): held in the narrowest unsigned type that holds the largest (`counts_dtype`: 1 byte a column
@@ -362,12 +360,21 @@ def _upload_intervals(view: AttackView, truth: Truth, name: str, idx: np.ndarray
     per_user = np.zeros((len(users), 6 if multilabel else 3 + 3 * k), dtype)
     for c in row_chunks(len(idx)):
         np.add.at(per_user, inv[c], _upload_columns(z[c], pred[c], prior[c], k, multilabel).astype(dtype))
-    del inv  # (targets,): not held through the bootstrap
-    sums = UserSums(users, per_user)
-    figures = _upload_ratios(k, multilabel, bool(per_user[:, 4:].sum() > 0) if multilabel else True)
+    return UserSums(users, per_user), _upload_ratios(k, multilabel,
+                                                     bool(per_user[:, 4:].sum() > 0) if multilabel else True)
+
+
+def _upload_intervals(sums: UserSums, figures: dict[str, Ratios], seed: int, name: str) -> dict[str, Any]:
+    """Every per-upload figure's 95% interval over target users (issue #37; `_upload_sums`): a user's uploads are
+    resampled together (several per user share its secret and its style, so an interval over uploads is too
+    narrow). ``_sums`` / ``_figures`` (internal): what the report pools over seeds, the sums kept on disk (`on_disk`:
+    read again only where a point has several seeds; resident, the (target users x columns) sums of every attribute
+    attacked so far stayed in the driver beside the attacks still running, ~9-12 bytes a target user each, issue
+    #38)."""
     out: dict[str, Any] = {"interval": ATTACK_INTERVAL, "_sums": sums, "_figures": figures}
-    for fig, (lo, hi) in sums_bootstrap([sums], figures, rng.generator(view.seed, "referee", "attack", name)).items():
+    for fig, (lo, hi) in sums_bootstrap([sums], figures, rng.generator(seed, "referee", "attack", name)).items():
         out[interval_keys(fig)[0]], out[interval_keys(fig)[1]] = lo, hi
+    out["_sums"] = UserSums(sums.users, on_disk(sums.sums))
     return out
 
 
@@ -431,14 +438,9 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
     }
     # issue #37: what the uploads add over the prior, and every per-upload figure's interval over target users
     common["advantage"] = acc - common["prior_baseline"]
-    common.update(_upload_intervals(view, truth, name, idx, z, guess.upload_pred, prior_up, k, multilabel))
-    # the violation test reads the interval over target users: the binomial one over uploads (accuracy_ci95) is too
-    # narrow when a user's uploads share its secret, and raised alarms no attacker had earned
-    if common.get("ci_low") is not None:
-        common["violation"] = bool((not v_up["ceiling_vacuous"] and common["ci_low"] > ceil_up + 1e-12)
-                                   or v_user["violation"])
-    if "majority_given_label" in guess.baselines:
-        common["majority_given_label_baseline"] = metrics.accuracy(z, guess.baselines["majority_given_label"][0])
+    sums, figures = _upload_sums(view, truth, idx, z, guess.upload_pred, prior_up, k, multilabel)
+    label_baseline = metrics.accuracy(z, guess.baselines["majority_given_label"][0]) \
+        if "majority_given_label" in guess.baselines else None
     known_z = view.known[name].values
     if multilabel:
         pred = guess.upload_pred
@@ -448,17 +450,33 @@ def score_attribute(view: AttackView, truth: Truth, name: str) -> dict[str, Any]
                      for j, c in enumerate(spec.classes)}
         per_maj = {c: metrics.majority_baseline(known_z[:, j], z[:, j]) for j, c in enumerate(spec.classes)}
         f1 = metrics.multilabel_f1(z, pred)
-        return {"kind": "multilabel", "f1": f1, "f1_majority_baseline": metrics.multilabel_f1(z, maj_up),
+        head = {"kind": "multilabel", "f1": f1, "f1_majority_baseline": metrics.multilabel_f1(z, maj_up),
                 "floor_logistic_f1": metrics.multilabel_f1(z, floor.upload_pred),
                 "accuracy": acc, "majority_baseline": float(np.mean(list(per_maj.values()))),
                 "per_class_accuracy": per_acc, "per_class_majority_baseline": per_maj,
-                "per_class_presence_accuracy": split_acc, "empirical_privacy": 1.0 - f1, **common}
-    maj = metrics.majority_baseline(known_z, z)
-    lo, hi = metrics.binomial_interval(maj, len(z))
-    return {"kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z, guess.upload_pred, k),
-            "majority_baseline": maj,
-            # 1.0: the learned attacker answers one class for every upload (a constant predictor)
-            "learned_modal_share": constant.modal_share(guess.learned_upload_pred), "majority_ci95": [lo, hi], "empirical_privacy": 1.0 - acc, **common}
+                "per_class_presence_accuracy": split_acc, "empirical_privacy": 1.0 - f1}
+        del pred
+    else:
+        maj = metrics.majority_baseline(known_z, z)
+        lo, hi = metrics.binomial_interval(maj, len(z))
+        head = {"kind": "categorical", "accuracy": acc, "macro_f1": metrics.macro_f1(z, guess.upload_pred, k),
+                "majority_baseline": maj,
+                # 1.0: the learned attacker answers one class for every upload (a constant predictor)
+                "learned_modal_share": constant.modal_share(guess.learned_upload_pred), "majority_ci95": [lo, hi],
+                "empirical_privacy": 1.0 - acc}
+    # every figure above is read: the answers, the baselines' and the floor's, and the targets' values (bytes a
+    # target and a target user: ~0.2 GB at ten million synthetic users, issue #38) go before the bootstrap, the
+    # stage's longest piece, which reads the per-user sums alone
+    del guess, floor, z, z_user, maj_up, maj_user, prior_up, prior_user
+    common.update(_upload_intervals(sums, figures, view.seed, name))
+    # the violation test reads the interval over target users: the binomial one over uploads (accuracy_ci95) is too
+    # narrow when a user's uploads share its secret, and raised alarms no attacker had earned
+    if common.get("ci_low") is not None:
+        common["violation"] = bool((not v_up["ceiling_vacuous"] and common["ci_low"] > ceil_up + 1e-12)
+                                   or v_user["violation"])
+    if label_baseline is not None:
+        common["majority_given_label_baseline"] = label_baseline
+    return {**head, **common}
 
 
 def _named_user_score(view: AttackView, truth: Truth, name: str, guess: Any, z: np.ndarray, idx: np.ndarray,
