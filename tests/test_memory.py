@@ -244,6 +244,29 @@ def test_spill_maps_back_what_was_appended_and_refuses_a_block_of_another_dtype(
         assert "\n" not in str(exc.value)
 
 
+def _planted_view(g, user, z, classes, *, width=4, aux_below=2_000, delta=1e-6):  # type: ignore[no-untyped-def]
+    """An eavesdropper's view of uploads with one categorical attribute ``z`` planted in their first coordinate
+    (``classes``: its names), drawn from ``g`` (task labels 30% equal to z mod 2); the users below ``aux_below``
+    are the auxiliary ones; the centroid attacker, no extra attacks. What the attack-stage budgets below build."""
+    import numpy as np
+
+    from fl_privtext.attacks import evaluate
+    from fl_privtext.config import ExperimentConfig
+    from fl_privtext.data import AttributeSpec
+    from fl_privtext.privacy import make_mechanism
+
+    n = len(user)
+    x = g.normal(size=(n, width)).astype(np.float32)
+    x[:, 0] += 0.3 * z
+    labels = np.where(g.random(n) < 0.3, z % 2, g.integers(0, 2, n)).astype(np.int64)
+    cfg = ExperimentConfig.from_flat({"attack.learner": "centroid", "attack.extra": False, "run.progress": False})
+    return evaluate.observe(
+        uploads=x, labels=labels, users=user, senders=user % 2, texts=[""] * n,
+        attributes={AttributeSpec("s", "categorical", classes): z}, aux=user < aux_below, clean=None,
+        mechanism=make_mechanism("none"), epsilon=2.0, delta=delta, num_labels=2, label_epsilon=0.0, seed=0,
+        attack=cfg.attack)
+
+
 def _mapped_rss_kib(wanted) -> int:
     """This process's resident KiB of every mapping whose path satisfies ``wanted(path)`` (/proc/self/smaps)."""
     total, inside = 0, False
@@ -672,24 +695,13 @@ def test_the_attribute_attack_holds_less_than_one_float_array_of_its_targets() -
 
     import numpy as np
 
-    from fl_privtext.attacks import attribute, evaluate
-    from fl_privtext.config import ExperimentConfig
-    from fl_privtext.data import AttributeSpec
-    from fl_privtext.privacy import make_mechanism
+    from fl_privtext.attacks import attribute
 
     n, k, per_user = 1_000_000, 6, 16
     g = np.random.default_rng(8)
     user = g.permutation(np.arange(n) // per_user)  # uploads in no order of their users
     z = g.integers(0, k, n // per_user)[user]
-    x = g.normal(size=(n, 8)).astype(np.float32)
-    x[:, 0] += 0.3 * z
-    labels = np.where(g.random(n) < 0.3, z % 2, g.integers(0, 2, n)).astype(np.int64)
-    cfg = ExperimentConfig.from_flat({"attack.learner": "centroid", "attack.extra": False, "run.progress": False})
-    view, _ = evaluate.observe(
-        uploads=x, labels=labels, users=user, senders=user % 2, texts=[""] * n,
-        attributes={AttributeSpec("s", "categorical", tuple("abcdef")): z}, aux=user < 1_000, clean=None,
-        mechanism=make_mechanism("none"), epsilon=2.0, delta=0.0, num_labels=2, label_epsilon=0.0, seed=0,
-        attack=cfg.attack)
+    view, _ = _planted_view(g, user, z, tuple("abcdef"), width=8, aux_below=1_000, delta=0.0)
     targets = int((user >= 1_000).sum())
     tracemalloc.start()
     try:
@@ -1201,23 +1213,12 @@ def test_the_floor_and_the_referees_ceilings_hold_a_block_of_users_sums_not_ever
     import numpy as np
 
     from fl_privtext.attacks import attribute, evaluate
-    from fl_privtext.config import ExperimentConfig
-    from fl_privtext.data import AttributeSpec
-    from fl_privtext.privacy import make_mechanism
 
     n, k = 2_002_000, 3  # one upload a user, 2,000 of them aux
     g = np.random.default_rng(4)
     user = g.permutation(n)  # uploads in no order of their users
     z = g.integers(0, k, n)[user]
-    x = g.normal(size=(n, 4)).astype(np.float32)
-    x[:, 0] += 0.3 * z
-    labels = np.where(g.random(n) < 0.3, z % 2, g.integers(0, 2, n)).astype(np.int64)
-    cfg = ExperimentConfig.from_flat({"attack.learner": "centroid", "attack.extra": False, "run.progress": False})
-    view, truth = evaluate.observe(
-        uploads=x, labels=labels, users=user, senders=user % 2, texts=[""] * n,
-        attributes={AttributeSpec("s", "categorical", ("a", "b", "c")): z}, aux=user < 2_000, clean=None,
-        mechanism=make_mechanism("none"), epsilon=2.0, delta=1e-6, num_labels=2, label_epsilon=0.0, seed=0,
-        attack=cfg.attack)
+    view, truth = _planted_view(g, user, z, ("a", "b", "c"))
     idx, users, _ = view.targets
     assert view.target_counts.dtype == np.int8  # the shared per-user figures, computed before the budgets
     z_targets = truth.attributes["s"][idx]  # as `score_attribute` hands it over (int8)
@@ -1401,24 +1402,13 @@ def test_an_attributes_bootstrap_holds_its_per_user_sums_alone_and_keeps_them_on
     import sklearn.linear_model  # noqa: F401
 
     from fl_privtext.attacks import evaluate
-    from fl_privtext.config import ExperimentConfig
-    from fl_privtext.data import AttributeSpec
-    from fl_privtext.privacy import make_mechanism
 
     users, per_user, k = 100_000, 4, 3
     n = users * per_user
     g = np.random.default_rng(6)
     user = g.permutation(np.arange(n) // per_user)  # uploads in no order of their users
     z = g.integers(0, k, users)[user]
-    x = g.normal(size=(n, 4)).astype(np.float32)
-    x[:, 0] += 0.3 * z
-    labels = np.where(g.random(n) < 0.3, z % 2, g.integers(0, 2, n)).astype(np.int64)
-    cfg = ExperimentConfig.from_flat({"attack.learner": "centroid", "attack.extra": False, "run.progress": False})
-    view, truth = evaluate.observe(
-        uploads=x, labels=labels, users=user, senders=user % 2, texts=[""] * n,
-        attributes={AttributeSpec("s", "categorical", ("a", "b", "c")): z}, aux=user < 2_000, clean=None,
-        mechanism=make_mechanism("none"), epsilon=2.0, delta=1e-6, num_labels=2, label_epsilon=0.0, seed=0,
-        attack=cfg.attack)
+    view, truth = _planted_view(g, user, z, ("a", "b", "c"))
     target_users = len(view.targets[1])
     assert view.target_counts.dtype == np.int8  # the shared per-user figures, computed before the budgets
     held: list[int] = []
